@@ -1,0 +1,266 @@
+"""White-box backend: any Hugging Face causal LM through torch (CUDA when present, else CPU).
+
+It is the drop-in for the black-box API backend and the ground truth the tracker is validated
+against. One forward pass per text (per window, for texts longer than the context) serves every
+scorer: it yields lp_i and, for Min-K%++, the per-position vocabulary mean μ_i and standard
+deviation σ_i of log p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..types import BlackboxMIAError, Provenance, TokenLogprobs
+from .base import Backend, check_texts
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Configuration of :class:`LocalBackend`.
+
+    Attributes:
+        model: local directory or Hugging Face hub name.
+        device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
+        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
+            float32 on CPU). Log-softmax is always taken in float32.
+        max_batch_tokens: padded tokens per forward pass (batch size × longest row).
+        max_length: context length in tokens; ``None`` reads it from the model config.
+        bos: prepend the tokenizer's BOS token (then every text token is scored);
+            ``None`` = when the tokenizer has one.
+        vocab_stats: compute μ_i, σ_i for Min-K%++.
+        local_files_only: never contact the hub (also set by ``HF_HUB_OFFLINE=1``).
+    """
+
+    model: str
+    device: str | None = None
+    dtype: str = "auto"
+    max_batch_tokens: int = 8192
+    max_length: int | None = None
+    bos: bool | None = None
+    vocab_stats: bool = True
+    local_files_only: bool = False
+
+
+def sliding_windows(length: int, context: int) -> list[tuple[int, int, int]]:
+    """Windows covering a sequence of ``length`` tokens with at most ``context`` tokens each.
+
+    Returns ``(start, end, first_target)`` triples: the window feeds tokens ``[start, end)``
+    and scores the targets ``j`` in ``[first_target, end)`` (each predicted from ``j - 1``).
+    Consecutive windows overlap by half the context (stride = ⌊context/2⌋), so every target
+    after the first window has at least ⌈context/2⌉ - 1 tokens of left context, and every target
+    ``1 .. length-1`` is scored exactly once.
+    """
+    if context < 2:
+        raise BlackboxMIAError(f"context length must be at least 2 tokens, got {context}")
+    if length <= context:
+        return [(0, length, 1)]
+    stride = context // 2
+    windows = [(0, context, 1)]
+    while windows[-1][1] < length:
+        start = windows[-1][0] + stride
+        end = min(start + context, length)
+        windows.append((start, end, windows[-1][1]))
+    return windows
+
+
+class LocalBackend(Backend):
+    """Per-token log-probs from a local causal LM.
+
+    Args:
+        config: a :class:`LocalConfig`.
+
+    Raises:
+        BlackboxMIAError: torch/transformers missing, or the model cannot be loaded.
+    """
+
+    def __init__(self, config: LocalConfig):
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise BlackboxMIAError(
+                "the local backend needs torch and transformers: pip install 'blackbox_mia[local]'"
+            ) from exc
+        self.config = config
+        self._torch = torch
+        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype_name = config.dtype
+        if dtype_name == "auto":
+            dtype_name = "bfloat16" if self.device.type == "cuda" else "float32"
+        if dtype_name not in ("float32", "bfloat16", "float16"):
+            raise BlackboxMIAError(f"unknown dtype {config.dtype!r}: use float32, bfloat16, float16 or auto")
+        self.dtype = getattr(torch, dtype_name)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=config.local_files_only)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                config.model, dtype=self.dtype, local_files_only=config.local_files_only
+            )
+        except (OSError, ValueError) as exc:
+            raise BlackboxMIAError(f"cannot load model {config.model!r}: {exc}") from exc
+        self.model.to(self.device).eval()
+        self.context = config.max_length or self._model_context()
+        self.bos_id = self.tokenizer.bos_token_id if config.bos in (None, True) else None
+        if config.bos and self.bos_id is None:
+            raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
+        self.provides_vocab_stats = config.vocab_stats
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+
+    def _model_context(self) -> int:
+        cfg = self.model.config
+        for attr in ("max_position_embeddings", "n_positions", "seq_length"):
+            value = getattr(cfg, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return min(int(self.tokenizer.model_max_length), 2048)
+
+    # -- tokenization ---------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode_tokens(self, ids: Sequence[int]) -> list[str]:
+        """Each id decoded on its own (byte-level pieces may show as U+FFFD)."""
+        return self.tokenizer.batch_decode([[int(i)] for i in ids])
+
+    def full_ids(self, text_ids: Sequence[int]) -> list[int]:
+        """The sequence fed to the model: BOS (when used) followed by the text's tokens."""
+        return ([self.bos_id] if self.bos_id is not None else []) + list(text_ids)
+
+    # -- log-probs ---------------------------------------------------------------------------
+
+    def logprobs(self, texts: Sequence[str], progress: bool = False) -> list[TokenLogprobs]:
+        check_texts(texts)
+        provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
+        sequences = [self.full_ids(self.encode(t)) for t in texts]
+        for i, seq in enumerate(sequences):
+            if len(seq) < 2:
+                raise BlackboxMIAError(
+                    f"text #{i} ({texts[i]!r}) has a single token and the model has no BOS: nothing to score"
+                )
+        results = self.sequence_logprobs(sequences, progress=progress)
+        out = []
+        for seq, (lp, mu, sigma) in zip(sequences, results):
+            out.append(
+                TokenLogprobs(
+                    token_ids=np.asarray(seq[1:]),
+                    tokens=self.decode_tokens(seq[1:]),
+                    logprobs=lp,
+                    context_ids=(seq[0],),
+                    provenance=provenance,
+                    mu=mu,
+                    sigma=sigma,
+                )
+            )
+        return out
+
+    def sequence_logprobs(
+        self, sequences: Sequence[Sequence[int]], progress: bool = False
+    ) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
+        """lp_j = log p(seq[j] | seq[:j]) for j = 1..L-1 of every id sequence (float64, nats).
+
+        Returns per sequence ``(lp, mu, sigma)``, each of shape (L-1,); ``mu``/``sigma`` are
+        ``None`` unless ``vocab_stats``. Long sequences are split by :func:`sliding_windows`;
+        windows are packed into batches of at most ``max_batch_tokens`` padded tokens.
+        """
+        rows = []  # (sequence index, start, end, first_target)
+        for s, seq in enumerate(sequences):
+            rows.extend((s, *w) for w in sliding_windows(len(seq), self.context))
+        out_lp = [np.empty(len(seq) - 1) for seq in sequences]
+        stats = self.config.vocab_stats
+        out_mu = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
+        out_sd = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
+        order = sorted(range(len(rows)), key=lambda r: rows[r][2] - rows[r][1], reverse=True)
+        bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
+        for batch in self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))]):
+            windows = [rows[r] for r in batch]
+            lp, mu, sd = self._forward([sequences[s][a:b] for s, a, b, _ in windows])
+            for row, (s, a, b, first) in enumerate(windows):
+                # column c of the window predicts absolute target a + c + 1
+                cols = slice(first - a - 1, b - a - 1)
+                out_lp[s][first - 1 : b - 1] = lp[row, cols]
+                if stats:
+                    out_mu[s][first - 1 : b - 1] = mu[row, cols]
+                    out_sd[s][first - 1 : b - 1] = sd[row, cols]
+                bar.update(b - first)
+        bar.close()
+        if stats:
+            return list(zip(out_lp, out_mu, out_sd))
+        return [(lp, None, None) for lp in out_lp]
+
+    def _pack(self, order: list[int], lengths: list[int]):
+        """Greedy packing of rows (sorted longest first) under the padded-token budget."""
+        batch: list[int] = []
+        for r in order:
+            width = lengths[batch[0]] if batch else lengths[r]
+            if batch and (len(batch) + 1) * width > self.config.max_batch_tokens:
+                yield batch
+                batch = []
+            batch.append(r)
+        if batch:
+            yield batch
+
+    def _pad(self, rows: Sequence[Sequence[int]]):
+        """Right-padded ids and attention mask, shape (B, longest row), on the model's device."""
+        torch = self._torch
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.as_tensor(list(r))
+            mask[i, : len(r)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _forward(self, rows: list[Sequence[int]]):
+        """One padded forward pass; returns float64 arrays (B, T-1): lp, mu, sigma."""
+        torch = self._torch
+        ids, mask = self._pad(rows)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            lp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+            mu = sd = None
+            if self.config.vocab_stats:
+                p = logp.exp()
+                logp_c = logp.clamp_min(-1e4)  # 0 · (-inf) would give NaN
+                mu = (p * logp_c).sum(-1)
+                sd = ((p * logp_c.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
+                mu, sd = mu.double().cpu().numpy(), sd.double().cpu().numpy()
+        return lp.double().cpu().numpy(), mu, sd
+
+    def next_token_logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """log p(v | prefix) over the whole vocabulary for each prefix: float32 array (B, V), nats.
+
+        Prefixes longer than the context keep their last ``context`` tokens.
+
+        Raises:
+            BlackboxMIAError: an empty prefix.
+        """
+        torch = self._torch
+        if any(len(p) == 0 for p in prefixes):
+            raise BlackboxMIAError("empty prefix: a next-token distribution needs at least one token")
+        rows = [list(p)[-self.context :] for p in prefixes]
+        out = np.empty((len(rows), self.vocab_size), dtype=np.float32)
+        order = sorted(range(len(rows)), key=lambda r: len(rows[r]), reverse=True)
+        for batch in self._pack(order, [len(r) for r in rows]):
+            ids, mask = self._pad([rows[r] for r in batch])
+            last = torch.as_tensor([len(rows[r]) - 1 for r in batch], device=self.device)
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids, attention_mask=mask).logits
+                picked = logits[torch.arange(len(batch), device=self.device), last].float()
+                out[batch] = torch.log_softmax(picked, dim=-1).cpu().numpy()
+        return out
+
+    def describe(self) -> dict:
+        return {
+            "backend": "local",
+            **asdict(self.config),
+            "resolved_device": str(self.device),
+            "resolved_dtype": str(self.dtype).removeprefix("torch."),
+            "context_tokens": self.context,
+            "bos_id": self.bos_id,
+        }

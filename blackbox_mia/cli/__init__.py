@@ -1,0 +1,6 @@
+"""``bbmia`` command line. Each command lives in its own module and registers on :data:`app`."""
+
+from . import score  # noqa: F401  (registers commands)
+from .app import app
+
+__all__ = ["app"]

@@ -1,0 +1,39 @@
+"""The typer application and the error boundary shared by every command."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import typer
+
+from ..types import BlackboxMIAError
+
+app = typer.Typer(
+    name="bbmia",
+    help="Membership inference and benchmark-contamination audits for LLMs (higher score = more likely a member).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn toolkit errors into one line on stderr and exit code 2 (never a traceback)."""
+    try:
+        yield
+    except BlackboxMIAError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.secho("interrupted: finished work is saved; rerun the same command to resume", err=True)
+        raise typer.Exit(130) from None
+
+
+def echo_json_line(obj) -> None:
+    """Print ``obj`` as one JSON line on stdout (the machine-readable last line)."""
+    import json
+
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,83 @@
+"""Registry of membership scorers, by name. Convention everywhere: higher = more likely a member.
+
+A scorer spec on the command line is ``NAME`` or ``NAME:param=value,...`` (``min_k:k=10``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..types import BlackboxMIAError
+from .base import REFERENCE, TARGET, Need, Scorer
+from .loss import Loss
+from .lowercase import Lowercase
+from .min_k import MinK
+from .min_k_pp import MinKPlusPlus
+from .pac import PAC
+from .ref import Ref
+from .zlib import Zlib
+
+REGISTRY: dict[str, type[Scorer]] = {
+    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref)
+}
+
+DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")
+
+
+def parse_scorer(spec: str) -> Scorer:
+    """Build a scorer from ``NAME`` or ``NAME:param=value,...``.
+
+    Raises:
+        BlackboxMIAError: unknown scorer, unknown parameter, or a value of the wrong type.
+    """
+    name, _, arg_text = spec.strip().partition(":")
+    if name not in REGISTRY:
+        raise BlackboxMIAError(f"unknown scorer {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    cls = REGISTRY[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for item in filter(None, (a.strip() for a in arg_text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in fields:
+            raise BlackboxMIAError(
+                f"scorer {name!r}: bad parameter {item!r}; parameters: {', '.join(fields) or 'none'}"
+            )
+        try:
+            kwargs[key] = type(fields[key].default)(value)
+        except ValueError as exc:
+            raise BlackboxMIAError(f"scorer {name!r}: {key}={value!r} is not a {type(fields[key].default).__name__}") from exc
+    return cls(**kwargs)
+
+
+def split_specs(text: str) -> list[str]:
+    """Split ``"loss,min_k:k=10,pac:k1=5,k2=20"`` into ``["loss", "min_k:k=10", "pac:k1=5,k2=20"]``.
+
+    A comma-separated piece of the form ``key=value`` continues the previous scorer's parameters.
+    """
+    specs: list[str] = []
+    for piece in filter(None, (p.strip() for p in text.replace(";", ",").replace(" ", ",").split(","))):
+        if "=" in piece and ":" not in piece and specs:
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
+    return specs
+
+
+def parse_scorers(specs: list[str] | str) -> list[Scorer]:
+    """Parse several specs: a list, or one string (see :func:`split_specs`).
+
+    Raises:
+        BlackboxMIAError: an empty list, a bad spec, or two scorers with the same label.
+    """
+    if isinstance(specs, str):
+        specs = split_specs(specs)
+    if not specs:
+        raise BlackboxMIAError("no scorer given")
+    scorers = [parse_scorer(s) for s in specs]
+    labels = [s.label for s in scorers]
+    if len(set(labels)) != len(labels):
+        raise BlackboxMIAError(f"duplicate scorers: {labels}")
+    return scorers
+
+
+__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "Need", "Scorer", "parse_scorer", "parse_scorers", "split_specs"]

@@ -1,0 +1,95 @@
+"""The scorer interface: one small base class, one module per attack.
+
+Every scorer maps the :class:`~blackbox_mia.types.TokenLogprobs` of a text (computed once and
+shared by all scorers) to one float, with one sign convention: **higher = more likely a
+member**. A scorer that needs more log-probs (PAC's neighbours, the lowercased text, a
+reference model) declares them in :meth:`Scorer.needs`; the runner computes them through the
+same backend interface, batched with everything else, so scorers never touch torch or HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..types import BlackboxMIAError, TokenLogprobs
+
+TARGET = "target"
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class Need:
+    """A text whose log-probs a scorer needs, and which backend ("target" or "reference")."""
+
+    text: str
+    role: str = TARGET
+
+
+class Scorer(ABC):
+    """Base class of membership scorers. Subclasses are frozen dataclasses of their parameters.
+
+    Class attributes:
+        name: registry name (``"min_k"``).
+        needs_vocab_stats: True when the scorer reads ``mu``/``sigma`` (local backend only).
+    """
+
+    name: ClassVar[str]
+    needs_vocab_stats: ClassVar[bool] = False
+
+    def needs(self, text: str) -> list[Need]:
+        """Texts beyond ``text`` itself (under the target) whose log-probs :meth:`score` reads."""
+        return []
+
+    @abstractmethod
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
+        """Membership score of ``text``; ``aux[j]`` holds the log-probs of ``self.needs(text)[j]``."""
+
+    def params(self) -> dict:
+        """The scorer's parameters, as saved next to every result."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @property
+    def label(self) -> str:
+        """Column name in outputs: the name, plus any parameter that differs from its default."""
+        changed = [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if getattr(self, f.name) != f.default
+        ]
+        return self.name + (":" + ",".join(changed) if changed else "")
+
+
+def set_size(n: int, percent: float) -> int:
+    """E = max(1, floor(n * percent / 100)): size of a k% set of n tokens (Shi et al. 2024, eq. 1).
+
+    Raises:
+        BlackboxMIAError: if n < 1 (no scored token) or percent is outside (0, 100].
+    """
+    if n < 1:
+        raise BlackboxMIAError("no scored token: the text is too short for this model's tokenizer")
+    if not 0 < percent <= 100:
+        raise BlackboxMIAError(f"k must lie in (0, 100] percent, got {percent}")
+    return max(1, int(np.floor(n * percent / 100.0 + 1e-9)))
+
+
+def mean_smallest(values: np.ndarray, percent: float) -> float:
+    """Mean of the k% smallest values (set size :func:`set_size`)."""
+    e = set_size(len(values), percent)
+    return float(np.mean(np.sort(values)[:e]))
+
+
+def mean_largest(values: np.ndarray, percent: float) -> float:
+    """Mean of the k% largest values (set size :func:`set_size`)."""
+    e = set_size(len(values), percent)
+    return float(np.mean(np.sort(values)[-e:]))
+
+
+def mean_logprob(lp: TokenLogprobs) -> float:
+    """Mean lp_i in nats/token; raises :class:`BlackboxMIAError` when no token is scored."""
+    set_size(lp.n_tokens, 100)
+    return float(np.mean(lp.logprobs))

@@ -1,0 +1,35 @@
+"""Min-K%++ (Zhang et al. 2025, "Min-K%++: improved baseline for detecting pre-training data", eq. 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import BlackboxMIAError, TokenLogprobs
+from .base import Scorer, mean_smallest
+
+
+@dataclass(frozen=True)
+class MinKPlusPlus(Scorer):
+    """z_i = (lp_i − μ_i) / σ_i; score = mean of the k% smallest z_i (dimensionless).
+
+    μ_i = Σ_v p_v log p_v and σ_i² = Σ_v p_v (log p_v)² − μ_i² over the whole vocabulary at
+    position i, so it needs a backend with vocabulary statistics (the local backend).
+
+    Raises:
+        BlackboxMIAError: when the log-probs carry no vocabulary statistics.
+    """
+
+    name = "min_k_pp"
+    needs_vocab_stats = True
+    k: float = 20.0
+
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
+        if not lp.has_vocab_stats:
+            raise BlackboxMIAError(
+                "min_k_pp needs the full next-token distribution (mu, sigma) at every position; "
+                f"the {lp.provenance.backend!r} backend does not provide it. Use --local."
+            )
+        z = (lp.logprobs - lp.mu) / np.maximum(lp.sigma, 1e-12)
+        return mean_smallest(z, self.k)

@@ -1,0 +1,76 @@
+"""PAC, Polarized Augment Calibration (Ye et al. 2024, "Data contamination calibration for black-box
+LLMs", §3.2-3.3, eqs. 3-5)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import TokenLogprobs
+from .base import Need, Scorer, mean_largest, mean_smallest
+
+_WHITESPACE = re.compile(r"(\s+)")
+
+
+def polarized_distance(logprobs: np.ndarray, k1: float, k2: float) -> float:
+    """PD(z) = mean of the k1% largest lp_i − mean of the k2% smallest lp_i, in nats (Ye et al. eq. 3)."""
+    return mean_largest(logprobs, k1) - mean_smallest(logprobs, k2)
+
+
+def swap_neighbours(text: str, n: int, swap_frac: float, seed: int) -> list[str]:
+    """``n`` neighbours of ``text``, each with m = max(1, ⌊swap_frac·W⌋) random swaps of two words.
+
+    Words are the whitespace-separated pieces (W of them); the whitespace between them is kept
+    in place, so every neighbour holds the same multiset of words. The random stream depends
+    only on ``seed`` and the text, so neighbours are reproducible across runs and processes.
+    A text with fewer than two words has no swap: its neighbours equal the text.
+    """
+    pieces = _WHITESPACE.split(text)
+    word_slots = [i for i, piece in enumerate(pieces) if piece and not piece.isspace()]
+    digest = hashlib.sha256(f"{seed}\0{text}".encode("utf-8")).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    m = max(1, int(np.floor(swap_frac * len(word_slots))))
+    neighbours = []
+    for _ in range(n):
+        words = list(pieces)
+        if len(word_slots) >= 2:
+            for _ in range(m):
+                a, b = rng.sample(word_slots, 2)
+                words[a], words[b] = words[b], words[a]
+        neighbours.append("".join(words))
+    return neighbours
+
+
+@dataclass(frozen=True)
+class PAC(Scorer):
+    """score = mean_j PD(σ_j(z)) − PD(z), in nats; higher = member.
+
+    The official code computes AUC on −(PD(z) − mean PD(σ(z))): members have the lower raw
+    value, hence this sign. Neighbours σ_j(z) come from :func:`swap_neighbours` and are scored
+    by the same backend as the text.
+
+    Args:
+        k1: percent of largest log-probs in PD (default 5).
+        k2: percent of smallest log-probs in PD (default 30).
+        n_neighbours: N, number of augmented copies (default 5).
+        swap_frac: swaps per neighbour as a fraction of the word count W (default 0.3).
+        seed: seed of the word swaps.
+    """
+
+    name = "pac"
+    k1: float = 5.0
+    k2: float = 30.0
+    n_neighbours: int = 5
+    swap_frac: float = 0.3
+    seed: int = 0
+
+    def needs(self, text: str) -> list[Need]:
+        return [Need(t) for t in swap_neighbours(text, self.n_neighbours, self.swap_frac, self.seed)]
+
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
+        neighbour_pd = [polarized_distance(a.logprobs, self.k1, self.k2) for a in aux]
+        return float(np.mean(neighbour_pd)) - polarized_distance(lp.logprobs, self.k1, self.k2)

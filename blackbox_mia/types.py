@@ -1,0 +1,114 @@
+"""The one type every backend returns: per-token log-probs of one text.
+
+Scoring convention (the same for every backend):
+
+* ``context_ids`` are tokens fed to the model but not scored. With a BOS token the context is
+  ``[bos]`` and every text token is scored; without one, the first text token has no
+  conditional and becomes the context, so ``N = len(text tokens) - 1``.
+* ``logprobs[i] = log p(token_ids[i] | context_ids, token_ids[:i])`` in nats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+class BlackboxMIAError(Exception):
+    """Base class of every error the toolkit raises on purpose (bad input, refused endpoint...).
+
+    The CLI turns it into a one-line message and a non-zero exit code.
+    """
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a :class:`TokenLogprobs` came from.
+
+    Attributes:
+        backend: ``"local"`` or ``"api"``.
+        model: model directory, hub name or API model name.
+        strategy: how the values were obtained (``"forward"`` for a local forward pass, or the
+            black-box tracker's strategy, ``"mixed"`` when positions used different ones).
+        bos: whether a BOS token was prepended (then every text token is scored).
+    """
+
+    backend: str
+    model: str
+    strategy: str
+    bos: bool
+
+
+@dataclass
+class TokenLogprobs:
+    """Per-token log-probs of one text.
+
+    Attributes:
+        token_ids: shape (N,), int64, the scored tokens x_i.
+        tokens: N token strings (decoded one by one).
+        logprobs: shape (N,), float64, lp_i = log p(x_i | x_<i) in nats.
+        context_ids: unscored tokens before ``token_ids`` (BOS, or the first text token).
+        provenance: backend, model, strategy, BOS convention.
+        lower, upper: shape (N,) bounds on lp_i in nats (black-box path; ``None`` when exact).
+            ``lower`` may be ``-inf`` where only an upper bound is known.
+        strategies: N per-token strategy names (black-box path), else ``None``.
+        mu, sigma: shape (N,) mean and standard deviation of log p_v under p at each position,
+            over the whole vocabulary (Min-K%++; Zhang et al. 2025), else ``None``.
+    """
+
+    token_ids: np.ndarray
+    tokens: list[str]
+    logprobs: np.ndarray
+    context_ids: tuple[int, ...]
+    provenance: Provenance
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    strategies: list[str] | None = None
+    mu: np.ndarray | None = None
+    sigma: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.token_ids = np.asarray(self.token_ids, dtype=np.int64)
+        self.logprobs = np.asarray(self.logprobs, dtype=np.float64)
+        n = len(self.token_ids)
+        if self.logprobs.shape != (n,) or len(self.tokens) != n:
+            raise ValueError(
+                f"token_ids ({n}), tokens ({len(self.tokens)}) and logprobs "
+                f"{self.logprobs.shape} must have the same length"
+            )
+        for name in ("lower", "upper", "mu", "sigma"):
+            value = getattr(self, name)
+            if value is not None:
+                value = np.asarray(value, dtype=np.float64)
+                if value.shape != (n,):
+                    raise ValueError(f"{name} must have shape ({n},), got {value.shape}")
+                setattr(self, name, value)
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of scored tokens N."""
+        return len(self.token_ids)
+
+    @property
+    def has_vocab_stats(self) -> bool:
+        return self.mu is not None and self.sigma is not None
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict: provenance plus one record per token (lower is None where unbounded)."""
+        lower = self.logprobs if self.lower is None else self.lower
+        upper = self.logprobs if self.upper is None else self.upper
+        rows = [
+            {
+                "id": int(self.token_ids[i]),
+                "token": self.tokens[i],
+                "logprob": float(self.logprobs[i]),
+                # JSON has no -inf: a lower bound of None means "upper bound only".
+                "lower": float(lower[i]) if np.isfinite(lower[i]) else None,
+                "upper": float(upper[i]),
+                "strategy": self.strategies[i] if self.strategies else self.provenance.strategy,
+            }
+            for i in range(self.n_tokens)
+        ]
+        return {"provenance": asdict(self.provenance), "context_ids": list(self.context_ids), "tokens": rows}
