@@ -228,7 +228,8 @@ class LocalBackend(Backend):
                 p = logp.exp()
                 logp_c = logp.clamp_min(-1e4)  # 0 · (-inf) would give NaN
                 mu = (p * logp_c).sum(-1)
-                sd = ((p * logp_c.square()).sum(-1) - mu.square()).clamp_min(0).sqrt()
+                # centred form: E[x²] − μ² cancels catastrophically in float32
+                sd = (p * (logp_c - mu.unsqueeze(-1)).square()).sum(-1).sqrt()
                 mu, sd = mu.double().cpu().numpy(), sd.double().cpu().numpy()
         return lp.double().cpu().numpy(), mu, sd
 

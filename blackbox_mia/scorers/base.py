@@ -57,11 +57,15 @@ class Scorer(ABC):
     def label(self) -> str:
         """Column name in outputs: the name, plus any parameter that differs from its default."""
         changed = [
-            f"{f.name}={getattr(self, f.name)}"
+            f"{f.name}={_format(getattr(self, f.name))}"
             for f in dataclasses.fields(self)  # type: ignore[arg-type]
             if getattr(self, f.name) != f.default
         ]
         return self.name + (":" + ",".join(changed) if changed else "")
+
+
+def _format(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def set_size(n: int, percent: float) -> int:

@@ -1,0 +1,108 @@
+"""Scorers against hand-computed values on fixed log-prob arrays."""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from blackbox_mia.scorers import REGISTRY, parse_scorer, parse_scorers, split_specs
+from blackbox_mia.scorers.pac import polarized_distance, swap_neighbours
+from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
+
+LP7 = [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0]
+TEXT = "Natalia sold clips to 48 of her friends"
+
+
+def tlp(values, mu=None, sigma=None):
+    n = len(values)
+    prov = Provenance("test", "none", "fixed", True)
+    return TokenLogprobs(np.arange(n), ["t"] * n, values, (0,), prov, mu=mu, sigma=sigma)
+
+
+def test_loss_is_mean_logprob():
+    assert parse_scorer("loss").score(TEXT, tlp(LP7), []) == pytest.approx(-4.0)
+
+
+@pytest.mark.parametrize("k, expected", [(20, -7.0), (30, -6.5), (50, -6.0), (100, -4.0), (1, -7.0)])
+def test_min_k_hand_values(k, expected):
+    # N = 7: E = max(1, floor(7k/100)) -> k=20: 1, k=30: 2 (2.1), k=50: 3 (3.5), k=100: 7, k=1: 1
+    assert parse_scorer(f"min_k:k={k}").score(TEXT, tlp(LP7), []) == pytest.approx(expected)
+
+
+def test_one_token_text():
+    one = tlp([-2.5])
+    assert parse_scorer("min_k").score(TEXT, one, []) == pytest.approx(-2.5)
+    assert parse_scorer("loss").score(TEXT, one, []) == pytest.approx(-2.5)
+    assert polarized_distance(one.logprobs, 5, 30) == pytest.approx(0.0)
+
+
+def test_zlib_divides_by_compressed_bytes():
+    size = len(zlib.compress(TEXT.encode("utf-8")))
+    assert parse_scorer("zlib").score(TEXT, tlp(LP7), []) == pytest.approx(-4.0 / size)
+
+
+def test_lowercase_ratio_of_nll():
+    scorer = parse_scorer("lowercase")
+    assert [n.text for n in scorer.needs(TEXT)] == [TEXT.lower()]
+    # NLL(lower) = 5, NLL(text) = 4 -> 1.25
+    assert scorer.score(TEXT, tlp(LP7), [tlp([-5.0, -5.0])]) == pytest.approx(1.25)
+
+
+def test_min_k_pp_hand_values():
+    lp = tlp(LP7, mu=[-2.0] * 7, sigma=[2.0] * 7)  # z = 0.5, 0, -0.5, ..., -2.5
+    assert parse_scorer("min_k_pp").score(TEXT, lp, []) == pytest.approx(-2.5)
+    assert parse_scorer("min_k_pp:k=30").score(TEXT, lp, []) == pytest.approx(-2.25)
+
+
+def test_min_k_pp_refuses_without_vocab_stats():
+    with pytest.raises(BlackboxMIAError, match="full next-token distribution"):
+        parse_scorer("min_k_pp").score(TEXT, tlp(LP7), [])
+
+
+def test_ref_is_target_minus_reference_loss():
+    scorer = parse_scorer("ref")
+    assert [(n.text, n.role) for n in scorer.needs(TEXT)] == [(TEXT, "reference")]
+    assert scorer.score(TEXT, tlp(LP7), [tlp([-3.0, -3.0, -3.0])]) == pytest.approx(-1.0)
+
+
+def test_polarized_distance_hand_value():
+    # k1 = 5%: E1 = 1 -> top -1; k2 = 30%: E2 = 2 -> bottom mean -6.5; PD = 5.5
+    assert polarized_distance(np.array(LP7), 5, 30) == pytest.approx(5.5)
+
+
+def test_pac_score_is_mean_neighbour_pd_minus_pd():
+    scorer = parse_scorer("pac")
+    neighbours = [tlp([-1.0, -1.0, -1.0]), tlp([-2.0, -8.0, -2.0, -2.0])]  # PD 0 and 6 (E2 = 1)
+    assert scorer.score(TEXT, tlp(LP7), neighbours) == pytest.approx(3.0 - 5.5)
+
+
+def test_pac_neighbours_deterministic_and_keep_words():
+    text = "Weng earns $12 an hour for babysitting.\nYesterday, she just did 50 minutes of babysitting."
+    first = swap_neighbours(text, 5, 0.3, seed=7)
+    assert first == swap_neighbours(text, 5, 0.3, seed=7)
+    assert first != swap_neighbours(text, 5, 0.3, seed=8)
+    assert len(first) == 5
+    for neighbour in first:
+        assert sorted(neighbour.split()) == sorted(text.split())
+        assert neighbour.count("\n") == 1  # whitespace stays in place
+    assert any(n != text for n in first)
+    assert swap_neighbours("single", 3, 0.3, seed=0) == ["single"] * 3
+
+
+def test_pac_needs_five_neighbours_by_default():
+    assert len(parse_scorer("pac").needs(TEXT)) == 5
+
+
+def test_parse_specs_and_labels():
+    assert split_specs("loss,min_k:k=10,pac:k1=5,k2=20") == ["loss", "min_k:k=10", "pac:k1=5,k2=20"]
+    scorers = parse_scorers("loss,min_k:k=10,min_k")
+    assert [s.label for s in scorers] == ["loss", "min_k:k=10", "min_k"]
+    assert scorers[1].k == 10.0
+    assert set(REGISTRY) == {"loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac", "ref"}
+
+
+@pytest.mark.parametrize("spec", ["nope", "min_k:q=3", "min_k:k=abc", "min_k:k=0", "loss,loss"])
+def test_bad_specs_raise(spec):
+    with pytest.raises(BlackboxMIAError):
+        scorers = parse_scorers(spec)
+        scorers[0].score(TEXT, tlp(LP7), [])
