@@ -37,3 +37,12 @@ def echo_json_line(obj) -> None:
 
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
     sys.stdout.flush()
+
+
+@app.callback()
+def _quiet_libraries() -> None:
+    """Keep stderr for our own progress bars: no weight-loading bars or info logs from transformers."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

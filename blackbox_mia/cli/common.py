@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
 
 from ..backends.base import Backend
 from ..datasets import Item, load_dataset
@@ -17,26 +24,71 @@ def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
     return items, {"name": ds.name, "source": ds.source, "sha256": ds.sha256, "n_items": len(items)}
 
 
-def build_backends(
-    *, local: str | None, ref: str | None = None, device: str | None = None, dtype: str = "auto", batch_tokens: int = 8192
-) -> dict[str, Backend]:
+@dataclass(frozen=True)
+class TargetOptions:
+    """Command-line choice of the target model: ``--local`` or ``--base-url``/``--model``."""
+
+    local: str | None = None
+    ref: str | None = None
+    device: str | None = None
+    dtype: str = "auto"
+    batch_tokens: int = 8192
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    endpoint: str = "completions"
+    tokenizer: str | None = None
+    strategy: str = "auto"
+    epsilon: float = 0.01
+    concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    cache_dir: Path | None = None
+    reprobe: bool = False
+
+
+def build_backends(opts: TargetOptions) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options.
 
     Raises:
-        BlackboxMIAError: no target model given.
+        BlackboxMIAError: no target, or both a local model and an endpoint.
     """
-    from ..backends.local import LocalBackend, LocalConfig
+    if bool(opts.local) == bool(opts.base_url):
+        raise BlackboxMIAError("choose the target: --local PATH, or --base-url URL --model NAME")
+    if opts.base_url and not opts.model:
+        raise BlackboxMIAError("--base-url needs --model")
 
-    if not local:
-        raise BlackboxMIAError("no target model: pass --local PATH")
+    def local(model: str) -> Backend:
+        from ..backends.local import LocalBackend, LocalConfig
 
-    def make(model: str) -> Backend:
-        return LocalBackend(LocalConfig(model, device=device, dtype=dtype, max_batch_tokens=batch_tokens))
+        return LocalBackend(LocalConfig(model, device=opts.device, dtype=opts.dtype, max_batch_tokens=opts.batch_tokens))
 
-    backends = {TARGET: make(local)}
-    if ref:
-        backends[REFERENCE] = make(ref)
+    if opts.local:
+        backends = {TARGET: local(opts.local)}
+    else:
+        from ..backends.api import ApiBackend
+        from ..client import ApiConfig
+        from ..tracker import TrackerConfig
+
+        api = ApiConfig(
+            base_url=opts.base_url,
+            model=opts.model,
+            endpoint=opts.endpoint,
+            concurrency=opts.concurrency,
+            rpm=opts.rpm,
+            tpm=opts.tpm,
+            **({"api_key": opts.api_key} if opts.api_key else {}),
+        )
+        tracker = TrackerConfig(strategy=opts.strategy, epsilon=opts.epsilon)
+        backends = {TARGET: ApiBackend(api, opts.tokenizer, tracker, opts.cache_dir, opts.reprobe)}
+    if opts.ref:
+        backends[REFERENCE] = local(opts.ref)
     return backends
+
+
+def close_all(backends: dict[str, Backend]) -> None:
+    for backend in backends.values():
+        backend.close()
 
 
 def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float]:
@@ -50,11 +102,52 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float]:
     return {s.label: float(roc_auc_score(labels, [r.scores[s.label] for r in labelled])) for s in scorers}
 
 
-def format_auc_table(aucs: dict[str, float], rows) -> str:
-    """A plain-text table: scorer, AUC."""
-    n_members = sum(1 for r in rows if r.label == 1)
-    n_non = sum(1 for r in rows if r.label == 0)
-    width = max(len(k) for k in aucs) + 2
-    lines = [f"{'scorer':<{width}}AUC   ({n_members} members, {n_non} non-members)"]
-    lines += [f"{name:<{width}}{value:.3f}" for name, value in aucs.items()]
+def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A plain-text table; floats shown with 3 decimals, None as '-'."""
+    cells = [[("-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)) for v in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def _target_parameters() -> list[inspect.Parameter]:
+    opt = typer.Option
+    specs = [
+        ("local", Optional[str], opt(None, "--local", help="local Hugging Face model (directory or hub name)", rich_help_panel="Target")),
+        ("base_url", Optional[str], opt(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel="Target")),
+        ("model", Optional[str], opt(None, "--model", help="model name at the endpoint", rich_help_panel="Target")),
+        ("api_key", Optional[str], opt(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="API key (never stored or printed)", rich_help_panel="Target")),
+        ("endpoint", str, opt("completions", "--endpoint", help="completions or chat", rich_help_panel="Target")),
+        ("tokenizer", Optional[str], opt(None, "--tokenizer", help="tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", rich_help_panel="Target")),
+        ("strategy", str, opt("auto", "--strategy", help="auto, prompt, topn, forced, postbias or bisect", rich_help_panel="Tracker")),
+        ("epsilon", float, opt(0.01, "--epsilon", help="bisection precision (nats)", rich_help_panel="Tracker")),
+        ("concurrency", int, opt(16, "--concurrency", help="requests in flight", rich_help_panel="Tracker")),
+        ("rpm", Optional[float], opt(None, "--rpm", help="requests-per-minute limit", rich_help_panel="Tracker")),
+        ("tpm", Optional[float], opt(None, "--tpm", help="tokens-per-minute limit", rich_help_panel="Tracker")),
+        ("reprobe", bool, opt(False, "--reprobe", help="probe the endpoint's capabilities again", rich_help_panel="Tracker")),
+        ("ref", Optional[str], opt(None, "--ref", help="reference model for the 'ref' scorer (local)", rich_help_panel="Target")),
+        ("device", Optional[str], opt(None, "--device", help="torch device (default: cuda when available)", rich_help_panel="Local model")),
+        ("dtype", str, opt("auto", "--dtype", help="float32, bfloat16, float16 or auto", rich_help_panel="Local model")),
+        ("batch_tokens", int, opt(8192, "--batch-tokens", help="padded tokens per forward pass", rich_help_panel="Local model")),
+        ("cache_dir", Optional[Path], opt(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)")),
+    ]
+    return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in specs]
+
+
+def with_target_options(func):
+    """Add the target-model options (``--local`` or ``--base-url``/``--model`` and friends) to a
+    typer command; the command receives them as one ``target: TargetOptions`` argument."""
+    extra = _target_parameters()
+    names = [p.name for p in extra]
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters.values() if p.name != "target"]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs):
+        target = TargetOptions(**{name: kwargs.pop(name) for name in names})
+        return func(target=target, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=params + extra)
+    wrapper.__annotations__ = {**{k: v for k, v in func.__annotations__.items() if k != "target"}, **{p.name: p.annotation for p in extra}}
+    return wrapper

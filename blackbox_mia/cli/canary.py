@@ -1,0 +1,104 @@
+"""``bbmia canary train``: train (or reuse) the canary model with planted GSM8K test problems."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..canary import CanaryConfig
+from .app import app, echo_json_line, user_errors
+
+canary_app = typer.Typer(
+    help="The canary model: a small GPT-2 trained on CPU with known members (planted GSM8K test problems).",
+    no_args_is_help=True,
+)
+app.add_typer(canary_app, name="canary")
+
+# One command-line option per CanaryConfig field; the defaults come from the dataclass.
+FIELD_HELP = {
+    "n_background": "GSM8K train problems in the corpus",
+    "n_members": "GSM8K test problems planted in the corpus (label 1)",
+    "n_nonmembers": "other GSM8K test problems, never trained on (label 0)",
+    "dup": "copies of each member in the corpus",
+    "seed": "seed of the splits, corpus order, weights and batches",
+    "vocab_size": "BPE vocabulary size (tokens)",
+    "n_layer": "transformer layers",
+    "n_embd": "embedding width",
+    "n_head": "attention heads",
+    "block_size": "tokens per training window = model context",
+    "epochs": "passes over the corpus",
+    "lr": "peak AdamW learning rate",
+    "batch_size": "windows per step",
+    "warmup_frac": "fraction of steps in linear warm-up",
+    "min_lr_frac": "final learning rate as a fraction of --lr (cosine decay)",
+    "weight_decay": "AdamW weight decay",
+}
+
+
+def _with_config_options(func):
+    """Give ``func`` one typer option per :class:`CanaryConfig` field; it receives ``config``."""
+    extra = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(f.default, help=FIELD_HELP[f.name], rich_help_panel="Canary configuration"),
+            annotation=type(f.default),
+        )
+        for f in dataclasses.fields(CanaryConfig)
+    ]
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters.values() if p.name != "config"]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs):
+        config = CanaryConfig(**{p.name: kwargs.pop(p.name) for p in extra})
+        return func(config=config, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=params + extra)
+    wrapper.__annotations__ = {
+        **{k: v for k, v in func.__annotations__.items() if k != "config"},
+        **{p.name: p.annotation for p in extra},
+    }
+    return wrapper
+
+
+@canary_app.command()
+@_with_config_options
+def train(
+    out: Optional[Path] = typer.Option(None, "--out", help="model directory (default: <cache>/canary/<config hash>)"),
+    force: bool = typer.Option(False, "--force", help="retrain even when a complete canary exists"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    *,
+    config: CanaryConfig,
+):
+    """Train the canary model (or reuse a complete one) and print its directory and manifest.
+
+    Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR
+    """
+    from ..canary import canary_dir, ensure_canary, load_manifest, train_canary
+
+    with user_errors():
+        config.validate()
+        target = out if out is not None else canary_dir(config, cache_dir)
+        if force:
+            path = train_canary(config, target, progress=not quiet)
+        else:
+            path = ensure_canary(config, progress=not quiet, out_dir=target)
+        manifest = load_manifest(path)
+        losses = ", ".join(f"{e['final']:.3f}" for e in manifest["loss_per_epoch"])
+        typer.echo(f"canary model: {path}")
+        typer.echo(f"manifest: {path / 'manifest.json'}")
+        typer.echo(
+            f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
+            f"final loss per epoch: {losses} nats/token"
+        )
+        typer.echo(f"evaluate: bbmia score {path / manifest['items_file']} --local {path}", err=True)
+        if json_out:
+            echo_json_line({"path": str(path), "manifest": str(path / "manifest.json"), "train_seconds": manifest["train_seconds"]})

@@ -1,0 +1,115 @@
+"""``bbmia demo``: the canary model audited white-box, then black-box through ``bbmia serve``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import typer
+
+from ..scorers import DEFAULT_SCORERS, parse_scorers
+from .app import app, echo_json_line, user_errors
+from .common import auc_by_scorer, format_table
+
+BLACKBOX_DEMO_SCORERS = "loss,zlib,min_k,min_k:k=10"
+
+
+@app.command()
+def demo(
+    blackbox: bool = typer.Option(True, "--blackbox/--no-blackbox", help="also audit through the black-box path"),
+    blackbox_n: int = typer.Option(20, help="members + non-members (half each) audited black-box"),
+    mode: str = typer.Option("raw", help="logprobs mode of the emulated provider: raw or processed"),
+    echo: bool = typer.Option(False, "--echo/--no-echo", help="let the emulated provider echo prompt log-probs"),
+    cache_dir: str = typer.Option(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON object"),
+):
+    """Train the canary (once, cached), score its planted GSM8K members vs held-out non-members.
+
+    Prints each scorer's AUC. With --blackbox (default) the canary is also served on a free
+    loopback port as an OpenAI-compatible endpoint that, like current providers, returns top-5
+    log-probs that ignore logit_bias and no prompt log-probs; the tracker recovers every token's
+    log-prob and the demo reports black-box vs white-box agreement.
+    """
+    with user_errors():
+        from ..backends.local import LocalBackend, LocalConfig
+        from ..canary import CanaryConfig, canary_items, ensure_canary
+        from ..runner import ScoredText, score_texts
+
+        path = ensure_canary(CanaryConfig(), progress=not json_out, cache=cache_dir)
+        items = canary_items(path)
+        scorers = parse_scorers(",".join(DEFAULT_SCORERS) + ",min_k:k=10")
+        local = LocalBackend(LocalConfig(str(path)))
+        results = score_texts([it.text for it in items], scorers, {"target": local}, progress=not json_out)
+        rows = [ScoredText(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
+        aucs = auc_by_scorer(rows, scorers)
+        summary = {
+            "auc": aucs,
+            "n_members": sum(it.label == 1 for it in items),
+            "n_nonmembers": sum(it.label == 0 for it in items),
+            "model": str(path),
+        }
+        table = {name: [value] for name, value in aucs.items()}
+        if blackbox:
+            subset = items[: blackbox_n // 2] + [it for it in items if it.label == 0][: blackbox_n - blackbox_n // 2]
+            summary["blackbox"] = _blackbox(path, local, subset, mode, echo, cache_dir, not json_out)
+            for name in table:
+                table[name].append(summary["blackbox"]["auc"].get(name))
+        header = ["scorer", f"AUC white-box (n={len(items)})"]
+        if blackbox:
+            header.append(f"AUC black-box (n={len(summary['blackbox']['ids'])})")
+        typer.echo(format_table(header, [[name, *values] for name, values in table.items()]))
+        if blackbox:
+            bb = summary["blackbox"]
+            typer.echo(
+                f"black-box vs white-box: {bb['n_tokens']} tokens, max |diff| {bb['max_abs_diff_nats']:.2e} nats, "
+                f"{bb['within_bounds']:.1%} within bounds; {bb['requests_per_token']:.2f} requests/token, "
+                f"{bb['wall_seconds']:.1f} s; strategies {bb['strategies']}"
+            )
+        if json_out:
+            echo_json_line(summary)
+
+
+def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bool) -> dict:
+    """Serve the canary, track the subset's log-probs, compare with the white-box values."""
+    from ..backends.api import ApiBackend
+    from ..client import ApiConfig
+    from ..runner import ScoredText, score_texts
+    from ..server import ServerConfig, serve_in_background
+
+    scorers = parse_scorers(BLACKBOX_DEMO_SCORERS)
+    texts = [it.text for it in items]
+    white = local.logprobs(texts)
+    start = time.perf_counter()
+    with serve_in_background(ServerConfig(str(path), logprobs_mode=mode, echo=echo), backend=local) as url:
+        api = ApiBackend(ApiConfig(base_url=url, model=str(path), api_key="demo-no-key"), tokenizer=str(path), cache_dir=cache_dir)
+        try:
+            results = score_texts(texts, scorers, {"target": api}, progress=progress)
+            usage = api.usage.to_dict()
+            capabilities = api.capabilities.to_json()
+        finally:
+            api.close()
+    wall = time.perf_counter() - start
+    black = [lp for _, lp in results]
+    diffs = np.concatenate([b.logprobs - w.logprobs for b, w in zip(black, white)])
+    inside = np.concatenate(
+        [(b.lower - 1e-4 <= w.logprobs) & (w.logprobs <= b.upper + 1e-4) for b, w in zip(black, white)]
+    )
+    strategies: dict[str, int] = {}
+    for b in black:
+        for s in b.strategies:
+            strategies[s] = strategies.get(s, 0) + 1
+    rows = [ScoredText(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
+    n_tokens = int(diffs.size)
+    return {
+        "ids": [it.id for it in items],
+        "auc": auc_by_scorer(rows, scorers),
+        "n_tokens": n_tokens,
+        "max_abs_diff_nats": float(np.max(np.abs(diffs))),
+        "within_bounds": float(np.mean(inside)),
+        "requests": usage["requests"],
+        "requests_per_token": usage["requests"] / n_tokens if usage["requests"] else 0.0,
+        "wall_seconds": wall,
+        "strategies": strategies,
+        "capabilities": capabilities,
+        "server_mode": {"logprobs_mode": mode, "echo": echo},
+    }

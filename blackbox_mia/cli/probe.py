@@ -1,0 +1,98 @@
+"""``bbmia probe``: per-token log-probs (with bounds) and scores of texts through an endpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from ..scorers import parse_scorers
+from ..types import BlackboxMIAError
+from .app import app, echo_json_line, user_errors
+from .common import TargetOptions, build_backends, close_all, format_table, load_items, with_target_options
+
+BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
+
+
+def gather_texts(text: str | None, file: Path | None, dataset: str | None, limit: int | None) -> list[tuple[str, str]]:
+    """(id, text) pairs from exactly one source: an argument, a file, ``-`` (stdin) or a dataset.
+
+    Raises:
+        BlackboxMIAError: no source, several sources, or a missing file.
+    """
+    sources = [s for s in (text, file, dataset) if s is not None]
+    if len(sources) != 1:
+        raise BlackboxMIAError("give exactly one of: TEXT (or - for stdin), --file PATH, --dataset NAME")
+    if dataset is not None:
+        items, _ = load_items(dataset, limit)
+        return [(it.id, it.text) for it in items]
+    if file is not None:
+        if not file.exists():
+            raise BlackboxMIAError(f"no such file: {file}")
+        return [("file", file.read_text(encoding="utf-8"))]
+    return [("stdin" if text == "-" else "text", sys.stdin.read() if text == "-" else text)]
+
+
+@app.command()
+@with_target_options
+def probe(
+    text: str = typer.Argument(None, help="text to probe; '-' reads stdin"),
+    file: Path = typer.Option(None, "--file", help="read the text from a file"),
+    dataset: str = typer.Option(None, "--dataset", help="probe the items of a dataset (gsm8k, a JSONL path, ...)"),
+    limit: int = typer.Option(None, help="with --dataset: only the first N items"),
+    scorers: str = typer.Option(BLACKBOX_SCORERS, help="scorers computed from the recovered log-probs"),
+    json_out: bool = typer.Option(False, "--json", help="one JSON object per text: tokens, scores, usage, capabilities"),
+    *,
+    target: TargetOptions,
+):
+    """Recover the log-prob of every token of a text through a top-n API (logit_bias tracker).
+
+    Every value carries [lower, upper] bounds in nats and the strategy that produced it.
+    """
+    with user_errors():
+        from ..runner import score_texts
+
+        parsed = parse_scorers(scorers)
+        texts = gather_texts(text, file, dataset, limit)
+        backends = build_backends(target)
+        backend = backends["target"]
+        capabilities = getattr(backend, "capabilities", None)
+        try:
+            for text_id, content in texts:
+                before = _usage(backend)
+                [(scores, lp)] = score_texts([content], parsed, backends, progress=not json_out and len(content) > 200)
+                usage = {k: v - before.get(k, 0) for k, v in _usage(backend).items()}
+                record = {
+                    "id": text_id,
+                    **lp.to_json(),
+                    "scores": scores,
+                    "usage": usage,
+                    "capabilities": capabilities.to_json() if capabilities else None,
+                }
+                if json_out:
+                    echo_json_line(record)
+                else:
+                    _print_human(record)
+        finally:
+            close_all(backends)
+
+
+def _usage(backend) -> dict:
+    usage = getattr(backend, "usage", None)
+    if usage is None:
+        return {}
+    d = usage.to_dict()
+    return {k: d[k] for k in ("requests", "prompt_tokens", "completion_tokens", "cost_usd") if k in d}
+
+
+def _print_human(record: dict) -> None:
+    rows = [
+        (json.dumps(t["token"])[1:-1], t["logprob"], t["lower"], t["upper"], t["strategy"]) for t in record["tokens"]
+    ]
+    typer.echo(f"== {record['id']}")
+    typer.echo(format_table(["token", "logprob", "lower", "upper", "strategy"], rows))
+    typer.echo(format_table(["scorer", "score"], list(record["scores"].items())))
+    if record["usage"]:
+        typer.echo("usage: " + ", ".join(f"{k}={v:g}" for k, v in record["usage"].items()))
