@@ -1,0 +1,174 @@
+"""Model-free "blind" baseline: can the member/non-member split be told apart from text alone?
+
+Das, Zhang & Tramèr 2024 ("Blind baselines beat membership inference attacks for foundation
+models") show that classifiers that never query the model reach AUC 0.99 on WikiMIA: temporal
+splits differ in vocabulary (dates, recent events), so an MIA score on such a split may measure
+distribution shift rather than membership. Our baseline is their bag-of-words idea with TF-IDF
+word 1–2 grams and a logistic regression, scored out of fold by stratified k-fold
+cross-validation so that no text is scored by a classifier that saw it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+
+from ..types import BlackboxMIAError
+from .metrics import auc
+
+
+@dataclass(frozen=True)
+class BlindBaseline:
+    """Out-of-fold result of the blind classifier.
+
+    Attributes:
+        scores: shape (n,), out-of-fold P(member | text) in [0, 1]; higher = member.
+        auc: ROC AUC of ``scores`` against the labels.
+        folds: number of cross-validation folds.
+        seed: seed of the fold shuffling.
+        n_members, n_nonmembers: class sizes.
+    """
+
+    scores: np.ndarray
+    auc: float
+    folds: int
+    seed: int
+    n_members: int
+    n_nonmembers: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (without the per-text scores)."""
+        return {
+            "method": "TF-IDF word 1-2 grams + logistic regression, stratified k-fold out-of-fold",
+            "auc": self.auc,
+            "folds": self.folds,
+            "seed": self.seed,
+            "n_members": self.n_members,
+            "n_nonmembers": self.n_nonmembers,
+        }
+
+
+def blind_baseline(
+    texts: Sequence[str],
+    labels,
+    folds: int = 5,
+    seed: int = 0,
+    analyzer: str = "word",
+    ngram_range: tuple[int, int] = (1, 2),
+) -> BlindBaseline:
+    """Score each text with a text-only classifier trained on the other folds.
+
+    Pipeline per fold (fitted on the training folds only): TfidfVectorizer(analyzer,
+    ngram_range, sublinear_tf) → LogisticRegression(C=1, lbfgs). Folds come from
+    StratifiedKFold(shuffle=True, random_state=seed); scores from sklearn's
+    ``cross_val_predict(method="predict_proba")``. For unsegmented text (Japanese), the
+    default word analyser sees whole runs of characters; pass ``analyzer="char_wb"`` with
+    e.g. ``ngram_range=(2, 4)`` or pre-segment the texts with spaces.
+
+    Args:
+        texts: n strings.
+        labels: shape (n,), 1 = member, 0 = non-member.
+        folds: number of folds k ≥ 2; each class needs at least k texts.
+        seed: fold-shuffling seed (the classifier itself is deterministic).
+        analyzer, ngram_range: passed to TfidfVectorizer.
+
+    Returns:
+        :class:`BlindBaseline` with out-of-fold scores (higher = member) and their AUC.
+
+    Raises:
+        BlackboxMIAError: lengths differ, labels not 0/1, folds < 2, fewer than ``folds``
+            texts in a class, or no usable token in the texts.
+    """
+    texts = list(texts)
+    y = np.asarray(labels)
+    if y.ndim != 1 or len(y) != len(texts):
+        raise BlackboxMIAError(f"{len(texts)} texts but labels of shape {y.shape}")
+    if not np.isin(y, (0, 1)).all():
+        raise BlackboxMIAError("labels must be 1 (member) or 0 (non-member)")
+    if not all(isinstance(t, str) for t in texts):
+        raise BlackboxMIAError("texts must be strings")
+    y = y.astype(np.int64)
+    if folds < 2:
+        raise BlackboxMIAError(f"folds must be ≥ 2, got {folds}")
+    n1, n0 = int(y.sum()), int(len(y) - y.sum())
+    if min(n1, n0) < folds:
+        raise BlackboxMIAError(
+            f"the blind baseline needs at least {folds} texts per class for {folds}-fold "
+            f"cross-validation; got {n1} members and {n0} non-members"
+        )
+    model = make_pipeline(
+        TfidfVectorizer(analyzer=analyzer, ngram_range=ngram_range, sublinear_tf=True),
+        LogisticRegression(C=1.0, max_iter=1000),
+    )
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    try:
+        proba = cross_val_predict(model, np.asarray(texts, dtype=object), y, cv=cv,
+                                  method="predict_proba")
+    except ValueError as err:
+        if "vocabulary" in str(err):
+            msg = f"blind baseline: no usable tokens in the texts ({err})"
+            raise BlackboxMIAError(msg) from err
+        raise
+    scores = proba[:, 1]  # classes_ are sorted: column 1 is label 1 (member)
+    return BlindBaseline(scores, auc(y, scores), folds, seed, n1, n0)
+
+
+def distribution_shift_verdict(
+    blind_auc: float, best_model_auc: float, margin: float = 0.02
+) -> dict:
+    """Compare the blind baseline with the best model-based scorer (Das, Zhang & Tramèr 2024).
+
+    Rule: ``shifted = blind_auc ≥ best_model_auc − margin``. Then the text alone separates
+    the split as well as the model does, and the MIA result is not evidence of membership.
+    Otherwise only the part of the model-based AUC above the blind AUC can be attributed to
+    the model; the message says so when the blind AUC is itself above 0.5 + margin.
+
+    Args:
+        blind_auc: AUC of :func:`blind_baseline`, in [0, 1].
+        best_model_auc: highest AUC among the model-based scorers on the same split.
+        margin: AUC tolerance (≥ 0).
+
+    Returns:
+        ``{"distribution_shift": bool, "blind_auc", "best_model_auc", "margin", "message"}``,
+        ``message`` a one-sentence verdict for reports.
+
+    Raises:
+        BlackboxMIAError: an AUC outside [0, 1] (or NaN), or a negative margin.
+    """
+    for name, value in (("blind_auc", blind_auc), ("best_model_auc", best_model_auc)):
+        if not 0 <= value <= 1:  # also rejects NaN
+            raise BlackboxMIAError(f"{name} must be an AUC in [0, 1], got {value}")
+    if margin < 0:
+        raise BlackboxMIAError(f"margin must be ≥ 0, got {margin}")
+    shifted = blind_auc >= best_model_auc - margin
+    if shifted:
+        message = (
+            f"DISTRIBUTION SHIFT: the model-free blind baseline (AUC {blind_auc:.3f}) matches "
+            f"or beats the best model-based scorer (AUC {best_model_auc:.3f}); the split can "
+            "be separated without the model, so this MIA result is not evidence of membership."
+        )
+    elif blind_auc > 0.5 + margin:
+        message = (
+            f"Partial distribution shift: the blind baseline alone reaches AUC "
+            f"{blind_auc:.3f}; only the excess of the best model-based scorer (AUC "
+            f"{best_model_auc:.3f}, +{best_model_auc - blind_auc:.3f}) can be attributed to "
+            "membership."
+        )
+    else:
+        message = (
+            f"No distribution shift detected: the blind baseline (AUC {blind_auc:.3f}) is near "
+            f"chance and below the best model-based scorer (AUC {best_model_auc:.3f})."
+        )
+    return {
+        "distribution_shift": bool(shifted),
+        "blind_auc": float(blind_auc),
+        "best_model_auc": float(best_model_auc),
+        "margin": float(margin),
+        "message": message,
+    }

@@ -1,0 +1,126 @@
+"""Figures for reports: ROC curves (linear and log-log) and score histograms.
+
+Figures are built with ``matplotlib.figure.Figure`` and written by the Agg canvas: no pyplot
+state, no window, safe in threads and on headless machines. The log-log ROC follows Carlini et
+al. 2022, where the low-FPR region that matters for membership inference is visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..types import BlackboxMIAError
+from .metrics import auc, check_binary, roc
+
+
+def plot_roc(
+    curves: Mapping[str, tuple],
+    path: str | Path,
+    log_scale: bool = False,
+    title: str | None = None,
+) -> Path:
+    """Plot one ROC curve per scorer, with its AUC in the legend and the chance line.
+
+    Args:
+        curves: ``{name: (labels, scores)}``, each of shape (n,) (1 = member; higher score =
+            member).
+        path: output image (PNG by extension); parent folders are created.
+        log_scale: False → linear axes on [0, 1]; True → log-log axes (Carlini et al. 2022),
+            FPR from 1/(largest non-member count) to 1. FPR = 0 points are not drawn there.
+        title: figure title (default "ROC" or "ROC (log scale)").
+
+    Returns:
+        ``path`` as a Path.
+
+    Raises:
+        BlackboxMIAError: no curves, or bad labels/scores (see metrics.check_binary).
+    """
+    if not curves:
+        raise BlackboxMIAError("plot_roc needs at least one curve")
+    fig = Figure(figsize=(5, 5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    min_fpr = 1.0
+    for name, (labels, scores) in curves.items():
+        y, s = check_binary(labels, scores)
+        fpr, tpr, _ = roc(y, s)
+        min_fpr = min(min_fpr, 1.0 / int((y == 0).sum()))
+        ax.plot(fpr, tpr, lw=1.5, label=f"{name} (AUC {auc(y, s):.3f})")
+    if log_scale:
+        lo = min(min_fpr, 1e-3) / 2
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, 1)
+        ax.set_ylim(lo, 1)
+        grid = np.logspace(np.log10(lo), 0, 100)
+        ax.plot(grid, grid, "k--", lw=0.8, label="chance")
+    else:
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="chance")
+    ax.set_xlabel("False positive rate")
+    ax.set_ylabel("True positive rate")
+    ax.set_title(title or ("ROC (log scale)" if log_scale else "ROC"))
+    ax.legend(loc="lower right", fontsize="small")
+    return _save(fig, path)
+
+
+def plot_histogram(
+    benchmark_scores,
+    control_scores,
+    threshold: float | None,
+    path: str | Path,
+    title: str = "Score distributions",
+    labels: tuple[str, str] = ("benchmark", "control"),
+) -> Path:
+    """Overlaid density histograms of benchmark and control scores, with the threshold.
+
+    Args:
+        benchmark_scores: shape (n_b,), finite scores.
+        control_scores: shape (n_c,), finite scores (known non-members).
+        threshold: drawn as a vertical dashed line (flag = score > threshold); None or a
+            non-finite value draws none.
+        path: output image; parent folders are created.
+        title: figure title.
+        labels: legend names of the two sets.
+
+    Returns:
+        ``path`` as a Path.
+
+    Raises:
+        BlackboxMIAError: an empty or non-finite score set.
+    """
+    sets = []
+    for name, values in zip(labels, (benchmark_scores, control_scores)):
+        arr = np.asarray(values, dtype=np.float64).ravel()
+        if arr.size == 0 or not np.isfinite(arr).all():
+            raise BlackboxMIAError(f"{name} scores must be non-empty and finite")
+        sets.append((name, arr))
+    bins = np.histogram_bin_edges(np.concatenate([a for _, a in sets]), bins="auto")
+    if len(bins) > 61:
+        bins = np.linspace(bins[0], bins[-1], 61)
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for name, arr in sets:
+        ax.hist(arr, bins=bins, density=True, alpha=0.5, label=f"{name} (n={arr.size})")
+    if threshold is not None and np.isfinite(threshold):
+        ax.axvline(threshold, color="k", ls="--", lw=1, label=f"threshold {threshold:.4g}")
+    ax.set_xlabel("score (higher = more likely member)")
+    ax.set_ylabel("density")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path

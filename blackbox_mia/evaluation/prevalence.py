@@ -1,0 +1,206 @@
+"""How much of a benchmark leaked: corrected flag rates and dataset-level tests.
+
+The raw fraction of benchmark items flagged by a threshold mixes true detections with false
+positives. With the threshold's false-positive rate (FPR, from known non-members) and
+true-positive rate (TPR, from known members), the Rogan–Gladen estimator (Rogan & Gladen 1978,
+"Estimating prevalence from the results of a screening test") corrects it (design.md §5):
+
+    prevalence = (flag_rate − FPR) / (TPR − FPR), clipped to [0, 1].
+
+At dataset level, Maini et al. 2024 ("LLM Dataset Inference") compare suspect and held-out
+scores with a one-sided t-test and report p-values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from ..types import BlackboxMIAError
+
+
+def corrected_prevalence(flag_rate: float, fpr: float, tpr: float) -> float:
+    """Rogan–Gladen prevalence estimate, clip((flag − FPR)/(TPR − FPR), 0, 1).
+
+    Args:
+        flag_rate: fraction of benchmark items flagged, in [0, 1].
+        fpr: the threshold's false-positive rate on non-members, in [0, 1].
+        tpr: the threshold's true-positive rate on members, in [0, 1].
+
+    Returns:
+        Estimated fraction of members in the benchmark, in [0, 1].
+
+    Raises:
+        BlackboxMIAError: a rate outside [0, 1] (or NaN), or TPR ≤ FPR — the threshold then
+            does not separate members from non-members and the prevalence is not identifiable.
+    """
+    for name, value in (("flag_rate", flag_rate), ("fpr", fpr), ("tpr", tpr)):
+        if not 0 <= value <= 1:  # also rejects NaN
+            raise BlackboxMIAError(f"{name} must be a rate in [0, 1], got {value}")
+    if tpr <= fpr:
+        raise BlackboxMIAError(
+            f"TPR ({tpr:.4g}) ≤ FPR ({fpr:.4g}): the threshold does not separate members from "
+            "non-members, so the prevalence cannot be estimated"
+        )
+    return float(_rogan_gladen(np.float64(flag_rate), np.float64(fpr), np.float64(tpr)))
+
+
+def prevalence_with_ci(
+    benchmark_scores,
+    threshold_value: float,
+    cal_nonmember_scores,
+    cal_member_scores=None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    *,
+    tpr: float | None = None,
+    alpha: float = 0.05,
+) -> dict:
+    """Corrected prevalence at a fixed threshold, with a percentile-bootstrap CI.
+
+    Flags are ``score > threshold_value``. Each bootstrap resample draws the benchmark, the
+    calibration non-members and the calibration members independently with replacement and
+    re-estimates flag rate, FPR and TPR at the fixed threshold. The resampled proportion of
+    flagged items in a set of size n with observed proportion p̂ is exactly
+    Binomial(n, p̂)/n, which is what is drawn. Resamples where TPR ≤ FPR give no estimate;
+    their count is reported (``n_boot_invalid``). The CI is for the member probability of
+    the population the benchmark items are drawn from (~95% coverage in simulation); for the
+    exact member fraction of this fixed benchmark it is conservative. It does not include
+    the uncertainty of choosing the threshold; choosing it on the same non-members makes the
+    FPR slightly optimistic — calibrate on a separate split when you can.
+
+    TPR source: ``cal_member_scores`` (preferred) or a given ``tpr`` (e.g. from a canary
+    study or another benchmark). With a given number the CI treats TPR as known and therefore
+    ignores its uncertainty (too narrow).
+
+    Args:
+        benchmark_scores: shape (n_b,), scores of the suspect benchmark items.
+        threshold_value: threshold in score units (e.g. ``calibrate(...).value``).
+        cal_nonmember_scores: shape (n0,), known non-member scores.
+        cal_member_scores: shape (n1,), known member scores, or None.
+        n_boot: bootstrap resamples (≥ 1).
+        seed: numpy Generator seed.
+        tpr: keyword-only, the threshold's TPR in [0, 1] when no member scores are given.
+        alpha: keyword-only, the CI covers 1 − alpha.
+
+    Returns:
+        ``{"flag_rate", "fpr", "tpr", "estimate", "ci": [lo, hi], "ci_level", "threshold",
+        "n_benchmark", "n_cal_nonmembers", "n_cal_members", "tpr_source", "n_boot",
+        "n_boot_invalid", "notes": [...]}``. ``estimate`` and ``ci`` are NaN when TPR ≤ FPR.
+
+    Raises:
+        BlackboxMIAError: empty or non-finite score arrays, both or neither of
+            ``cal_member_scores`` and ``tpr``, ``tpr`` outside [0, 1], bad n_boot/alpha.
+    """
+    bench = _scores(benchmark_scores, "benchmark")
+    neg = _scores(cal_nonmember_scores, "calibration non-member")
+    if (cal_member_scores is None) == (tpr is None):
+        raise BlackboxMIAError("give exactly one of cal_member_scores and tpr")
+    if int(n_boot) < 1 or not 0 < alpha < 1:
+        raise BlackboxMIAError(f"need n_boot ≥ 1 and alpha in (0, 1), got {n_boot}, {alpha}")
+    if np.isnan(threshold_value):
+        raise BlackboxMIAError("threshold_value is NaN")
+    rng = np.random.default_rng(seed)
+    flag = float(np.mean(bench > threshold_value))
+    fpr = float(np.mean(neg > threshold_value))
+    flag_b = rng.binomial(len(bench), flag, n_boot) / len(bench)
+    fpr_b = rng.binomial(len(neg), fpr, n_boot) / len(neg)
+    notes = []
+    if cal_member_scores is not None:
+        pos = _scores(cal_member_scores, "calibration member")
+        tpr_value = float(np.mean(pos > threshold_value))
+        tpr_b = rng.binomial(len(pos), tpr_value, n_boot) / len(pos)
+        source, n1 = "calibration members", len(pos)
+    else:
+        if not 0 <= tpr <= 1:
+            raise BlackboxMIAError(f"tpr must be in [0, 1], got {tpr}")
+        tpr_value, tpr_b, source, n1 = float(tpr), np.full(n_boot, float(tpr)), "given", 0
+        notes.append("TPR was given as a number: the CI ignores its uncertainty.")
+    estimate = float(_rogan_gladen(np.float64(flag), np.float64(fpr), np.float64(tpr_value)))
+    boot = _rogan_gladen(flag_b, fpr_b, tpr_b)
+    valid = np.isfinite(boot)
+    ci = [float("nan"), float("nan")]
+    if np.isnan(estimate):
+        notes.append(
+            f"TPR ({tpr_value:.4g}) ≤ FPR ({fpr:.4g}) at this threshold: prevalence not "
+            "identifiable."
+        )
+    elif valid.any():
+        lo, hi = np.percentile(boot[valid], [100 * alpha / 2, 100 * (1 - alpha / 2)])
+        ci = [float(lo), float(hi)]
+    if (~valid).any() and not np.isnan(estimate):
+        notes.append(f"{int((~valid).sum())} of {n_boot} resamples had TPR ≤ FPR; dropped.")
+    return {
+        "flag_rate": flag,
+        "fpr": fpr,
+        "tpr": tpr_value,
+        "estimate": estimate,
+        "ci": ci,
+        "ci_level": 1 - alpha,
+        "threshold": float(threshold_value),
+        "n_benchmark": len(bench),
+        "n_cal_nonmembers": len(neg),
+        "n_cal_members": n1,
+        "tpr_source": source,
+        "n_boot": int(n_boot),
+        "n_boot_invalid": int((~valid).sum()),
+        "notes": notes,
+    }
+
+
+def dataset_level_test(benchmark_scores, control_scores) -> dict:
+    """One-sided Welch t-test that benchmark scores are higher than control scores.
+
+    Maini et al. 2024 ("LLM Dataset Inference") test suspect against held-out data at the
+    dataset level, where single-text MIAs are weak. H0: mean(benchmark) ≤ mean(control);
+    H1: mean(benchmark) > mean(control); unequal variances (scipy.stats.ttest_ind,
+    ``equal_var=False, alternative="greater"``). The control set must come from the same
+    distribution as the benchmark apart from membership, or the test detects the shift.
+
+    Args:
+        benchmark_scores: shape (n_b,), n_b ≥ 2, suspect items (higher = member).
+        control_scores: shape (n_c,), n_c ≥ 2, known non-members.
+
+    Returns:
+        ``{"test", "statistic", "p_value", "mean_benchmark", "mean_control",
+        "mean_difference", "n_benchmark", "n_control"}``; statistic and p_value are NaN (and
+        a ``note`` is added) when both sets are constant and equal.
+
+    Raises:
+        BlackboxMIAError: fewer than 2 scores in a set, or non-finite scores.
+    """
+    bench = _scores(benchmark_scores, "benchmark")
+    control = _scores(control_scores, "control")
+    if len(bench) < 2 or len(control) < 2:
+        raise BlackboxMIAError("the t-test needs at least 2 benchmark and 2 control scores")
+    result = stats.ttest_ind(bench, control, equal_var=False, alternative="greater")
+    out = {
+        "test": "one-sided Welch t-test, H1: mean(benchmark) > mean(control)",
+        "statistic": float(result.statistic),
+        "p_value": float(result.pvalue),
+        "mean_benchmark": float(bench.mean()),
+        "mean_control": float(control.mean()),
+        "mean_difference": float(bench.mean() - control.mean()),
+        "n_benchmark": len(bench),
+        "n_control": len(control),
+    }
+    if np.isnan(out["p_value"]):
+        out["note"] = "both score sets are constant and equal: the t-test is undefined"
+    return out
+
+
+def _rogan_gladen(flag: np.ndarray, fpr: np.ndarray, tpr: np.ndarray) -> np.ndarray:
+    """Vectorised clip((flag − fpr)/(tpr − fpr), 0, 1); NaN where tpr ≤ fpr."""
+    denom = tpr - fpr
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.where(denom > 0, (flag - fpr) / np.where(denom > 0, denom, 1.0), np.nan)
+    return np.clip(raw, 0.0, 1.0)
+
+
+def _scores(values, what: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise BlackboxMIAError(f"{what} scores must be a non-empty 1-D array")
+    if not np.isfinite(arr).all():
+        raise BlackboxMIAError(f"{what} scores contain NaN or infinite values")
+    return arr
