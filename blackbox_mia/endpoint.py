@@ -83,18 +83,17 @@ class Endpoint:
     async def next_token(
         self, prefix: Sequence[int], top_n: int, bias: dict[int, float] | None = None
     ) -> NextToken:
-        """Greedy next token after ``prefix`` (temperature 0, one token), with top-``top_n`` log-probs.
+        """Greedy next token after ``prefix`` (temperature 0, one token), with top-``top_n`` log-probs
+        (``top_n = 0``: the sampled token and its log-prob only).
 
         Raises:
             BlackboxMIAError: the server answered without a sampled token.
         """
         prompt, retokenized = self._prompt(prefix)
         if self.kind == "completions":
-            result = await self.client.complete(
-                prompt, max_tokens=1, temperature=0.0, logprobs=top_n or None, logit_bias=bias
-            )
+            result = await self.client.complete(prompt, max_tokens=1, temperature=0.0, logprobs=top_n, logit_bias=bias)
         else:
-            result = await self.client.chat(prompt, max_tokens=1, temperature=0.0, top_logprobs=top_n or None, logit_bias=bias)
+            result = await self.client.chat(prompt, max_tokens=1, temperature=0.0, top_logprobs=top_n, logit_bias=bias)
         if not result["tokens"]:
             raise BlackboxMIAError(f"the server returned no token for a max_tokens=1 request ({self.kind})")
         first = result["tokens"][0]

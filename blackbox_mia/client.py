@@ -1,0 +1,789 @@
+"""Async client for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
+
+:class:`ApiClient` sends requests through the official SDK (:class:`openai.AsyncOpenAI`, its own
+retries off) and adds what an audit needs:
+
+* a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), written as
+  soon as an answer arrives and before anything is parsed, so a rerun makes zero requests;
+* retries with tenacity: exponential backoff with jitter on 408, 429, 5xx, timeouts and
+  connection errors, never less than the server's ``Retry-After``; other 4xx fail at once;
+* at most ``concurrency`` requests in flight, optional requests-per-minute and
+  tokens-per-minute limits;
+* a normalised, JSON-ready result (see :meth:`ApiClient.complete`) whose shape is validated, so
+  a server that answers garbage gives an :class:`ApiError`, not a ``KeyError``;
+* usage accounting: requests, retries, cache hits, tokens and estimated cost in USD.
+
+The API key is only ever handed to the SDK (it goes in the ``Authorization`` header). It is not
+part of any cache key or cached value, any error message, log line, ``repr`` or ``describe()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import math
+import numbers
+import operator
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
+
+import openai
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity.wait import wait_base, wait_exponential, wait_random
+
+from .cache import ResponseCache, request_key
+from .types import BlackboxMIAError
+
+LOG = logging.getLogger(__name__)
+
+ENDPOINTS = ("completions", "chat")
+API_KEY_ENV = "OPENAI_API_KEY"
+PLACEHOLDER_API_KEY = "EMPTY"  # sent when no key is configured: local servers (vLLM, llama.cpp) ignore it
+MAX_BIAS = 100.0  # |logit_bias| cap (OpenAI)
+MAX_BIAS_ENTRIES = 300  # logit_bias entries per request (OpenAI)
+MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
+BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the tokens-per-minute limit
+
+# List prices in USD per 1M tokens (prompt, completion), as published by OpenAI in 2025. Prices
+# change: pass ApiConfig(prices=...) to override. Unlisted models cost 0 and are flagged
+# ``unpriced`` in the usage.
+DEFAULT_PRICES: dict[str, tuple[float, float]] = {
+    "davinci-002": (2.00, 2.00),
+    "babbage-002": (0.40, 0.40),
+    "gpt-3.5-turbo-instruct": (1.50, 2.00),
+    "gpt-3.5-turbo": (0.50, 1.50),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+}
+_SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4})$")  # gpt-4o-2024-08-06, gpt-3.5-turbo-0125
+
+
+def _default_api_key() -> str:
+    return os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY
+
+
+def display_url(url: str) -> str:
+    """``url`` without user info, query or fragment: safe to show in messages and results."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class ApiError(BlackboxMIAError):
+    """A request failed for good (after retries where they apply), or the answer is malformed.
+
+    Attributes:
+        status_code: the last HTTP status, or ``None`` (connection failure, timeout, malformed
+            answer).
+    """
+
+    def __init__(self, status_code: int | None, message: str):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Where and how to send requests.
+
+    Attributes:
+        base_url: the API root, e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``.
+        model: the model name sent with every request.
+        api_key: sent as ``Authorization: Bearer``; default ``$OPENAI_API_KEY``, else the
+            placeholder ``"EMPTY"`` that local servers accept. Never shown (``repr=False``).
+        endpoint: ``"completions"`` (legacy ``/v1/completions``) or ``"chat"``.
+        concurrency: most requests in flight at once.
+        rpm: requests-per-minute limit, or ``None``.
+        tpm: tokens-per-minute limit (prompt + ``max_tokens``, estimated), or ``None``.
+        timeout_s: seconds to wait for one HTTP answer.
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests).
+        backoff_base_s: first backoff in seconds (doubling each retry, plus up to as much jitter).
+        backoff_max_s: longest backoff in seconds (a longer ``Retry-After`` still wins, up to
+            :data:`MAX_RETRY_AFTER_S`).
+        prices: model → (USD per 1M prompt tokens, USD per 1M completion tokens); replaces
+            :data:`DEFAULT_PRICES` (extend it with ``{**DEFAULT_PRICES, name: (p, c)}``).
+
+    Raises:
+        BlackboxMIAError: an invalid value.
+    """
+
+    base_url: str
+    model: str
+    api_key: str = field(default_factory=_default_api_key, repr=False)
+    endpoint: str = "completions"
+    concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    def __post_init__(self) -> None:
+        try:
+            parts = urlsplit(self.base_url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a bad port
+            valid = False
+        if not valid:
+            shown = display_url(self.base_url)
+            raise BlackboxMIAError(f"base URL must be http(s)://HOST[:PORT]/PATH, got {shown!r}")
+        if not self.model:
+            raise BlackboxMIAError("the model name is empty")
+        if self.endpoint not in ENDPOINTS:
+            raise BlackboxMIAError(f"unknown endpoint {self.endpoint!r}: choose {' or '.join(ENDPOINTS)}")
+        if self.concurrency < 1:
+            raise BlackboxMIAError(f"concurrency must be at least 1, got {self.concurrency}")
+        for name in ("rpm", "tpm"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise BlackboxMIAError(f"{name} must be positive (or unset), got {value}")
+        if not self.timeout_s > 0 or self.max_retries < 0 or self.backoff_base_s < 0 or self.backoff_max_s < 0:
+            raise BlackboxMIAError("timeout_s must be positive; max_retries and backoff times non-negative")
+
+    def price(self) -> tuple[float, float] | None:
+        """(USD per 1M prompt tokens, USD per 1M completion tokens) of the model, or ``None``.
+
+        A dated snapshot (``gpt-4o-2024-08-06``) falls back to its base name's price.
+        """
+        for name in (self.model, _SNAPSHOT_SUFFIX.sub("", self.model)):
+            if name in self.prices:
+                prompt, completion = self.prices[name]
+                return float(prompt), float(completion)
+        return None
+
+    def describe(self) -> dict:
+        """JSON-ready settings for result files; never holds the API key."""
+        price = self.price()
+        return {
+            "base_url": display_url(self.base_url),
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "concurrency": self.concurrency,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "usd_per_1m_tokens": None if price is None else {"prompt": price[0], "completion": price[1]},
+        }
+
+
+@dataclass
+class Usage:
+    """What one client spent (cache hits cost nothing and add no tokens).
+
+    Attributes:
+        requests: HTTP requests sent, retries included.
+        retries: how many of those requests repeated a failed one.
+        cache_hits: answers served from the disk cache (no request).
+        prompt_tokens, completion_tokens: tokens the server reported in ``usage``.
+        cost_usd: estimated cost in USD from :meth:`ApiConfig.price` (0 when unpriced).
+        unpriced: the model has no price, so ``cost_usd`` stays 0.
+    """
+
+    requests: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RateLimiter:
+    """Token bucket: on average ``per_minute`` units a minute, bursts of one second's worth.
+
+    A request larger than the burst waits for a full bucket and then leaves it in debt, so the
+    long-run rate holds for any request size.
+    """
+
+    def __init__(self, per_minute: float):
+        self.rate = per_minute / 60.0  # units per second
+        self.burst = self.rate
+        self._level = self.burst
+        self._stamp = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self, amount: float = 1.0) -> None:
+        """Wait until ``amount`` units (requests or tokens) may be spent, then spend them."""
+        need = min(amount, self.burst)
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self._level = min(self.burst, self._level + (now - self._stamp) * self.rate)
+                self._stamp = now
+                if self._level >= need:
+                    break
+                await asyncio.sleep((need - self._level) / self.rate)
+            self._level -= amount
+
+
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` as seconds or
+    an HTTP date), capped at :data:`MAX_RETRY_AFTER_S`; ``None`` when absent or unreadable."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    seconds = None
+    if headers.get("retry-after-ms"):
+        try:
+            seconds = float(headers["retry-after-ms"]) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if seconds is None and value:
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                return None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+class _RetryAfterOrBackoff(wait_base):
+    """Wait max(server's Retry-After, exponential backoff with jitter)."""
+
+    def __init__(self, backoff: wait_base):
+        self.backoff = backoff
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        backoff = self.backoff(retry_state)
+        hint = retry_after_s(retry_state.outcome.exception()) if retry_state.outcome else None
+        return backoff if hint is None else max(hint, backoff)
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Timeouts, connection errors, 408, 429 and 5xx are worth another try; other errors are not."""
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (408, 429) or exc.status_code >= 500
+    return False
+
+
+class ApiClient:
+    """Cached, rate-limited, retrying requests to one model behind an OpenAI-compatible API.
+
+    Args:
+        config: endpoint, model, key and limits.
+        cache: where raw responses are kept; ``None`` disables caching. The client closes it in
+            :meth:`close`.
+
+    Attributes:
+        config, cache: as given.
+        usage: requests, retries, cache hits, tokens and cost so far (:class:`Usage`).
+    """
+
+    def __init__(self, config: ApiConfig, cache: ResponseCache | None = None):
+        self.config = config
+        self.cache = cache
+        self.usage = Usage(unpriced=config.price() is None)
+        self._url = display_url(config.base_url)
+        self._sdk = openai.AsyncOpenAI(
+            base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
+        )
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._rpm = RateLimiter(config.rpm) if config.rpm else None
+        self._tpm = RateLimiter(config.tpm) if config.tpm else None
+
+    def __repr__(self) -> str:
+        return f"ApiClient({self.config!r})"
+
+    async def complete(
+        self,
+        prompt: list[int] | str,
+        *,
+        max_tokens: int = 1,
+        temperature: float = 0.0,
+        logprobs: int | None = None,
+        logit_bias: dict[int, float] | None = None,
+        echo: bool = False,
+        extra: dict | None = None,
+    ) -> dict:
+        """One legacy ``/v1/completions`` request (or its cached answer).
+
+        Args:
+            prompt: token ids or text.
+            max_tokens: tokens to generate (0 is allowed with ``echo``).
+            temperature: sampling temperature (0: greedy).
+            logprobs: top log-probs per token (0: the chosen token's only); ``None``: none.
+            logit_bias: token id → bias in [-100, 100], at most 300 entries.
+            echo: return the prompt's tokens too (as ``prompt_tokens``).
+            extra: further body fields (``seed``, ``stop``, vLLM options...); part of the cache key.
+
+        Returns:
+            ``{"text", "tokens", "prompt_tokens", "finish_reason", "usage", "cached"}``:
+
+            * ``text``: the generated text (the echoed prompt removed where it can be located);
+            * ``tokens``: one entry per generated token, ``{"token": str, "bytes": list[int] |
+              None, "logprob": float | None, "top": [{"token", "bytes", "logprob"}, ...]}``
+              with ``top`` sorted by log-prob (nats), largest first; ``[]`` when no log-probs
+              were requested or returned;
+            * ``prompt_tokens``: the same entries for the prompt with ``echo`` and log-probs
+              (the first has ``logprob`` ``None``), else ``None``;
+            * ``finish_reason``: as returned (``"length"``, ``"stop"``, ...);
+            * ``usage``: ``{"prompt_tokens", "completion_tokens"}`` as reported (``None`` if not);
+            * ``cached``: whether the answer came from the disk cache.
+
+        Raises:
+            BlackboxMIAError: invalid arguments (checked before sending).
+            ApiError: the request failed after retries, or the answer is malformed.
+        """
+        payload: dict = {"prompt": _check_prompt(prompt), "max_tokens": _check_int(max_tokens, "max_tokens", 0)}
+        payload["temperature"] = float(temperature)
+        if logprobs is not None:
+            payload["logprobs"] = _check_int(logprobs, "logprobs", 0)
+        if logit_bias:
+            payload["logit_bias"] = check_logit_bias(logit_bias)
+        if echo:
+            payload["echo"] = True
+        return await self._answer("completions", _with_extra(payload, extra))
+
+    async def chat(
+        self,
+        content: str,
+        *,
+        max_tokens: int = 1,
+        temperature: float = 0.0,
+        top_logprobs: int | None = None,
+        logit_bias: dict[int, float] | None = None,
+        extra: dict | None = None,
+    ) -> dict:
+        """One ``/v1/chat/completions`` request with a single user message (or its cached answer).
+
+        Args:
+            content: the user message.
+            max_tokens: tokens to generate (sent as ``max_tokens``).
+            temperature: sampling temperature (0: greedy).
+            top_logprobs: ask for log-probs (``logprobs: true``) with this many alternatives per
+                token (0: the chosen token's only); ``None``: no log-probs.
+            logit_bias: token id → bias in [-100, 100], at most 300 entries.
+            extra: further body fields; part of the cache key.
+
+        Returns:
+            The same dict as :meth:`complete` (``prompt_tokens`` is always ``None``; ``bytes``
+            as returned by the server).
+
+        Raises:
+            BlackboxMIAError: invalid arguments (checked before sending).
+            ApiError: the request failed after retries, or the answer is malformed.
+        """
+        if not isinstance(content, str):
+            raise BlackboxMIAError(f"chat content must be a string, got {type(content).__name__}")
+        payload: dict = {
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": _check_int(max_tokens, "max_tokens", 1),
+            "temperature": float(temperature),
+        }
+        if top_logprobs is not None:
+            payload["logprobs"] = True
+            payload["top_logprobs"] = _check_int(top_logprobs, "top_logprobs", 0)
+        if logit_bias:
+            payload["logit_bias"] = check_logit_bias(logit_bias)
+        return await self._answer("chat", _with_extra(payload, extra))
+
+    async def close(self) -> None:
+        """Close the HTTP connections and the cache."""
+        await self._sdk.close()
+        if self.cache is not None:
+            self.cache.close()
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _answer(self, kind: str, payload: dict) -> dict:
+        """Cached answer, else a fresh one; the raw JSON is cached before it is parsed."""
+        key = request_key(self.config.base_url, self.config.model, kind, payload)
+        if self.cache is not None:
+            raw = self.cache.get(key)
+            if raw is not None:
+                try:
+                    result = self._parse(kind, raw, payload)
+                except ApiError as exc:
+                    LOG.warning("dropping a cached answer that no longer parses (%s); asking again", exc)
+                    self.cache.delete(key)
+                else:
+                    self.usage.cache_hits += 1
+                    return {**result, "cached": True}
+        raw = await self._fetch(kind, payload)
+        if self.cache is not None:
+            self.cache.put(key, raw)  # paid for: on disk before any parsing can fail or crash
+        try:
+            result = self._parse(kind, raw, payload)
+        except ApiError:
+            if self.cache is not None:
+                self.cache.delete(key)  # keep only answers that parse, so a rerun asks again
+            raise
+        return {**result, "cached": False}
+
+    def _parse(self, kind: str, raw: dict, payload: dict) -> dict:
+        try:
+            if kind == "completions":
+                return _normalise_completion(raw, payload["prompt"], bool(payload.get("echo")))
+            return _normalise_chat(raw)
+        except _Malformed as exc:
+            raise ApiError(None, f"malformed {kind} response from {self._url}: {exc}") from None
+
+    async def _fetch(self, kind: str, payload: dict) -> dict:
+        """The raw JSON answer to ``payload``, retrying transient failures."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(_retryable),
+            wait=_RetryAfterOrBackoff(
+                wait_exponential(multiplier=self.config.backoff_base_s, max=self.config.backoff_max_s)
+                + wait_random(0, self.config.backoff_base_s)
+            ),
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            before_sleep=self._note_retry,
+            reraise=True,
+        )
+        tokens = _estimate_tokens(payload)
+        attempts = 0
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    raw = await self._send(kind, payload, tokens)
+        except openai.APIError as exc:
+            raise self._error(exc, attempts) from None  # the SDK's message may quote the key
+        return raw
+
+    async def _send(self, kind: str, payload: dict, tokens: int) -> dict:
+        """One HTTP request under the limits; the decoded JSON body."""
+        if self._rpm is not None:
+            await self._rpm.acquire(1)
+        if self._tpm is not None:
+            await self._tpm.acquire(tokens)
+        first = "prompt" if kind == "completions" else "messages"
+        resource = self._sdk.completions if kind == "completions" else self._sdk.chat.completions
+        body = {k: v for k, v in payload.items() if k != first}
+        async with self._slots:
+            self.usage.requests += 1
+            # The whole payload goes as the body, so what is sent is exactly what is hashed.
+            response = await resource.with_raw_response.create(
+                model=self.config.model, **{first: payload[first]}, extra_body=body
+            )
+        http = response.http_response
+        try:
+            raw = json.loads(http.content)
+        except ValueError:
+            snippet = self._scrub(http.content[:80].decode("utf-8", "replace"))
+            message = f"{self._url} answered with a body that is not JSON: {snippet!r}"
+            raise ApiError(http.status_code, message) from None
+        if not isinstance(raw, dict):
+            kind_of = type(raw).__name__
+            raise ApiError(http.status_code, f"{self._url} answered with JSON that is not an object ({kind_of})")
+        self._account(raw.get("usage"))
+        return raw
+
+    def _account(self, usage: object) -> None:
+        usage = usage if isinstance(usage, dict) else {}
+        prompt, completion = (_count(usage.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
+        self.usage.prompt_tokens += prompt
+        self.usage.completion_tokens += completion
+        price = self.config.price()
+        if price is not None:
+            self.usage.cost_usd += (prompt * price[0] + completion * price[1]) / 1e6
+
+    def _note_retry(self, state: RetryCallState) -> None:
+        self.usage.retries += 1
+        exc = state.outcome.exception() if state.outcome else None
+        what = f"HTTP {exc.status_code}" if isinstance(exc, openai.APIStatusError) else type(exc).__name__
+        wait = state.next_action.sleep if state.next_action else 0.0
+        LOG.warning("%s: %s; retry %d of %d in %.2f s", self._url, what, state.attempt_number,
+                    self.config.max_retries, wait)
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the API key (should a server quote it) masked."""
+        key = self.config.api_key
+        return text.replace(key, "***") if key and key != PLACEHOLDER_API_KEY else text
+
+    def _server_message(self, exc: openai.APIStatusError) -> str:
+        body = exc.body
+        if isinstance(body, dict):
+            body = body.get("message") or body.get("detail") or json.dumps(body)[:300]
+        text = str(body) if body is not None else ""
+        return self._scrub(text if len(text) <= 300 else text[:300] + "...")
+
+    def _error(self, exc: openai.APIError, attempts: int) -> ApiError:
+        """A clear :class:`ApiError` for the last failure (never quoting the key)."""
+        url, tries = self._url, f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if isinstance(exc, openai.APITimeoutError):
+            return ApiError(None, f"no answer from {url} within {self.config.timeout_s:g} s ({tries})")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = self._scrub(str(exc.__cause__ or exc))
+            return ApiError(None, f"cannot reach {url} ({tries}): {cause}")
+        if not isinstance(exc, openai.APIStatusError):
+            return ApiError(None, f"request to {url} failed: {type(exc).__name__}")
+        status, detail = exc.status_code, self._server_message(exc)
+        if status in (401, 403):
+            return ApiError(status, f"the API key was refused by {url} (HTTP {status}); "
+                                    f"check ${API_KEY_ENV} or --api-key")
+        if status == 404:
+            if exc.code == "model_not_found" or "model" in detail.lower():
+                return ApiError(status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}")
+            return ApiError(status, f"{url} has no such endpoint (HTTP 404): {detail}; "
+                                    "the base URL usually ends in /v1")
+        if status == 429:
+            return ApiError(status, f"rate limited by {url} after {tries} (HTTP 429): {detail}; "
+                                    "lower the concurrency or set rpm / tpm")
+        if status >= 500:
+            return ApiError(status, f"server error at {url} after {tries} (HTTP {status}): {detail}")
+        return ApiError(status, f"{url} rejected the request (HTTP {status}): {detail}")
+
+
+# -- request checks ----------------------------------------------------------------------------
+
+
+def check_logit_bias(bias: Mapping[int, float]) -> dict[str, float]:
+    """The ``logit_bias`` body field: token-id strings → bias (ints where integral).
+
+    Raises:
+        BlackboxMIAError: more than :data:`MAX_BIAS_ENTRIES` entries, a key that is not a
+            non-negative token id, or a value outside [-100, 100].
+    """
+    if len(bias) > MAX_BIAS_ENTRIES:
+        raise BlackboxMIAError(f"logit_bias has {len(bias)} entries; at most {MAX_BIAS_ENTRIES} are allowed")
+    out: dict[str, float] = {}
+    for token, value in bias.items():
+        try:
+            token_id = operator.index(token)
+        except TypeError:
+            raise BlackboxMIAError(f"logit_bias keys must be token ids (int), got {token!r}") from None
+        if token_id < 0 or isinstance(token, bool):
+            raise BlackboxMIAError(f"logit_bias keys must be non-negative token ids, got {token!r}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise BlackboxMIAError(f"logit_bias[{token_id}] must be a number, got {value!r}")
+        value = float(value)
+        if not -MAX_BIAS <= value <= MAX_BIAS:  # also rejects NaN
+            raise BlackboxMIAError(f"logit_bias[{token_id}] = {value} is outside [-{MAX_BIAS:g}, {MAX_BIAS:g}]")
+        out[str(token_id)] = int(value) if value.is_integer() else value
+    return out
+
+
+def _check_prompt(prompt: list[int] | str) -> list[int] | str:
+    if isinstance(prompt, str):
+        return prompt
+    try:
+        ids = [operator.index(i) for i in prompt]
+    except TypeError:
+        raise BlackboxMIAError("a prompt must be a string or a list of token ids (int)") from None
+    if any(i < 0 for i in ids):
+        raise BlackboxMIAError("token ids in a prompt must be non-negative")
+    return ids
+
+
+def _check_int(value: int, name: str, low: int) -> int:
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise BlackboxMIAError(f"{name} must be an int, got {value!r}") from None
+    if number < low:
+        raise BlackboxMIAError(f"{name} must be at least {low}, got {number}")
+    return number
+
+
+def _with_extra(payload: dict, extra: dict | None) -> dict:
+    if not extra:
+        return payload
+    clash = sorted(set(extra) & (set(payload) | {"model", "stream", "prompt", "messages"}))
+    if clash:
+        raise BlackboxMIAError(f"extra body fields {clash} clash with fields the client sets itself")
+    return {**payload, **extra}
+
+
+def _estimate_tokens(payload: dict) -> int:
+    """Prompt tokens (exact for id prompts, ~4 bytes a token for text) plus ``max_tokens``."""
+    prompt = payload.get("prompt")
+    if isinstance(prompt, list):
+        n = len(prompt)
+    elif isinstance(prompt, str):
+        n = len(prompt.encode("utf-8")) // BYTES_PER_TOKEN + 1
+    else:
+        n = sum(len(str(m.get("content", "")).encode("utf-8")) // BYTES_PER_TOKEN + 4 for m in payload["messages"])
+    return n + int(payload.get("max_tokens") or 0)
+
+
+# -- response normalisation ---------------------------------------------------------------------
+
+
+class _Malformed(Exception):
+    """A response does not have the expected shape (message: where and what)."""
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _typed(value: object, types: type | tuple[type, ...], where: str, what: str):
+    if not isinstance(value, types):
+        raise _Malformed(f"{where} is {_show(value)}, expected {what}")
+    return value
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool):
+        raise _Malformed(f"{where} is {value!r}, expected a number")
+    return float(_typed(value, (int, float), where, "a number"))
+
+
+def _maybe_number(value: object, where: str) -> float | None:
+    return None if value is None else _number(value, where)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _token_bytes(value: object, where: str) -> list[int] | None:
+    if value is None:
+        return None
+    _typed(value, list, where, "a list of bytes")
+    if not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in value):
+        raise _Malformed(f"{where} is {_show(value)}, expected a list of bytes (0-255)")
+    return list(value)
+
+
+def _first_choice(raw: dict) -> dict:
+    choices = _typed(raw.get("choices"), list, "choices", "a list")
+    if not choices:
+        raise _Malformed("choices is empty")
+    return _typed(choices[0], dict, "choices[0]", "an object")
+
+
+def _usage(raw: dict) -> dict:
+    usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+    return {k: _count(usage.get(k)) for k in ("prompt_tokens", "completion_tokens")}
+
+
+def _by_logprob(top: list[dict]) -> list[dict]:
+    return sorted(top, key=lambda e: -e["logprob"])
+
+
+def _legacy_entries(logprobs: object, where: str) -> tuple[list[dict], list[int] | None]:
+    """Entries from legacy ``logprobs`` {tokens, token_logprobs, top_logprobs, text_offset}."""
+    lp = _typed(logprobs, dict, where, "an object")
+    tokens = _typed(lp.get("tokens"), list, f"{where}.tokens", "a list")
+    values = _typed(lp.get("token_logprobs"), list, f"{where}.token_logprobs", "a list")
+    tops = lp.get("top_logprobs")
+    tops = [None] * len(tokens) if tops is None else _typed(tops, list, f"{where}.top_logprobs", "a list")
+    if not len(tokens) == len(values) == len(tops):
+        raise _Malformed(f"{where}: tokens ({len(tokens)}), token_logprobs ({len(values)}) and "
+                         f"top_logprobs ({len(tops)}) differ in length")
+    entries = []
+    for i, (token, value, top) in enumerate(zip(tokens, values, tops)):
+        listed = {} if top is None else _typed(top, dict, f"{where}.top_logprobs[{i}]", "an object or null")
+        entries.append({
+            "token": _typed(token, str, f"{where}.tokens[{i}]", "a string"),
+            "bytes": None,
+            "logprob": _maybe_number(value, f"{where}.token_logprobs[{i}]"),
+            "top": _by_logprob([
+                {"token": name, "bytes": None, "logprob": _number(lp_, f"{where}.top_logprobs[{i}][{name!r}]")}
+                for name, lp_ in listed.items()
+            ]),
+        })
+    offsets = lp.get("text_offset")
+    if isinstance(offsets, list) and len(offsets) == len(tokens) and all(_count(o) is not None for o in offsets):
+        return entries, offsets
+    return entries, None
+
+
+def _normalise_completion(raw: dict, prompt: list[int] | str, echo: bool) -> dict:
+    choice = _first_choice(raw)
+    text = choice.get("text")
+    text = "" if text is None else _typed(text, str, "choices[0].text", "a string")
+    usage = _usage(raw)
+    tokens, prompt_tokens = [], None
+    if choice.get("logprobs") is not None:
+        tokens, offsets = _legacy_entries(choice["logprobs"], "choices[0].logprobs")
+        if echo:
+            n_prompt = usage["prompt_tokens"] or (len(prompt) if isinstance(prompt, list) else None)
+            if n_prompt is None:
+                raise _Malformed("cannot split echoed prompt tokens: no usage.prompt_tokens for a text prompt")
+            if n_prompt > len(tokens):
+                raise _Malformed(f"echo returned {len(tokens)} tokens, fewer than the {n_prompt} prompt tokens")
+            prompt_tokens, tokens = tokens[:n_prompt], tokens[n_prompt:]
+            if isinstance(prompt, str) and text.startswith(prompt):
+                text = text[len(prompt):]
+            elif offsets is not None:
+                text = text[offsets[n_prompt]:] if n_prompt < len(offsets) else ""
+    elif echo and isinstance(prompt, str) and text.startswith(prompt):
+        text = text[len(prompt):]
+    return {"text": text, "tokens": tokens, "prompt_tokens": prompt_tokens,
+            "finish_reason": _finish(choice), "usage": usage}
+
+
+def _normalise_chat(raw: dict) -> dict:
+    choice = _first_choice(raw)
+    message = _typed(choice.get("message"), dict, "choices[0].message", "an object")
+    content = message.get("content")
+    text = "" if content is None else _typed(content, str, "choices[0].message.content", "a string")
+    tokens = []
+    if choice.get("logprobs") is not None:
+        lp = _typed(choice["logprobs"], dict, "choices[0].logprobs", "an object")
+        items = lp.get("content")
+        items = [] if items is None else _typed(items, list, "choices[0].logprobs.content", "a list")
+        for i, item in enumerate(items):
+            where = f"choices[0].logprobs.content[{i}]"
+            item = _typed(item, dict, where, "an object")
+            top = item.get("top_logprobs")
+            top = [] if top is None else _typed(top, list, f"{where}.top_logprobs", "a list")
+            tokens.append({
+                "token": _typed(item.get("token"), str, f"{where}.token", "a string"),
+                "bytes": _token_bytes(item.get("bytes"), f"{where}.bytes"),
+                "logprob": _maybe_number(item.get("logprob"), f"{where}.logprob"),
+                "top": _by_logprob([_alternative(t, f"{where}.top_logprobs[{j}]") for j, t in enumerate(top)]),
+            })
+    return {"text": text, "tokens": tokens, "prompt_tokens": None, "finish_reason": _finish(choice),
+            "usage": _usage(raw)}
+
+
+def _alternative(entry: object, where: str) -> dict:
+    entry = _typed(entry, dict, where, "an object")
+    return {
+        "token": _typed(entry.get("token"), str, f"{where}.token", "a string"),
+        "bytes": _token_bytes(entry.get("bytes"), f"{where}.bytes"),
+        "logprob": _number(entry.get("logprob"), f"{where}.logprob"),
+    }
+
+
+def _finish(choice: dict) -> str | None:
+    reason = choice.get("finish_reason")
+    return reason if reason is None else _typed(reason, str, "choices[0].finish_reason", "a string")

@@ -1,0 +1,148 @@
+"""ResponseCache: JSON-only storage, durable puts, refusal of planted pickle rows, request keys."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sqlite3
+from pathlib import Path
+
+import diskcache
+import pytest
+
+from blackbox_mia.cache import MIN_FILE_SIZE, JsonDisk, ResponseCache, request_key
+from blackbox_mia.types import BlackboxMIAError
+
+KEY = request_key("http://h/v1", "m", "completions", {"prompt": [1, 2], "max_tokens": 1})
+
+
+def _leave_marker(path: str, padding: str = "") -> str:
+    Path(path).write_text("code ran")
+    return "pwned"
+
+
+class Planted:
+    """An object whose unpickling runs code (it writes a marker file); ``padding`` in characters."""
+
+    def __init__(self, marker: Path, padding: int = 0):
+        self.marker = marker
+        self.padding = padding
+
+    def __reduce__(self):
+        return (_leave_marker, (str(self.marker), "p" * self.padding))
+
+
+def test_roundtrip_len_stats_and_persistence(tmp_path):
+    value = {"choices": [{"text": " A", "logprobs": None}], "usage": {"prompt_tokens": 2}, "x": 1.5}
+    with ResponseCache(tmp_path) as cache:
+        assert cache.get(KEY) is None
+        cache.put(KEY, value)
+        assert cache.get(KEY) == value
+        assert (len(cache), cache.hits, cache.misses) == (1, 1, 1)
+        cache.put(KEY, {"v": 2})  # overwrite
+        assert cache.get(KEY) == {"v": 2} and len(cache) == 1
+    with ResponseCache(tmp_path) as again:  # a rerun sees what the first run wrote
+        assert again.get(KEY) == {"v": 2}
+        assert again.delete(KEY) and again.get(KEY) is None and len(again) == 0
+
+
+def test_values_are_json_bytes_in_sqlite_and_in_files(tmp_path):
+    small, large = {"a": "é", "n": [1, 2.5, None]}, {"blob": "z" * (MIN_FILE_SIZE + 10)}
+    key_large = request_key("http://h/v1", "m", "chat", {"x": 1})
+    with ResponseCache(tmp_path) as cache:
+        cache.put(KEY, small)
+        cache.put(key_large, large)
+        assert cache.get(key_large) == large
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        rows = dict(((k, (raw, mode, value)) for k, raw, mode, value in
+                     db.execute("SELECT key, raw, mode, value FROM Cache")))
+    raw, mode, value = rows[KEY]
+    assert (raw, mode) == (1, 1) and json.loads(value.decode("utf-8")) == small  # raw key, raw JSON bytes
+    raw, mode, value = rows[key_large]
+    assert (raw, mode, value) == (1, 2, None)  # binary mode: the JSON lives in a file
+    (file,) = list(tmp_path.rglob("*.val"))
+    assert json.loads(file.read_bytes()) == large
+
+
+def test_rejects_non_json_values_and_non_str_keys(tmp_path):
+    with ResponseCache(tmp_path) as cache:
+        with pytest.raises(BlackboxMIAError, match="JSON"):
+            cache.put(KEY, {"s": {1, 2}})
+        with pytest.raises(BlackboxMIAError, match="dict"):
+            cache.put(KEY, [1, 2])
+        with pytest.raises(BlackboxMIAError, match="str"):
+            cache.put(("tuple", "key"), {"a": 1})
+        assert len(cache) == 0
+
+
+@pytest.mark.parametrize("padding", [0, MIN_FILE_SIZE + 100], ids=["pickle-in-sqlite", "pickle-in-file"])
+def test_planted_pickle_row_is_refused_not_unpickled(tmp_path, padding):
+    marker = tmp_path / "marker"
+    directory = tmp_path / "responses"
+    with diskcache.Cache(str(directory)) as plain:  # diskcache's default Disk pickles the value
+        plain.set(KEY, Planted(marker, padding))
+    with ResponseCache(directory) as cache:
+        with pytest.raises(BlackboxMIAError, match="refusing") as err:
+            cache.get(KEY)
+        assert str(directory) in str(err.value)
+    assert not marker.exists()
+    # Control: the planted row really runs code when read by a pickling cache.
+    with diskcache.Cache(str(directory)) as plain:
+        assert plain.get(KEY) == "pwned"
+    assert marker.read_text() == "code ran"
+
+
+def test_pickled_key_is_refused(tmp_path):
+    marker = tmp_path / "marker"
+    disk = JsonDisk(str(tmp_path))
+    with pytest.raises(BlackboxMIAError, match="refusing"):
+        disk.get(sqlite3.Binary(pickle.dumps(Planted(marker))), raw=False)
+    assert not marker.exists()
+    assert disk.get(KEY, raw=True) == KEY
+
+
+def test_file_name_outside_the_cache_is_neither_read_nor_removed(tmp_path):
+    directory = tmp_path / "responses"
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"secret": 1}')
+    with ResponseCache(directory) as cache:
+        cache.put(KEY, {"a": 1})
+    with sqlite3.connect(directory / "cache.db") as db:
+        db.execute("UPDATE Cache SET mode = 2, value = NULL, filename = '../victim.json' WHERE key = ?", (KEY,))
+    with ResponseCache(directory) as cache:
+        with pytest.raises(BlackboxMIAError, match="refusing"):
+            cache.get(KEY)
+        cache.put(KEY, {"b": 2})  # overwriting makes diskcache remove the old file: not this one
+        assert cache.get(KEY) == {"b": 2}
+    assert victim.read_text() == '{"secret": 1}'
+
+
+def test_default_directory_is_under_cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("BBMIA_CACHE_DIR", str(tmp_path / "root"))
+    with ResponseCache() as cache:
+        assert cache.directory == tmp_path / "root" / "responses"
+        cache.put(KEY, {"a": 1})
+    assert (tmp_path / "root" / "responses" / "cache.db").exists()
+
+
+def test_request_key_is_canonical_and_covers_every_parameter():
+    base = {"prompt": [1, 2, 3], "max_tokens": 1, "temperature": 0.0, "logprobs": 5, "logit_bias": {"7": 100}}
+    key = request_key("http://h:8000/v1", "m", "completions", base)
+    assert len(key) == 64 and int(key, 16) >= 0
+    reordered = dict(reversed(list(base.items())))
+    assert request_key("http://h:8000/v1/", "m", "completions", reordered) == key
+    variants = [
+        ("http://h:8001/v1", "m", "completions", base),
+        ("http://h:8000/v1", "m2", "completions", base),
+        ("http://h:8000/v1", "m", "chat", base),
+        ("http://h:8000/v1", "m", "completions", {**base, "logit_bias": {"7": 99}}),
+        ("http://h:8000/v1", "m", "completions", {**base, "logit_bias": {"8": 100}}),
+        ("http://h:8000/v1", "m", "completions", {**base, "prompt": [1, 2]}),
+        ("http://h:8000/v1", "m", "completions", {**base, "temperature": 1.0}),
+        ("http://h:8000/v1", "m", "completions", {**base, "echo": True}),
+        ("http://h:8000/v1", "m", "completions", {**base, "seed": 1}),
+    ]
+    keys = {request_key(*v) for v in variants}
+    assert len(keys) == len(variants) and key not in keys
+    with pytest.raises(BlackboxMIAError, match="JSON"):
+        request_key("http://h/v1", "m", "completions", {"prompt": object()})

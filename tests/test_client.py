@@ -1,0 +1,508 @@
+"""ApiClient against a small in-test OpenAI-shaped server: normalisation, cache, retries, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from email.utils import formatdate
+from types import SimpleNamespace
+
+import pytest
+from aiohttp import web
+
+import blackbox_mia.client as client_module
+from blackbox_mia.cache import ResponseCache
+from blackbox_mia.client import (
+    ApiClient,
+    ApiConfig,
+    ApiError,
+    RateLimiter,
+    check_logit_bias,
+    retry_after_s,
+)
+from blackbox_mia.types import BlackboxMIAError
+
+KEY = "sk-test-SECRET-123"
+MODEL = "fake-model"
+
+
+class FakeApi:
+    """OpenAI-shaped answers for /v1/completions and /v1/chat/completions, with fault injection.
+
+    ``faults`` are served first, one per request: dicts with ``status``, optional ``headers``,
+    and ``json`` or ``text``. Counts requests, keeps the bodies and the most requests in flight.
+    """
+
+    def __init__(self):
+        self.base_url = ""
+        self.faults: list[dict] = []
+        self.delay_s = 0.0
+        self.hits = 0
+        self.bodies: list[dict] = []
+        self.times: list[float] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        self.times.append(time.monotonic())
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            body = await request.json()
+            self.bodies.append(body)
+            auth = request.headers.get("Authorization", "")
+            if auth != f"Bearer {KEY}":  # echo the key the way OpenAI's message does
+                error = {"message": f"Incorrect API key provided: {auth[7:]}", "code": "invalid_api_key"}
+                return web.json_response({"error": error}, status=401)
+            if body.get("model") != MODEL:
+                error = {"message": f"The model `{body.get('model')}` does not exist", "code": "model_not_found"}
+                return web.json_response({"error": error}, status=404)
+            if self.faults:
+                fault = self.faults.pop(0)
+                if "json" in fault:
+                    return web.json_response(fault["json"], status=fault["status"], headers=fault.get("headers"))
+                return web.Response(text=fault["text"], status=fault["status"], headers=fault.get("headers"))
+            if request.path.endswith("/chat/completions"):
+                return web.json_response(chat_answer(body))
+            return web.json_response(completion_answer(body))
+        finally:
+            self.in_flight -= 1
+
+
+GENERATED = [(" A", -0.5), (" B", -1.0), (" C", -2.0)]  # canned generated tokens and log-probs
+
+
+def completion_answer(body: dict) -> dict:
+    prompt = body["prompt"]
+    if isinstance(prompt, list):
+        prompt_tokens, prompt_text = [f"<{i}>" for i in prompt], "".join(f"<{i}>" for i in prompt)
+    else:
+        words = prompt.split(" ")
+        prompt_tokens, prompt_text = [words[0]] + [" " + w for w in words[1:]], prompt
+    steps = GENERATED[: body.get("max_tokens", 16)]
+    echo = bool(body.get("echo"))
+    text = (prompt_text if echo else "") + "".join(t for t, _ in steps)
+    logprobs = None
+    if body.get("logprobs") is not None:
+        n = body["logprobs"]
+        rows = []
+        if echo:
+            rows.append((prompt_tokens[0], None, None))
+            rows += [(t, -1.0 * i, {t: -1.0 * i, " x": -9.0}) for i, t in enumerate(prompt_tokens[1:], 1)]
+        # top listed in ascending order on purpose: the client sorts by log-prob
+        rows += [(t, lp, dict(reversed([(" A", -0.5), (" B", -1.5), (" C", -2.5)][:n]))) for t, lp in steps]
+        offsets, at = [], 0
+        for t, _, _ in rows:
+            offsets.append(at)
+            at += len(t)
+        logprobs = {"tokens": [r[0] for r in rows], "token_logprobs": [r[1] for r in rows],
+                    "top_logprobs": [r[2] for r in rows], "text_offset": offsets}
+    return {
+        "id": "cmpl-1", "object": "text_completion", "model": MODEL,
+        "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": len(prompt_tokens), "completion_tokens": len(steps),
+                  "total_tokens": len(prompt_tokens) + len(steps)},
+    }
+
+
+def chat_answer(body: dict) -> dict:
+    steps = GENERATED[: body.get("max_tokens", 16)]
+    logprobs = None
+    if body.get("logprobs"):
+        top = [(" A", -0.25), (" B", -1.75), ("é", -3.0)][: body.get("top_logprobs", 0)]
+        item = lambda t, lp: {"token": t, "logprob": lp, "bytes": list(t.encode())}  # noqa: E731
+        logprobs = {"content": [{**item(t, lp), "top_logprobs": [item(*x) for x in top]} for t, lp in steps]}
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(t for t, _ in steps)},
+                     "logprobs": logprobs, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": len(steps), "total_tokens": 4 + len(steps)},
+    }
+
+
+@pytest.fixture
+async def fake():
+    server = FakeApi()
+    app = web.Application()
+    app.router.add_post("/v1/completions", server.handle)
+    app.router.add_post("/v1/chat/completions", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    server.base_url = f"http://{host}:{port}/v1"
+    yield server
+    await runner.cleanup()
+
+
+def config(base_url: str, **overrides) -> ApiConfig:
+    settings = dict(base_url=base_url, model=MODEL, api_key=KEY, backoff_base_s=0.01, backoff_max_s=0.05,
+                    max_retries=3, timeout_s=5.0)
+    return ApiConfig(**{**settings, **overrides})
+
+
+@pytest.fixture
+async def make_client(fake, tmp_path):
+    """Clients of the fake server sharing one cache directory (closed at the end)."""
+    clients = []
+
+    def make(**overrides) -> ApiClient:
+        client = ApiClient(config(fake.base_url, **overrides), cache=ResponseCache(tmp_path / "responses"))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+# -- normalisation ------------------------------------------------------------------------------
+
+
+async def test_completion_logprobs_are_normalised(client, fake):
+    result = await client.complete([5, 6, 7], max_tokens=2, logprobs=2)
+    top = [{"token": " A", "bytes": None, "logprob": -0.5}, {"token": " B", "bytes": None, "logprob": -1.5}]
+    assert result == {
+        "text": " A B",
+        "tokens": [{"token": " A", "bytes": None, "logprob": -0.5, "top": top},
+                   {"token": " B", "bytes": None, "logprob": -1.0, "top": top}],
+        "prompt_tokens": None,
+        "finish_reason": "length",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        "cached": False,
+    }
+    sent = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 2, "temperature": 0.0, "logprobs": 2}
+    assert fake.bodies[-1] == sent
+
+
+async def test_completion_without_logprobs_has_no_tokens(client):
+    result = await client.complete("hi there", max_tokens=1)
+    assert (result["text"], result["tokens"], result["prompt_tokens"]) == (" A", [], None)
+
+
+async def test_echo_splits_prompt_tokens_for_id_prompts(client, fake):
+    result = await client.complete([5, 6, 7], max_tokens=1, logprobs=1, echo=True)
+    assert [e["token"] for e in result["prompt_tokens"]] == ["<5>", "<6>", "<7>"]
+    assert [e["logprob"] for e in result["prompt_tokens"]] == [None, -1.0, -2.0]
+    assert result["prompt_tokens"][0]["top"] == []
+    assert result["prompt_tokens"][2]["top"] == [{"token": "<7>", "bytes": None, "logprob": -2.0},
+                                                 {"token": " x", "bytes": None, "logprob": -9.0}]
+    assert [(e["token"], e["logprob"]) for e in result["tokens"]] == [(" A", -0.5)]
+    assert result["text"] == " A"  # the echoed prompt is cut at the first generated token's offset
+    assert fake.bodies[-1]["echo"] is True
+
+
+async def test_echo_splits_text_prompts_by_reported_prompt_tokens(client):
+    result = await client.complete("hello big world", max_tokens=2, logprobs=0, echo=True)
+    assert [e["token"] for e in result["prompt_tokens"]] == ["hello", " big", " world"]
+    assert [e["token"] for e in result["tokens"]] == [" A", " B"]
+    assert result["text"] == " A B"
+
+
+async def test_chat_logprobs_are_normalised(client, fake):
+    result = await client.chat("Say A", max_tokens=1, top_logprobs=3)
+    assert result == {
+        "text": " A",
+        "tokens": [{"token": " A", "bytes": [32, 65], "logprob": -0.5, "top": [
+            {"token": " A", "bytes": [32, 65], "logprob": -0.25},
+            {"token": " B", "bytes": [32, 66], "logprob": -1.75},
+            {"token": "é", "bytes": [195, 169], "logprob": -3.0},
+        ]}],
+        "prompt_tokens": None,
+        "finish_reason": "length",
+        "usage": {"prompt_tokens": 4, "completion_tokens": 1},
+        "cached": False,
+    }
+    assert fake.bodies[-1] == {"model": MODEL, "messages": [{"role": "user", "content": "Say A"}], "max_tokens": 1,
+                               "temperature": 0.0, "logprobs": True, "top_logprobs": 3}
+
+
+async def test_logit_bias_is_sent_with_string_keys_and_extra_fields(client, fake):
+    await client.complete([1], logprobs=1, logit_bias={5: 100, 7: -2.5}, extra={"seed": 3})
+    assert fake.bodies[-1]["logit_bias"] == {"5": 100, "7": -2.5}
+    assert fake.bodies[-1]["seed"] == 3
+
+
+@pytest.mark.parametrize("bias, match", [
+    ({i: 1.0 for i in range(301)}, "at most 300"),
+    ({5: 100.5}, "outside"),
+    ({5: -101}, "outside"),
+    ({5: float("nan")}, "outside"),
+    ({"5": 1.0}, "token ids"),
+    ({-1: 1.0}, "non-negative"),
+    ({5: "1"}, "number"),
+])
+async def test_bad_logit_bias_is_refused_before_sending(client, fake, bias, match):
+    with pytest.raises(BlackboxMIAError, match=match):
+        await client.complete([1], logit_bias=bias)
+    with pytest.raises(BlackboxMIAError, match=match):
+        await client.chat("x", logit_bias=bias)
+    assert fake.hits == 0
+
+
+def test_check_logit_bias_accepts_the_limits():
+    assert check_logit_bias({i: 100 for i in range(300)})["299"] == 100
+    assert check_logit_bias({3: -100.0, 4: 0.25}) == {"3": -100, "4": 0.25}
+
+
+async def test_extra_fields_cannot_override_client_fields(client, fake):
+    with pytest.raises(BlackboxMIAError, match="clash"):
+        await client.complete([1], extra={"max_tokens": 5})
+    with pytest.raises(BlackboxMIAError, match="clash"):
+        await client.chat("x", extra={"stream": True})
+    assert fake.hits == 0
+
+
+# -- cache ----------------------------------------------------------------------------------------
+
+
+async def test_second_identical_call_is_served_from_cache(make_client, fake):
+    first_client = make_client()
+    first = await first_client.complete([5, 6], max_tokens=1, logprobs=2, logit_bias={9: 5})
+    second = await first_client.complete([5, 6], max_tokens=1, logprobs=2, logit_bias={9: 5})
+    assert fake.hits == 1
+    assert second == {**first, "cached": True} and first["cached"] is False
+    assert (first_client.usage.requests, first_client.usage.cache_hits) == (1, 1)
+    await first_client.complete([5, 6], max_tokens=1, logprobs=2, logit_bias={9: 6})  # other bias: other key
+    assert fake.hits == 2
+    await first_client.close()
+
+    rerun = make_client()  # a new process on the same cache: zero requests
+    again = await rerun.complete([5, 6], max_tokens=1, logprobs=2, logit_bias={9: 5})
+    chat = await rerun.chat("x", top_logprobs=1)
+    chat_again = await rerun.chat("x", top_logprobs=1)
+    assert again == second and chat_again == {**chat, "cached": True}
+    assert fake.hits == 3 and rerun.usage.requests == 1 and rerun.usage.cache_hits == 2
+    await rerun.close()
+
+
+async def test_answer_is_cached_before_parsing(client, fake, monkeypatch):
+    calls = []
+
+    def crash(*args):
+        calls.append(args)
+        raise RuntimeError("parser bug")
+
+    original = client_module._normalise_completion
+    monkeypatch.setattr(client_module, "_normalise_completion", crash)
+    with pytest.raises(RuntimeError):
+        await client.complete([1, 2], logprobs=1)
+    assert len(client.cache) == 1 and fake.hits == 1  # the paid answer survived the crash
+    monkeypatch.setattr(client_module, "_normalise_completion", original)
+    result = await client.complete([1, 2], logprobs=1)
+    assert result["cached"] is True and result["tokens"][0]["token"] == " A" and fake.hits == 1
+
+
+async def test_api_key_never_reaches_disk_logs_or_descriptions(make_client, fake, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    client = make_client()
+    fake.faults = [{"status": 429, "json": {"error": {"message": f"slow down {KEY}"}}}]
+    await client.complete([1, 2], logprobs=2, echo=True)
+    await client.chat("hello", top_logprobs=2)
+    bad = ApiClient(config(fake.base_url, api_key=KEY + "-wrong"), cache=ResponseCache(tmp_path / "responses"))
+    with pytest.raises(ApiError) as err:
+        await bad.complete([3])
+    await bad.close()
+    await client.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "cache.db" for p in files)
+    for path in files:
+        assert b"SECRET" not in path.read_bytes(), path
+    texts = [str(err.value), repr(err.value), repr(client), repr(client.config), str(client.config.describe()),
+             caplog.text]
+    assert caplog.text  # the retry was logged
+    for text in texts:
+        assert "SECRET" not in text
+
+
+async def test_usage_and_cost(make_client):
+    priced = make_client(prices={MODEL: (1.0, 2.0)})
+    await priced.complete([5, 6, 7], max_tokens=2, logprobs=1)
+    await priced.complete([5, 6, 7], max_tokens=2, logprobs=1)  # cache hit: no tokens, no cost
+    assert priced.usage.to_dict() == {"requests": 1, "retries": 0, "cache_hits": 1, "prompt_tokens": 3,
+                                      "completion_tokens": 2, "cost_usd": pytest.approx(7e-6), "unpriced": False}
+    unpriced = make_client()
+    await unpriced.chat("new", top_logprobs=1)
+    assert unpriced.usage.unpriced and unpriced.usage.cost_usd == 0.0 and unpriced.usage.prompt_tokens == 4
+
+
+# -- retries and errors ---------------------------------------------------------------------------
+
+
+async def test_429_honours_retry_after(client, fake):
+    fake.faults = [{"status": 429, "headers": {"Retry-After": "1"}, "json": {"error": {"message": "rate"}}}]
+    start = time.monotonic()
+    result = await client.complete([1], logprobs=1)
+    assert time.monotonic() - start >= 0.95
+    assert fake.times[1] - fake.times[0] >= 0.95
+    assert result["tokens"][0]["token"] == " A"
+    assert (client.usage.retries, client.usage.requests, fake.hits) == (1, 2, 2)
+
+
+async def test_500_twice_then_success(client, fake):
+    fake.faults = [{"status": 500, "text": "boom"}, {"status": 503, "json": {"error": {"message": "busy"}}}]
+    result = await client.chat("x", top_logprobs=1)
+    assert result["text"] == " A" and fake.hits == 3 and client.usage.retries == 2
+
+
+async def test_500_until_retries_run_out(make_client, fake):
+    client = make_client(max_retries=2)
+    fake.faults = [{"status": 500, "json": {"error": {"message": "token ids are not supported"}}}] * 5
+    with pytest.raises(ApiError, match="after 3 attempts.*token ids are not supported") as err:
+        await client.complete([1])
+    assert err.value.status_code == 500 and fake.hits == 3
+    await client.close()
+
+
+async def test_400_is_not_retried(client, fake):
+    fake.faults = [{"status": 400, "json": {"error": {"message": f"echo is not supported (key {KEY})"}}}]
+    with pytest.raises(ApiError, match=r"rejected the request .*echo is not supported \(key \*\*\*\)") as err:
+        await client.complete([1], logprobs=1, echo=True)
+    assert err.value.status_code == 400 and fake.hits == 1 and client.usage.retries == 0
+    assert "SECRET" not in str(err.value)
+    assert len(client.cache) == 0
+
+
+async def test_refused_key(fake):
+    client = ApiClient(config(fake.base_url, api_key="sk-test-SECRET-999"))
+    with pytest.raises(ApiError, match="API key was refused") as err:
+        await client.complete([1])
+    assert err.value.status_code == 401 and fake.hits == 1
+    assert "SECRET" not in str(err.value) and err.value.__cause__ is None
+    await client.close()
+
+
+async def test_unknown_model(fake):
+    async with ApiClient(config(fake.base_url, model="nope")) as client:
+        with pytest.raises(ApiError, match="unknown model 'nope'") as err:
+            await client.chat("x")
+    assert err.value.status_code == 404 and fake.hits == 1
+
+
+async def test_unreachable_base_url():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
+    async with ApiClient(config(f"http://user:pw@127.0.0.1:{port}/v1", max_retries=2)) as client:
+        with pytest.raises(ApiError, match=rf"cannot reach http://127.0.0.1:{port}/v1 \(3 attempts\)") as err:
+            await client.complete([1])
+    assert err.value.status_code is None and client.usage.retries == 2 and "pw" not in str(err.value)
+
+
+async def test_timeout(make_client, fake):
+    fake.delay_s = 0.5
+    client = make_client(timeout_s=0.1, max_retries=1)
+    with pytest.raises(ApiError, match="no answer from .* within 0.1 s"):
+        await client.complete([1])
+    assert fake.hits == 2
+    await client.close()
+
+
+@pytest.mark.parametrize("fault, match", [
+    ({"status": 200, "text": "<html>oops</html>"}, "not JSON"),
+    ({"status": 200, "json": ["a", "list"]}, "not an object"),
+    ({"status": 200, "json": {"object": "text_completion"}}, r"choices is None, expected a list"),
+    ({"status": 200, "json": {"choices": []}}, "choices is empty"),
+    ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
+        "tokens": [" A"], "token_logprobs": "abc", "top_logprobs": [None]}}]}}, "token_logprobs is 'abc'"),
+    ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
+        "tokens": [" A"], "token_logprobs": [-1.0, -2.0], "top_logprobs": None}}]}}, "differ in length"),
+    ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
+        "tokens": [" A"], "token_logprobs": [-1.0], "top_logprobs": [{" A": "high"}]}}]}}, r"top_logprobs\[0\]"),
+])
+async def test_garbage_answers_give_clear_errors_and_are_not_cached(client, fake, fault, match):
+    fake.faults = [fault]
+    with pytest.raises(ApiError, match=match):
+        await client.complete([1], logprobs=1)
+    assert len(client.cache) == 0 and client.usage.retries == 0
+    result = await client.complete([1], logprobs=1)  # the next call asks again
+    assert result["cached"] is False and fake.hits == 2
+
+
+async def test_garbage_chat_logprobs(client, fake):
+    fake.faults = [{"status": 200, "json": {"choices": [{"message": {"content": "A"}, "logprobs": {
+        "content": [{"token": "A", "logprob": -1.0, "bytes": [65], "top_logprobs": [{"token": "A"}]}]}}]}}]
+    with pytest.raises(ApiError, match=r"content\[0\].top_logprobs\[0\].logprob is None"):
+        await client.chat("x", top_logprobs=1)
+
+
+# -- limits ---------------------------------------------------------------------------------------
+
+
+async def test_concurrency_limit(make_client, fake):
+    fake.delay_s = 0.05
+    client = make_client(concurrency=3)
+    results = await asyncio.gather(*(client.complete([i], logprobs=1) for i in range(12)))
+    assert len(results) == 12 and fake.hits == 12
+    assert fake.max_in_flight == 3
+    await client.close()
+
+
+async def test_requests_per_minute_limit(make_client, fake):
+    client = make_client(rpm=600)  # 10 a second, bursts of 10
+    await asyncio.gather(*(client.complete([i]) for i in range(15)))
+    assert fake.times[-1] - fake.times[0] >= 0.4
+    await client.close()
+
+
+async def test_rate_limiter_spaces_tokens():
+    limiter = RateLimiter(600)  # 10 tokens a second, bursts of 10
+    start = time.monotonic()
+    await limiter.acquire(10)
+    assert time.monotonic() - start < 0.05
+    await limiter.acquire(15)  # more than a burst: waits for a full bucket (1 s), then owes 5 tokens
+    assert time.monotonic() - start >= 0.95
+    await limiter.acquire(1)  # repays the debt first: 0.6 s more
+    assert time.monotonic() - start >= 1.55
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+def test_config_key_default_describe_and_prices(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    cfg = ApiConfig(base_url="http://127.0.0.1:9/v1/", model="gpt-4o-mini-2024-07-18", endpoint="chat")
+    assert cfg.api_key == KEY and "SECRET" not in repr(cfg) and "SECRET" not in str(cfg.describe())
+    assert cfg.describe() == {
+        "base_url": "http://127.0.0.1:9/v1", "model": "gpt-4o-mini-2024-07-18", "endpoint": "chat",
+        "concurrency": 16, "rpm": None, "tpm": None, "timeout_s": 60.0, "max_retries": 6,
+        "usd_per_1m_tokens": {"prompt": 0.15, "completion": 0.60},
+    }
+    monkeypatch.delenv("OPENAI_API_KEY")
+    local = ApiConfig(base_url="http://127.0.0.1:9/v1", model="my-llama")
+    assert local.api_key == "EMPTY" and local.price() is None
+    assert ApiConfig(base_url="http://h/v1", model="my-llama", prices={"my-llama": (1, 3)}).price() == (1.0, 3.0)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(endpoint="embeddings"), dict(concurrency=0), dict(rpm=0), dict(tpm=-5), dict(timeout_s=0),
+    dict(max_retries=-1), dict(base_url="ftp://h/v1"), dict(base_url="127.0.0.1:8000"), dict(model=""),
+])
+def test_config_validation(bad):
+    with pytest.raises(BlackboxMIAError):
+        ApiConfig(**{"base_url": "http://h/v1", "model": "m", **bad})
+
+
+def test_retry_after_header_forms():
+    def error(headers):
+        return SimpleNamespace(response=SimpleNamespace(headers=headers))
+
+    assert retry_after_s(error({"retry-after": "2.5"})) == 2.5
+    assert retry_after_s(error({"retry-after-ms": "1500", "retry-after": "9"})) == 1.5
+    assert 28.0 <= retry_after_s(error({"retry-after": formatdate(time.time() + 30, usegmt=True)})) <= 30.5
+    assert retry_after_s(error({"retry-after": formatdate(time.time() - 30, usegmt=True)})) == 0.0
+    assert retry_after_s(error({"retry-after": "1e9"})) == client_module.MAX_RETRY_AFTER_S
+    assert retry_after_s(error({"retry-after": "soon"})) is None
+    assert retry_after_s(error({})) is None
+    assert retry_after_s(ValueError()) is None
