@@ -94,8 +94,11 @@ class Endpoint:
             result = await self.client.complete(prompt, max_tokens=1, temperature=0.0, logprobs=top_n, logit_bias=bias)
         else:
             result = await self.client.chat(prompt, max_tokens=1, temperature=0.0, top_logprobs=top_n, logit_bias=bias)
-        if not result["tokens"]:
-            raise BlackboxMIAError(f"the server returned no token for a max_tokens=1 request ({self.kind})")
+        if not result["tokens"]:  # no log-probs at all: only the sampled text tells the token
+            sampled = tuple(self.codec.lookup(result.get("text") or ""))
+            if not sampled:
+                raise BlackboxMIAError(f"the server returned no token for a max_tokens=1 request ({self.kind})")
+            return NextToken(sampled, None, (), retokenized)
         first = result["tokens"][0]
         top = tuple(Listed(self._ids(e), float(e["logprob"])) for e in first.get("top") or [])
         if first.get("logprob") is not None and not any(set(self._ids(first)) & set(e.ids) for e in top):

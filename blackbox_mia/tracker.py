@@ -14,8 +14,9 @@ target token is x_i. Strategies, cheapest first (design.md §4):
               token r listed both unbiased and biased, lp_i = lp_r + (lp'_i − lp'_r) − b
               (Finlayson et al. 2024; Carlini et al. 2024, "Stealing part of a production LM").
 ``bisect``    greedy-flip bisection: the smallest bias b* that makes the temperature-0 output x_i
-              gives lp_i = lp_top − b*. The bracket comes from the top-n list, the search stops
-              at ε nats, and [lower, upper] are reported. A gap beyond the bias cap gives an
+              gives lp_i = lp_top − b*. The top-n list gives the lower end of the bracket, a
+              galloping search (steps of 1, 2, 4, ... nats) the upper end, and bisection stops
+              at ε nats; [lower, upper] are reported. A gap beyond the bias cap gives an
               upper bound only (flagged ``bisect>cap``). A flip that does not reproduce when the
               bracket is re-checked widens the bounds instead of moving the value.
 
@@ -168,7 +169,8 @@ class Tracker:
 
     async def _track_position(self, prefix: list[int], target: int) -> Estimate:
         mode, n = self._mode(), self.caps.top_n
-        if mode == "forced":
+        if mode == "forced" or (mode == "auto" and "forced" in self.available):
+            # one request: the forced token's pre-bias log-prob is exact, listed or not
             return await self._forced(prefix, target, n)
         answer = await self.endpoint.next_token(prefix, n)
         listed = answer.find(target)
@@ -224,10 +226,15 @@ class Tracker:
         top = unbiased.top_logprob
         if target in unbiased.sampled:  # already the argmax: nothing to flip
             return Estimate(top, top, top, "bisect")
-        lo, hi = max(0.0, top - upper), cap  # b* lies in (lo, hi]
-        if not await self._flips(prefix, target, hi):
-            bound = min(upper, top - cap)
-            return Estimate(bound, -math.inf, bound, "bisect>cap")
+        lo = max(0.0, top - upper)  # b* lies in (lo, hi]
+        # galloping search: gaps are usually a few nats, so double a 1-nat step up to the cap
+        step, hi = 1.0, min(cap, lo + 1.0)
+        while not await self._flips(prefix, target, hi):
+            if hi >= cap:
+                bound = min(upper, top - cap)
+                return Estimate(bound, -math.inf, bound, "bisect>cap")
+            lo, step = hi, step * 2
+            hi = min(cap, round(lo + step, 6))
         while hi - lo > eps:
             mid = round((lo + hi) / 2, 6)
             if await self._flips(prefix, target, mid):
