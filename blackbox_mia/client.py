@@ -313,6 +313,7 @@ class ApiClient:
             base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
         )
         self._slots = asyncio.Semaphore(config.concurrency)
+        self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
 
@@ -429,7 +430,8 @@ class ApiClient:
     # -- internals --------------------------------------------------------------------------
 
     async def _answer(self, kind: str, payload: dict) -> dict:
-        """Cached answer, else a fresh one; the raw JSON is cached before it is parsed."""
+        """Cached answer, else a fresh one (identical concurrent requests are sent once); the raw JSON
+        is cached before it is parsed."""
         key = request_key(self.config.base_url, self.config.model, kind, payload)
         if self.cache is not None:
             raw = self.cache.get(key)
@@ -442,7 +444,17 @@ class ApiClient:
                 else:
                     self.usage.cache_hits += 1
                     return {**result, "cached": True}
-        raw = await self._fetch(kind, payload)
+        pending = self._inflight.get(key)
+        if pending is not None:  # the same question is already on its way: share its answer
+            raw = await pending
+            self.usage.cache_hits += 1
+            return {**self._parse(kind, raw, payload), "cached": True}
+        pending = asyncio.ensure_future(self._fetch(kind, payload))
+        self._inflight[key] = pending
+        try:
+            raw = await pending
+        finally:
+            del self._inflight[key]
         if self.cache is not None:
             self.cache.put(key, raw)  # paid for: on disk before any parsing can fail or crash
         try:

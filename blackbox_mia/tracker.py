@@ -51,14 +51,16 @@ class TrackerConfig:
             position: prompt, topn, forced, postbias, bisect.
         epsilon: bisection stops when the bracket is at most this wide (nats).
         max_bias: the largest |logit_bias| the API accepts (OpenAI: 100).
-        verify_flips: re-check a bisection bracket's ends once with fresh requests and widen
-            the bounds when a flip does not reproduce (2 requests per bisected token).
+        verify_flips: re-ask a bisection bracket's ends with fresh requests and widen the
+            bounds when a flip does not reproduce.
+        verify_repeats: fresh requests per bracket end (2 × this many per bisected token).
     """
 
     strategy: str = "auto"
     epsilon: float = 0.01
     max_bias: float = 100.0
     verify_flips: bool = True
+    verify_repeats: int = 2
 
 
 @dataclass
@@ -248,24 +250,34 @@ class Tracker:
         return Estimate(top - (lo + hi) / 2, top - hi, top - lo, strategy)
 
     async def _verify(self, prefix: list[int], target: int, lo: float, hi: float) -> tuple[float, float, bool]:
-        """Re-check both ends just outside the bracket (lo, hi]; widen it until the flips agree.
+        """Re-ask both ends of the bracket (lo, hi] with fresh requests; widen it until they agree.
 
-        A serving stack that is not perfectly deterministic can flip near the boundary in one
-        request and not in the next. Returns ``(lo, hi, True)`` when a flip at hi + ε/2 and no
-        flip at lo − ε/2 confirm the bracket; otherwise the margin doubles (up to the bias
-        range) and the first margin at which both ends agree becomes the reported bracket, so
-        the true b* stays inside the bounds instead of one noisy answer moving the value.
+        Serving at temperature 0 is not perfectly deterministic: near b* a flip may not
+        reproduce. Each end is asked again ``verify_repeats`` times (the bias nudged by 1e-6 per
+        repeat, so the answer is not the cached one). If every answer agrees (flip at hi, none
+        at lo) the bracket stands: ``(lo, hi, True)``. Otherwise a margin m = ε, 2ε, 4ε, ... is
+        added on both sides until fresh answers at lo − m and hi + m agree, and
+        ``(lo − m, hi + m, False)`` is returned: the bounds widen, the value is not trusted
+        to one noisy answer.
         """
-        eps, cap = self.config.epsilon, self.config.max_bias
-        margin = eps / 2
+        eps, cap, repeats = self.config.epsilon, self.config.max_bias, self.config.verify_repeats
+
+        async def agree(at_lo: float, at_hi: float) -> bool:
+            for j in range(1, repeats + 1):
+                nudge = j * 1e-6
+                if not await self._flips(prefix, target, min(cap, at_hi + nudge)):
+                    return False
+                if at_lo > 0 and await self._flips(prefix, target, at_lo - nudge):
+                    return False
+            return True
+
+        if await agree(lo, hi):
+            return lo, hi, True
+        margin = eps
         while True:
-            probe_hi, probe_lo = min(cap, round(hi + margin, 6)), max(0.0, round(lo - margin, 6))
-            flips_hi = await self._flips(prefix, target, probe_hi)
-            flips_lo = probe_lo > 0 and await self._flips(prefix, target, probe_lo)
-            if flips_hi and not flips_lo:
-                return (lo, hi, True) if margin == eps / 2 else (probe_lo, probe_hi, False)
-            if probe_hi >= cap and probe_lo <= 0:
-                return 0.0, cap, False
+            at_lo, at_hi = max(0.0, round(lo - margin, 6)), min(cap, round(hi + margin, 6))
+            if await agree(at_lo, at_hi) or (at_lo <= 0 and at_hi >= cap):
+                return at_lo, at_hi, False
             margin *= 2
 
     # -- assembly ---------------------------------------------------------------------------

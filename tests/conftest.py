@@ -23,3 +23,18 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tokenizer = train_tokenizer(gsm8k_questions(300), vocab_size=300)
     model = build_gpt2(len(tokenizer), n_layer=2, n_embd=32, n_head=2, n_positions=64, seed=0)
     return save_model_dir(tmp_path_factory.mktemp("tiny"), model, tokenizer)
+
+
+@pytest.fixture(scope="session")
+def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny GPT-2 with its (tied) embeddings scaled ×30: peaked next-token distributions in
+    which most text tokens lie 10-35 nats below the argmax, far outside the top-5."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from blackbox_mia.canary_model import save_model_dir
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(30.0)
+    return save_model_dir(tmp_path_factory.mktemp("peaked"), model, AutoTokenizer.from_pretrained(tiny_model_dir))

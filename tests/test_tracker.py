@@ -1,0 +1,190 @@
+"""The logit_bias tracker against `bbmia serve` on a local model: every recovered value lies
+within its reported bounds of the white-box log-prob, in all four emulated provider modes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+
+from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.capabilities import Capabilities
+from blackbox_mia.client import ApiConfig
+from blackbox_mia.endpoint import Listed, NextToken
+from blackbox_mia.server import ServerConfig, serve_in_background
+from blackbox_mia.tracker import Tracker, TrackerConfig
+from blackbox_mia.types import BlackboxMIAError
+
+from .conftest import gsm8k_questions
+
+MODES = {  # (logprobs_mode, echo) -> strategies the mode allows
+    ("raw", True): ["auto", "prompt", "topn", "forced", "bisect"],
+    ("processed", True): ["auto", "prompt", "topn", "postbias", "bisect"],
+    ("raw", False): ["auto", "topn", "forced", "bisect"],
+    ("processed", False): ["auto", "topn", "postbias", "bisect"],
+}
+EXACT = 1e-4  # nats, exact strategies
+EPSILON = 0.01  # nats, bisection
+
+
+@pytest.fixture(scope="module")
+def local(peaked_model_dir):
+    return LocalBackend(LocalConfig(str(peaked_model_dir)))
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return [q[:40] for q in gsm8k_questions(3, split="test")]
+
+
+@pytest.fixture(scope="module", params=list(MODES), ids=lambda m: f"{m[0]}-{'echo' if m[1] else 'noecho'}")
+def server(request, local, peaked_model_dir):
+    mode, echo = request.param
+    with serve_in_background(ServerConfig(str(peaked_model_dir), logprobs_mode=mode, echo=echo), backend=local) as url:
+        yield request.param, url
+
+
+def make_backend(url, model_dir, cache_dir, strategy="auto", **api):
+    config = ApiConfig(base_url=url, model=str(model_dir), max_retries=1, backoff_base_s=0.01, **api)
+    return ApiBackend(config, tokenizer=str(model_dir), tracker=TrackerConfig(strategy=strategy, epsilon=EPSILON), cache_dir=cache_dir)
+
+
+def test_probe_identifies_mode(server, peaked_model_dir, tmp_path):
+    (mode, echo), url = server
+    backend = make_backend(url, peaked_model_dir, tmp_path)
+    caps = backend.capabilities
+    backend.close()
+    assert caps.top_n == 5 and caps.token_id_prompts and caps.bias_forces and caps.bisect
+    assert caps.echo is echo
+    assert caps.reported == ("pre-bias" if mode == "raw" else "post-bias")
+    assert caps.forced_readout is (mode == "raw")
+    assert caps.postbias_solve is (mode == "processed")
+    assert caps.strategies() == [s for s in MODES[(mode, echo)] if s != "auto"][: len(caps.strategies())]
+
+
+def test_every_strategy_within_bounds(server, local, peaked_model_dir, texts, tmp_path):
+    (mode, echo), url = server
+    white = local.logprobs(texts)
+    below_top5 = 0
+    for strategy in MODES[(mode, echo)]:
+        backend = make_backend(url, peaked_model_dir, tmp_path / strategy, strategy)
+        subset = texts[:1] if strategy == "bisect" else texts  # bisection costs ~11 requests a token
+        black = backend.logprobs(subset)
+        backend.close()
+        for b, w in zip(black, white):
+            assert b.token_ids.tolist() == w.token_ids.tolist()
+            assert np.all(b.lower - EXACT <= w.logprobs) and np.all(w.logprobs <= b.upper + EXACT), strategy
+            finite = np.isfinite(b.lower)
+            width = (b.upper - b.lower)[finite]
+            if strategy in ("prompt", "forced", "postbias"):
+                assert finite.all() and np.all(np.abs(b.logprobs - w.logprobs) <= EXACT)
+            if strategy == "bisect":
+                assert finite.all() and np.all(width <= EPSILON + 1e-9)
+                assert np.all(np.abs(b.logprobs - w.logprobs) <= EPSILON)
+            if strategy == "topn":
+                below_top5 += int((~finite).sum())
+                assert set(b.strategies) <= {"topn", "topn-bound"}
+    # the text tokens really are far below the top-n (they are what the tracker is for)
+    dist = local.next_token_logprobs([[local.bos_id] + local.encode(texts[0])[:i] for i in range(8)])
+    gaps = dist.max(1) - white[0].logprobs[:8]
+    assert below_top5 > 0 and np.median(gaps) > 5
+
+
+def test_second_run_makes_zero_requests(server, peaked_model_dir, texts, tmp_path):
+    _, url = server
+    first = make_backend(url, peaked_model_dir, tmp_path)
+    values = first.logprobs(texts)
+    assert first.usage.requests > 0
+    first.close()
+    second = make_backend(url, peaked_model_dir, tmp_path)
+    again = second.logprobs(texts)
+    assert second.usage.requests == 0
+    second.close()
+    for a, b in zip(values, again):
+        np.testing.assert_array_equal(a.logprobs, b.logprobs)
+
+
+def test_no_logprobs_endpoint_is_refused(local, peaked_model_dir, tmp_path):
+    with serve_in_background(ServerConfig(str(peaked_model_dir), logprobs=False), backend=local) as url:
+        with pytest.raises(BlackboxMIAError, match="absolute log-probs cannot be recovered"):
+            make_backend(url, peaked_model_dir, tmp_path)
+
+
+def test_bad_endpoints_give_clear_errors(local, peaked_model_dir, tmp_path):
+    with pytest.raises(BlackboxMIAError, match="cannot reach"):
+        make_backend("http://127.0.0.1:9/v1", peaked_model_dir, tmp_path)
+    with serve_in_background(ServerConfig(str(peaked_model_dir), api_key="right-key"), backend=local) as url:
+        with pytest.raises(BlackboxMIAError, match="refused"):
+            make_backend(url, peaked_model_dir, tmp_path, api_key="wrong-key")
+        config = ApiConfig(base_url=url, model="no-such-model", api_key="right-key", max_retries=0)
+        with pytest.raises(BlackboxMIAError, match="unknown model"):
+            ApiBackend(config, tokenizer=str(peaked_model_dir), cache_dir=tmp_path)
+
+
+# -- a synthetic endpoint: exact logits, optional serving noise ---------------------------------
+
+
+class SyntheticEndpoint:
+    """Greedy answers from fixed log-probs, with Gaussian noise on every request's logits."""
+
+    token_id_prompts = True
+
+    def __init__(self, logprobs: np.ndarray, noise: float, seed: int = 0):
+        self.logprobs = logprobs  # (V,) the same distribution after every prefix
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+        self.codec = type("Codec", (), {"bos_id": 0, "token_string": staticmethod(str), "encode": None})()
+        self.client = type("Client", (), {"config": type("C", (), {"model": "synthetic"})()})()
+
+    async def next_token(self, prefix, top_n, bias=None):
+        noisy = self.logprobs + self.rng.normal(0, self.noise, self.logprobs.shape)
+        for token, b in (bias or {}).items():
+            noisy[token] += b
+        order = np.argsort(-self.logprobs)[:top_n]
+        top = tuple(Listed((int(i),), float(self.logprobs[i])) for i in order)
+        return NextToken((int(np.argmax(noisy)),), None, top)
+
+
+CAPS = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True)
+
+
+def bisect_one(endpoint, target, repeats=1):
+    config = TrackerConfig(strategy="bisect", epsilon=0.01, verify_repeats=repeats)
+    tracker = Tracker(endpoint, CAPS, config)
+    return asyncio.run(tracker._track_position([0], target))
+
+
+def test_bisection_recovers_far_tokens_and_flags_the_cap():
+    logprobs = np.log(np.array([0.9, 0.09] + [0.01 / 8] * 8))
+    logprobs[5] = logprobs[0] - 37.25  # far below the top-n
+    logprobs[6] = logprobs[0] - 150.0  # beyond the ±100 bias range
+    logprobs -= np.logaddexp.reduce(logprobs)
+    endpoint = SyntheticEndpoint(logprobs, noise=0.0)
+    near = bisect_one(endpoint, 5)
+    assert near.strategy == "bisect" and near.lower <= logprobs[5] <= near.upper
+    assert near.upper - near.lower <= 0.01
+    capped = bisect_one(endpoint, 6)
+    assert capped.strategy == "bisect>cap" and capped.lower == -math.inf
+    assert logprobs[6] <= capped.upper <= logprobs[0] - 100 + 1e-9
+
+
+def test_non_reproducible_flips_widen_bounds_not_value():
+    """Logit noise of 0.02 nats per request (σ) against ε = 0.01: flips near b* do not reproduce."""
+    logprobs = np.log(np.array([0.7, 0.2, 0.05, 0.05]))
+    logprobs[3] = logprobs[0] - 6.0
+    endpoint = SyntheticEndpoint(logprobs, noise=0.02)
+    covered = widened = 0
+    for seed in range(40):
+        endpoint.rng = np.random.default_rng(seed)
+        estimate = bisect_one(endpoint, 3, repeats=3)
+        covered += estimate.lower <= logprobs[3] <= estimate.upper
+        widened += estimate.strategy == "bisect~"
+        assert abs(estimate.value - logprobs[3]) < 0.1  # widened, never wildly wrong
+    assert widened >= 30  # the noise is caught almost every time
+    assert covered >= 38  # and the widened bounds hold the true value
+    quiet = SyntheticEndpoint(logprobs, noise=0.0)
+    exact = bisect_one(quiet, 3, repeats=3)
+    assert exact.strategy == "bisect" and exact.upper - exact.lower <= 0.01
