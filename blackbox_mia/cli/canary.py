@@ -82,23 +82,24 @@ def train(
 
     Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR
     """
-    from ..canary import canary_dir, ensure_canary, load_manifest, train_canary
+    from ..canary import MANIFEST, canary_dir, ensure_canary, load_manifest, train_canary
 
     with user_errors():
         config.validate()
         target = out if out is not None else canary_dir(config, cache_dir)
+        reused = not force and (target / MANIFEST).is_file()
         if force:
             path = train_canary(config, target, progress=not quiet)
         else:
             path = ensure_canary(config, progress=not quiet, out_dir=target)
         manifest = load_manifest(path)
         losses = ", ".join(f"{e['final']:.3f}" for e in manifest["loss_per_epoch"])
-        typer.echo(f"canary model: {path}")
-        typer.echo(f"manifest: {path / 'manifest.json'}")
+        typer.echo(f"canary model: {path}" + (" (already trained, reused; --force retrains)" if reused else ""))
+        typer.echo(f"manifest: {path / MANIFEST}")
         typer.echo(
             f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
             f"final loss per epoch: {losses} nats/token"
         )
         typer.echo(f"evaluate: bbmia score {path / manifest['items_file']} --local {path}", err=True)
         if json_out:
-            echo_json_line({"path": str(path), "manifest": str(path / "manifest.json"), "train_seconds": manifest["train_seconds"]})
+            echo_json_line({"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused})

@@ -1,0 +1,89 @@
+"""``bbmia serve``: an OpenAI-compatible validation server backed by a local model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import Optional
+
+import typer
+
+from .app import app, user_errors
+
+
+@app.command()
+def serve(
+    model: str = typer.Option(..., "--model", help="local Hugging Face model (directory or hub name)"),
+    host: str = typer.Option("127.0.0.1", help="interface to bind (anything but loopback exposes the model)"),
+    port: int = typer.Option(8000, help="TCP port; 0 picks a free one"),
+    api_key: Optional[str] = typer.Option(
+        None, "--api-key", envvar="BBMIA_SERVER_KEY", show_envvar=True,
+        help="bearer token clients must send (never printed)",
+    ),
+    served_name: Optional[str] = typer.Option(None, "--served-name", help="model name clients send (default: --model)"),
+    logprobs_mode: str = typer.Option(
+        "raw", "--logprobs-mode",
+        help="raw: reported log-probs ignore logit_bias (OpenAI since 2024, vLLM default); "
+        "processed: log_softmax(logits + bias) (vLLM processed_logprobs, pre-2024 OpenAI)",
+    ),
+    echo: bool = typer.Option(True, "--echo/--no-echo", help="allow echo + logprobs (prompt log-probs)"),
+    logprobs: bool = typer.Option(True, "--logprobs/--no-logprobs", help="return log-probs at all"),
+    max_logprobs: int = typer.Option(5, "--max-logprobs", help="largest 'logprobs' (top-n) on /v1/completions"),
+    max_top_logprobs: int = typer.Option(20, "--max-top-logprobs", help="largest 'top_logprobs' on chat"),
+    token_id_prompts: bool = typer.Option(
+        True, "--token-id-prompts/--no-token-id-prompts", help="accept completions prompts given as token ids"
+    ),
+    batch_window_ms: float = typer.Option(2.0, "--batch-window-ms", help="micro-batching window in ms (0 = off)"),
+    max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
+    device: Optional[str] = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
+    dtype: str = typer.Option("auto", help="float32, bfloat16, float16 or auto"),
+):
+    """Serve a local model behind /v1/completions, /v1/chat/completions, /v1/models, /tokenize.
+
+    Validates the black-box tracker against known white-box log-probs. Text prompts are tokenized
+    without BOS and chat messages are concatenated without a chat template. Prints the base URL,
+    then runs until Ctrl-C or SIGTERM.
+    """
+    with user_errors():
+        from ..server import ServerConfig, is_loopback
+
+        config = ServerConfig(
+            model=model, host=host, port=port, api_key=api_key, served_name=served_name,
+            logprobs_mode=logprobs_mode, echo=echo, logprobs=logprobs,
+            max_logprobs_completions=max_logprobs, max_logprobs_chat=max_top_logprobs,
+            token_id_prompts=token_id_prompts, batch_window_ms=batch_window_ms, max_batch=max_batch,
+            device=device, dtype=dtype,
+        )
+        if not is_loopback(host):
+            typer.secho(
+                f"warning: binding {host} exposes the model to the network"
+                + ("" if api_key else "; set --api-key / BBMIA_SERVER_KEY"),
+                fg=typer.colors.YELLOW, err=True,
+            )
+        try:
+            asyncio.run(_serve_until_interrupted(config))
+        except KeyboardInterrupt:
+            typer.echo("stopped", err=True)
+
+
+async def _serve_until_interrupted(config) -> None:
+    from ..server import ValidationServer
+
+    server = ValidationServer(config)
+    try:
+        base_url = await server.start()
+        typer.echo(base_url)
+        auth = "bearer key required (not shown)" if config.api_key else "no key required"
+        typer.echo(
+            f"serving {config.name!r}: logprobs {config.logprobs_mode}, echo {'on' if config.echo else 'off'}, "
+            f"logprobs {'on' if config.logprobs else 'off'}, {auth}; Ctrl-C stops",
+            err=True,
+        )
+        stop = asyncio.Event()
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows event loops
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        typer.echo("stopped", err=True)
+    finally:
+        await server.stop()

@@ -1,0 +1,161 @@
+"""Shipped datasets (counts, exact texts, ids) and user JSONL parsing with its error messages."""
+
+import json
+
+import pytest
+
+from blackbox_mia.datasets import DATA_DIR, Dataset, Item, file_sha256, gsm8k_text, load_dataset
+from blackbox_mia.types import BlackboxMIAError
+
+
+@pytest.mark.parametrize(
+    "spec, name, count, members",
+    [
+        ("gsm8k", "gsm8k:test", 1319, None),
+        ("gsm8k:test", "gsm8k:test", 1319, None),
+        ("gsm8k:train", "gsm8k:train", 7473, None),
+        ("aqua", "aqua:test", 254, None),
+        ("aqua:dev", "aqua:dev", 254, None),
+        ("wikimia64", "wikimia64", 542, 284),
+        ("wikimia128", "wikimia128", 200, 100),
+        ("wikimia24", "wikimia24", 200, 100),
+    ],
+)
+def test_shipped_counts_and_labels(spec, name, count, members):
+    ds = load_dataset(spec)
+    assert ds.name == name and len(ds.items) == count
+    assert len({item.id for item in ds.items}) == count
+    assert ds.sha256 == file_sha256(ds.source)
+    if members is None:
+        assert not ds.labelled and all(item.label is None for item in ds.items)
+    else:
+        assert ds.labelled and sum(item.label for item in ds.items) == members
+
+
+def test_gsm8k_sha256_matches_provenance():
+    ds = load_dataset("gsm8k:test")
+    assert ds.sha256 == "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+    assert ds.source == str(DATA_DIR / "gsm8k" / "test.jsonl")
+
+
+def test_gsm8k_test_0_exact_text():
+    item = load_dataset("gsm8k").items[0]
+    with open(DATA_DIR / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
+        raw = json.loads(f.readline())
+    assert item.id == "gsm8k-test-0"
+    assert item.text == "Question: " + raw["question"] + "\nAnswer: " + raw["answer"]
+    assert item.text == gsm8k_text(raw["question"], raw["answer"])
+    assert item.text.startswith("Question: Janet\u2019s ducks lay 16 eggs per day.")
+    assert "<<16-3-4=9>>" in item.text and item.text.endswith("\n#### 18")
+    assert item.meta == {"question": raw["question"], "answer": raw["answer"]}
+
+
+def test_gsm8k_train_ids_and_aqua_text():
+    assert load_dataset("gsm8k:train").items[7472].id == "gsm8k-train-7472"
+    item = load_dataset("aqua").items[0]
+    assert item.id == "aqua-test-0"
+    m = item.meta
+    assert set(m) == {"question", "options", "rationale", "correct"} and len(m["options"]) == 5
+    assert item.text == (
+        f"Question: {m['question']}\nOptions: {' '.join(m['options'])}\nRationale: {m['rationale']}\nAnswer: {m['correct']}"
+    )
+    assert "\nOptions: A)5(\u221a3 + 1) B)" in item.text
+
+
+def test_wikimia_ids_use_hf_index():
+    ds = load_dataset("wikimia64")
+    first = ds.items[0]
+    assert first.id == "wikimia64-0" and first.label == 0
+    assert first.text.startswith("The 12th Circle Chart Music Awards ceremony")
+    assert first.meta["hf_index"] == 0 and "input" not in first.meta
+    assert load_dataset("wikimia24").items[0].id.startswith("wikimia24-")
+
+
+def write(tmp_path, lines, name="data.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_jsonl_with_text_field_ids_and_labels(tmp_path):
+    path = write(
+        tmp_path,
+        [
+            json.dumps({"text": "first text", "label": 1, "id": "a", "source": "x"}),
+            "",
+            "   ",
+            json.dumps({"text": "second text", "label": 0}),
+            json.dumps({"text": "third text", "label": None, "id": 7}),
+            json.dumps({"text": "fourth", "label": True}),
+        ],
+    )
+    ds = load_dataset(str(path))
+    assert isinstance(ds, Dataset) and ds.name == str(path) and ds.source == str(path)
+    assert ds.items[0] == Item("a", "first text", 1, {"source": "x"})
+    assert ds.items[1] == Item("data-1", "second text", 0, {})
+    assert ds.items[2].id == "7" and ds.items[2].label is None
+    assert ds.items[3].label == 1 and type(ds.items[3].label) is int
+    assert not ds.labelled
+    assert ds.sha256 == file_sha256(path)
+
+
+def test_jsonl_with_input_field(tmp_path):
+    path = write(tmp_path, [json.dumps({"input": "an input text", "label": 0}), json.dumps({"input": "b", "label": 1.0})])
+    ds = load_dataset(str(path))
+    assert [(i.id, i.text, i.label) for i in ds.items] == [("data-0", "an input text", 0), ("data-1", "b", 1)]
+    assert ds.labelled
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(BlackboxMIAError, match=r"not found: .*nope\.jsonl"):
+        load_dataset(str(tmp_path / "nope.jsonl"))
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = write(tmp_path, [json.dumps({"text": "ok"}), "", '{"text": "broken'])
+    with pytest.raises(BlackboxMIAError, match=rf"{path}:3: malformed JSON"):
+        load_dataset(str(path))
+
+
+def test_not_an_object(tmp_path):
+    path = write(tmp_path, ['["text"]'])
+    with pytest.raises(BlackboxMIAError, match=r":1: expected a JSON object"):
+        load_dataset(str(path))
+
+
+def test_missing_text_field(tmp_path):
+    path = write(tmp_path, [json.dumps({"text": "ok"}), json.dumps({"body": "no text key"})])
+    with pytest.raises(BlackboxMIAError, match=r":2: no 'text' or 'input' field"):
+        load_dataset(str(path))
+
+
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_empty_text(tmp_path, text):
+    path = write(tmp_path, [json.dumps({"text": "ok"}), json.dumps({"text": "fine"}), json.dumps({"text": text})])
+    with pytest.raises(BlackboxMIAError, match=r":3: empty text"):
+        load_dataset(str(path))
+
+
+def test_non_string_text(tmp_path):
+    path = write(tmp_path, [json.dumps({"text": 42})])
+    with pytest.raises(BlackboxMIAError, match=r":1: text must be a string"):
+        load_dataset(str(path))
+
+
+@pytest.mark.parametrize("label", [2, -1, "1", 0.5])
+def test_bad_label(tmp_path, label):
+    path = write(tmp_path, [json.dumps({"text": "ok", "label": 1}), json.dumps({"text": "t", "label": label})])
+    with pytest.raises(BlackboxMIAError, match=r":2: label must be 0, 1 or null"):
+        load_dataset(str(path))
+
+
+def test_duplicate_id(tmp_path):
+    path = write(tmp_path, [json.dumps({"text": "a", "id": "x"}), json.dumps({"text": "b", "id": "x"})])
+    with pytest.raises(BlackboxMIAError, match=r":2: duplicate id 'x' \(first on line 1\)"):
+        load_dataset(str(path))
+
+
+def test_empty_dataset(tmp_path):
+    path = write(tmp_path, ["", "  "])
+    with pytest.raises(BlackboxMIAError, match="empty dataset"):
+        load_dataset(str(path))
