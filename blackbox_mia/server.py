@@ -269,7 +269,7 @@ class Step:
 
 
 def top_n(logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:
-    """The ``n`` largest entries as (id, value), best first; ties broken by the smaller id."""
+    """The ``n`` largest entries as (id, value), best first (equal values in id order)."""
     if n <= 0:
         return []
     n = min(n, len(logprobs))

@@ -38,6 +38,9 @@ def serve(
     max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
     device: Optional[str] = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
     dtype: str = typer.Option("auto", help="float32, bfloat16, float16 or auto"),
+    cpu_threads: Optional[int] = typer.Option(
+        None, "--cpu-threads", help="torch CPU threads (1 is fastest for small models on a busy machine)"
+    ),
 ):
     """Serve a local model behind /v1/completions, /v1/chat/completions, /v1/models, /tokenize.
 
@@ -61,6 +64,10 @@ def serve(
                 + ("" if api_key else "; set --api-key / BBMIA_SERVER_KEY"),
                 fg=typer.colors.YELLOW, err=True,
             )
+        if cpu_threads:
+            import torch
+
+            torch.set_num_threads(cpu_threads)
         try:
             asyncio.run(_serve_until_interrupted(config))
         except KeyboardInterrupt:
@@ -77,7 +84,7 @@ async def _serve_until_interrupted(config) -> None:
         auth = "bearer key required (not shown)" if config.api_key else "no key required"
         typer.echo(
             f"serving {config.name!r}: logprobs {config.logprobs_mode}, echo {'on' if config.echo else 'off'}, "
-            f"logprobs {'on' if config.logprobs else 'off'}, {auth}; Ctrl-C stops",
+            f"logprobs {'on' if config.logprobs else 'off'}, {auth}; Ctrl-C or SIGTERM stops",
             err=True,
         )
         stop = asyncio.Event()
