@@ -72,7 +72,9 @@ def capabilities_path(cache_dir: Path, base_url: str, model: str, endpoint: str)
     return Path(cache_dir) / "capabilities" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
 
-async def load_or_probe(endpoint: Endpoint, cache_dir: Path, refresh: bool = False) -> Capabilities:
+async def load_or_probe(
+    endpoint: Endpoint, cache_dir: Path, refresh: bool = False, context: int | None = None
+) -> Capabilities:
     """The cached probe result for this endpoint, probing (and caching as JSON) when missing.
 
     ``endpoint.token_id_prompts`` is set from the result either way.
@@ -86,14 +88,17 @@ async def load_or_probe(endpoint: Endpoint, cache_dir: Path, refresh: bool = Fal
             raise BlackboxMIAError(f"corrupt capability cache {path}: {exc}; delete it or pass --reprobe") from exc
         endpoint.token_id_prompts = caps.token_id_prompts
         return caps
-    caps = await probe(endpoint)
+    caps = await probe(endpoint, context=context)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(caps.to_json(), indent=2))
     return caps
 
 
-async def probe(endpoint: Endpoint, max_bias: float = 100.0, epsilon: float = 0.01) -> Capabilities:
-    """Probe ``endpoint`` with :data:`PROBE_TEXT` (a few dozen requests, all cached).
+async def probe(
+    endpoint: Endpoint, max_bias: float = 100.0, epsilon: float = 0.01, context: int | None = None
+) -> Capabilities:
+    """Probe ``endpoint`` with :data:`PROBE_TEXT` (a few dozen requests, all cached), cut to the
+    first ``context`` tokens when the model's context is that short.
 
     ``endpoint.token_id_prompts`` is updated to what the server accepts.
 
@@ -113,7 +118,7 @@ async def probe(endpoint: Endpoint, max_bias: float = 100.0, epsilon: float = 0.
         except BlackboxMIAError as exc:
             notes.append(f"token-id prompts refused ({exc}); prompts go as text, re-tokenization checked")
     endpoint.token_id_prompts = token_ids
-    seq = ([codec.bos_id] if codec.bos_id is not None and token_ids else []) + ids
+    seq = (([codec.bos_id] if codec.bos_id is not None and token_ids else []) + ids)[:context]
 
     top_n, first = 0, None
     for n in (20, 5, 1):

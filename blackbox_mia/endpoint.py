@@ -112,7 +112,8 @@ class Endpoint:
             BlackboxMIAError: the endpoint returned no or misaligned prompt log-probs.
         """
         prompt, _ = self._prompt(ids)
-        result = await self.client.complete(prompt, max_tokens=1, temperature=0.0, logprobs=1, echo=True)
+        # max_tokens = 0: the prompt alone, so a full context window fits
+        result = await self.client.complete(prompt, max_tokens=0, temperature=0.0, logprobs=1, echo=True)
         echoed = result.get("prompt_tokens")
         if not echoed or len(echoed) != len(ids):
             raise BlackboxMIAError(

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from .backends.local import sliding_windows
 from .capabilities import Capabilities
 from .endpoint import Endpoint, NextToken
 from .tokenization import TokenCodec
@@ -54,6 +55,8 @@ class TrackerConfig:
         verify_flips: re-ask a bisection bracket's ends with fresh requests and widen the
             bounds when a flip does not reproduce.
         verify_repeats: fresh requests per bracket end (2 × this many per bisected token).
+        context: the model's context in tokens; longer texts use the local backend's sliding
+            windows (stride = half the context). ``None``: whole prefixes.
     """
 
     strategy: str = "auto"
@@ -61,6 +64,7 @@ class TrackerConfig:
     max_bias: float = 100.0
     verify_flips: bool = True
     verify_repeats: int = 2
+    context: int | None = None
 
 
 @dataclass
@@ -83,6 +87,18 @@ def topn_upper_bound(answer: NextToken) -> float:
     rest = 1.0 - float(np.sum(np.exp(listed)))
     mass_bound = math.log(rest) if rest > 0 else -math.inf
     return min(min(listed), mass_bound) if listed else 0.0
+
+
+async def gather_or_cancel(coroutines) -> list:
+    """``asyncio.gather`` that cancels the other requests when one fails (no orphan requests)."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 class Tracker:
@@ -139,7 +155,7 @@ class Tracker:
             if len(seq) < 2:
                 raise BlackboxMIAError(f"text #{i} has fewer than 2 tokens (no BOS): nothing to score")
         bar = tqdm(total=sum(len(s) - 1 for s in sequences), unit="tok", disable=not progress, desc="track")
-        estimates = await asyncio.gather(*(self._track_sequence(seq, bar) for seq in sequences))
+        estimates = await gather_or_cancel(self._track_sequence(seq, bar) for seq in sequences)
         bar.close()
         return [self._to_logprobs(seq, est) for seq, est in zip(sequences, estimates)]
 
@@ -155,19 +171,24 @@ class Tracker:
         return self.config.strategy
 
     async def _track_sequence(self, seq: list[int], bar) -> list[Estimate]:
+        # the same windows as LocalBackend, so a model with a short context is compared fairly
+        windows = sliding_windows(len(seq), self.config.context) if self.config.context else [(0, len(seq), 1)]
         if self._mode() == "prompt":
-            values = await self.endpoint.prompt_logprobs(seq)
-            if any(v is None for v in values[1:]):
-                raise BlackboxMIAError("echo returned a null log-prob for a prompt token after the first")
-            bar.update(len(seq) - 1)
-            return [Estimate.exact(v, "prompt") for v in values[1:]]
+            estimates = []
+            for start, end, first in windows:
+                values = await self.endpoint.prompt_logprobs(seq[start:end])
+                if any(v is None for v in values[first - start :]):
+                    raise BlackboxMIAError("echo returned a null log-prob for a prompt token after the first")
+                estimates += [Estimate.exact(v, "prompt") for v in values[first - start :]]
+                bar.update(end - first)
+            return estimates
 
-        async def one(i: int) -> Estimate:
-            estimate = await self._track_position(seq[:i], seq[i])
+        async def one(start: int, j: int) -> Estimate:
+            estimate = await self._track_position(seq[start:j], seq[j])
             bar.update(1)
             return estimate
 
-        return list(await asyncio.gather(*(one(i) for i in range(1, len(seq)))))
+        return await gather_or_cancel(one(start, j) for start, end, first in windows for j in range(first, end))
 
     async def _track_position(self, prefix: list[int], target: int) -> Estimate:
         mode, n = self._mode(), self.caps.top_n

@@ -188,3 +188,18 @@ def test_non_reproducible_flips_widen_bounds_not_value():
     quiet = SyntheticEndpoint(logprobs, noise=0.0)
     exact = bisect_one(quiet, 3, repeats=3)
     assert exact.strategy == "bisect" and exact.upper - exact.lower <= 0.01
+
+
+def test_context_windows_match_local_sliding_window(tiny_model_dir, tmp_path):
+    """Texts longer than the context: the tracker sends the local backend's windows."""
+    short = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16))
+    text = gsm8k_questions(1, split="test")[0][:70]
+    white = short.logprobs([text])[0]
+    for echo in (True, False):
+        with serve_in_background(ServerConfig(str(tiny_model_dir), echo=echo), backend=short) as url:
+            config = ApiConfig(base_url=url, model=str(tiny_model_dir), max_retries=1)
+            backend = ApiBackend(config, tokenizer=str(tiny_model_dir), tracker=TrackerConfig(context=16), cache_dir=tmp_path / str(echo))
+            black = backend.logprobs([text])[0]
+            backend.close()
+        assert white.n_tokens > 30 and set(black.strategies) == ({"prompt"} if echo else {"forced"})
+        np.testing.assert_allclose(black.logprobs, white.logprobs, atol=EXACT)

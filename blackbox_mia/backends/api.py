@@ -74,7 +74,7 @@ class ApiBackend(Backend):
         self.endpoint = Endpoint(self.client, self.codec, api.endpoint, token_id_prompts=True)
         try:
             self.capabilities: Capabilities = self.loop.run_until_complete(
-                load_or_probe(self.endpoint, root, refresh=reprobe)
+                load_or_probe(self.endpoint, root, refresh=reprobe, context=tracker.context)
             )
             self.tracker = Tracker(self.endpoint, self.capabilities, tracker)
         except BaseException:

@@ -75,13 +75,19 @@ def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bo
     from ..client import ApiConfig
     from ..runner import ScoredText, score_texts
     from ..server import ServerConfig, serve_in_background
+    from ..tracker import TrackerConfig
 
     scorers = parse_scorers(BLACKBOX_DEMO_SCORERS)
     texts = [it.text for it in items]
     white = local.logprobs(texts)
     start = time.perf_counter()
     with serve_in_background(ServerConfig(str(path), logprobs_mode=mode, echo=echo), backend=local) as url:
-        api = ApiBackend(ApiConfig(base_url=url, model=str(path), api_key="demo-no-key"), tokenizer=str(path), cache_dir=cache_dir)
+        api = ApiBackend(
+            ApiConfig(base_url=url, model=str(path), api_key="demo-no-key"),
+            tokenizer=str(path),
+            tracker=TrackerConfig(context=local.context),
+            cache_dir=cache_dir,
+        )
         try:
             results = score_texts(texts, scorers, {"target": api}, progress=progress)
             usage = api.usage.to_dict()
@@ -90,7 +96,8 @@ def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bo
             api.close()
     wall = time.perf_counter() - start
     black = [lp for _, lp in results]
-    diffs = np.concatenate([b.logprobs - w.logprobs for b, w in zip(black, white)])
+    bounded = np.concatenate([np.isfinite(b.lower) for b in black])
+    diffs = np.concatenate([b.logprobs - w.logprobs for b, w in zip(black, white)])[bounded]
     inside = np.concatenate(
         [(b.lower - 1e-4 <= w.logprobs) & (w.logprobs <= b.upper + 1e-4) for b, w in zip(black, white)]
     )
@@ -99,12 +106,13 @@ def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bo
         for s in b.strategies:
             strategies[s] = strategies.get(s, 0) + 1
     rows = [ScoredText(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
-    n_tokens = int(diffs.size)
+    n_tokens = int(bounded.size)
     return {
         "ids": [it.id for it in items],
         "auc": auc_by_scorer(rows, scorers),
         "n_tokens": n_tokens,
-        "max_abs_diff_nats": float(np.max(np.abs(diffs))),
+        "max_abs_diff_nats": float(np.max(np.abs(diffs))) if diffs.size else None,
+        "upper_bound_only": int((~bounded).sum()),
         "within_bounds": float(np.mean(inside)),
         "requests": usage["requests"],
         "requests_per_token": usage["requests"] / n_tokens if usage["requests"] else 0.0,
