@@ -18,10 +18,20 @@ from ..types import BlackboxMIAError
 
 
 def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
-    """Items of a dataset spec (first ``limit``), and the dataset's metadata for the config."""
-    ds = load_dataset(spec)
+    """Items of a dataset spec (first ``limit``), and the dataset's metadata for the config.
+
+    Besides the specs of :func:`~blackbox_mia.datasets.load_dataset`, ``canary`` (the default
+    canary, ``canary_dir(CanaryConfig())``) and ``canary:PATH`` give a trained canary's members
+    (label 1) and non-members (label 0); see :func:`blackbox_mia.audit.load_canary_dataset`.
+    """
+    if spec == "canary" or spec.startswith("canary:"):
+        from ..audit import load_canary_dataset  # imports the evaluation stack: only when needed
+
+        ds = load_canary_dataset(spec)
+    else:
+        ds = load_dataset(spec)
     items = ds.items[:limit] if limit else ds.items
-    return items, {"name": ds.name, "source": ds.source, "sha256": ds.sha256, "n_items": len(items)}
+    return items, {"name": ds.name, "source": ds.source, "sha256": ds.sha256}
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class TargetOptions:
     tokenizer: str | None = None
     strategy: str = "auto"
     epsilon: float = 0.01
+    context: int | None = None
     concurrency: int = 16
     rpm: float | None = None
     tpm: float | None = None
@@ -79,7 +90,7 @@ def build_backends(opts: TargetOptions) -> dict[str, Backend]:
             tpm=opts.tpm,
             **({"api_key": opts.api_key} if opts.api_key else {}),
         )
-        tracker = TrackerConfig(strategy=opts.strategy, epsilon=opts.epsilon)
+        tracker = TrackerConfig(strategy=opts.strategy, epsilon=opts.epsilon, context=opts.context)
         backends = {TARGET: ApiBackend(api, opts.tokenizer, tracker, opts.cache_dir, opts.reprobe)}
     if opts.ref:
         backends[REFERENCE] = local(opts.ref)
@@ -122,6 +133,7 @@ def _target_parameters() -> list[inspect.Parameter]:
         ("tokenizer", Optional[str], opt(None, "--tokenizer", help="tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", rich_help_panel="Target")),
         ("strategy", str, opt("auto", "--strategy", help="auto, prompt, topn, forced, postbias or bisect", rich_help_panel="Tracker")),
         ("epsilon", float, opt(0.01, "--epsilon", help="bisection precision (nats)", rich_help_panel="Tracker")),
+        ("context", Optional[int], opt(None, "--context-tokens", help="model context in tokens: longer texts go in sliding windows like --local", rich_help_panel="Tracker")),
         ("concurrency", int, opt(16, "--concurrency", help="requests in flight", rich_help_panel="Tracker")),
         ("rpm", Optional[float], opt(None, "--rpm", help="requests-per-minute limit", rich_help_panel="Tracker")),
         ("tpm", Optional[float], opt(None, "--tpm", help="tokens-per-minute limit", rich_help_panel="Tracker")),

@@ -1,0 +1,149 @@
+"""``bbmia eval`` (MIA metrics on labelled data) and ``bbmia sweep`` (benchmark contamination)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app, echo_json_line, user_errors
+from .common import TargetOptions, build_backends, close_all, format_table, with_target_options
+
+DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
+
+
+def _stderr(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@app.command("eval")
+@with_target_options
+def eval_command(
+    dataset: str = typer.Argument(..., help=f"labelled dataset: {DATASET_HELP}"),
+    scorers: Optional[str] = typer.Option(
+        None, help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac' (default: every default "
+        "scorer the target supports; min_k_pp needs --local)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="output folder (default: runs/eval-<dataset>/)"),
+    limit: Optional[int] = typer.Option(None, help="evaluate only the first N items"),
+    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples per confidence interval (0 = none)"),
+    seed: int = typer.Option(0, help="seed of the bootstrap and of the blind baseline's folds"),
+    blind_folds: int = typer.Option(5, "--blind-folds", help="cross-validation folds of the blind baseline"),
+    overwrite: bool = typer.Option(False, help="rescore instead of resuming the scores file"),
+    quiet: bool = typer.Option(False, help="no progress bars or messages"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    *,
+    target: TargetOptions,
+):
+    """AUC and TPR at 0.1/1/5/10% FPR with bootstrap 95% CIs, per-length results, ROC plots and a
+    blind text-only baseline, on a LABELLED dataset (1 = member, 0 = non-member).
+
+    Writes scores.jsonl (resumable), roc_linear.png, roc_log.png, eval.json and eval.md.
+    """
+    with user_errors():
+        from ..audit import EvalConfig, dataset_slug, default_scorer_specs, prepare_eval, run_eval
+        from ..scorers import split_specs
+
+        specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
+        config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
+                            limit=limit, resume=not overwrite)
+        plan = prepare_eval(config)
+        out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
+        log = (lambda _: None) if quiet else _stderr
+        backends = build_backends(target)
+        try:
+            result = run_eval(plan, backends, out, progress=not quiet, log=log)
+        finally:
+            close_all(backends)
+        s = result.summary
+        fprs = [f"{f:g}" for f in config.fprs]
+        header = ["scorer", "AUC", "CI low", "CI high", *[f"TPR@{100 * f:g}%" for f in config.fprs]]
+        rows = []
+        for name, auc in s["auc"].items():
+            lo, hi = s["auc_ci"][name] or (None, None)
+            rows.append([name, auc, lo, hi, *(s["tpr_at_fpr"][name][k] for k in fprs)])
+        if s["blind_auc"] is not None:
+            lo, hi = result.report["blind_baseline"].get("auc_ci") or (None, None)
+            rows.append(["blind (TF-IDF)", s["blind_auc"], lo, hi, *([None] * len(fprs))])
+        typer.echo(format_table(header, rows))
+        shift = result.report.get("distribution_shift")
+        if shift:
+            typer.echo(shift["message"])
+        typer.echo(f"report: {result.json_path} and {result.md_path}")
+        if json_out:
+            echo_json_line(s)
+
+
+@app.command("sweep")
+@with_target_options
+def sweep_command(
+    dataset: str = typer.Argument(..., help=f"benchmark: {DATASET_HELP}"),
+    scorer: str = typer.Option("min_k", help="one scorer spec, e.g. min_k or 'min_k:k=10'"),
+    rule: str = typer.Option("fpr", help="threshold rule: fpr (target FPR on non-members), max_accuracy or "
+                             "max_f1 (these two need --calibration with members)"),
+    target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
+    calibration: Optional[str] = typer.Option(
+        None, help="labelled calibration set: JSONL with labels, canary, or canary:PATH (known members and "
+        "non-members of a canary model)"),
+    nonmembers: Optional[str] = typer.Option(None, help="known non-members only (JSONL); TPR then unknown"),
+    assumed_tpr: Optional[float] = typer.Option(
+        None, "--assumed-tpr", help="TPR to assume without known members (else the prevalence is reported "
+        "as unavailable)"),
+    control: Optional[bool] = typer.Option(
+        None, "--control/--no-control", help="non-member control from the benchmark with new numbers "
+        "(default: on for GSM8K/AQuA problems)"),
+    control_seed: int = typer.Option(0, "--control-seed", help="seed of the control's new numbers"),
+    limit: Optional[int] = typer.Option(None, help="sweep only the first N benchmark items"),
+    top: int = typer.Option(10, help="list this many highest-scoring items"),
+    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the prevalence CI"),
+    seed: int = typer.Option(0, help="bootstrap seed"),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="output folder (default: runs/sweep-<dataset>/)"),
+    overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
+    quiet: bool = typer.Option(False, help="no progress bars or messages"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    *,
+    target: TargetOptions,
+):
+    """Estimate how much of a benchmark leaked into the target: flag rate at a calibrated threshold,
+    prevalence corrected for its FPR and TPR with a bootstrap CI, and a one-sided Welch t-test of
+    the benchmark against a control built from it (Maini et al. 2024).
+
+    Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
+    """
+    with user_errors():
+        from ..audit import SweepConfig, dataset_slug, prepare_sweep, run_sweep
+        from ..control import ControlConfig
+
+        config = SweepConfig(
+            dataset=dataset, scorer=scorer, rule=rule, target_fpr=target_fpr, calibration=calibration,
+            nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
+            control_config=ControlConfig(seed=control_seed), limit=limit, n_boot=n_boot, seed=seed, top=top,
+            resume=not overwrite,
+        )
+        log = (lambda _: None) if quiet else _stderr
+        plan = prepare_sweep(config, target_paths=(target.local, target.model, target.tokenizer), log=log)
+        out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
+        backends = build_backends(target)
+        try:
+            result = run_sweep(plan, backends, out, progress=not quiet, log=log)
+        finally:
+            close_all(backends)
+        s = result.summary
+        prevalence = s["prevalence"]
+        ci = prevalence["ci"]
+        rows = [
+            ["items scored", s["n"]],
+            ["threshold", s["threshold"]],
+            ["flag rate", s["flag_rate"]],
+            ["FPR (calibration)", s["fpr"]],
+            ["TPR (calibration)", s["tpr"]],
+            ["corrected prevalence", prevalence["estimate"]],
+            ["95% CI", "n/a" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"],
+            ["t-test p-value", "n/a" if s["p_value"] is None else f"{s['p_value']:.3g}"],
+        ]
+        if "planted" in s:
+            rows.append(["planted member fraction", s["planted"]])
+        typer.echo(format_table(["", plan.scorer.label], rows))
+        typer.echo(f"report: {result.json_path} and {result.md_path}")
+        if json_out:
+            echo_json_line(s)

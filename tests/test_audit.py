@@ -1,0 +1,186 @@
+"""``bbmia eval`` and ``bbmia sweep`` end to end on a tiny canary trained in a few seconds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+from typer.testing import CliRunner
+
+from blackbox_mia.audit import SweepConfig, dataset_slug, find_canary_manifest, load_items, prepare_sweep
+from blackbox_mia.canary import CanaryConfig, load_manifest, train_canary
+from blackbox_mia.cli import evaluate  # noqa: F401  (registers eval and sweep)
+from blackbox_mia.cli.app import app
+from blackbox_mia.cli.common import load_items as cli_load_items
+from blackbox_mia.types import BlackboxMIAError
+
+# 40 planted members among the 1,319 GSM8K test problems: some fall in the first 120.
+TINY = CanaryConfig(
+    n_background=60, n_members=40, n_nonmembers=40, dup=3, vocab_size=300,
+    n_layer=1, n_embd=32, n_head=2, block_size=64, epochs=1, batch_size=8,
+)  # fmt: skip
+LIMIT = 120
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def canary(tmp_path_factory):
+    return train_canary(TINY, tmp_path_factory.mktemp("canary") / "model", progress=False)
+
+
+def last_json(result) -> dict:
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_canary_spec_loads_labelled_items_in_both_loaders(canary):
+    items, meta = load_items(f"canary:{canary}")
+    manifest = load_manifest(canary)
+    assert [it.id for it in items] == manifest["member_ids"] + manifest["nonmember_ids"]
+    assert [it.label for it in items] == [1] * 40 + [0] * 40
+    assert meta["name"] == f"canary:{canary}" and len(meta["sha256"]) == 64
+    assert cli_load_items(f"canary:{canary}", 5) == (items[:5], meta)
+    with pytest.raises(BlackboxMIAError, match="bbmia canary train"):
+        load_items(f"canary:{canary.parent / 'nothing'}")
+    assert dataset_slug(meta["name"]) == "canary" and dataset_slug("gsm8k:test") == "gsm8k-test"
+
+
+def test_eval_end_to_end(canary, tmp_path):
+    out = tmp_path / "eval"
+    result = invoke("eval", canary / "canary_items.jsonl", "--local", canary, "--scorers", "loss,min_k:k=10",
+                    "--n-boot", 200, "--out-dir", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = last_json(result)
+    assert set(summary) >= {"auc", "auc_ci", "tpr_at_fpr", "blind_auc", "report"}
+    assert set(summary["auc"]) == {"loss", "min_k:k=10"}
+    assert set(summary["tpr_at_fpr"]["loss"]) == {"0.001", "0.01", "0.05", "0.1"}
+    assert summary["tpr_at_fpr"]["loss"]["0.001"] is None  # 40 non-members cannot measure 0.1% FPR
+    for name in ("eval.json", "eval.md", "roc_linear.png", "roc_log.png", "scores.jsonl"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    report = json.loads((out / "eval.json").read_text())
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    labels = [r["label"] for r in rows]
+    assert len(rows) == 80 and sum(labels) == 40
+    for name in ("loss", "min_k:k=10"):
+        expected = roc_auc_score(labels, [r["scores"][name] for r in rows])
+        assert report["scorers"][name]["auc"] == pytest.approx(expected, abs=1e-12)
+        assert summary["auc"][name] == pytest.approx(expected, abs=1e-12)
+        lo, hi = summary["auc_ci"][name]
+        assert lo <= expected <= hi
+    assert 0 <= summary["blind_auc"] <= 1 and report["blind_baseline"]["auc"] == summary["blind_auc"]
+    verdict = report["distribution_shift"]
+    assert isinstance(verdict["distribution_shift"], bool) and verdict["blind_auc"] == summary["blind_auc"]
+    assert verdict["best_model_auc"] == pytest.approx(max(summary["auc"].values()))
+    config = report["config"]
+    assert config["backends"]["target"]["backend"] == "local" and config["version"]
+    assert config["scorers"]["min_k:k=10"]["k"] == 10.0 and config["dataset"]["sha256"]
+    assert config["eval"]["seed"] == 0 and config["eval"]["n_boot"] == 200
+    md = (out / "eval.md").read_text()
+    assert "Blind baseline" in md and "roc_log.png" in md and "By length" in md
+
+
+def test_eval_refuses_an_unlabelled_dataset(tiny_model_dir, tmp_path):
+    result = invoke("eval", "gsm8k", "--local", tiny_model_dir, "--out-dir", tmp_path / "e")
+    assert result.exit_code == 2
+    assert "needs a labelled dataset" in result.stderr and "bbmia sweep" in result.stderr
+    assert "Traceback" not in result.output and not (tmp_path / "e").exists()
+
+
+def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
+    out = tmp_path / "sweep"
+    result = invoke("sweep", "gsm8k", "--local", canary, "--calibration", f"canary:{canary}",
+                    "--limit", LIMIT, "--n-boot", 300, "--out-dir", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = last_json(result)
+    assert set(summary) >= {"flag_rate", "fpr", "tpr", "prevalence", "p_value", "planted", "report"}
+    members = set(load_manifest(canary)["member_ids"])
+    hand = sum(f"gsm8k-test-{i}" in members for i in range(LIMIT))
+    assert hand > 0 and summary["planted"] == hand / LIMIT
+    assert 0 <= summary["flag_rate"] <= 1 and 0 <= summary["fpr"] <= 0.05 and 0 <= summary["tpr"] <= 1
+    assert 0 < summary["p_value"] < 1
+    for name in ("sweep.json", "sweep.md", "histogram.png", "scores.jsonl", "control_scores.jsonl"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    report = json.loads((out / "sweep.json").read_text())
+    entry = report["sweep"]["min_k"]
+    bench = np.array([json.loads(line)["scores"]["min_k"] for line in (out / "scores.jsonl").read_text().splitlines()])
+    assert len(bench) == LIMIT
+    assert summary["flag_rate"] == pytest.approx(np.mean(bench > entry["threshold"]["value"]))
+    assert entry["threshold"]["rule"] == "fpr" and entry["threshold"]["n_calibration_members"] == 40
+    assert entry["dataset_test"]["against"].startswith("control") and entry["dataset_test"]["p_value"] == summary["p_value"]
+    assert report["control"]["n_source"] == LIMIT and report["control"]["n_kept"] > LIMIT / 2
+    top = report["most_suspicious"]
+    assert len(top) == 10 and top[0]["score"] == pytest.approx(bench.max()) and len(top[0]["text"]) <= 80
+    assert report["planted"]["n_members"] == hand
+    # calibration texts that are in the benchmark reuse its scores: only the rest were scored
+    in_bench = sum(int(i.split("-")[-1]) < LIMIT for i in load_manifest(canary)["member_ids"] + load_manifest(canary)["nonmember_ids"])
+    cal_rows = (out / "calibration_scores.jsonl").read_text().splitlines()
+    assert len(cal_rows) == 80 - in_bench
+    # the estimate is (flag − FPR)/(TPR − FPR), clipped
+    p = summary["prevalence"]
+    if summary["tpr"] > summary["fpr"]:
+        raw = (summary["flag_rate"] - summary["fpr"]) / (summary["tpr"] - summary["fpr"])
+        assert p["estimate"] == pytest.approx(min(1, max(0, raw)))
+        assert p["ci"][0] <= p["estimate"] <= p["ci"][1]
+
+
+def test_sweep_with_control_only_reports_prevalence_unavailable(canary, tmp_path):
+    result = invoke("sweep", "gsm8k", "--local", canary, "--limit", 30, "--n-boot", 100,
+                    "--out-dir", tmp_path / "s", "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = last_json(result)
+    assert summary["tpr"] is None and summary["prevalence"] == {"estimate": None, "ci": [None, None]}
+    assert summary["p_value"] is not None and "planted" in summary  # --local names the canary
+    report = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert any("TPR of the threshold is unknown" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"calibration": "gsm8k"}, "needs a labelled dataset"),
+        ({"calibration": "wikimia64", "nonmembers": "wikimia64"}, "not both"),
+        ({"rule": "max_f1"}, "needs labelled members"),
+        ({"nonmembers": "wikimia64"}, "labelled 1"),
+        ({"target_fpr": 1.5}, "target-fpr"),
+    ],
+)
+def test_sweep_option_errors(options, message):
+    with pytest.raises(BlackboxMIAError, match=message):
+        prepare_sweep(SweepConfig(dataset="gsm8k", limit=5, **options))
+
+
+def test_sweep_without_any_nonmembers_is_a_clear_error(tmp_path, tiny_model_dir):
+    path = tmp_path / "bench.jsonl"
+    path.write_text("".join(json.dumps({"text": f"text number {i}"}) + "\n" for i in range(5)))
+    result = invoke("sweep", path, "--local", tiny_model_dir, "--out-dir", tmp_path / "o")
+    assert result.exit_code == 2 and "no known non-members" in result.stderr and "Traceback" not in result.output
+
+
+def test_find_canary_manifest_prefers_the_target(canary, tmp_path):
+    assert find_canary_manifest(None, [str(canary)]) == canary / "manifest.json"
+    assert find_canary_manifest(f"canary:{canary}", [str(tmp_path), None]) == canary / "manifest.json"
+    assert find_canary_manifest(None, ["gpt-4o", None]) is None
+
+
+def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):
+    nonmembers = tmp_path / "non.jsonl"
+    rows = [json.loads(line) for line in (canary / "canary_items.jsonl").read_text().splitlines()]
+    nonmembers.write_text("".join(json.dumps(r) + "\n" for r in rows if r["label"] == 0))
+    out = tmp_path / "s"
+    result = invoke("sweep", "aqua", "--local", canary, "--nonmembers", nonmembers, "--assumed-tpr", 0.5,
+                    "--limit", 20, "--n-boot", 200, "--top", 3, "--out-dir", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = last_json(result)
+    assert summary["tpr"] == 0.5 and "planted" in summary and summary["planted"] == 0  # no GSM8K member in AQuA
+    raw = (summary["flag_rate"] - summary["fpr"]) / (0.5 - summary["fpr"])
+    assert summary["prevalence"]["estimate"] == pytest.approx(min(1, max(0, raw)))
+    report = json.loads((out / "sweep.json").read_text())
+    assert report["sweep"]["min_k"]["threshold"]["n_calibration_nonmembers"] == 40
+    assert report["sweep"]["min_k"]["prevalence"]["tpr_source"].startswith("assumed")
+    assert len(report["most_suspicious"]) == 3 and "Most suspicious items" in (out / "sweep.md").read_text()
