@@ -294,7 +294,13 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
 
     Returns:
         ``out_dir``, loadable with ``AutoModelForCausalLM.from_pretrained``; it also holds
-        ``canary_items.jsonl`` (id, text, label of members and non-members) for ``bbmia score``.
+        ``canary_items.jsonl`` (id, text, label of members and non-members) for ``bbmia score``,
+        and ``manifest.json``: ``config``, ``member_ids``/``nonmember_ids`` (GSM8K test ids),
+        ``background_ids``, ``sources`` (sha256 of the GSM8K files), ``loss_per_epoch`` (per
+        epoch: ``mean`` over its steps and ``final`` = mean of its last 10% of steps, nats/token),
+        ``train_seconds`` (tokenizer + training, wall clock), ``n_corpus_tokens`` (with one BOS
+        per document), ``n_trained_tokens`` (scored targets over all epochs, window overlaps
+        included), ``versions``, ``complete``.
 
     Raises:
         BlackboxMIAError: an invalid configuration, or torch/transformers/tokenizers missing.
