@@ -5,7 +5,7 @@ runs ``bbmia probe --json`` on the first N GSM8K test problems, and checks every
 white-box log-prob (LocalBackend, same windows) against the reported [lower, upper] bounds, and
 the Min-K% and PAC scores against the local backend's. One JSON line per mode.
 
-Usage: python scripts/validate_blackbox.py CANARY_DIR [--n 20] [--scorers min_k,pac]
+Usage: python scripts/validate_blackbox.py CANARY_DIR [--n 20] [--scorers min_k,pac] [--modes raw-noecho,...]
 """
 
 from __future__ import annotations
@@ -52,13 +52,15 @@ def main() -> None:
     parser.add_argument("canary")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--scorers", default="min_k,pac")
+    parser.add_argument("--modes", default="raw-echo,processed-echo,raw-noecho,processed-noecho")
     args = parser.parse_args()
+    modes = [m for m in MODES if f"{m[0]}-{'echo' if m[1] else 'noecho'}" in args.modes.split(",")]
     bbmia = os.path.join(os.path.dirname(sys.executable), "bbmia")
     local = LocalBackend(LocalConfig(args.canary))
     items = load_dataset("gsm8k:test").items[: args.n]
     scorers = parse_scorers(args.scorers)
     white = score_texts([it.text for it in items], scorers, {"target": local})
-    for mode, echo in MODES:
+    for mode, echo in modes:
         port = free_port()
         url = f"http://127.0.0.1:{port}/v1"
         serve = [bbmia, "serve", "--model", args.canary, "--port", str(port), "--logprobs-mode", mode]
