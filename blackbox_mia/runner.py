@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .backends.base import Backend
-from .datasets import Item
+from .datasets import Item, read_jsonl
 from .scorers import TARGET, Scorer
 from .types import BlackboxMIAError, TokenLogprobs
 
@@ -165,13 +165,9 @@ def read_rows(path: Path) -> list[ScoredText]:
         BlackboxMIAError: a malformed line (its number is named).
     """
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                rows.append(ScoredText(obj["id"], obj.get("label"), obj["scores"], obj["n_tokens"]))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise BlackboxMIAError(f"{path}:{number}: malformed result row ({exc})") from exc
+    for number, obj in read_jsonl(path):
+        try:
+            rows.append(ScoredText(obj["id"], obj.get("label"), obj["scores"], obj["n_tokens"]))
+        except (KeyError, TypeError) as exc:
+            raise BlackboxMIAError(f"{path}:{number}: malformed result row ({exc})") from exc
     return rows
