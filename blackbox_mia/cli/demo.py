@@ -61,7 +61,8 @@ def demo(
         if blackbox:
             bb = summary["blackbox"]
             typer.echo(
-                f"black-box vs white-box: {bb['n_tokens']} tokens, max |diff| {bb['max_abs_diff_nats']:.2e} nats, "
+                f"black-box vs white-box: {bb['n_tokens']} tokens, max |diff| {bb['max_abs_diff_nats'] or 0:.2e} nats "
+                f"({bb['upper_bound_only']} upper-bound only), "
                 f"{bb['within_bounds']:.1%} within bounds; {bb['requests_per_token']:.2f} requests/token, "
                 f"{bb['wall_seconds']:.1f} s; strategies {bb['strategies']}"
             )
