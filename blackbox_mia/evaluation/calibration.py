@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.metrics import roc_curve
 
 from ..types import BlackboxMIAError
+from .prevalence import finite_scores
 
 RULES = ("fpr", "max_accuracy", "max_f1")
 
@@ -92,8 +93,8 @@ def calibrate(
         BlackboxMIAError: unknown rule, empty or non-finite scores, target outside (0, 1),
             or a ``max_*`` rule without members.
     """
-    neg = _finite_1d(scores_nonmembers, "non-member")
-    pos = None if scores_members is None else _finite_1d(scores_members, "member")
+    neg = finite_scores(scores_nonmembers, "calibration non-member")
+    pos = None if scores_members is None else finite_scores(scores_members, "calibration member")
     if rule not in RULES:
         raise BlackboxMIAError(f"unknown threshold rule {rule!r}; choose from {RULES}")
     note = None
@@ -154,12 +155,3 @@ def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> fl
     # roc_curve flags score >= thresholds[best]; the same set is score > (next lower score).
     below = s[s < thresholds[best]]
     return float(below.max()) if below.size else -math.inf
-
-
-def _finite_1d(scores, what: str) -> np.ndarray:
-    arr = np.asarray(scores, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise BlackboxMIAError(f"{what} calibration scores must be a non-empty 1-D array")
-    if not np.isfinite(arr).all():
-        raise BlackboxMIAError(f"{what} calibration scores contain NaN or infinite values")
-    return arr

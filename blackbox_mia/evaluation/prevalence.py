@@ -92,8 +92,8 @@ def prevalence_with_ci(
         BlackboxMIAError: empty or non-finite score arrays, both or neither of
             ``cal_member_scores`` and ``tpr``, ``tpr`` outside [0, 1], bad n_boot/alpha.
     """
-    bench = _scores(benchmark_scores, "benchmark")
-    neg = _scores(cal_nonmember_scores, "calibration non-member")
+    bench = finite_scores(benchmark_scores, "benchmark")
+    neg = finite_scores(cal_nonmember_scores, "calibration non-member")
     if (cal_member_scores is None) == (tpr is None):
         raise BlackboxMIAError("give exactly one of cal_member_scores and tpr")
     if int(n_boot) < 1 or not 0 < alpha < 1:
@@ -107,7 +107,7 @@ def prevalence_with_ci(
     fpr_b = rng.binomial(len(neg), fpr, n_boot) / len(neg)
     notes = []
     if cal_member_scores is not None:
-        pos = _scores(cal_member_scores, "calibration member")
+        pos = finite_scores(cal_member_scores, "calibration member")
         tpr_value = float(np.mean(pos > threshold_value))
         tpr_b = rng.binomial(len(pos), tpr_value, n_boot) / len(pos)
         source, n1 = "calibration members", len(pos)
@@ -169,8 +169,8 @@ def dataset_level_test(benchmark_scores, control_scores) -> dict:
     Raises:
         BlackboxMIAError: fewer than 2 scores in a set, or non-finite scores.
     """
-    bench = _scores(benchmark_scores, "benchmark")
-    control = _scores(control_scores, "control")
+    bench = finite_scores(benchmark_scores, "benchmark")
+    control = finite_scores(control_scores, "control")
     if len(bench) < 2 or len(control) < 2:
         raise BlackboxMIAError("the t-test needs at least 2 benchmark and 2 control scores")
     result = stats.ttest_ind(bench, control, equal_var=False, alternative="greater")
@@ -197,7 +197,8 @@ def _rogan_gladen(flag: np.ndarray, fpr: np.ndarray, tpr: np.ndarray) -> np.ndar
     return np.clip(raw, 0.0, 1.0)
 
 
-def _scores(values, what: str) -> np.ndarray:
+def finite_scores(values, what: str) -> np.ndarray:
+    """``values`` as a float64 1-D array; BlackboxMIAError when empty, not 1-D, or not finite."""
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
         raise BlackboxMIAError(f"{what} scores must be a non-empty 1-D array")
