@@ -29,7 +29,7 @@ import operator
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
@@ -51,6 +51,9 @@ MAX_BIAS = 100.0  # |logit_bias| cap (OpenAI)
 MAX_BIAS_ENTRIES = 300  # logit_bias entries per request (OpenAI)
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the tokens-per-minute limit
+MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
+SNIPPET_CHARS = 80  # a body that is not JSON is quoted up to this many characters
+VALUE_CHARS = 40  # an offending value in a malformed answer is shown up to this many characters
 
 # List prices in USD per 1M tokens (prompt, completion), as published by OpenAI in 2025. Prices
 # change: pass ApiConfig(prices=...) to override. Unlisted models cost 0 and are flagged
@@ -471,7 +474,8 @@ class ApiClient:
                 return _normalise_completion(raw, payload["prompt"], bool(payload.get("echo")))
             return _normalise_chat(raw)
         except _Malformed as exc:
-            raise ApiError(None, f"malformed {kind} response from {self._url}: {exc}") from None
+            detail = exc.describe(self._masked)
+            raise ApiError(None, f"malformed {kind} response from {self._url}: {detail}") from None
 
     async def _fetch(self, kind: str, payload: dict) -> dict:
         """The raw JSON answer to ``payload``, retrying transient failures."""
@@ -515,7 +519,7 @@ class ApiClient:
         try:
             raw = json.loads(http.content)
         except ValueError:
-            snippet = self._scrub(http.content[:80].decode("utf-8", "replace"))
+            snippet = self._masked(http.content.decode("utf-8", "replace"), SNIPPET_CHARS)
             message = f"{self._url} answered with a body that is not JSON: {snippet!r}"
             raise ApiError(http.status_code, message) from None
         if not isinstance(raw, dict):
@@ -546,12 +550,16 @@ class ApiClient:
         key = self.config.api_key
         return text.replace(key, "***") if key and key != PLACEHOLDER_API_KEY else text
 
+    def _masked(self, text: str, limit: int) -> str:
+        """``text`` with the API key masked FIRST, then cut to ``limit`` characters (plus "..."),
+        so a cut can never leave a prefix of the key behind."""
+        return _clip(self._scrub(text), limit)
+
     def _server_message(self, exc: openai.APIStatusError) -> str:
         body = exc.body
         if isinstance(body, dict):
-            body = body.get("message") or body.get("detail") or json.dumps(body)[:300]
-        text = str(body) if body is not None else ""
-        return self._scrub(text if len(text) <= 300 else text[:300] + "...")
+            body = body.get("message") or body.get("detail") or json.dumps(body)
+        return self._masked(str(body) if body is not None else "", MESSAGE_CHARS)
 
     def _error(self, exc: openai.APIError, attempts: int) -> ApiError:
         """A clear :class:`ApiError` for the last failure (never quoting the key)."""
@@ -655,24 +663,45 @@ def _estimate_tokens(payload: dict) -> int:
 # -- response normalisation ---------------------------------------------------------------------
 
 
+_ABSENT = object()  # _Malformed without an offending value
+
+
 class _Malformed(Exception):
-    """A response does not have the expected shape (message: where and what)."""
+    """A response does not have the expected shape.
+
+    Args:
+        where: the field, e.g. ``choices[0].logprobs``.
+        problem: what is wrong, e.g. ``"is missing"`` or (with ``value``) ``"expected a list"``.
+        value: the offending value, shown only through :meth:`describe` (which masks the API key
+            before cutting the value short).
+    """
+
+    def __init__(self, where: str, problem: str, value: object = _ABSENT):
+        super().__init__(where)
+        self.where, self.problem, self.value = where, problem, value
+
+    def describe(self, masked: Callable[[str, int], str]) -> str:
+        """One line: where, the offending value (through ``masked(text, limit)``) and the problem."""
+        if self.value is _ABSENT:
+            return masked(f"{self.where} {self.problem}", MESSAGE_CHARS)
+        shown = masked(repr(self.value), VALUE_CHARS)
+        return f"{masked(self.where, MESSAGE_CHARS)} is {shown}, {self.problem}"
 
 
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + "..."
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with "..." when cut."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _typed(value: object, types: type | tuple[type, ...], where: str, what: str):
     if not isinstance(value, types):
-        raise _Malformed(f"{where} is {_show(value)}, expected {what}")
+        raise _Malformed(where, f"expected {what}", value)
     return value
 
 
 def _number(value: object, where: str) -> float:
     if isinstance(value, bool):
-        raise _Malformed(f"{where} is {value!r}, expected a number")
+        raise _Malformed(where, "expected a number", value)
     return float(_typed(value, (int, float), where, "a number"))
 
 
@@ -689,14 +718,14 @@ def _token_bytes(value: object, where: str) -> list[int] | None:
         return None
     _typed(value, list, where, "a list of bytes")
     if not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in value):
-        raise _Malformed(f"{where} is {_show(value)}, expected a list of bytes (0-255)")
+        raise _Malformed(where, "expected a list of bytes (0-255)", value)
     return list(value)
 
 
 def _first_choice(raw: dict) -> dict:
     choices = _typed(raw.get("choices"), list, "choices", "a list")
     if not choices:
-        raise _Malformed("choices is empty")
+        raise _Malformed("choices", "is empty")
     return _typed(choices[0], dict, "choices[0]", "an object")
 
 
@@ -717,8 +746,8 @@ def _legacy_entries(logprobs: object, where: str) -> tuple[list[dict], list[int]
     tops = lp.get("top_logprobs")
     tops = [None] * len(tokens) if tops is None else _typed(tops, list, f"{where}.top_logprobs", "a list")
     if not len(tokens) == len(values) == len(tops):
-        raise _Malformed(f"{where}: tokens ({len(tokens)}), token_logprobs ({len(values)}) and "
-                         f"top_logprobs ({len(tops)}) differ in length")
+        raise _Malformed(where, f"has tokens ({len(tokens)}), token_logprobs ({len(values)}) and "
+                                f"top_logprobs ({len(tops)}) of different lengths")
     entries = []
     for i, (token, value, top) in enumerate(zip(tokens, values, tops)):
         listed = {} if top is None else _typed(top, dict, f"{where}.top_logprobs[{i}]", "an object or null")
@@ -748,9 +777,10 @@ def _normalise_completion(raw: dict, prompt: list[int] | str, echo: bool) -> dic
         if echo:
             n_prompt = usage["prompt_tokens"] or (len(prompt) if isinstance(prompt, list) else None)
             if n_prompt is None:
-                raise _Malformed("cannot split echoed prompt tokens: no usage.prompt_tokens for a text prompt")
+                raise _Malformed("usage.prompt_tokens", "is missing: the echoed prompt cannot be split off")
             if n_prompt > len(tokens):
-                raise _Malformed(f"echo returned {len(tokens)} tokens, fewer than the {n_prompt} prompt tokens")
+                raise _Malformed("choices[0].logprobs.tokens",
+                                 f"has {len(tokens)} entries, fewer than the {n_prompt} prompt tokens")
             prompt_tokens, tokens = tokens[:n_prompt], tokens[n_prompt:]
             if isinstance(prompt, str) and text.startswith(prompt):
                 text = text[len(prompt):]

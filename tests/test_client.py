@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import time
@@ -64,9 +65,11 @@ class FakeApi:
                 return web.json_response({"error": error}, status=404)
             if self.faults:
                 fault = self.faults.pop(0)
-                if "json" in fault:
-                    return web.json_response(fault["json"], status=fault["status"], headers=fault.get("headers"))
-                return web.Response(text=fault["text"], status=fault["status"], headers=fault.get("headers"))
+                # "{auth}" in a fault's body echoes the Authorization header, as some servers do
+                text = json.dumps(fault["json"]) if "json" in fault else fault["text"]
+                return web.Response(text=text.replace("{auth}", auth), status=fault["status"],
+                                    headers=fault.get("headers"),
+                                    content_type="application/json" if "json" in fault else "text/plain")
             if request.path.endswith("/chat/completions"):
                 return web.json_response(chat_answer(body))
             return web.json_response(completion_answer(body))
@@ -374,6 +377,23 @@ async def test_400_is_not_retried(client, fake):
     assert len(client.cache) == 0
 
 
+@pytest.mark.parametrize("fault", [
+    {"status": 400, "json": {"error": {"message": "m" * 285 + "{auth}"}}},  # message cut at 300
+    {"status": 400, "text": "t" * 285 + "{auth} and more"},  # a body that is not JSON, cut at 300
+    {"status": 500, "json": {"error": {"info": "i" * 275 + "{auth}"}}},  # dumped JSON, cut at 300
+    {"status": 200, "text": "x" * 65 + "{auth} is not JSON"},  # a snippet cut at 80
+    {"status": 200, "json": {"choices": "c" * 28 + "{auth}"}},  # a shown value cut at 40
+], ids=["message", "text-body", "json-body", "not-json-200", "invalid-200"])
+async def test_key_is_masked_before_any_truncation(client, fake, caplog, fault):
+    caplog.set_level(logging.DEBUG)
+    fake.faults = [fault] * 4  # every attempt (max_retries=3) echoes the key across the cut
+    with pytest.raises(ApiError) as err:
+        await client.complete([1], logprobs=1)
+    assert "***" in str(err.value)  # the key was there, and was masked
+    for text in (str(err.value), repr(err.value), caplog.text):
+        assert KEY[:4] not in text  # no prefix of the key (4 characters or more) is left
+
+
 async def test_refused_key(fake):
     client = ApiClient(config(fake.base_url, api_key="sk-test-SECRET-999"))
     with pytest.raises(ApiError, match="API key was refused") as err:
@@ -417,7 +437,7 @@ async def test_timeout(make_client, fake):
     ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
         "tokens": [" A"], "token_logprobs": "abc", "top_logprobs": [None]}}]}}, "token_logprobs is 'abc'"),
     ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
-        "tokens": [" A"], "token_logprobs": [-1.0, -2.0], "top_logprobs": None}}]}}, "differ in length"),
+        "tokens": [" A"], "token_logprobs": [-1.0, -2.0], "top_logprobs": None}}]}}, "of different lengths"),
     ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
         "tokens": [" A"], "token_logprobs": [-1.0], "top_logprobs": [{" A": "high"}]}}]}}, r"top_logprobs\[0\]"),
 ])
