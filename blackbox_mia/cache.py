@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -30,6 +32,26 @@ LOG = logging.getLogger(__name__)
 
 MIN_FILE_SIZE = 2**15  # bytes: smaller JSON values live in SQLite, larger ones in files
 SQLITE_FULL_SYNC = 2  # PRAGMA synchronous=FULL: a put is on disk before put() returns
+
+
+def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
+    """The error for a cache directory that cannot be used: names it and the way out."""
+    return BlackboxMIAError(
+        f"the response cache {directory} cannot be used: {problem}; delete {directory} or use another --cache-dir"
+    )
+
+
+def _fsync(path: str) -> None:
+    """Flush ``path`` (a file or a directory) to disk.
+
+    Raises:
+        OSError: it cannot be opened or flushed.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def request_key(base_url: str, model: str, endpoint: str, payload: dict) -> str:
@@ -82,10 +104,18 @@ class JsonDisk(diskcache.Disk):
         if read:
             raise BlackboxMIAError(f"the response cache stores JSON values only, not files ({self._directory})")
         try:
-            data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            data = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise BlackboxMIAError(f"cache value is not JSON-serialisable: {exc} ({self._directory})") from exc
-        return super().store(data, False, key=key)
+        stored = super().store(data, False, key=key)
+        filename = stored[2]
+        if filename is not None:  # a large value lives in a file: on disk before its row is committed
+            path = os.path.join(self._directory, filename)
+            while path != self._directory and path.startswith(self._directory):
+                _fsync(path)  # the file, then each directory that names it
+                path = os.path.dirname(path)
+            _fsync(self._directory)
+        return stored
 
     def fetch(self, mode, filename, value, read):
         if read:
@@ -116,10 +146,7 @@ class JsonDisk(diskcache.Disk):
         return os.path.commonpath([root, os.path.realpath(os.path.join(root, filename))]) == root
 
     def _refused(self, what: str) -> BlackboxMIAError:
-        return BlackboxMIAError(
-            f"refusing {what} in the response cache {self._directory}: it was not written by bbmia; "
-            "delete that directory if you do not trust it"
-        )
+        return unusable(self._directory, f"refusing {what} (the cache is corrupt, or was not written by bbmia)")
 
 
 class ResponseCache:
@@ -136,7 +163,10 @@ class ResponseCache:
         hits, misses: :meth:`get` calls that found / did not find a value (this instance only).
 
     Raises:
-        BlackboxMIAError: (from :meth:`get`) a row that is not JSON written by this class.
+        BlackboxMIAError: (from every method) the directory cannot be opened or is corrupt (a
+            damaged SQLite page, a row that is not JSON written by this class, a truncated value
+            file), or it stayed locked by another process; the message names the directory and
+            the way out.
     """
 
     def __init__(self, directory: str | os.PathLike | None = None):
@@ -152,16 +182,29 @@ class ResponseCache:
                 sqlite_synchronous=SQLITE_FULL_SYNC,
             )
         except (OSError, sqlite3.Error) as exc:
-            raise BlackboxMIAError(f"cannot open the response cache {self.directory}: {exc}") from exc
+            raise unusable(self.directory, f"opening it failed ({type(exc).__name__}: {exc})") from exc
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """Turn a storage failure while ``doing`` something into a clear :class:`BlackboxMIAError`."""
+        try:
+            yield
+        except diskcache.Timeout as exc:
+            raise BlackboxMIAError(
+                f"the response cache {self.directory} stayed locked by another process while {doing}; try again"
+            ) from exc
+        except (OSError, sqlite3.Error) as exc:
+            raise unusable(self.directory, f"{doing} failed ({type(exc).__name__}: {exc})") from exc
 
     def get(self, key: str) -> dict | None:
         """The cached response for ``key``, or ``None`` when there is none."""
-        value = self._cache.get(key)
+        with self._guard("reading a row"):
+            value = self._cache.get(key)
         if value is None:
             self.misses += 1
             return None
         if not isinstance(value, dict):
-            raise BlackboxMIAError(f"cache row {key} in {self.directory} is not a JSON object")
+            raise unusable(self.directory, f"row {key} is not a JSON object")
         self.hits += 1
         return value
 
@@ -169,22 +212,28 @@ class ResponseCache:
         """Store ``value`` under ``key`` (overwriting); on disk when this returns.
 
         Raises:
-            BlackboxMIAError: ``value`` is not a JSON-serialisable dict.
+            BlackboxMIAError: ``value`` is not a JSON-serialisable dict (NaN and infinities are
+                refused), or the cache is unusable.
         """
         if not isinstance(value, dict):
             raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
-        self._cache.set(key, value)
+        with self._guard("writing a row"):
+            self._cache.set(key, value)
 
     def delete(self, key: str) -> bool:
         """Remove ``key``; whether it was present."""
-        return bool(self._cache.delete(key))
+        with self._guard("deleting a row"):
+            return bool(self._cache.delete(key))
 
     def __len__(self) -> int:
         """Number of cached responses."""
-        return len(self._cache)
+        with self._guard("counting rows"):
+            return len(self._cache)
 
     def close(self) -> None:
-        self._cache.close()
+        """Close the database connection (idempotent)."""
+        with self._guard("closing"):
+            self._cache.close()
 
     def __enter__(self) -> ResponseCache:
         return self

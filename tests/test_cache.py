@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import sqlite3
 from pathlib import Path
@@ -146,3 +147,76 @@ def test_request_key_is_canonical_and_covers_every_parameter():
     assert len(keys) == len(variants) and key not in keys
     with pytest.raises(BlackboxMIAError, match="JSON"):
         request_key("http://h/v1", "m", "completions", {"prompt": object()})
+
+
+# -- corruption and durability -------------------------------------------------------------------
+
+WAY_OUT = "or use another --cache-dir"
+
+
+def _keys(n: int) -> list[str]:
+    return [request_key("http://h/v1", "m", "completions", {"prompt": [i]}) for i in range(n)]
+
+
+def test_corrupted_database_page_gives_a_clear_error(tmp_path):
+    directory = tmp_path / "responses"
+    keys = _keys(40)
+    with ResponseCache(directory) as cache:
+        for i, key in enumerate(keys):
+            cache.put(key, {"choices": [{"text": f"answer {i} " + "z" * 2000}]})
+    db = directory / "cache.db"
+    size = db.stat().st_size
+    assert size > 64 * 1024  # many pages: the middle holds rows, not the header
+    page = 4096
+    with open(db, "r+b") as f:
+        f.seek(size // 2 // page * page)
+        f.write(b"\xa5" * page)  # one damaged page in the middle
+    with pytest.raises(BlackboxMIAError) as err:
+        with ResponseCache(directory) as cache:
+            for key in keys:
+                cache.get(key)
+            cache.put(keys[0], {"a": 1})
+            len(cache)
+    message = str(err.value)
+    assert str(directory) in message and f"delete {directory} {WAY_OUT}" in message
+    assert isinstance(err.value.__cause__, sqlite3.DatabaseError) and "malformed" in message
+
+
+def test_row_that_is_not_json_gives_the_way_out(tmp_path):
+    with ResponseCache(tmp_path) as cache:
+        cache.put(KEY, {"a": 1})
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        db.execute("UPDATE Cache SET value = ? WHERE key = ?", (b'{"a": \xff', KEY))
+    with ResponseCache(tmp_path) as cache:
+        with pytest.raises(BlackboxMIAError, match="not UTF-8 JSON") as err:
+            cache.get(KEY)
+    assert f"delete {tmp_path} {WAY_OUT}" in str(err.value)
+
+
+def test_truncated_file_value_gives_the_way_out(tmp_path):
+    with ResponseCache(tmp_path) as cache:
+        cache.put(KEY, {"blob": "z" * (MIN_FILE_SIZE + 10)})
+    (file,) = list(tmp_path.rglob("*.val"))
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])  # a value cut short, as by a crash
+    with ResponseCache(tmp_path) as cache:
+        with pytest.raises(BlackboxMIAError, match="not UTF-8 JSON") as err:
+            cache.get(KEY)
+    assert f"delete {tmp_path} {WAY_OUT}" in str(err.value)
+
+
+def test_puts_are_on_disk_before_put_returns(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with ResponseCache(tmp_path) as cache:
+        assert cache._cache._sql("PRAGMA synchronous").fetchone()[0] == 2  # FULL: commits are fsynced
+        cache.put(KEY, {"blob": "z" * (MIN_FILE_SIZE + 10)})
+        (file,) = list(tmp_path.rglob("*.val"))
+        # the value file and the directories that name it are fsynced before the row is committed
+        assert str(file) in synced and str(file.parent) in synced and str(tmp_path) in synced
