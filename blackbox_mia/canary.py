@@ -12,7 +12,7 @@ Recipe (every choice is recorded in ``manifest.json``):
   corpus is the background problems plus ``dup`` copies of each member, shuffled (seeded).
 * A byte-level BPE tokenizer (``vocab_size``) is trained on the corpus only.
 * Each document becomes ``[bos] + tokens`` (BOS = ``<|endoftext|>``, id 0), cut into the very
-  windows the local backend scores it with (:func:`blackbox_mia.backends.local.sliding_windows`
+  windows the local backend scores it with (:func:`blackbox_mia.windows.sliding_windows`
   with context ``block_size``): one window for a short document, windows overlapping by half the
   context for a long one. Training on the scoring windows (rather than on a packed token stream
   cut at arbitrary places) puts every copy of a member at the same positions, after the same
@@ -240,11 +240,11 @@ def _lr_factor(step: int, total: int, warmup: int, min_frac: float) -> float:
 
 def training_windows(documents: list[list[int]], bos_id: int, block_size: int) -> list[list[int]]:
     """Token windows of ``[bos] + doc`` for every tokenized document, cut as the local backend
-    cuts a scored text (:func:`~blackbox_mia.backends.local.sliding_windows`, context ``block_size``).
+    cuts a scored text (:func:`~blackbox_mia.windows.sliding_windows`, context ``block_size``).
 
     Returns lists of at most ``block_size`` token ids (at least 2).
     """
-    from .backends.local import sliding_windows
+    from .windows import sliding_windows
 
     windows = []
     for doc in documents:

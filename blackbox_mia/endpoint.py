@@ -3,6 +3,11 @@
 :class:`Endpoint` hides the difference between ``/v1/completions`` and ``/v1/chat/completions``
 and between token-id and text prompts, and maps the token names the server returns back to ids
 of the target tokenizer. The tracker and the capability probe talk only to it.
+
+Token identity is a set of candidate ids, never a guess: an entry with ``bytes`` maps to the ids
+with exactly those bytes; a name maps to the ids with that name; a name that is empty (some
+servers name a token that is only part of a UTF-8 character ``""``) maps to every such partial
+token; a name the tokenizer does not know maps to ``None``, meaning "any token".
 """
 
 from __future__ import annotations
@@ -14,12 +19,26 @@ from .client import ApiClient
 from .tokenization import TokenCodec
 from .types import BlackboxMIAError
 
+ENDPOINT_KINDS = ("completions", "chat")
+
+Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)
+
+
+def may_be(ids: Candidates, token_id: int) -> bool:
+    """Whether an entry with candidate ``ids`` may denote ``token_id``."""
+    return ids is None or token_id in ids
+
+
+def surely(ids: Candidates, token_id: int) -> bool:
+    """Whether an entry with candidate ``ids`` denotes ``token_id`` and nothing else."""
+    return ids is not None and ids == {token_id}
+
 
 @dataclass(frozen=True)
 class Listed:
-    """One returned (token, log-prob) pair: candidate ids for the name, log-prob in nats."""
+    """One returned (token, log-prob) pair: candidate ids for the entry, log-prob in nats."""
 
-    ids: tuple[int, ...]
+    ids: Candidates
     logprob: float
 
 
@@ -28,28 +47,32 @@ class NextToken:
     """The answer to one ``max_tokens = 1`` request at temperature 0.
 
     Attributes:
-        sampled: candidate ids of the sampled (greedy) token.
-        sampled_logprob: the log-prob the server reported for it (nats), or None.
+        sampled: candidate ids of the sampled (greedy) token (``None``: unknown).
+        sampled_logprob: the log-prob the server reported for it (nats).
         top: the top-n list as returned (may hold the sampled token as an extra entry).
-        retokenized: the prefix went as text and re-encoding it changed its tokens.
     """
 
-    sampled: tuple[int, ...]
-    sampled_logprob: float | None
+    sampled: Candidates
+    sampled_logprob: float
     top: tuple[Listed, ...]
-    retokenized: bool = False
 
     def find(self, token_id: int) -> float | None:
-        """Reported log-prob of ``token_id`` in the top list, or None when it is not listed."""
+        """Reported log-prob of ``token_id`` when an entry denotes it for sure, else None."""
         for entry in self.top:
-            if token_id in entry.ids:
+            if surely(entry.ids, token_id):
                 return entry.logprob
         return None
 
+    def ambiguous(self, token_id: int) -> float | None:
+        """The largest log-prob of an entry that may, but need not, be ``token_id`` (None if none)."""
+        values = [e.logprob for e in self.top if not surely(e.ids, token_id) and may_be(e.ids, token_id)]
+        return max(values, default=None)
+
     @property
-    def top_logprob(self) -> float | None:
-        """The largest listed log-prob (the argmax's, when no bias was sent)."""
-        return max((e.logprob for e in self.top), default=None)
+    def top_logprob(self) -> float:
+        """The largest listed log-prob (the argmax's, when no bias was sent); the sampled
+        token's when nothing is listed."""
+        return max((e.logprob for e in self.top), default=self.sampled_logprob)
 
 
 class Endpoint:
@@ -59,26 +82,45 @@ class Endpoint:
         client: the async API client (cache, retries, limits, usage).
         codec: the target model's tokenizer.
         kind: ``"completions"`` or ``"chat"``.
-        token_id_prompts: send prompts as id lists (completions only); otherwise as text, whose
-            re-tokenization is checked.
+        token_id_prompts: send prompts as id lists (completions only); otherwise as text.
+
+    Raises:
+        BlackboxMIAError: an unknown ``kind``.
     """
 
     def __init__(self, client: ApiClient, codec: TokenCodec, kind: str, token_id_prompts: bool):
-        if kind not in ("completions", "chat"):
-            raise BlackboxMIAError(f"unknown endpoint kind {kind!r}: completions or chat")
+        if kind not in ENDPOINT_KINDS:
+            raise BlackboxMIAError(f"unknown endpoint kind {kind!r}: {' or '.join(ENDPOINT_KINDS)}")
         self.client = client
         self.codec = codec
         self.kind = kind
         self.token_id_prompts = token_id_prompts and kind == "completions"
 
-    def _prompt(self, prefix: Sequence[int]) -> tuple[list[int] | str, bool]:
+    def sendable(self, prefix: Sequence[int]) -> bool:
+        """Whether ``prefix`` reaches the model as exactly these tokens: always with token-id
+        prompts; as text only when it decodes to whole characters that re-tokenize to ``prefix``."""
         if self.token_id_prompts:
-            return [int(i) for i in prefix], False
-        text = self.codec.decode(prefix)
-        return text, self.codec.encode(text) != list(prefix)
+            return True
+        raw = b"".join(self.codec.token_bytes(i) for i in prefix)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:  # the prefix ends (or breaks) inside a character
+            return False
+        return self.codec.encode(text) == list(prefix)
 
-    def _ids(self, entry: dict) -> tuple[int, ...]:
-        return tuple(self.codec.lookup(entry["token"], entry.get("bytes")))
+    def _prompt(self, prefix: Sequence[int]) -> list[int] | str:
+        if self.token_id_prompts:
+            return [int(i) for i in prefix]
+        return self.codec.decode(prefix)
+
+    def candidates(self, entry: dict) -> Candidates:
+        """Candidate ids of one returned entry (see the module docstring)."""
+        ids = self.codec.lookup(entry["token"], entry.get("bytes"))
+        if ids:
+            return frozenset(ids)
+        if entry["token"] == "" and entry.get("bytes") is None:
+            return self.codec.partial_ids
+        return None
 
     async def next_token(
         self, prefix: Sequence[int], top_n: int, bias: dict[int, float] | None = None
@@ -86,37 +128,42 @@ class Endpoint:
         """Greedy next token after ``prefix`` (temperature 0, one token), with top-``top_n`` log-probs
         (``top_n = 0``: the sampled token and its log-prob only).
 
+        The client validates every answer, so a sampled token with a finite log-prob is present.
+
         Raises:
-            BlackboxMIAError: the server answered without a sampled token.
+            ApiError: the request failed or the answer stayed invalid (see the client).
         """
-        prompt, retokenized = self._prompt(prefix)
+        prompt = self._prompt(prefix)
         if self.kind == "completions":
             result = await self.client.complete(prompt, max_tokens=1, temperature=0.0, logprobs=top_n, logit_bias=bias)
         else:
             result = await self.client.chat(prompt, max_tokens=1, temperature=0.0, top_logprobs=top_n, logit_bias=bias)
-        if not result["tokens"]:  # no log-probs at all: only the sampled text tells the token
-            sampled = tuple(self.codec.lookup(result.get("text") or ""))
-            if not sampled:
-                raise BlackboxMIAError(f"the server returned no token for a max_tokens=1 request ({self.kind})")
-            return NextToken(sampled, None, (), retokenized)
         first = result["tokens"][0]
-        top = tuple(Listed(self._ids(e), float(e["logprob"])) for e in first.get("top") or [])
-        if first.get("logprob") is not None and not any(set(self._ids(first)) & set(e.ids) for e in top):
-            top = top + (Listed(self._ids(first), float(first["logprob"])),)
-        return NextToken(self._ids(first), first.get("logprob"), top, retokenized)
+        sampled, value = self.candidates(first), float(first["logprob"])
+        top = tuple(Listed(self.candidates(e), float(e["logprob"])) for e in first.get("top") or [])
+        if not any(e.ids == sampled and e.logprob == value for e in top):
+            top = top + (Listed(sampled, value),)
+        return NextToken(sampled, value, top)
 
-    async def prompt_logprobs(self, ids: Sequence[int]) -> list[float | None]:
-        """Echoed log-probs of every prompt token (entry 0 has no conditional: None).
+    async def prompt_logprobs(self, ids: Sequence[int], top_n: int = 1) -> tuple[list[float | None], NextToken]:
+        """Echoed log-probs of every prompt token (entry 0 has no conditional: None), and the
+        answer for the position after the prompt (the one generated token).
+
+        ``max_tokens = 1``, never 0: some servers read 0 as "unlimited".
 
         Raises:
-            BlackboxMIAError: the endpoint returned no or misaligned prompt log-probs.
+            ApiError: the request failed or the answer stayed invalid.
+            BlackboxMIAError: the echoed prompt does not have one entry per prompt token.
         """
-        prompt, _ = self._prompt(ids)
-        # max_tokens = 0: the prompt alone, so a full context window fits
-        result = await self.client.complete(prompt, max_tokens=0, temperature=0.0, logprobs=1, echo=True)
+        result = await self.client.complete(
+            self._prompt(ids), max_tokens=1, temperature=0.0, logprobs=top_n, echo=True
+        )
         echoed = result.get("prompt_tokens")
         if not echoed or len(echoed) != len(ids):
             raise BlackboxMIAError(
                 f"echo returned {len(echoed or [])} prompt log-probs for {len(ids)} prompt tokens"
             )
-        return [None if e.get("logprob") is None else float(e["logprob"]) for e in echoed]
+        generated = result["tokens"][0]
+        top = tuple(Listed(self.candidates(e), float(e["logprob"])) for e in generated.get("top") or [])
+        after = NextToken(self.candidates(generated), float(generated["logprob"]), top)
+        return [None if e.get("logprob") is None else float(e["logprob"]) for e in echoed], after

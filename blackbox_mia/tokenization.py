@@ -51,7 +51,7 @@ class TokenCodec(ABC):
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, no special tokens."""
+        """Token ids of ``text``; special-token strings in it are encoded as plain text."""
 
     @abstractmethod
     def token_bytes(self, token_id: int) -> bytes:
@@ -78,6 +78,18 @@ class TokenCodec(ABC):
             with contextlib.suppress(KeyError, ValueError):
                 table.setdefault(self.token_string(i), []).append(i)
         return table
+
+    @cached_property
+    def partial_ids(self) -> frozenset[int]:
+        """Ids whose bytes are not valid UTF-8 on their own (part of a multi-byte character)."""
+        return frozenset(i for ids in self.ids_by_string.values() for i in ids if self._is_partial(i))
+
+    def _is_partial(self, token_id: int) -> bool:
+        try:
+            self.token_bytes(token_id).decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
 
     def lookup(self, token: str, token_bytes: Sequence[int] | None = None) -> list[int]:
         """Ids that a returned entry may denote: exact when its bytes are given, else by name."""
@@ -179,7 +191,8 @@ class HFTokenCodec(TokenCodec):
             raise BlackboxMIAError(f"cannot load tokenizer {path!r}: {exc}") from exc
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # special-token strings in the text ("<|endoftext|>") are plain text, never control tokens
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def token_bytes(self, token_id: int) -> bytes:
         piece = self.tokenizer.convert_ids_to_tokens(int(token_id))

@@ -32,12 +32,16 @@ class Provenance:
         strategy: how the values were obtained (``"forward"`` for a local forward pass, or the
             black-box tracker's strategy, ``"mixed"`` when positions used different ones).
         bos: whether a BOS token was prepended (then every text token is scored).
+        condition: ``None`` when the values are the text's own log-probs; otherwise what they
+            are conditional on (``"chat-template"``: the server wrapped the prefix in its chat
+            template, so the values are not the text's log-probs).
     """
 
     backend: str
     model: str
     strategy: str
     bos: bool
+    condition: str | None = None
 
 
 @dataclass

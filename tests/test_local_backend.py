@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from blackbox_mia.backends.local import LocalBackend, LocalConfig, sliding_windows
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.windows import sliding_windows
 from blackbox_mia.types import BlackboxMIAError
 
 from .conftest import gsm8k_questions
@@ -100,3 +101,51 @@ def test_bad_input(tiny_model_dir, backend):
     one_token = next(t for t in ["a", "T", "1"] if len(backend.encode(t)) == 1)
     with pytest.raises(BlackboxMIAError, match="single token"):
         nobos.logprobs([one_token])
+
+
+def test_on_done_reports_each_text_after_its_last_batch(tiny_model_dir):
+    small = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16, max_batch_tokens=48))
+    texts = [q[: 15 + 9 * i] for i, q in enumerate(gsm8k_questions(6))]
+    forwards = []
+    real_forward = small._forward
+
+    def counting_forward(rows):
+        forwards.append(len(rows))
+        return real_forward(rows)
+
+    small._forward = counting_forward
+    reported = []
+    result = small.logprobs(texts, on_done=lambda i, lp: reported.append((i, len(forwards), lp)))
+    assert sorted(i for i, _, _ in reported) == list(range(len(texts)))
+    for i, _, lp in reported:
+        assert lp is result[i]
+    assert len(forwards) > 3 and reported[0][1] < len(forwards)  # the first text came before the last batch
+    windows = [len(sliding_windows(len(small.full_ids(small.encode(t))), 16)) for t in texts]
+    assert max(windows) > 1  # some text spans several windows, hence several batches
+    # a text is reported only once all its windows ran: never before its window count of rows
+    for i, at, _ in reported:
+        assert sum(forwards[:at]) >= windows[i]
+
+
+def test_on_done_error_stops_and_propagates(backend):
+    texts = [q[:40] for q in gsm8k_questions(3)]
+
+    def boom(i, lp):
+        raise BlackboxMIAError(f"stop at {i}")
+
+    with pytest.raises(BlackboxMIAError, match="stop at"):
+        backend.logprobs(texts, on_done=boom)
+
+
+def test_special_token_strings_are_plain_text(backend):
+    text = "Answer: 42<|endoftext|>Question: Tom has 3 apples."
+    eos = backend.tokenizer.eos_token_id
+    assert eos is not None and backend.tokenizer.convert_ids_to_tokens(eos) == "<|endoftext|>"
+    ids = backend.encode(text)
+    assert eos not in ids and len(ids) > 10
+    lp = backend.logprobs([text])[0]
+    assert eos not in lp.token_ids.tolist() and lp.n_tokens == len(ids)
+    assert "".join(lp.tokens) == text
+    assert np.isfinite(lp.logprobs).all()
+    want, _, _ = manual(backend, [backend.bos_id] + ids)
+    np.testing.assert_allclose(lp.logprobs, want, atol=1e-5)

@@ -12,14 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..cache import ResponseCache
-from ..capabilities import Capabilities, load_or_probe
+from ..capabilities import Capabilities
 from ..client import ApiClient, ApiConfig
 from ..config import cache_root
 from ..endpoint import Endpoint
+from ..probe import load_or_probe
 from ..tokenization import TIKTOKEN_SHIPPED, HFTokenCodec, TiktokenCodec, TokenCodec
 from ..tracker import Tracker, TrackerConfig
-from ..types import TokenLogprobs
-from .base import Backend, check_texts
+from ..types import BlackboxMIAError, TokenLogprobs
+from .base import Backend, OnDone, check_texts
 
 
 def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
@@ -51,10 +52,14 @@ class ApiBackend(Backend):
         tracker: tracker configuration (strategy, ε).
         cache_dir: cache root (responses and capability probes live under it).
         reprobe: probe the endpoint again even when a cached probe exists.
+        allow_chat_conditional: accept ``endpoint="chat"``, whose values are log-probs
+            conditional on the server's chat template, not the text's own (every result's
+            provenance then says ``condition: "chat-template"``).
 
     Raises:
-        BlackboxMIAError: the endpoint is unreachable, refuses the key, does not know the model,
-            or cannot give absolute log-probs.
+        BlackboxMIAError: a chat endpoint without ``allow_chat_conditional`` (before any
+            request); the endpoint is unreachable, refuses the key, does not know the model, or
+            cannot give absolute log-probs.
     """
 
     provides_vocab_stats = False
@@ -66,7 +71,14 @@ class ApiBackend(Backend):
         tracker: TrackerConfig = TrackerConfig(),
         cache_dir: Path | None = None,
         reprobe: bool = False,
+        allow_chat_conditional: bool = False,
     ):
+        if api.endpoint == "chat" and not allow_chat_conditional:
+            raise BlackboxMIAError(
+                "--endpoint chat returns log-probs conditional on the server's chat template, not the "
+                "text's own log-probs, so scores would not be comparable to completions or --local; "
+                "pass --allow-chat-conditional to accept that (results are then labelled chat-template)"
+            )
         root = cache_root(cache_dir)
         self.loop = asyncio.new_event_loop()
         self.codec = load_codec(tokenizer, api.model)
@@ -74,7 +86,7 @@ class ApiBackend(Backend):
         self.endpoint = Endpoint(self.client, self.codec, api.endpoint, token_id_prompts=True)
         try:
             self.capabilities: Capabilities = self.loop.run_until_complete(
-                load_or_probe(self.endpoint, root, refresh=reprobe, context=tracker.context)
+                load_or_probe(self.endpoint, root, tracker, refresh=reprobe)
             )
             self.tracker = Tracker(self.endpoint, self.capabilities, tracker)
         except BaseException:
@@ -86,9 +98,14 @@ class ApiBackend(Backend):
         """Requests, tokens and estimated cost so far (see :class:`~blackbox_mia.client.Usage`)."""
         return self.client.usage
 
-    def logprobs(self, texts: Sequence[str], progress: bool = False) -> list[TokenLogprobs]:
+    def logprobs(
+        self,
+        texts: Sequence[str],
+        progress: bool = False,
+        on_done: OnDone | None = None,
+    ) -> list[TokenLogprobs]:
         check_texts(texts)
-        return self.loop.run_until_complete(self.tracker.track(texts, progress=progress))
+        return self.loop.run_until_complete(self.tracker.track(texts, progress=progress, on_done=on_done))
 
     def describe(self) -> dict:
         return {

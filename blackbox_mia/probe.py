@@ -1,0 +1,323 @@
+"""Capability probe: what an (endpoint, model) pair can tell us, found once and cached.
+
+Verify, don't trust: the probe walks the model's own greedy continuation of a short text, so
+the log-prob of every target it checks is known exactly from the top-n list, and then runs the
+tracker's real strategies (the same code, ε and bias cap that will run on the user's texts) on
+those positions. A strategy is enabled only when it reproduced the known values; the record keeps
+the requests and the measured disagreement behind every flag. The probe text includes accented
+Latin and CJK, so the way the server names partial UTF-8 tokens is measured too.
+
+A request that fails for a transient reason (after the client's retries) aborts the probe and
+nothing is saved; only a deterministic refusal or a consistently invalid answer counts as
+evidence that a feature is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import replace
+from pathlib import Path
+
+from .capabilities import (
+    CHAT_CONDITION,
+    MIN_TOLERANCE_NATS,
+    Capabilities,
+    capabilities_path,
+    load_capabilities,
+    save_capabilities,
+)
+from .client import ApiError
+from .endpoint import Endpoint, NextToken, surely
+from .tracker import Tracker, TrackerConfig
+from .types import BlackboxMIAError
+
+PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
+AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)
+GREEDY_STEPS = 6  # known positions on the model's greedy path
+TOP_N_TRIES = (20, 5, 1)
+PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
+
+
+async def load_or_probe(
+    endpoint: Endpoint, cache_dir: Path, config: TrackerConfig = TrackerConfig(), refresh: bool = False
+) -> Capabilities:
+    """The cached probe result for this endpoint, probing (and saving it atomically) when missing.
+
+    ``endpoint.token_id_prompts`` is set from the result either way.
+
+    Raises:
+        BlackboxMIAError: a corrupt record, or the probe failed (nothing is saved then).
+    """
+    client = endpoint.client.config
+    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.kind)
+    caps = None if refresh else load_capabilities(path)
+    if caps is None:
+        caps = await probe(endpoint, config)
+        save_capabilities(path, caps)
+    endpoint.token_id_prompts = caps.token_id_prompts
+    return caps
+
+
+async def _attempt(request: Awaitable) -> tuple[object, ApiError | None]:
+    """``(answer, None)``, or ``(None, error)`` for a refusal that is evidence (final or invalid).
+
+    Raises:
+        BlackboxMIAError: a transient failure that outlasted the retries (the probe stops).
+    """
+    try:
+        return await request, None
+    except ApiError as exc:
+        if exc.fault == "transient":
+            raise BlackboxMIAError(f"capability probe stopped, nothing saved (rerun later): {exc}") from None
+        return None, exc
+
+
+class _Probe:
+    """One probe run: the endpoint, the tracker settings, and what has been measured so far."""
+
+    def __init__(self, endpoint: Endpoint, config: TrackerConfig):
+        self.endpoint = endpoint
+        self.config = config
+        self.notes: list[str] = []
+        self.reasons: dict[str, str] = {}
+        self.evidence: dict[str, dict] = {}
+
+    def spent(self) -> int:
+        """Answers obtained so far (fresh or cached): the request count behind a piece of evidence."""
+        usage = self.endpoint.client.usage
+        return usage.requests + usage.cache_hits
+
+    def caps(self, **values) -> Capabilities:
+        condition = CHAT_CONDITION if self.endpoint.kind == "chat" else None
+        base = Capabilities(self.endpoint.kind, 0, False, False, False, "unknown", False, False, False)
+        return replace(base, condition=condition, notes=self.notes, reasons=self.reasons,
+                       evidence=self.evidence, **values)
+
+
+async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> Capabilities:
+    """Probe ``endpoint`` with :data:`PROBE_TEXT` (a few dozen requests, all cached), cut to fit
+    ``config.context`` tokens when the model's context is that short.
+
+    ``endpoint.token_id_prompts`` is updated to what the server accepts.
+
+    Raises:
+        BlackboxMIAError: a transient failure (nothing is saved), or the endpoint refuses even a
+            plain one-token request.
+    """
+    p = _Probe(endpoint, config)
+    codec, kind = endpoint.codec, endpoint.kind
+    if kind == "chat":
+        p.notes.append(
+            "chat endpoint: the server wraps every prefix in its chat template, so values are log-probs "
+            "conditional on that template, not the text's own log-probs"
+        )
+        p.reasons["prompt"] = "echo (prompt log-probs) exists only on /v1/completions"
+        p.reasons["token_id_prompts"] = "chat messages are text"
+    ids = codec.encode(PROBE_TEXT)
+    bos = [codec.bos_id] if codec.bos_id is not None else []
+
+    token_ids = kind == "completions" and endpoint.token_id_prompts
+    if token_ids:
+        before = p.spent()
+        _, error = await _attempt(endpoint.next_token(bos + ids[:3], 1))
+        token_ids = error is None or error.fault == "invalid"  # a 200 accepted the prompt
+        p.evidence["token_id_prompts"] = {"requests": p.spent() - before, "refusal": None if token_ids else str(error)}
+        if not token_ids:
+            p.reasons["token_id_prompts"] = f"token-id prompts refused: {error}"
+    endpoint.token_id_prompts = token_ids
+    if not token_ids:
+        p.notes.append(
+            "prompts go as text: a prefix that ends inside a character or re-tokenizes differently cannot "
+            "be sent as its tokens; such positions get the bound [-inf, 0] (strategy 'unsendable')"
+        )
+    seq = (bos if token_ids else []) + ids
+    if config.context:
+        seq = seq[: config.context - 1]  # room for the generated token
+
+    first, refusals = None, []
+    before = p.spent()
+    for n in TOP_N_TRIES:
+        first, error = await _attempt(endpoint.next_token(seq[:3], n))
+        if first is not None:
+            break
+        refusals.append(f"top_n={n}: {error}")
+    if first is None:
+        p.evidence["topn"] = {"requests": p.spent() - before, "refusals": refusals}
+        p.reasons["topn"] = (
+            "no valid top-n log-probs are returned (" + "; ".join(refusals) + "): bisection can measure "
+            "lp_top − lp_i but never lp_top itself, so absolute log-probs cannot be recovered"
+        )
+        return p.caps(token_id_prompts=token_ids)
+    top_n = min(n, len(first.top))
+    p.evidence["topn"] = {"requests": p.spent() - before, "top_n": top_n}
+
+    path = await _greedy_path(p, seq[:3], top_n)
+    checks = _known_targets(path)
+    tolerance = await _measure_tolerance(p, path, top_n)
+    agree = max(AGREE_NATS, tolerance)
+    echo = kind == "completions" and await _check_echo(p, path, top_n, agree)
+
+    forces, reported = False, "unknown"
+    non_argmax = [c for c in checks if not surely(c[3].sampled, c[1])]
+    if not non_argmax:
+        p.reasons["bias"] = "no listed non-argmax token on the probe path: logit_bias semantics untested"
+    else:
+        prefix, target, lp, unbiased = non_argmax[0]
+        before = p.spent()
+        biased = await endpoint.next_token(prefix, top_n, {target: config.max_bias})
+        forces = surely(biased.sampled, target)
+        value = biased.find(target)
+        if value is None and forces:
+            value = biased.sampled_logprob
+        if value is not None and abs(value - lp) < agree:
+            reported = "pre-bias"
+        elif value is not None and value > -0.01:
+            reported = "post-bias"
+        p.evidence["bias"] = {"requests": p.spent() - before, "target_logprob": lp, "reported_biased": value,
+                              "forced": forces}
+        if not forces:
+            p.reasons["bias"] = f"a +{config.max_bias:g} logit_bias did not force the token at temperature 0"
+
+    base = dict(top_n=top_n, token_id_prompts=token_ids, echo=echo, bias_forces=forces, reported=reported,
+                tolerance=tolerance)
+    enabled = {}
+    for strategy, prerequisite in (
+        ("forced", None if forces and reported == "pre-bias" else
+         p.reasons.get("bias") or f"reported log-probs are {reported}: the forced token's value is not its own"),
+        ("postbias", None if reported == "post-bias" else
+         f"reported log-probs are {reported}: the solve needs post-bias values"),
+        ("bisect", None if forces else p.reasons.get("bias") or "logit_bias does not force tokens"),
+    ):
+        if prerequisite is not None:
+            p.reasons[strategy] = prerequisite
+            enabled[strategy] = False
+        else:
+            enabled[strategy] = await _trial(p, strategy, non_argmax, base, agree)
+    caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"])
+    await _check_partial_tokens(p, seq, caps)
+    return caps
+
+
+async def _greedy_path(p: _Probe, start: list[int], top_n: int) -> list[tuple[list[int], NextToken]]:
+    """(prefix, unbiased answer) along the model's own greedy continuation of ``start``."""
+    path, prefix = [], list(start)
+    limit = p.config.context - 1 if p.config.context else None
+    for _ in range(GREEDY_STEPS):
+        if (limit and len(prefix) >= limit) or not p.endpoint.sendable(prefix):
+            break
+        answer, error = await _attempt(p.endpoint.next_token(prefix, top_n))
+        if error is not None:  # e.g. a server that answers a generated end-of-text without log-probs
+            p.notes.append(f"the probe's greedy path stopped early: {error}")
+            break
+        path.append((list(prefix), answer))
+        if answer.sampled is None or len(answer.sampled) != 1:
+            break
+        prefix.append(next(iter(answer.sampled)))
+    return path
+
+
+def _known_targets(path) -> list[tuple[list[int], int, float, NextToken]]:
+    """(prefix, target, exact log-prob, unbiased answer) for every uniquely named listed entry."""
+    out = []
+    for prefix, answer in path:
+        for entry in answer.top:
+            if entry.ids is not None and len(entry.ids) == 1:
+                out.append((prefix, next(iter(entry.ids)), entry.logprob, answer))
+    # the lowest listed entries first: they are the hardest (furthest from the argmax)
+    return sorted(out, key=lambda c: c[2])
+
+
+async def _measure_tolerance(p: _Probe, path, top_n: int) -> float:
+    """Nats by which reports of one value may differ here: 10× the largest difference between the
+    first probe answer and two fresh repeats of it (a −1e-6 nat bias on its lowest listed token
+    makes each repeat a new request), at least :data:`MIN_TOLERANCE_NATS`."""
+    if not path:
+        return MIN_TOLERANCE_NATS
+    prefix, answer = path[0]
+    lowest = min(answer.top, key=lambda e: e.logprob)
+    nudged = next(iter(lowest.ids)) if lowest.ids is not None and len(lowest.ids) == 1 else 0
+    before, worst = p.spent(), 0.0
+    for k in (1, 2):
+        again = await p.endpoint.next_token(prefix, top_n, {nudged: -k * 1e-6})
+        for entry in answer.top:
+            if entry.ids is not None and len(entry.ids) == 1 and next(iter(entry.ids)) != nudged:
+                value = again.find(next(iter(entry.ids)))
+                if value is not None:
+                    worst = max(worst, abs(value - entry.logprob))
+    p.evidence["repeat_noise"] = {"requests": p.spent() - before, "max_abs_diff": worst}
+    return max(MIN_TOLERANCE_NATS, 10 * worst)
+
+
+async def _check_echo(p: _Probe, path, top_n: int, agree: float) -> bool:
+    """Whether echoed prompt log-probs equal the known greedy-path values."""
+    if not path:
+        p.reasons["prompt"] = "no probe path to check echo against"
+        return False
+    prefix, answer = path[-1]
+    full = prefix + sorted(answer.sampled) if answer.sampled is not None and len(answer.sampled) == 1 else prefix
+    if not p.endpoint.sendable(full):
+        p.reasons["prompt"] = "the probe prompt does not round-trip as text"
+        return False
+    before = p.spent()
+    result, error = await _attempt(p.endpoint.prompt_logprobs(full, top_n))
+    if error is not None:
+        p.reasons["prompt"] = f"echo unavailable: {error}"
+        return False
+    echoed, _ = result
+    worst, compared = 0.0, 0
+    for prefix, answer in path:
+        if len(prefix) < len(full):
+            known = answer.find(full[len(prefix)])
+            if known is not None:
+                worst, compared = max(worst, abs(echoed[len(prefix)] - known)), compared + 1
+    p.evidence["echo"] = {"requests": p.spent() - before, "positions": compared, "max_abs_diff": worst}
+    if compared == 0 or worst > agree:
+        p.reasons["prompt"] = f"echo log-probs disagree with per-prefix top-n values by {worst:.3g} nats ({compared} positions)"
+        return False
+    return True
+
+
+async def _trial(p: _Probe, strategy: str, checks, base: dict, agree: float) -> bool:
+    """Run the tracker's ``strategy`` on known positions; whether it reproduced every value."""
+    if not checks:
+        p.reasons[strategy] = "no known non-argmax log-prob on the probe path to test it on"
+        return False
+    flags = {"forced_readout": strategy == "forced", "postbias_solve": strategy == "postbias", "bisect": strategy == "bisect"}
+    trial_caps = Capabilities(p.endpoint.kind, base["top_n"], base["token_id_prompts"], False,
+                              base["bias_forces"], base["reported"], **flags, tolerance=base["tolerance"])
+    tracker = Tracker(p.endpoint, trial_caps, replace(p.config, strategy=strategy))
+    eps = p.config.epsilon + agree if strategy == "bisect" else agree
+    before, worst, positions = p.spent(), 0.0, checks[: 2 if strategy == "bisect" else 3]
+    ok = True
+    for prefix, target, lp, _ in positions:
+        estimate = await tracker._position(prefix, target, strategy)
+        worst = max(worst, abs(estimate.value - lp))
+        ok &= estimate.lower - eps <= lp <= estimate.upper + eps and abs(estimate.value - lp) <= eps
+    p.evidence[strategy] = {"requests": p.spent() - before, "positions": len(positions), "max_abs_diff": worst}
+    if not ok:
+        p.reasons[strategy] = f"{strategy} missed known log-probs by up to {worst:.3g} nats on the probe text"
+    return ok
+
+
+async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -> None:
+    """Measure how the server names tokens that are part of a UTF-8 character, on the probe text's
+    accented and CJK positions, and how many of them the tracker resolves."""
+    codec, endpoint = p.endpoint.codec, p.endpoint
+    positions = [j for j in range(1, len(seq)) if seq[j] in codec.partial_ids and endpoint.sendable(seq[:j])]
+    positions = positions[:PARTIAL_POSITIONS]
+    if not positions or not caps.strategies():
+        return
+    tracker = Tracker(endpoint, caps, replace(p.config, strategy="auto"))
+    before, unnamed, ambiguous = p.spent(), 0, 0
+    for j in positions:
+        answer = await endpoint.next_token(seq[:j], caps.top_n)
+        unnamed += sum(1 for e in answer.top if e.ids is None or len(e.ids) > 1)
+        ambiguous += (await tracker._position(seq[:j], seq[j], "auto")).strategy == "ambiguous"
+    p.evidence["partial_tokens"] = {"requests": p.spent() - before, "positions": len(positions),
+                                    "ambiguous_names": unnamed, "unresolved": ambiguous}
+    if unnamed:
+        p.notes.append(
+            f"the server does not name tokens that are part of a UTF-8 character uniquely ({unnamed} listed "
+            f"entries at {len(positions)} probe positions): their identity is inferred by elimination; "
+            f"{ambiguous} of those positions stayed ambiguous and get a top-n upper bound"
+        )
