@@ -52,7 +52,7 @@ from .evaluation import (
     to_jsonable,
     write_report,
 )
-from .runner import ScoredText, run_config, score_items
+from .runner import ScoredText, limit_items, run_config, score_items
 from .scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
 from .types import BlackboxMIAError
 
@@ -67,6 +67,12 @@ def _quiet(_: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # datasets
+
+
+def _check_int(option: str, value: int, minimum: int) -> None:
+    """Raise :class:`BlackboxMIAError` naming ``option`` unless ``value`` is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BlackboxMIAError(f"{option} must be an integer >= {minimum}, got {value!r}")
 
 
 def is_canary_spec(spec: str) -> bool:
@@ -104,10 +110,12 @@ def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
 
     ``spec`` is anything :func:`blackbox_mia.datasets.load_dataset` takes, or ``canary`` /
     ``canary:PATH`` (see :func:`load_canary_dataset`).
+
+    Raises:
+        BlackboxMIAError: an unreadable dataset or missing canary, or ``limit`` < 1.
     """
     ds = load_canary_dataset(spec) if is_canary_spec(spec) else load_dataset(spec)
-    items = ds.items[:limit] if limit else ds.items
-    return items, {"name": ds.name, "source": ds.source, "sha256": ds.sha256}
+    return limit_items(ds.items, limit), {"name": ds.name, "source": ds.source, "sha256": ds.sha256}
 
 
 def dataset_slug(name: str) -> str:
@@ -168,9 +176,15 @@ class EvalConfig:
     resume: bool = True
 
     def validate(self) -> None:
-        """Raise :class:`BlackboxMIAError` for impossible values."""
-        if self.n_boot < 0 or self.blind_folds < 2 or (self.limit is not None and self.limit < 1):
-            raise BlackboxMIAError("need --n-boot >= 0, --blind-folds >= 2 and --limit >= 1")
+        """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
+        _check_int("--n-boot", self.n_boot, 0)
+        _check_int("--seed", self.seed, 0)
+        _check_int("--blind-folds", self.blind_folds, 2)
+        if self.limit is not None:
+            _check_int("--limit", self.limit, 1)
+        bad = [f for f in self.fprs if not 0 < f < 1]  # also NaN
+        if not self.fprs or bad:
+            raise BlackboxMIAError(f"FPR targets must lie in (0, 1), got {list(self.fprs)}")
         if not self.scorers:
             raise BlackboxMIAError("no scorer given")
 
@@ -293,6 +307,17 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
 
 
 def _column(rows: Sequence[ScoredText], label: str) -> np.ndarray:
+    """The scores of one scorer as a float64 array.
+
+    Raises:
+        BlackboxMIAError: a row whose score was NaN or infinite (stored as null).
+    """
+    bad = [r.id for r in rows if r.scores[label] is None]
+    if bad:
+        raise BlackboxMIAError(
+            f"scorer {label!r} gave a NaN or infinite score on {len(bad)} texts (first: {bad[0]!r}; null in the "
+            "scores file): no metric can use it; drop those texts or choose another scorer"
+        )
     return np.array([r.scores[label] for r in rows], dtype=np.float64)
 
 
@@ -353,8 +378,11 @@ class SweepConfig:
                                        "with --calibration the TPR is measured on its members")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
-        if self.n_boot < 1 or self.top < 0 or (self.limit is not None and self.limit < 1):
-            raise BlackboxMIAError("need --n-boot >= 1, --top >= 0 and --limit >= 1")
+        _check_int("--n-boot", self.n_boot, 1)
+        _check_int("--seed", self.seed, 0)
+        _check_int("--top", self.top, 0)
+        if self.limit is not None:
+            _check_int("--limit", self.limit, 1)
         self.control_config.validate()
 
 
@@ -581,7 +609,7 @@ def _scores_reusing(items: list[Item], known: dict[str, float], plan: SweepPlan,
     if todo:
         rows = score_items(todo, [plan.scorer], backends, out_path, run_config([plan.scorer], backends, meta),
                            resume=plan.config.resume, progress=progress)
-        known = {**known, **{it.text: r.scores[plan.scorer.label] for it, r in zip(todo, rows)}}
+        known = {**known, **dict(zip((it.text for it in todo), _column(rows, plan.scorer.label)))}
     return np.array([known[it.text] for it in items], dtype=np.float64)
 
 

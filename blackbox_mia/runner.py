@@ -1,43 +1,86 @@
 """Score texts: log-probs once per distinct text, shared by every scorer; resumable JSONL output.
 
 For a chunk of texts the runner gathers every text any scorer needs (the texts themselves, their
-lowercased forms, PAC neighbours, reference-model passes), computes each distinct (backend,
-text) pair's log-probs exactly once in one batched backend call, then lets every scorer read
-them. Rows are appended to the output as chunks finish, so an interrupted run resumes where it
-stopped.
+lowercased forms, PAC neighbours, reference-model passes) and computes each distinct (backend,
+text) pair's log-probs exactly once in one batched backend call per role: the other roles (the
+reference model) first, then the target. The target backend reports each text as it finishes
+(``on_done``), and an item is scored, and its JSONL row appended, flushed and fsynced, the moment
+every text it needs is done: a killed run loses at most the items in flight, and a rerun resumes
+where it stopped. A last line cut mid-write by a kill is dropped on resume and its item redone.
+When the run completes the file is rewritten (atomically) in dataset order.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from . import __version__
-from .backends.base import Backend
+from .backends.base import Backend, accepts_on_done
 from .datasets import Item, read_jsonl
+from .io import json_line, read_json_object, write_json_atomic, write_text_atomic
 from .scorers import TARGET, Scorer
 from .types import BlackboxMIAError, TokenLogprobs
+
+DEFAULT_CHUNK_SIZE = 64  # items per batched backend call (bounds the log-probs held in memory)
+CONFIG_SUFFIX = ".config.json"
+OVERWRITE_HINT = "pass --overwrite or choose another --out"
+
+OnScored = Callable[[int, dict[str, float], TokenLogprobs], None]
+"""``on_scored(index, scores, logprobs)``: text ``index`` is fully scored."""
 
 
 @dataclass
 class ScoredText:
-    """One output row: the item, its scores by scorer label, and N scored tokens."""
+    """One output row: the item, its scores by scorer label, and N scored tokens.
+
+    A score that came out NaN or ±inf (e.g. ``lowercase`` on a text whose mean log-prob is
+    exactly 0) is stored as ``None``; its label is listed in :attr:`nonfinite` (JSON has no NaN).
+    """
 
     id: str
     label: int | None
-    scores: dict[str, float]
+    scores: dict[str, float | None]
     n_tokens: int
+
+    @classmethod
+    def from_scores(cls, id: str, label: int | None, scores: dict[str, float], n_tokens: int) -> ScoredText:
+        """A row from raw scores: non-finite values become ``None``."""
+        clean = {k: (float(v) if math.isfinite(v) else None) for k, v in scores.items()}
+        return cls(id, label, clean, n_tokens)
+
+    @property
+    def nonfinite(self) -> list[str]:
+        """Labels of the scorers whose score was NaN or ±inf (stored as ``None``)."""
+        return [k for k, v in self.scores.items() if v is None]
 
     def to_json(self) -> dict:
         row = {"id": self.id, "n_tokens": self.n_tokens, "scores": self.scores}
         if self.label is not None:
             row["label"] = self.label
+        if self.nonfinite:
+            row["nonfinite"] = self.nonfinite
         return row
+
+
+def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
+    """The first ``limit`` items (all of them when ``limit`` is None).
+
+    Raises:
+        BlackboxMIAError: ``limit`` below 1 (``--limit 0`` must not mean "everything", nor
+            ``--limit -1`` "all but the last").
+    """
+    if limit is None:
+        return list(items)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise BlackboxMIAError(f"--limit must be an integer >= 1, got {limit!r}")
+    return list(items[:limit])
 
 
 def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) -> None:
@@ -59,18 +102,66 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
             )
 
 
+def logprobs_reporting(backend: Backend, texts: Sequence[str], on_done, progress: bool = False) -> list[TokenLogprobs]:
+    """``backend.logprobs(texts)`` with ``on_done(index, logprobs)`` called exactly once per text.
+
+    Texts the backend reports through its own ``on_done`` are passed on as they finish; those it
+    does not report (a backend without the callback) are passed on in order when ``logprobs``
+    returns.
+
+    Raises:
+        BlackboxMIAError: the backend reported an index outside ``texts``, or returned a list
+            of the wrong length; anything ``on_done`` or the backend raises propagates.
+    """
+    reported = [False] * len(texts)
+
+    def report(index: int, lp: TokenLogprobs) -> None:
+        if not 0 <= index < len(texts):
+            raise BlackboxMIAError(f"backend reported text #{index} of {len(texts)}")
+        if not reported[index]:
+            reported[index] = True
+            on_done(index, lp)
+
+    if accepts_on_done(backend):
+        result = backend.logprobs(texts, progress=progress, on_done=report)
+    else:
+        result = backend.logprobs(texts, progress=progress)
+    if len(result) != len(texts):
+        raise BlackboxMIAError(f"backend returned {len(result)} results for {len(texts)} texts")
+    for index, lp in enumerate(result):
+        report(index, lp)
+    return result
+
+
 def score_texts(
-    texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend], progress: bool = False
+    texts: Sequence[str],
+    scorers: Sequence[Scorer],
+    backends: dict[str, Backend],
+    progress: bool = False,
+    on_scored: OnScored | None = None,
 ) -> list[tuple[dict[str, float], TokenLogprobs]]:
     """Scores of every text under every scorer, plus the text's own log-probs.
+
+    The log-probs of the non-target roles (the reference model) are computed first, then those
+    of the target; text ``j`` is scored as soon as every target text it needs (itself, its
+    lowercased form, PAC neighbours...) is done, and ``on_scored(j, scores, logprobs)`` is
+    called right then, so a caller can save each result before the next text finishes.
 
     Args:
         texts: texts to score.
         scorers: scorers (their labels key the result dicts).
         backends: ``{"target": backend}`` plus ``{"reference": backend}`` for ``ref``.
+        progress: let the backends show progress bars.
+        on_scored: called once per text, in completion order.
 
     Returns:
-        Per text: ``({label: score}, TokenLogprobs of the text under the target)``.
+        Per text, in input order: ``({label: score}, TokenLogprobs of the text under the
+        target)``. Scores are raw floats (a degenerate text may give NaN or ±inf).
+
+    Raises:
+        BlackboxMIAError: a scorer the backends cannot serve, a text the backend or a scorer
+            refuses (empty, no scorable token); texts scored before the error were reported
+            through ``on_scored``.
     """
     check_compatible(scorers, backends)
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
@@ -80,19 +171,41 @@ def score_texts(
         for need_list in per_text:
             for need in need_list:
                 wanted[need.role][need.text] = None
-    computed: dict[str, dict[str, TokenLogprobs]] = {}
+    computed: dict[str, dict[str, TokenLogprobs]] = {role: {} for role in backends}
     for role, unique in wanted.items():
-        unique_texts = list(unique)
-        if unique_texts:
+        if role != TARGET and unique:
+            unique_texts = list(unique)
             computed[role] = dict(zip(unique_texts, backends[role].logprobs(unique_texts, progress=progress)))
-    out = []
+
+    # target texts each item still waits for, and the items waiting for each target text
+    pending: list[set[str]] = []
+    waiting: dict[str, list[int]] = {}
     for j, text in enumerate(texts):
-        lp = computed[TARGET][text]
-        scores = {
-            s.label: s.score(text, lp, [computed[n.role][n.text] for n in needs[s.label][j]]) for s in scorers
-        }
-        out.append((scores, lp))
-    return out
+        mine = {text} | {n.text for label in needs for n in needs[label][j] if n.role == TARGET}
+        pending.append(mine)
+        for t in mine:
+            waiting.setdefault(t, []).append(j)
+    out: list[tuple[dict[str, float], TokenLogprobs] | None] = [None] * len(texts)
+    targets = list(wanted[TARGET])
+
+    def done(index: int, lp: TokenLogprobs) -> None:
+        text = targets[index]
+        computed[TARGET][text] = lp
+        for j in waiting[text]:
+            pending[j].discard(text)
+            if not pending[j]:
+                own = computed[TARGET][texts[j]]
+                scores = {
+                    s.label: s.score(texts[j], own, [computed[n.role][n.text] for n in needs[s.label][j]])
+                    for s in scorers
+                }
+                out[j] = (scores, own)
+                if on_scored is not None:
+                    on_scored(j, scores, own)
+
+    if targets:
+        logprobs_reporting(backends[TARGET], targets, done, progress=progress)
+    return out  # type: ignore[return-value]  (every text was scored in done())
 
 
 def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset: dict) -> dict:
@@ -106,68 +219,225 @@ def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset:
     }
 
 
+def config_path_for(out_path: Path) -> Path:
+    """Where the configuration of the result file ``out_path`` lives: ``<out>.config.json``."""
+    out_path = Path(out_path)
+    return out_path.with_name(out_path.name + CONFIG_SUFFIX)
+
+
+def repair_tail(path: Path) -> bool:
+    """Make a JSONL file killed mid-append resumable.
+
+    A last line without its trailing newline is a row cut mid-write when it is not a JSON
+    object: it is dropped (the file is truncated back to the end of the last complete line).
+    When it is a complete JSON object only its newline is missing, which is added. A malformed
+    line that does end in a newline is left alone (:func:`read_rows` reports it).
+
+    Returns:
+        True when a cut last line was dropped.
+
+    Raises:
+        BlackboxMIAError: the file cannot be read or written.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            start, tail = size, b""
+            while start > 0 and b"\n" not in tail:
+                step = min(1 << 16, start)
+                start -= step
+                f.seek(start)
+                tail = f.read(step) + tail
+            newline = tail.rfind(b"\n")
+            cut = start + newline + 1  # start of the unterminated last line (0 without a newline)
+            last = tail[newline + 1 :]
+            if not last.strip():
+                return False
+            try:
+                complete = isinstance(json.loads(last.decode("utf-8")), dict)
+            except (UnicodeDecodeError, ValueError):
+                complete = False
+            if complete:
+                f.seek(size)
+                f.write(b"\n")
+            else:
+                f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
+            return not complete
+    except OSError as exc:
+        raise BlackboxMIAError(f"cannot repair {path}: {exc.strerror or exc}") from exc
+
+
+def _normalized(config) -> object:
+    """``config`` as it reads back from JSON (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(config))
+
+
+def _prepare_output(out_path: Path, config: dict | None, resume: bool, labels: Sequence[str]) -> dict[str, ScoredText]:
+    """Rows already in ``out_path`` when resuming (after :func:`repair_tail`), else an empty,
+    freshly created file; ``<out>.config.json`` holds ``config`` afterwards (when given).
+
+    Raises:
+        BlackboxMIAError: the existing rows were made with another configuration, or with none
+            saved; a malformed row or configuration file; the files cannot be written.
+    """
+    config_path = config_path_for(out_path)
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        if resume and out_path.exists():
+            if not out_path.is_file():
+                raise BlackboxMIAError(f"{out_path} is not a file")
+            if config is not None:
+                if config_path.exists():
+                    if read_json_object(config_path, "run configuration") != _normalized(config):
+                        raise BlackboxMIAError(
+                            f"{out_path} was written with another configuration ({config_path}); {OVERWRITE_HINT}"
+                        )
+                elif out_path.stat().st_size > 0:
+                    raise BlackboxMIAError(
+                        f"{out_path} holds rows but no {config_path.name} says how they were made; {OVERWRITE_HINT}"
+                    )
+            repair_tail(out_path)
+            done = {row.id: row for row in read_rows(out_path, labels)}
+        else:
+            config_path.unlink(missing_ok=True)  # never leave an old configuration beside new rows
+            out_path.write_text("", encoding="utf-8")
+            done = {}
+    except OSError as exc:
+        raise BlackboxMIAError(f"cannot prepare {out_path}: {exc.strerror or exc}") from exc
+    if config is not None:
+        write_json_atomic(config_path, config)
+    return done
+
+
 def score_items(
     items: Sequence[Item],
     scorers: Sequence[Scorer],
     backends: dict[str, Backend],
     out_path: Path | None = None,
     config: dict | None = None,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     resume: bool = True,
     progress: bool = True,
 ) -> list[ScoredText]:
-    """Score ``items`` chunk by chunk, appending one JSONL row per item to ``out_path``.
+    """Score ``items``, appending one JSONL row per item to ``out_path`` as soon as it is scored.
 
-    With ``resume``, rows already in ``out_path`` (same configuration, saved in
-    ``<out>.config.json``) are kept and their items skipped; otherwise the file is rewritten.
+    Each row is written, flushed and fsynced the moment every text it needs is done (see
+    :func:`score_texts`), so a killed run keeps every finished item. Items go to the backends
+    ``chunk_size`` at a time. With ``resume``, rows already in ``out_path`` (same configuration,
+    saved in ``<out>.config.json``) are kept and their items skipped, after dropping a last line
+    cut mid-write; otherwise the file is rewritten. When every item is done, the file is
+    rewritten atomically in the order of ``items`` (rows of other ids kept at the end).
+
+    Args:
+        items: the items (unique ids).
+        scorers: the scorers.
+        backends: ``{"target": ...}`` plus ``{"reference": ...}`` for ``ref``.
+        out_path: the JSONL output, or None to keep the rows in memory only.
+        config: the run's configuration (:func:`run_config`), saved beside the output; None
+            saves none and checks none.
+        chunk_size: items per batched backend call (>= 1).
+        resume: keep the rows already in ``out_path``.
+        progress: show a progress bar (texts) on stderr.
+
+    Returns:
+        One :class:`ScoredText` per item, in the order of ``items``.
 
     Raises:
-        BlackboxMIAError: the existing output was made with another configuration, or a row in
-            it is malformed.
+        BlackboxMIAError: duplicate item ids, ``chunk_size`` < 1, a scorer the backends cannot
+            serve, the existing output was made with another configuration, a row in it is
+            malformed (named by path:line), or the output cannot be written.
     """
     check_compatible(scorers, backends)
+    if chunk_size < 1:
+        raise BlackboxMIAError(f"chunk_size must be at least 1, got {chunk_size}")
+    ids = [it.id for it in items]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for n, i in enumerate(ids) if i in ids[:n])
+        raise BlackboxMIAError(f"duplicate item id {duplicate!r}: every item needs its own id")
+    labels = [s.label for s in scorers]
     done: dict[str, ScoredText] = {}
     if out_path is not None:
         out_path = Path(out_path)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        config_path = out_path.with_name(out_path.name + ".config.json")
-        if resume and out_path.exists():
-            if config_path.exists() and json.loads(config_path.read_text()) != config:
-                raise BlackboxMIAError(
-                    f"{out_path} was written with another configuration ({config_path}); "
-                    "pass --overwrite or choose another --out"
-                )
-            done = {row.id: row for row in read_rows(out_path)}
-        else:
-            out_path.write_text("")
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+        done = _prepare_output(out_path, config, resume, labels)
+    order = list(done)  # ids in file order
     todo = [it for it in items if it.id not in done]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="text", disable=not progress, desc="score")
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start : start + chunk_size]
-        results = score_texts([it.text for it in chunk], scorers, backends)
-        rows = [ScoredText(it.id, it.label, scores, lp.n_tokens) for it, (scores, lp) in zip(chunk, results)]
+    f = None
+    try:
         if out_path is not None:
-            with open(out_path, "a", encoding="utf-8") as f:
-                f.writelines(json.dumps(r.to_json()) + "\n" for r in rows)
-                f.flush()
-                os.fsync(f.fileno())
-        done.update((r.id, r) for r in rows)
-        bar.update(len(chunk))
-    bar.close()
-    return [done[it.id] for it in items]
+            f = open(out_path, "a", encoding="utf-8")
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+
+            def save(j: int, scores: dict[str, float], lp: TokenLogprobs, chunk=chunk) -> None:
+                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp.n_tokens)
+                if f is not None:
+                    f.write(json_line(row.to_json(), f"row {row.id!r}"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                done[row.id] = row
+                order.append(row.id)
+                bar.update(1)
+
+            score_texts([it.text for it in chunk], scorers, backends, on_scored=save)
+    except OSError as exc:
+        raise BlackboxMIAError(f"cannot write {out_path}: {exc.strerror or exc}") from exc
+    finally:
+        if f is not None:
+            f.close()
+        bar.close()
+    if out_path is not None:
+        wanted_ids = set(ids)
+        wanted = ids + [i for i in dict.fromkeys(order) if i not in wanted_ids]
+        if order != wanted:
+            write_text_atomic(out_path, "".join(json_line(done[i].to_json(), f"row {i!r}") for i in wanted))
+    return [done[i] for i in ids]
 
 
-def read_rows(path: Path) -> list[ScoredText]:
-    """Rows of a ``bbmia score`` JSONL file.
+def _row(obj: dict, labels: Sequence[str] | None) -> ScoredText:
+    """A :class:`ScoredText` from one parsed JSONL row; raises ValueError saying what is wrong."""
+    row_id, label, scores, n_tokens = obj.get("id"), obj.get("label"), obj.get("scores"), obj.get("n_tokens")
+    if not isinstance(row_id, str):
+        raise ValueError(f"'id' must be a string, got {row_id!r}")
+    if label not in (None, 0, 1) or isinstance(label, bool):
+        raise ValueError(f"'label' must be 0, 1 or absent, got {label!r}")
+    if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 0:
+        raise ValueError(f"'n_tokens' must be a non-negative integer, got {n_tokens!r}")
+    if not isinstance(scores, dict):
+        raise ValueError(f"'scores' must be an object, got {type(scores).__name__}")
+    clean: dict[str, float | None] = {}
+    for key, value in scores.items():
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise ValueError(f"score {key!r} must be a number or null, got {value!r}")
+        clean[key] = None if value is None or not math.isfinite(value) else float(value)
+    if labels is not None and set(clean) != set(labels):
+        raise ValueError(f"scores {sorted(clean)} do not match the scorers {sorted(labels)}")
+    return ScoredText(row_id, label, clean, n_tokens)
+
+
+def read_rows(path: Path, labels: Sequence[str] | None = None) -> list[ScoredText]:
+    """Rows of a ``bbmia score`` JSONL file (blank lines skipped).
+
+    Args:
+        path: the file.
+        labels: when given, every row must hold exactly these scorer labels.
 
     Raises:
-        BlackboxMIAError: a malformed line (its number is named).
+        BlackboxMIAError: a missing file, or a malformed line (its number is named): not JSON,
+            not an object, a field missing or of the wrong type, other scorers than ``labels``.
     """
+    path = Path(path)
+    if not path.is_file():
+        raise BlackboxMIAError(f"no such result file: {path}")
     rows = []
     for number, obj in read_jsonl(path):
         try:
-            rows.append(ScoredText(obj["id"], obj.get("label"), obj["scores"], obj["n_tokens"]))
-        except (KeyError, TypeError) as exc:
-            raise BlackboxMIAError(f"{path}:{number}: malformed result row ({exc})") from exc
+            rows.append(_row(obj, labels))
+        except ValueError as exc:
+            raise BlackboxMIAError(
+                f"{path}:{number}: malformed result row ({exc}); fix or delete the line, or rescore with --overwrite"
+            ) from exc
     return rows

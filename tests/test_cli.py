@@ -94,3 +94,135 @@ def test_probe_json_against_served_model_never_leaks_the_key(tiny_model_dir, tmp
     for path in (tmp_path / "cache").rglob("*"):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path
+
+
+def assert_one_line_error(result, *fragments):
+    """Exit code 2, no traceback, exactly one line of output, naming every fragment."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    # transformers was imported by the fixtures before the CLI could silence its loading bar
+    lines = [line for line in result.output.strip().splitlines() if not line.startswith("Loading weights")]
+    assert len(lines) == 1, result.output
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+NO_MODEL = "/nonexistent/model"  # were an option not checked first, the error would be "cannot load model"
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--epsilon", "0"], "--epsilon"),
+        (["--epsilon", "-0.5"], "--epsilon"),
+        (["--epsilon", "nan"], "--epsilon"),
+        (["--epsilon", "inf"], "--epsilon"),
+        (["--limit", "0"], "--limit"),
+        (["--limit", "-1"], "--limit"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--rpm", "0"], "--rpm"),
+        (["--rpm", "nan"], "--rpm"),
+        (["--tpm", "-5"], "--tpm"),
+        (["--tpm", "inf"], "--tpm"),
+        (["--context-tokens", "1"], "--context-tokens"),
+        (["--batch-tokens", "0"], "--batch-tokens"),
+    ],
+)
+def test_score_numeric_options_checked_before_anything(args, option):
+    assert_one_line_error(invoke("score", "gsm8k", "--local", NO_MODEL, *args), option)
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["probe", "--dataset", "gsm8k", "--limit", "0", "--local", NO_MODEL], "--limit"),
+        (["probe", "some text", "--epsilon", "0", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"], "--epsilon"),
+        (["eval", "wikimia64", "--n-boot", "-1", "--local", NO_MODEL], "--n-boot"),
+        (["eval", "wikimia64", "--blind-folds", "1", "--local", NO_MODEL], "--blind-folds"),
+        (["eval", "wikimia64", "--limit", "0", "--local", NO_MODEL], "--limit"),
+        (["eval", "wikimia64", "--seed", "-1", "--local", NO_MODEL], "--seed"),
+        (["eval", "wikimia64", "--epsilon", "nan", "--local", NO_MODEL], "--epsilon"),
+        (["sweep", "gsm8k", "--target-fpr", "0", "--local", NO_MODEL], "--target-fpr"),
+        (["sweep", "gsm8k", "--target-fpr", "1", "--local", NO_MODEL], "--target-fpr"),
+        (["sweep", "gsm8k", "--target-fpr", "nan", "--local", NO_MODEL], "--target-fpr"),
+        (["sweep", "gsm8k", "--assumed-tpr", "0", "--local", NO_MODEL], "--assumed-tpr"),
+        (["sweep", "gsm8k", "--n-boot", "0", "--local", NO_MODEL], "--n-boot"),
+        (["sweep", "gsm8k", "--top", "-1", "--local", NO_MODEL], "--top"),
+        (["sweep", "gsm8k", "--limit", "-1", "--local", NO_MODEL], "--limit"),
+        (["sweep", "gsm8k", "--seed", "-1", "--local", NO_MODEL], "--seed"),
+        (["sweep", "gsm8k", "--concurrency", "0", "--local", NO_MODEL], "--concurrency"),
+        (["demo", "--blackbox-n", "1"], "--blackbox-n"),
+        (["demo", "--mode", "weird"], "--mode"),
+        (["canary", "train", "--epochs", "0"], "epochs"),
+        (["canary", "train", "--lr", "nan"], "lr > 0"),
+        (["canary", "train", "--block-size", "1"], "block_size"),
+    ],
+)
+def test_numeric_options_of_every_command(args, option, tmp_path):
+    assert_one_line_error(invoke(*args, "--cache-dir", tmp_path), option)
+
+
+def test_allow_chat_conditional_reaches_the_api_backend(monkeypatch):
+    import sys
+    import types
+
+    from blackbox_mia.cli.common import TargetOptions, build_backends
+
+    seen = {}
+
+    class RecordingApiBackend:
+        def __init__(self, api, tokenizer, tracker, cache_dir, reprobe, **kwargs):
+            seen.update(endpoint=api.endpoint, epsilon=tracker.epsilon, **kwargs)
+
+    fake = types.ModuleType("blackbox_mia.backends.api")
+    fake.ApiBackend = RecordingApiBackend
+    monkeypatch.setitem(sys.modules, "blackbox_mia.backends.api", fake)
+    opts = TargetOptions(base_url="http://127.0.0.1:9/v1", model="m", endpoint="chat", allow_chat_conditional=True, epsilon=0.5)
+    build_backends(opts)
+    assert seen == {"endpoint": "chat", "epsilon": 0.5, "allow_chat_conditional": True}
+    build_backends(TargetOptions(base_url="http://127.0.0.1:9/v1", model="m"))
+    assert seen["allow_chat_conditional"] is False
+    assert "--allow-chat-conditional" in invoke("probe", "--help").output
+
+
+def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, tmp_path):
+    out = tmp_path / "scores.jsonl"
+    base = ("score", labelled_jsonl, "--local", tiny_model_dir, "--scorers", "loss", "--out", out)
+    assert invoke(*base).exit_code == 0
+    good = out.read_text()
+    config = out.with_name("scores.jsonl.config.json")
+    saved = config.read_text()
+    config.write_text("[1, 2]")
+    assert_one_line_error(invoke(*base), "scores.jsonl.config.json", "must be a JSON object, got list")
+    config.write_text(saved)
+    lines = good.splitlines()
+    out.write_text("\n".join([lines[0], '{"id": "m2", "n_tokens": "many", "scores": {"loss": -1}}', *lines[2:]]) + "\n")
+    assert_one_line_error(invoke(*base), "scores.jsonl:2:", "'n_tokens'")
+    out.write_text(good[:-15])  # killed mid-row: resumes, redoes that row only
+    result = invoke(*base, "--json")
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == good
+    assert_one_line_error(invoke(*base[:-1], tmp_path), "tmp")  # --out is a directory
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"text": 5}\n', "text must be a string"),
+        ("[1, 2]\n", "expected a JSON object, got list"),
+        ('{"text": "fine", "id": [1]}\n', "id must be a string or an integer"),
+        (b"\xff\xfe{}\n", "cannot read"),
+    ],
+)
+def test_wrong_types_in_dataset_rows(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert_one_line_error(invoke("score", path, "--local", NO_MODEL), message)
+
+
+def test_probe_unreadable_file(tmp_path):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    assert_one_line_error(invoke("probe", "--file", binary, "--local", NO_MODEL), "cannot read", "UTF-8")
+    assert_one_line_error(invoke("probe", "--file", tmp_path, "--local", NO_MODEL), "cannot read")
+    assert_one_line_error(invoke("probe", "--file", tmp_path / "none.txt", "--local", NO_MODEL), "no such file")

@@ -8,14 +8,18 @@ deviation σ_i of log p.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ..types import BlackboxMIAError, Provenance, TokenLogprobs
-from .base import Backend, check_texts
+from ..windows import sliding_windows
+from .base import Backend, OnDone, check_texts
+
+SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
+"""``(lp, mu, sigma)`` of one id sequence, each of shape (L-1,) (``mu``/``sigma`` may be None)."""
 
 
 @dataclass(frozen=True)
@@ -43,28 +47,6 @@ class LocalConfig:
     bos: bool | None = None
     vocab_stats: bool = True
     local_files_only: bool = False
-
-
-def sliding_windows(length: int, context: int) -> list[tuple[int, int, int]]:
-    """Windows covering a sequence of ``length`` tokens with at most ``context`` tokens each.
-
-    Returns ``(start, end, first_target)`` triples: the window feeds tokens ``[start, end)``
-    and scores the targets ``j`` in ``[first_target, end)`` (each predicted from ``j - 1``).
-    Consecutive windows overlap by half the context (stride = ⌊context/2⌋), so every target
-    after the first window has at least ⌈context/2⌉ - 1 tokens of left context, and every target
-    ``1 .. length-1`` is scored exactly once.
-    """
-    if context < 2:
-        raise BlackboxMIAError(f"context length must be at least 2 tokens, got {context}")
-    if length <= context:
-        return [(0, length, 1)]
-    stride = context // 2
-    windows = [(0, context, 1)]
-    while windows[-1][1] < length:
-        start = windows[-1][0] + stride
-        end = min(start + context, length)
-        windows.append((start, end, windows[-1][1]))
-    return windows
 
 
 class LocalBackend(Backend):
@@ -120,8 +102,10 @@ class LocalBackend(Backend):
     # -- tokenization ---------------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens."""
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        """Token ids of ``text`` as plain text: no BOS/EOS added, and special-token strings in
+        the text (``"<|endoftext|>"``) are split into ordinary tokens, never mapped to the
+        special ids (a text cannot end or reset the model's context by quoting them)."""
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def decode_tokens(self, ids: Sequence[int]) -> list[str]:
         """Each id decoded on its own (byte-level pieces may show as U+FFFD)."""
@@ -133,7 +117,16 @@ class LocalBackend(Backend):
 
     # -- log-probs ---------------------------------------------------------------------------
 
-    def logprobs(self, texts: Sequence[str], progress: bool = False) -> list[TokenLogprobs]:
+    def logprobs(
+        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
+    ) -> list[TokenLogprobs]:
+        """Log-probs of every text (see :meth:`Backend.logprobs`); ``on_done`` is called for
+        the texts whose windows all lie in a forward batch as soon as that batch is done
+        (texts run longest first).
+
+        Raises:
+            BlackboxMIAError: an empty text, or a single-token text when the model has no BOS.
+        """
         check_texts(texts)
         provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
         sequences = [self.full_ids(self.encode(t)) for t in texts]
@@ -142,55 +135,78 @@ class LocalBackend(Backend):
                 raise BlackboxMIAError(
                     f"text #{i} ({texts[i]!r}) has a single token and the model has no BOS: nothing to score"
                 )
-        results = self.sequence_logprobs(sequences, progress=progress)
-        out = []
-        for seq, (lp, mu, sigma) in zip(sequences, results):
-            out.append(
-                TokenLogprobs(
-                    token_ids=np.asarray(seq[1:]),
-                    tokens=self.decode_tokens(seq[1:]),
-                    logprobs=lp,
-                    context_ids=(seq[0],),
-                    provenance=provenance,
-                    mu=mu,
-                    sigma=sigma,
-                )
+        out: list[TokenLogprobs | None] = [None] * len(texts)
+
+        def finish(s: int, result: SequenceResult) -> None:
+            lp, mu, sigma = result
+            seq = sequences[s]
+            out[s] = TokenLogprobs(
+                token_ids=np.asarray(seq[1:]),
+                tokens=self.decode_tokens(seq[1:]),
+                logprobs=lp,
+                context_ids=(seq[0],),
+                provenance=provenance,
+                mu=mu,
+                sigma=sigma,
             )
-        return out
+            if on_done is not None:
+                on_done(s, out[s])
+
+        self.sequence_logprobs(sequences, progress=progress, on_done=finish)
+        return out  # type: ignore[return-value]  (finish filled every slot)
 
     def sequence_logprobs(
-        self, sequences: Sequence[Sequence[int]], progress: bool = False
-    ) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
+        self,
+        sequences: Sequence[Sequence[int]],
+        progress: bool = False,
+        on_done: Callable[[int, SequenceResult], None] | None = None,
+    ) -> list[SequenceResult]:
         """lp_j = log p(seq[j] | seq[:j]) for j = 1..L-1 of every id sequence (float64, nats).
 
         Returns per sequence ``(lp, mu, sigma)``, each of shape (L-1,); ``mu``/``sigma`` are
         ``None`` unless ``vocab_stats``. Long sequences are split by :func:`sliding_windows`;
-        windows are packed into batches of at most ``max_batch_tokens`` padded tokens.
+        windows are packed into batches of at most ``max_batch_tokens`` padded tokens, longest
+        first. ``on_done(index, result)`` is called for each sequence right after the batch
+        holding its last window.
         """
         rows = []  # (sequence index, start, end, first_target)
         for s, seq in enumerate(sequences):
             rows.extend((s, *w) for w in sliding_windows(len(seq), self.context))
+        remaining = [0] * len(sequences)  # windows not computed yet, per sequence
+        for s, *_ in rows:
+            remaining[s] += 1
         out_lp = [np.empty(len(seq) - 1) for seq in sequences]
         stats = self.config.vocab_stats
         out_mu = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
         out_sd = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
+
+        def result(s: int) -> SequenceResult:
+            return (out_lp[s], out_mu[s], out_sd[s]) if stats else (out_lp[s], None, None)
+
         order = sorted(range(len(rows)), key=lambda r: rows[r][2] - rows[r][1], reverse=True)
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
-        for batch in self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))]):
-            windows = [rows[r] for r in batch]
-            lp, mu, sd = self._forward([sequences[s][a:b] for s, a, b, _ in windows])
-            for row, (s, a, b, first) in enumerate(windows):
-                # column c of the window predicts absolute target a + c + 1
-                cols = slice(first - a - 1, b - a - 1)
-                out_lp[s][first - 1 : b - 1] = lp[row, cols]
-                if stats:
-                    out_mu[s][first - 1 : b - 1] = mu[row, cols]
-                    out_sd[s][first - 1 : b - 1] = sd[row, cols]
-                bar.update(b - first)
-        bar.close()
-        if stats:
-            return list(zip(out_lp, out_mu, out_sd))
-        return [(lp, None, None) for lp in out_lp]
+        try:
+            for batch in self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))]):
+                windows = [rows[r] for r in batch]
+                lp, mu, sd = self._forward([sequences[s][a:b] for s, a, b, _ in windows])
+                finished = []
+                for row, (s, a, b, first) in enumerate(windows):
+                    # column c of the window predicts absolute target a + c + 1
+                    cols = slice(first - a - 1, b - a - 1)
+                    out_lp[s][first - 1 : b - 1] = lp[row, cols]
+                    if stats:
+                        out_mu[s][first - 1 : b - 1] = mu[row, cols]
+                        out_sd[s][first - 1 : b - 1] = sd[row, cols]
+                    bar.update(b - first)
+                    remaining[s] -= 1
+                    if remaining[s] == 0:
+                        finished.append(s)
+                if on_done is not None:
+                    for s in finished:
+                        on_done(s, result(s))
+        finally:
+            bar.close()
+        return [result(s) for s in range(len(sequences))]
 
     def _pack(self, order: list[int], lengths: list[int]):
         """Greedy packing of rows (sorted longest first) under the padded-token budget."""

@@ -20,10 +20,14 @@ app = typer.Typer(
 
 @contextlib.contextmanager
 def user_errors():
-    """Turn toolkit errors into one line on stderr and exit code 2 (never a traceback)."""
+    """Turn toolkit errors, and files that cannot be read or written, into one line on stderr
+    and exit code 2 (never a traceback); Ctrl-C into a resume hint and exit code 130."""
     try:
         yield
     except BlackboxMIAError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
@@ -32,10 +36,14 @@ def user_errors():
 
 
 def echo_json_line(obj) -> None:
-    """Print ``obj`` as one JSON line on stdout (the machine-readable last line)."""
-    import json
+    """Print ``obj`` as one JSON line on stdout (the machine-readable last line).
 
-    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    Raises:
+        BlackboxMIAError: ``obj`` holds NaN or ±Infinity (JSON has no such numbers).
+    """
+    from ..io import dumps_strict
+
+    sys.stdout.write(dumps_strict(obj, "JSON output", sort_keys=True) + "\n")
     sys.stdout.flush()
 
 

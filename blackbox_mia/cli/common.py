@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from ..backends.base import Backend
 from ..datasets import Item, load_dataset
 from ..scorers import REFERENCE, TARGET, Scorer
 from ..types import BlackboxMIAError
+from .app import user_errors
 
 
 def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
@@ -23,20 +25,62 @@ def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
     Besides the specs of :func:`~blackbox_mia.datasets.load_dataset`, ``canary`` (the default
     canary, ``canary_dir(CanaryConfig())``) and ``canary:PATH`` give a trained canary's members
     (label 1) and non-members (label 0); see :func:`blackbox_mia.audit.load_canary_dataset`.
-    """
-    if spec == "canary" or spec.startswith("canary:"):
-        from ..audit import load_canary_dataset  # imports the evaluation stack: only when needed
 
-        ds = load_canary_dataset(spec)
-    else:
-        ds = load_dataset(spec)
-    items = ds.items[:limit] if limit else ds.items
-    return items, {"name": ds.name, "source": ds.source, "sha256": ds.sha256}
+    Raises:
+        BlackboxMIAError: an unreadable dataset, no canary there, ``limit`` < 1.
+    """
+    from ..runner import limit_items
+
+    if spec == "canary" or spec.startswith("canary:"):
+        from ..audit import load_items as load_canary_items  # imports the evaluation stack: only when needed
+
+        return load_canary_items(spec, limit)
+    ds = load_dataset(spec)
+    return limit_items(ds.items, limit), {"name": ds.name, "source": ds.source, "sha256": ds.sha256}
+
+
+def check_number(
+    option: str,
+    value: float | int | None,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+) -> None:
+    """Check a numeric command-line option: finite and within the given bounds (None passes).
+
+    Args:
+        option: the option as typed (``--epsilon``), named in the message.
+        value: its value.
+        above, at_least, below, at_most: strict / inclusive lower and upper bounds.
+
+    Raises:
+        BlackboxMIAError: ``"--epsilon must be a finite number > 0, got nan"`` and the like.
+    """
+    if value is None:
+        return
+    bounds = [(above, ">", lambda v, b: v > b), (at_least, ">=", lambda v, b: v >= b),
+              (below, "<", lambda v, b: v < b), (at_most, "<=", lambda v, b: v <= b)]
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and all(bound is None or test(value, bound) for bound, _, test in bounds)
+    if not ok:
+        wanted = " and ".join(f"{sign} {bound:g}" for bound, sign, _ in bounds if bound is not None)
+        kind = "an integer" if isinstance(value, int) and not isinstance(value, bool) else "a finite number"
+        raise BlackboxMIAError(f"{option} must be {kind} {wanted}, got {value!r}")
 
 
 @dataclass(frozen=True)
 class TargetOptions:
-    """Command-line choice of the target model: ``--local`` or ``--base-url``/``--model``."""
+    """Command-line choice of the target model: ``--local`` or ``--base-url``/``--model``.
+
+    Numeric options are checked on construction, before any model is loaded or request sent.
+
+    Raises:
+        BlackboxMIAError: ``--epsilon`` not a finite number > 0 (nats), ``--concurrency`` < 1,
+            ``--rpm``/``--tpm`` not finite and > 0, ``--context-tokens`` < 2,
+            ``--batch-tokens`` < 1.
+    """
 
     local: str | None = None
     ref: str | None = None
@@ -47,6 +91,7 @@ class TargetOptions:
     model: str | None = None
     api_key: str | None = None
     endpoint: str = "completions"
+    allow_chat_conditional: bool = False
     tokenizer: str | None = None
     strategy: str = "auto"
     epsilon: float = 0.01
@@ -56,6 +101,14 @@ class TargetOptions:
     tpm: float | None = None
     cache_dir: Path | None = None
     reprobe: bool = False
+
+    def __post_init__(self) -> None:
+        check_number("--epsilon", self.epsilon, above=0)
+        check_number("--concurrency", self.concurrency, at_least=1)
+        check_number("--rpm", self.rpm, above=0)
+        check_number("--tpm", self.tpm, above=0)
+        check_number("--context-tokens", self.context, at_least=2)
+        check_number("--batch-tokens", self.batch_tokens, at_least=1)
 
 
 def build_backends(opts: TargetOptions) -> dict[str, Backend]:
@@ -91,26 +144,40 @@ def build_backends(opts: TargetOptions) -> dict[str, Backend]:
             **({"api_key": opts.api_key} if opts.api_key else {}),
         )
         tracker = TrackerConfig(strategy=opts.strategy, epsilon=opts.epsilon, context=opts.context)
-        backends = {TARGET: ApiBackend(api, opts.tokenizer, tracker, opts.cache_dir, opts.reprobe)}
+        backends = {
+            TARGET: ApiBackend(
+                api, opts.tokenizer, tracker, opts.cache_dir, opts.reprobe,
+                allow_chat_conditional=opts.allow_chat_conditional,
+            )
+        }
     if opts.ref:
         backends[REFERENCE] = local(opts.ref)
     return backends
 
 
 def close_all(backends: dict[str, Backend]) -> None:
+    """Close every backend (idempotent)."""
     for backend in backends.values():
         backend.close()
 
 
-def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float]:
-    """AUC of each scorer on labelled rows ({} when the rows carry no or one-class labels)."""
+def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
+    """AUC of each scorer on labelled rows ({} when the rows carry no or one-class labels).
+
+    A scorer with a non-finite (``None``) score on some labelled row gets ``None``: its AUC is
+    not defined on the rows as they are.
+    """
     from sklearn.metrics import roc_auc_score
 
     labelled = [r for r in rows if r.label is not None]
     labels = [r.label for r in labelled]
     if len(set(labels)) < 2:
         return {}
-    return {s.label: float(roc_auc_score(labels, [r.scores[s.label] for r in labelled])) for s in scorers}
+    aucs: dict[str, float | None] = {}
+    for s in scorers:
+        values = [r.scores[s.label] for r in labelled]
+        aucs[s.label] = None if None in values else float(roc_auc_score(labels, values))
+    return aucs
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
@@ -130,6 +197,7 @@ def _target_parameters() -> list[inspect.Parameter]:
         ("model", Optional[str], opt(None, "--model", help="model name at the endpoint", rich_help_panel="Target")),
         ("api_key", Optional[str], opt(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="API key (never stored or printed)", rich_help_panel="Target")),
         ("endpoint", str, opt("completions", "--endpoint", help="completions or chat", rich_help_panel="Target")),
+        ("allow_chat_conditional", bool, opt(False, "--allow-chat-conditional", help="with --endpoint chat: accept log-probs that are conditional on the server's chat template (not the text's own log-probs)", rich_help_panel="Target")),
         ("tokenizer", Optional[str], opt(None, "--tokenizer", help="tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", rich_help_panel="Target")),
         ("strategy", str, opt("auto", "--strategy", help="auto, prompt, topn, forced, postbias or bisect", rich_help_panel="Tracker")),
         ("epsilon", float, opt(0.01, "--epsilon", help="bisection precision (nats)", rich_help_panel="Tracker")),
@@ -157,7 +225,8 @@ def with_target_options(func):
 
     @functools.wraps(func)
     def wrapper(**kwargs):
-        target = TargetOptions(**{name: kwargs.pop(name) for name in names})
+        with user_errors():
+            target = TargetOptions(**{name: kwargs.pop(name) for name in names})
         return func(target=target, **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=params + extra)

@@ -8,8 +8,9 @@ import numpy as np
 import typer
 
 from ..scorers import DEFAULT_SCORERS, parse_scorers
+from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors
-from .common import auc_by_scorer, format_table
+from .common import auc_by_scorer, check_number, format_table
 
 BLACKBOX_DEMO_SCORERS = "loss,zlib,min_k,min_k:k=10"
 
@@ -31,6 +32,11 @@ def demo(
     log-prob and the demo reports black-box vs white-box agreement.
     """
     with user_errors():
+        from ..server import LOGPROBS_MODES
+
+        check_number("--blackbox-n", blackbox_n, at_least=2)
+        if mode not in LOGPROBS_MODES:
+            raise BlackboxMIAError(f"--mode must be one of {', '.join(LOGPROBS_MODES)}, got {mode!r}")
         from ..backends.local import LocalBackend, LocalConfig
         from ..canary import CanaryConfig, canary_items, ensure_canary
         from ..runner import ScoredText, score_texts
@@ -40,7 +46,7 @@ def demo(
         scorers = parse_scorers(",".join(DEFAULT_SCORERS) + ",min_k:k=10")
         local = LocalBackend(LocalConfig(str(path)))
         results = score_texts([it.text for it in items], scorers, {"target": local}, progress=not json_out)
-        rows = [ScoredText(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
+        rows = [ScoredText.from_scores(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
         aucs = auc_by_scorer(rows, scorers)
         summary = {
             "auc": aucs,
@@ -106,7 +112,7 @@ def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bo
     for b in black:
         for s in b.strategies:
             strategies[s] = strategies.get(s, 0) + 1
-    rows = [ScoredText(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
+    rows = [ScoredText.from_scores(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
     n_tokens = int(bounded.size)
     return {
         "ids": [it.id for it in items],

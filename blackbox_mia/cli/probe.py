@@ -11,7 +11,15 @@ import typer
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors
-from .common import TargetOptions, build_backends, close_all, format_table, load_items, with_target_options
+from .common import (
+    TargetOptions,
+    build_backends,
+    check_number,
+    close_all,
+    format_table,
+    load_items,
+    with_target_options,
+)
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
 
@@ -20,7 +28,8 @@ def gather_texts(text: str | None, file: Path | None, dataset: str | None, limit
     """(id, text) pairs from exactly one source: an argument, a file, ``-`` (stdin) or a dataset.
 
     Raises:
-        BlackboxMIAError: no source, several sources, or a missing file.
+        BlackboxMIAError: no source, several sources, a missing or unreadable file (not UTF-8
+            text, a directory), unreadable stdin, or a bad dataset.
     """
     sources = [s for s in (text, file, dataset) if s is not None]
     if len(sources) != 1:
@@ -31,8 +40,16 @@ def gather_texts(text: str | None, file: Path | None, dataset: str | None, limit
     if file is not None:
         if not file.exists():
             raise BlackboxMIAError(f"no such file: {file}")
-        return [("file", file.read_text(encoding="utf-8"))]
-    return [("stdin" if text == "-" else "text", sys.stdin.read() if text == "-" else text)]
+        try:
+            return [("file", file.read_text(encoding="utf-8"))]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BlackboxMIAError(f"cannot read {file} as UTF-8 text: {exc}") from exc
+    if text == "-":
+        try:
+            return [("stdin", sys.stdin.read())]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BlackboxMIAError(f"cannot read stdin as UTF-8 text: {exc}") from exc
+    return [("text", text)]
 
 
 @app.command()
@@ -52,8 +69,9 @@ def probe(
     Every value carries [lower, upper] bounds in nats and the strategy that produced it.
     """
     with user_errors():
-        from ..runner import score_texts
+        from ..runner import ScoredText, score_texts
 
+        check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         texts = gather_texts(text, file, dataset, limit)
         backends = build_backends(target)
@@ -64,10 +82,12 @@ def probe(
                 before = _usage(backend)
                 [(scores, lp)] = score_texts([content], parsed, backends, progress=not json_out and len(content) > 200)
                 usage = {k: v - before.get(k, 0) for k, v in _usage(backend).items()}
+                row = ScoredText.from_scores(text_id, None, scores, lp.n_tokens)  # NaN/inf -> None
                 record = {
                     "id": text_id,
                     **lp.to_json(),
-                    "scores": scores,
+                    "scores": row.scores,
+                    **({"nonfinite": row.nonfinite} if row.nonfinite else {}),
                     "usage": usage,
                     "capabilities": capabilities.to_json() if capabilities else None,
                 }

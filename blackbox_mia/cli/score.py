@@ -8,7 +8,16 @@ import typer
 
 from ..scorers import DEFAULT_SCORERS, parse_scorers
 from .app import app, echo_json_line, user_errors
-from .common import TargetOptions, auc_by_scorer, build_backends, close_all, format_table, load_items, with_target_options
+from .common import (
+    TargetOptions,
+    auc_by_scorer,
+    build_backends,
+    check_number,
+    close_all,
+    format_table,
+    load_items,
+    with_target_options,
+)
 
 
 @app.command()
@@ -28,6 +37,7 @@ def score(
     Resumable: rerunning the same command skips the texts already in --out.
     """
     with user_errors():
+        check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         items, meta = load_items(dataset, limit)
         backends = build_backends(target)
@@ -40,6 +50,13 @@ def score(
             close_all(backends)
         aucs = auc_by_scorer(rows, parsed)
         typer.echo(f"scored {len(rows)} texts ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
+        nonfinite = [r.id for r in rows if r.nonfinite]
+        if nonfinite:
+            typer.echo(
+                f"warning: {len(nonfinite)} texts have a NaN/infinite score (null in the rows, scorers listed "
+                f"under 'nonfinite'; AUC not computed for those scorers), first: {nonfinite[0]}",
+                err=True,
+            )
         if aucs:
             typer.echo(format_table(["scorer", "AUC"], list(aucs.items())))
         if json_out:

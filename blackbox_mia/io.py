@@ -1,0 +1,119 @@
+"""Writing results safely: strict JSON (no bare NaN/Infinity) and atomic replacement of JSON files.
+
+Every JSON file the runner and the command line write (``<out>.config.json``, summaries) goes
+through :func:`write_json_atomic`: a reader, or a run killed mid-write, sees either the old file
+or the new one, never half of one. Every JSON Lines row goes through :func:`json_line`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .types import BlackboxMIAError
+
+
+def dumps_strict(obj, what: str, **kwargs) -> str:
+    """``json.dumps(obj, allow_nan=False, **kwargs)``.
+
+    Args:
+        obj: a JSON-ready value (dicts, lists, str, int, float, bool, None).
+        what: what is being written, for the error message (a path, ``"row 'gsm8k-test-3'"``).
+        **kwargs: passed to :func:`json.dumps` (``indent``, ``sort_keys``...).
+
+    Raises:
+        BlackboxMIAError: ``obj`` holds NaN or ±Infinity, which JSON cannot represent.
+        TypeError: ``obj`` holds a value of a type JSON does not know (a programming error).
+    """
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError as exc:
+        raise BlackboxMIAError(f"{what}: refusing to write NaN or Infinity as JSON ({exc})") from exc
+
+
+def json_line(obj, what: str) -> str:
+    """One JSON Lines row: compact strict JSON (see :func:`dumps_strict`) plus ``"\\n"``.
+
+    Raises:
+        BlackboxMIAError: ``obj`` holds NaN or ±Infinity.
+    """
+    return dumps_strict(obj, what) + "\n"
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same directory,
+    flushed and fsynced, then :func:`os.replace` over ``path`` (parents are created). A reader,
+    or a run killed mid-write, sees the old file or the new one, never a mix.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        BlackboxMIAError: the file cannot be written (the old file, if any, is left as it was).
+    """
+    path = Path(path)
+    tmp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+        ) as f:
+            tmp_name = f.name
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+        tmp_name = None
+    except OSError as exc:
+        raise BlackboxMIAError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+    return path
+
+
+def write_json_atomic(path: str | Path, obj, indent: int | None = 2, sort_keys: bool = True) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (see :func:`write_text_atomic`).
+
+    Args:
+        path: destination file.
+        obj: a JSON-ready value; NaN and ±Infinity are refused.
+        indent: spaces per indentation level (``None``: one line).
+        sort_keys: sort object keys.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        BlackboxMIAError: ``obj`` holds NaN or ±Infinity (nothing is written), or the file
+            cannot be written (the old file, if any, is left as it was).
+    """
+    text = dumps_strict(obj, str(path), indent=indent, sort_keys=sort_keys, ensure_ascii=False)
+    return write_text_atomic(path, text + "\n")
+
+
+def read_json_object(path: str | Path, what: str) -> dict:
+    """The JSON object stored in ``path``.
+
+    Args:
+        path: a JSON file.
+        what: what the file is, for error messages (``"run configuration"``).
+
+    Raises:
+        BlackboxMIAError: the file is missing or unreadable, is not valid JSON, or holds
+            something other than an object (a list, a number...).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BlackboxMIAError(f"cannot read {what} {path}: {exc}") from exc
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BlackboxMIAError(f"{path}:{exc.lineno}: malformed JSON in {what} ({exc.msg})") from exc
+    if not isinstance(obj, dict):
+        raise BlackboxMIAError(f"{path}: {what} must be a JSON object, got {type(obj).__name__}")
+    return obj
