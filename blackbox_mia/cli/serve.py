@@ -34,6 +34,29 @@ def serve(
     token_id_prompts: bool = typer.Option(
         True, "--token-id-prompts/--no-token-id-prompts", help="accept completions prompts given as token ids"
     ),
+    token_id_refusal_status: Optional[int] = typer.Option(
+        None, "--token-id-refusal-status",
+        help="HTTP status refusing token-id prompts under --no-token-id-prompts (default 400); "
+        "500 emulates a server that fails on them",
+    ),
+    empty_partial_names: bool = typer.Option(
+        False, "--empty-partial-names",
+        help="name tokens that are part of a multi-byte character \"\" (vLLM, OpenAI chat) instead of bytes:\\xNN",
+    ),
+    zero_max_tokens_unlimited: bool = typer.Option(
+        False, "--zero-max-tokens-unlimited", help="max_tokens 0 generates to the end of the context"
+    ),
+    chat_template: Optional[str] = typer.Option(
+        None, "--chat-template",
+        help="wrap chat prompts: 'default' (<|user|>...<|assistant|>) or a file with {content}; "
+        "default: messages concatenated as is",
+    ),
+    text_bos: bool = typer.Option(
+        False, "--text-bos/--no-text-bos", help="prepend BOS to text prompts (as vLLM/llama.cpp for Llama models)"
+    ),
+    max_body_bytes: Optional[int] = typer.Option(
+        None, "--max-body-bytes", help="largest request body in bytes, bigger ones get 413 (default 1 MiB)"
+    ),
     batch_window_ms: float = typer.Option(2.0, "--batch-window-ms", help="micro-batching window in ms (0 = off)"),
     max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
     device: Optional[str] = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
@@ -44,19 +67,24 @@ def serve(
 ):
     """Serve a local model behind /v1/completions, /v1/chat/completions, /v1/models, /tokenize.
 
-    Validates the black-box tracker against known white-box log-probs. Text prompts are tokenized
-    without BOS and chat messages are concatenated without a chat template. Prints the base URL,
+    Validates the black-box tracker against known white-box log-probs. By default text prompts
+    are tokenized without BOS and chat messages are concatenated without a chat template
+    (--text-bos and --chat-template emulate servers that do otherwise). Prints the base URL,
     then runs until Ctrl-C or SIGTERM.
     """
     with user_errors():
-        from ..server import ServerConfig, is_loopback
+        from ..server import ServerConfig, is_loopback, load_chat_template
 
         config = ServerConfig(
             model=model, host=host, port=port, api_key=api_key, served_name=served_name,
             logprobs_mode=logprobs_mode, echo=echo, logprobs=logprobs,
             max_logprobs_completions=max_logprobs, max_logprobs_chat=max_top_logprobs,
-            token_id_prompts=token_id_prompts, batch_window_ms=batch_window_ms, max_batch=max_batch,
-            device=device, dtype=dtype,
+            token_id_prompts=token_id_prompts, empty_partial_names=empty_partial_names,
+            zero_max_tokens_unlimited=zero_max_tokens_unlimited,
+            chat_template=None if chat_template is None else load_chat_template(chat_template),
+            text_bos=text_bos, batch_window_ms=batch_window_ms, max_batch=max_batch, device=device, dtype=dtype,
+            **{name: value for name, value in (("token_id_refusal_status", token_id_refusal_status),
+                                               ("max_body_bytes", max_body_bytes)) if value is not None},
         )
         if not is_loopback(host):
             typer.secho(
