@@ -3,18 +3,25 @@
 :class:`ApiClient` sends requests through the official SDK (:class:`openai.AsyncOpenAI`, its own
 retries off) and adds what an audit needs:
 
+* one validation step for every answer, fresh or cached: shape, every requested field present,
+  every number finite, lengths consistent (see :func:`_read`). An answer that fails it is
+  never cached: it is retried, and a cached row that fails it is dropped and asked again;
 * a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), written as
-  soon as an answer arrives and before anything is parsed, so a rerun makes zero requests;
-* retries with tenacity: exponential backoff with jitter on 408, 429, 5xx, timeouts and
-  connection errors, never less than the server's ``Retry-After``; other 4xx fail at once;
+  soon as an answer has passed validation, before anything else happens, so a rerun makes zero
+  requests; processes sharing a cache directory claim each request so none is paid for twice;
+* retries with tenacity by fault class (:data:`FAULTS`, carried by :class:`ApiError`):
+  transient faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off
+  exponentially with jitter, never less than the server's ``Retry-After``; invalid 200s are
+  retried after a short linear wait; final faults (other 4xx, 501, a 500 repeating the same
+  body) fail at once;
 * at most ``concurrency`` requests in flight, optional requests-per-minute and
   tokens-per-minute limits;
-* a normalised, JSON-ready result (see :meth:`ApiClient.complete`) whose shape is validated, so
-  a server that answers garbage gives an :class:`ApiError`, not a ``KeyError``;
-* usage accounting: requests, retries, cache hits, tokens and estimated cost in USD.
+* a normalised, JSON-ready result (see :meth:`ApiClient.complete`);
+* usage accounting: requests, retries, cache hits, invalid answers, tokens and cost in USD.
 
 The API key is only ever handed to the SDK (it goes in the ``Authorization`` header). It is not
-part of any cache key or cached value, any error message, log line, ``repr`` or ``describe()``.
+part of any cache key or cached value, any error message, log line, ``repr`` or ``describe()``:
+text from a server is masked before it is cut short, so no prefix of the key can survive a cut.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from .types import BlackboxMIAError
 LOG = logging.getLogger(__name__)
 
 ENDPOINTS = ("completions", "chat")
+FAULTS = ("final", "transient", "invalid")
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"  # sent when no key is configured: local servers (vLLM, llama.cpp) ignore it
 MAX_BIAS = 100.0  # |logit_bias| cap (OpenAI)
@@ -52,8 +60,8 @@ MAX_BIAS_ENTRIES = 300  # logit_bias entries per request (OpenAI)
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the tokens-per-minute limit
 MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
-SNIPPET_CHARS = 80  # a body that is not JSON is quoted up to this many characters
-VALUE_CHARS = 40  # an offending value in a malformed answer is shown up to this many characters
+VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is not JSON) is shown up to this
+QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by backoff_base_s)
 
 # List prices in USD per 1M tokens (prompt, completion), as published by OpenAI in 2025. Prices
 # change: pass ApiConfig(prices=...) to override. Unlisted models cost 0 and are flagged
@@ -91,16 +99,35 @@ def display_url(url: str) -> str:
 
 
 class ApiError(BlackboxMIAError):
-    """A request failed for good (after retries where they apply), or the answer is malformed.
+    """A request failed for good: the server refused it, or it kept failing past every retry.
+
+    Args:
+        status_code: the last HTTP status, or ``None`` when no answer came (connection failure,
+            timeout).
+        message: one line for the user; it ends with the fault class, e.g.
+            ``"... (transient: gave up after 7 attempts)"``, and never holds the API key.
+        fault: one of :data:`FAULTS`:
+
+            * ``"final"``: the server refused deterministically (4xx other than 408/429, 501, a
+              500 repeating the same body), or the arguments are invalid; retrying cannot help;
+            * ``"transient"``: 408, 429, 5xx, timeouts or connection faults outlasted every retry;
+              a later run may succeed;
+            * ``"invalid"``: every attempt got a 2xx answer that was not JSON or failed
+              validation; the message names the field (``choices[0].logprobs is missing``).
 
     Attributes:
-        status_code: the last HTTP status, or ``None`` (connection failure, timeout, malformed
-            answer).
+        status_code, fault: as given.
+
+    Raises:
+        ValueError: ``fault`` is not one of :data:`FAULTS`.
     """
 
-    def __init__(self, status_code: int | None, message: str):
+    def __init__(self, status_code: int | None, message: str, fault: str = "final"):
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
         super().__init__(message)
         self.status_code = status_code
+        self.fault = fault
 
 
 @dataclass(frozen=True)
@@ -119,6 +146,8 @@ class ApiConfig:
         timeout_s: seconds to wait for one HTTP answer.
         max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests).
         backoff_base_s: first backoff in seconds (doubling each retry, plus up to as much jitter).
+            An invalid answer is retried sooner: after ``min(backoff_base_s, QUICK_RETRY_S)``
+            seconds times the attempt number.
         backoff_max_s: longest backoff in seconds (a longer ``Retry-After`` still wins, up to
             :data:`MAX_RETRY_AFTER_S`).
         prices: model → (USD per 1M prompt tokens, USD per 1M completion tokens); replaces
@@ -197,8 +226,12 @@ class Usage:
     Attributes:
         requests: HTTP requests sent, retries included.
         retries: how many of those requests repeated a failed one.
-        cache_hits: answers served from the disk cache (no request).
-        prompt_tokens, completion_tokens: tokens the server reported in ``usage``.
+        cache_hits: answers served from the disk cache (no request), including answers another
+            process sharing the cache directory paid for while this one waited.
+        invalid_answers: answers that arrived but failed validation (never cached; retried).
+        invalid_cached: cached answers that failed validation when read (dropped, asked again).
+        prompt_tokens, completion_tokens: tokens the server reported in ``usage`` (invalid
+            answers included: they are billed too).
         cost_usd: estimated cost in USD from :meth:`ApiConfig.price` (0 when unpriced).
         unpriced: the model has no price, so ``cost_usd`` stays 0.
     """
@@ -206,12 +239,15 @@ class Usage:
     requests: int = 0
     retries: int = 0
     cache_hits: int = 0
+    invalid_answers: int = 0
+    invalid_cached: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
     unpriced: bool = False
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -273,25 +309,41 @@ def retry_after_s(exc: BaseException | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
-class _RetryAfterOrBackoff(wait_base):
-    """Wait max(server's Retry-After, exponential backoff with jitter)."""
+def fault_of(exc: BaseException | None) -> str:
+    """The class (one of :data:`FAULTS`) of one failed attempt; only ``"final"`` is not retried.
 
-    def __init__(self, backoff: wait_base):
-        self.backoff = backoff
+    Transient: 408, 429, 5xx other than 501, timeouts, connection errors. Invalid: a 2xx answer
+    that is not JSON or fails validation. Final: everything else (other 4xx, 501, an
+    :class:`ApiError` marked final, any other exception).
+    """
+    if isinstance(exc, ApiError):
+        return exc.fault
+    if isinstance(exc, _Malformed):
+        return "invalid"
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
+        return "transient"
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return "transient" if status in (408, 429) or (status >= 500 and status != 501) else "final"
+    return "final"
+
+
+class _Wait(wait_base):
+    """Seconds before the next attempt: after an invalid answer a short linear wait (the server is
+    not overloaded, it answered), else max(server's Retry-After, exponential backoff with jitter)."""
+
+    def __init__(self, config: ApiConfig):
+        base = config.backoff_base_s
+        self.backoff = wait_exponential(multiplier=base, max=config.backoff_max_s) + wait_random(0, base)
+        self.quick_s = min(base, QUICK_RETRY_S)
 
     def __call__(self, retry_state: RetryCallState) -> float:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        if fault_of(exc) == "invalid":
+            return self.quick_s * retry_state.attempt_number
         backoff = self.backoff(retry_state)
-        hint = retry_after_s(retry_state.outcome.exception()) if retry_state.outcome else None
+        hint = retry_after_s(exc)
         return backoff if hint is None else max(hint, backoff)
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Timeouts, connection errors, 408, 429 and 5xx are worth another try; other errors are not."""
-    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in (408, 429) or exc.status_code >= 500
-    return False
 
 
 class ApiClient:
@@ -352,16 +404,19 @@ class ApiClient:
             * ``tokens``: one entry per generated token, ``{"token": str, "bytes": list[int] |
               None, "logprob": float | None, "top": [{"token", "bytes", "logprob"}, ...]}``
               with ``top`` sorted by log-prob (nats), largest first; ``[]`` when no log-probs
-              were requested or returned;
+              were requested. With log-probs requested every ``logprob`` is a finite number,
+              ``top`` is non-empty when ``logprobs > 0``, and there is at least one entry when
+              ``max_tokens >= 1`` (at most ``max_tokens``);
             * ``prompt_tokens``: the same entries for the prompt with ``echo`` and log-probs
-              (the first has ``logprob`` ``None``), else ``None``;
+              (the first may have ``logprob`` ``None``: it has no conditional), else ``None``;
             * ``finish_reason``: as returned (``"length"``, ``"stop"``, ...);
             * ``usage``: ``{"prompt_tokens", "completion_tokens"}`` as reported (``None`` if not);
             * ``cached``: whether the answer came from the disk cache.
 
         Raises:
-            BlackboxMIAError: invalid arguments (checked before sending).
-            ApiError: the request failed after retries, or the answer is malformed.
+            BlackboxMIAError: invalid arguments (checked before sending), or an unusable cache.
+            ApiError: the request failed (see its ``fault``): refused, still failing after the
+                retries, or every answer was invalid.
         """
         payload: dict = {"prompt": _check_prompt(prompt), "max_tokens": _check_int(max_tokens, "max_tokens", 0)}
         payload["temperature"] = float(temperature)
@@ -399,8 +454,9 @@ class ApiClient:
             as returned by the server).
 
         Raises:
-            BlackboxMIAError: invalid arguments (checked before sending).
-            ApiError: the request failed after retries, or the answer is malformed.
+            BlackboxMIAError: invalid arguments (checked before sending), or an unusable cache.
+            ApiError: the request failed (see its ``fault``): refused, still failing after the
+                retries, or every answer was invalid.
         """
         if not isinstance(content, str):
             raise BlackboxMIAError(f"chat content must be a string, got {type(content).__name__}")
@@ -433,75 +489,92 @@ class ApiClient:
     # -- internals --------------------------------------------------------------------------
 
     async def _answer(self, kind: str, payload: dict) -> dict:
-        """Cached answer, else a fresh one (identical concurrent requests are sent once); the raw JSON
-        is cached before it is parsed."""
+        """A valid cached answer, else a fresh one (identical concurrent requests are sent once)."""
         key = request_key(self.config.base_url, self.config.model, kind, payload)
-        if self.cache is not None:
-            raw = self.cache.get(key)
-            if raw is not None:
-                try:
-                    result = self._parse(kind, raw, payload)
-                except ApiError as exc:
-                    LOG.warning("dropping a cached answer that no longer parses (%s); asking again", exc)
-                    self.cache.delete(key)
-                else:
-                    self.usage.cache_hits += 1
-                    return {**result, "cached": True}
+        result = self._cached(kind, key, payload)
+        if result is not None:
+            self.usage.cache_hits += 1
+            return {**result, "cached": True}
         pending = self._inflight.get(key)
         if pending is not None:  # the same question is already on its way: share its answer
-            raw = await pending
+            raw, _, _ = await pending
             self.usage.cache_hits += 1
-            return {**self._parse(kind, raw, payload), "cached": True}
-        pending = asyncio.ensure_future(self._fetch(kind, payload))
+            return {**_read(kind, raw, payload), "cached": True}
+        pending = asyncio.ensure_future(self._obtain(kind, key, payload))
         self._inflight[key] = pending
         try:
-            raw = await pending
+            _, result, paid = await pending
         finally:
             del self._inflight[key]
-        if self.cache is not None:
-            self.cache.put(key, raw)  # paid for: on disk before any parsing can fail or crash
-        try:
-            result = self._parse(kind, raw, payload)
-        except ApiError:
-            if self.cache is not None:
-                self.cache.delete(key)  # keep only answers that parse, so a rerun asks again
-            raise
-        return {**result, "cached": False}
+        if not paid:
+            self.usage.cache_hits += 1
+        return {**result, "cached": not paid}
 
-    def _parse(self, kind: str, raw: dict, payload: dict) -> dict:
+    def _cached(self, kind: str, key: str, payload: dict) -> dict | None:
+        """The normalised cached answer to ``payload``, or ``None``; a cached row that fails
+        validation is dropped (and counted in ``usage.invalid_cached``), never trusted."""
+        if self.cache is None:
+            return None
+        raw = self.cache.get(key)
+        if raw is None:
+            return None
         try:
-            if kind == "completions":
-                return _normalise_completion(raw, payload["prompt"], bool(payload.get("echo")))
-            return _normalise_chat(raw)
+            return _read(kind, raw, payload)
         except _Malformed as exc:
-            detail = exc.describe(self._masked)
-            raise ApiError(None, f"malformed {kind} response from {self._url}: {detail}") from None
+            self.usage.invalid_cached += 1
+            LOG.warning("%s: dropping a cached answer that fails validation (%s); asking again",
+                        self._url, exc.describe(self._masked))
+            self.cache.delete(key)
+            return None
 
-    async def _fetch(self, kind: str, payload: dict) -> dict:
-        """The raw JSON answer to ``payload``, retrying transient failures."""
+    async def _obtain(self, kind: str, key: str, payload: dict) -> tuple[dict, dict, bool]:
+        """``(raw JSON, normalised answer, paid)`` for a request missing from the cache; a fresh
+        answer is cached as soon as it has passed validation."""
+        raw, result = await self._fetch(kind, payload)
+        if self.cache is not None:
+            self.cache.put(key, raw)  # validated and paid for: on disk before anything else
+        return raw, result, True
+
+    async def _fetch(self, kind: str, payload: dict) -> tuple[dict, dict]:
+        """A fresh valid answer to ``payload``, ``(raw JSON, normalised)``, retrying by fault class.
+
+        Raises:
+            ApiError: the last failure, with its fault class (a 500 answering the same body
+                twice in a row is final).
+        """
         retrying = AsyncRetrying(
-            retry=retry_if_exception(_retryable),
-            wait=_RetryAfterOrBackoff(
-                wait_exponential(multiplier=self.config.backoff_base_s, max=self.config.backoff_max_s)
-                + wait_random(0, self.config.backoff_base_s)
-            ),
+            retry=retry_if_exception(lambda exc: fault_of(exc) != "final"),
+            wait=_Wait(self.config),
             stop=stop_after_attempt(self.config.max_retries + 1),
             before_sleep=self._note_retry,
             reraise=True,
         )
         tokens = _estimate_tokens(payload)
-        attempts = 0
+        attempts, last_500 = 0, None
         try:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    raw = await self._send(kind, payload, tokens)
-        except openai.APIError as exc:
-            raise self._error(exc, attempts) from None  # the SDK's message may quote the key
-        return raw
+                    previous, last_500 = last_500, None
+                    try:
+                        answer = await self._send(kind, payload, tokens)
+                    except openai.APIStatusError as exc:
+                        if exc.status_code == 500:
+                            last_500 = exc.response.content
+                            if last_500 == previous:  # a deterministic refusal, not an outage
+                                raise self._error(exc, attempts, kind, repeated=True) from None
+                        raise
+        except (openai.APIError, _Malformed) as exc:
+            raise self._error(exc, attempts, kind) from None  # the SDK's message may quote the key
+        return answer
 
-    async def _send(self, kind: str, payload: dict, tokens: int) -> dict:
-        """One HTTP request under the limits; the decoded JSON body."""
+    async def _send(self, kind: str, payload: dict, tokens: int) -> tuple[dict, dict]:
+        """One HTTP request under the limits: ``(raw JSON, normalised)``, validated.
+
+        Raises:
+            openai.APIError: the request failed.
+            _Malformed: the answer is not a JSON object or fails validation.
+        """
         if self._rpm is not None:
             await self._rpm.acquire(1)
         if self._tpm is not None:
@@ -517,16 +590,13 @@ class ApiClient:
             )
         http = response.http_response
         try:
-            raw = json.loads(http.content)
-        except ValueError:
-            snippet = self._masked(http.content.decode("utf-8", "replace"), SNIPPET_CHARS)
-            message = f"{self._url} answered with a body that is not JSON: {snippet!r}"
-            raise ApiError(http.status_code, message) from None
-        if not isinstance(raw, dict):
-            kind_of = type(raw).__name__
-            raise ApiError(http.status_code, f"{self._url} answered with JSON that is not an object ({kind_of})")
-        self._account(raw.get("usage"))
-        return raw
+            raw = _decode(http.content)
+            self._account(raw.get("usage"))
+            return raw, _read(kind, raw, payload)
+        except _Malformed as exc:
+            self.usage.invalid_answers += 1
+            exc.status = http.status_code
+            raise
 
     def _account(self, usage: object) -> None:
         usage = usage if isinstance(usage, dict) else {}
@@ -540,9 +610,14 @@ class ApiClient:
     def _note_retry(self, state: RetryCallState) -> None:
         self.usage.retries += 1
         exc = state.outcome.exception() if state.outcome else None
-        what = f"HTTP {exc.status_code}" if isinstance(exc, openai.APIStatusError) else type(exc).__name__
+        if isinstance(exc, openai.APIStatusError):
+            what = f"HTTP {exc.status_code}"
+        elif isinstance(exc, _Malformed):
+            what = f"invalid answer: {exc.describe(self._masked)}"
+        else:
+            what = type(exc).__name__
         wait = state.next_action.sleep if state.next_action else 0.0
-        LOG.warning("%s: %s; retry %d of %d in %.2f s", self._url, what, state.attempt_number,
+        LOG.warning("%s: %s (%s); retry %d of %d in %.2f s", self._url, what, fault_of(exc), state.attempt_number,
                     self.config.max_retries, wait)
 
     def _scrub(self, text: str) -> str:
@@ -561,31 +636,43 @@ class ApiClient:
             body = body.get("message") or body.get("detail") or json.dumps(body)
         return self._masked(str(body) if body is not None else "", MESSAGE_CHARS)
 
-    def _error(self, exc: openai.APIError, attempts: int) -> ApiError:
-        """A clear :class:`ApiError` for the last failure (never quoting the key)."""
-        url, tries = self._url, f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    def _error(self, exc: openai.APIError | _Malformed, attempts: int, kind: str, repeated: bool = False) -> ApiError:
+        """A clear :class:`ApiError` for the last failure, ending with its fault class (never
+        quoting the key)."""
+        fault = "final" if repeated else fault_of(exc)
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if repeated:
+            why = f"final: the same answer to {tries} in a row"
+        elif fault == "final":
+            why = "final: not retried" if attempts == 1 else f"final: after {tries}"
+        else:
+            why = f"{fault}: gave up after {tries}"
+        status, message = self._describe(exc, kind)
+        return ApiError(status, f"{message} ({why})", fault)
+
+    def _describe(self, exc: openai.APIError | _Malformed, kind: str) -> tuple[int | None, str]:
+        """(HTTP status or ``None``, what went wrong) for one failed attempt."""
+        url = self._url
+        if isinstance(exc, _Malformed):
+            return exc.status, f"invalid {kind} answer from {url}: {exc.describe(self._masked)}"
         if isinstance(exc, openai.APITimeoutError):
-            return ApiError(None, f"no answer from {url} within {self.config.timeout_s:g} s ({tries})")
+            return None, f"no answer from {url} within {self.config.timeout_s:g} s"
         if isinstance(exc, openai.APIConnectionError):
-            cause = self._scrub(str(exc.__cause__ or exc))
-            return ApiError(None, f"cannot reach {url} ({tries}): {cause}")
+            return None, f"cannot reach {url}: {self._scrub(str(exc.__cause__ or exc))}"
         if not isinstance(exc, openai.APIStatusError):
-            return ApiError(None, f"request to {url} failed: {type(exc).__name__}")
+            return None, f"request to {url} failed: {type(exc).__name__}"
         status, detail = exc.status_code, self._server_message(exc)
         if status in (401, 403):
-            return ApiError(status, f"the API key was refused by {url} (HTTP {status}); "
-                                    f"check ${API_KEY_ENV} or --api-key")
+            return status, f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or --api-key"
         if status == 404:
             if exc.code == "model_not_found" or "model" in detail.lower():
-                return ApiError(status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}")
-            return ApiError(status, f"{url} has no such endpoint (HTTP 404): {detail}; "
-                                    "the base URL usually ends in /v1")
+                return status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}"
+            return status, f"{url} has no such endpoint (HTTP 404): {detail}; the base URL usually ends in /v1"
         if status == 429:
-            return ApiError(status, f"rate limited by {url} after {tries} (HTTP 429): {detail}; "
-                                    "lower the concurrency or set rpm / tpm")
+            return status, f"rate limited by {url} (HTTP 429): {detail}; lower the concurrency or set rpm / tpm"
         if status >= 500:
-            return ApiError(status, f"server error at {url} after {tries} (HTTP {status}): {detail}")
-        return ApiError(status, f"{url} rejected the request (HTTP {status}): {detail}")
+            return status, f"server error at {url} (HTTP {status}): {detail}"
+        return status, f"{url} rejected the request (HTTP {status}): {detail}"
 
 
 # -- request checks ----------------------------------------------------------------------------
@@ -660,25 +747,29 @@ def _estimate_tokens(payload: dict) -> int:
     return n + int(payload.get("max_tokens") or 0)
 
 
-# -- response normalisation ---------------------------------------------------------------------
-
+# -- answer validation and normalisation -------------------------------------------------------
 
 _ABSENT = object()  # _Malformed without an offending value
 
 
 class _Malformed(Exception):
-    """A response does not have the expected shape.
+    """An answer is not valid: wrong shape or type, a requested field missing, a number that is
+    null, NaN or infinite, or lengths that disagree.
 
     Args:
         where: the field, e.g. ``choices[0].logprobs``.
         problem: what is wrong, e.g. ``"is missing"`` or (with ``value``) ``"expected a list"``.
         value: the offending value, shown only through :meth:`describe` (which masks the API key
             before cutting the value short).
+
+    Attributes:
+        status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
     """
 
     def __init__(self, where: str, problem: str, value: object = _ABSENT):
         super().__init__(where)
         self.where, self.problem, self.value = where, problem, value
+        self.status: int | None = None
 
     def describe(self, masked: Callable[[str, int], str]) -> str:
         """One line: where, the offending value (through ``masked(text, limit)``) and the problem."""
@@ -693,20 +784,83 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _no_constant(name: str) -> float:
+    """``parse_constant`` for :func:`json.loads`: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON."""
+    raise _Malformed("the body", f"holds {name}, which is not JSON")
+
+
+def _decode(content: bytes) -> dict:
+    """The JSON object in an HTTP body (NaN and infinities refused); ``_Malformed`` otherwise."""
+    try:
+        raw = json.loads(content, parse_constant=_no_constant)
+    except ValueError:  # not JSON, truncated JSON, not UTF-8
+        raise _Malformed("the body", "expected a JSON object", content.decode("utf-8", "replace")) from None
+    return _typed(raw, dict, "the body", "a JSON object")
+
+
+def _read(kind: str, raw: dict, payload: dict) -> dict:
+    """Validate a decoded answer (fresh or cached) against its request and normalise it.
+
+    The one validation step for every answer: the shape and types the result needs, every field
+    the request asked for (log-probs, ``top`` alternatives), every number finite (NaN or an
+    infinity anywhere in the body fails), and lengths that agree with each other, with
+    ``max_tokens`` and, with echo, with the prompt.
+
+    Args:
+        kind: ``"completions"`` or ``"chat"``.
+        raw: the answer's JSON object.
+        payload: the request body (without ``model``).
+
+    Returns:
+        The dict :meth:`ApiClient.complete` returns, without ``cached``.
+
+    Raises:
+        _Malformed: naming the first field that fails.
+    """
+    where = _nonfinite(_typed(raw, dict, "the body", "a JSON object"))
+    if where is not None:
+        raise _Malformed(where.lstrip("."), "is not a finite number (NaN or infinity)")
+    return _read_completion(raw, payload) if kind == "completions" else _read_chat(raw, payload)
+
+
+def _nonfinite(value: object) -> str | None:
+    """The path (``.choices[0].logprobs.token_logprobs[3]``) of the first NaN or infinity in a
+    decoded JSON value, or ``None`` when every number is finite."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ""
+    if isinstance(value, dict):
+        items, form = value.items(), ".{}"
+    elif isinstance(value, list):
+        items, form = enumerate(value), "[{}]"
+    else:
+        return None
+    for name, item in items:
+        path = _nonfinite(item)
+        if path is not None:
+            return form.format(name) + path
+    return None
+
+
 def _typed(value: object, types: type | tuple[type, ...], where: str, what: str):
     if not isinstance(value, types):
         raise _Malformed(where, f"expected {what}", value)
     return value
 
 
+def _required(value: object, types: type | tuple[type, ...], where: str, what: str):
+    if value is None:
+        raise _Malformed(where, "is missing")
+    return _typed(value, types, where, what)
+
+
+def _optional(value: object, types: type | tuple[type, ...], where: str, what: str):
+    return None if value is None else _typed(value, types, where, what)
+
+
 def _number(value: object, where: str) -> float:
     if isinstance(value, bool):
         raise _Malformed(where, "expected a number", value)
     return float(_typed(value, (int, float), where, "a number"))
-
-
-def _maybe_number(value: object, where: str) -> float | None:
-    return None if value is None else _number(value, where)
 
 
 def _count(value: object) -> int | None:
@@ -723,7 +877,7 @@ def _token_bytes(value: object, where: str) -> list[int] | None:
 
 
 def _first_choice(raw: dict) -> dict:
-    choices = _typed(raw.get("choices"), list, "choices", "a list")
+    choices = _required(raw.get("choices"), list, "choices", "a list")
     if not choices:
         raise _Malformed("choices", "is empty")
     return _typed(choices[0], dict, "choices[0]", "an object")
@@ -738,79 +892,105 @@ def _by_logprob(top: list[dict]) -> list[dict]:
     return sorted(top, key=lambda e: -e["logprob"])
 
 
-def _legacy_entries(logprobs: object, where: str) -> tuple[list[dict], list[int] | None]:
-    """Entries from legacy ``logprobs`` {tokens, token_logprobs, top_logprobs, text_offset}."""
-    lp = _typed(logprobs, dict, where, "an object")
-    tokens = _typed(lp.get("tokens"), list, f"{where}.tokens", "a list")
-    values = _typed(lp.get("token_logprobs"), list, f"{where}.token_logprobs", "a list")
+def _check_generated(n: int, max_tokens: int, where: str) -> None:
+    """``n`` generated tokens must be at least 1 (when ``max_tokens >= 1``) and at most ``max_tokens``."""
+    if max_tokens >= 1 and n < 1:
+        raise _Malformed(where, f"has no generated token (max_tokens={max_tokens})")
+    if n > max_tokens:
+        raise _Malformed(where, f"has {n} generated tokens, more than max_tokens={max_tokens}")
+
+
+def _missing_top(where: str, n_top: int, value: object) -> _Malformed:
+    return _Malformed(where, f"expected at least one of the {n_top} requested alternatives", value)
+
+
+def _prompt_count(payload: dict, usage: dict, n_entries: int) -> int:
+    """How many of ``n_entries`` echoed entries are the prompt: ``usage.prompt_tokens``, else the
+    length of a token-id prompt."""
+    prompt = payload["prompt"]
+    n_prompt = usage["prompt_tokens"] or (len(prompt) if isinstance(prompt, list) else None)
+    if n_prompt is None:
+        raise _Malformed("usage.prompt_tokens", "is missing: the echoed prompt cannot be split off")
+    if n_prompt > n_entries:
+        raise _Malformed("choices[0].logprobs.tokens", f"has {n_entries} entries, fewer than the {n_prompt} "
+                                                       "prompt tokens")
+    return n_prompt
+
+
+def _legacy_entries(logprobs: object, payload: dict, usage: dict) -> tuple[list[dict], list[int] | None, int]:
+    """Entries of legacy ``logprobs`` {tokens, token_logprobs, top_logprobs, text_offset}, their
+    text offsets (``None`` if unusable) and how many of them are the echoed prompt."""
+    where = "choices[0].logprobs"
+    lp = _required(logprobs, dict, where, "an object")
+    tokens = _required(lp.get("tokens"), list, f"{where}.tokens", "a list")
+    values = _required(lp.get("token_logprobs"), list, f"{where}.token_logprobs", "a list")
     tops = lp.get("top_logprobs")
     tops = [None] * len(tokens) if tops is None else _typed(tops, list, f"{where}.top_logprobs", "a list")
     if not len(tokens) == len(values) == len(tops):
         raise _Malformed(where, f"has tokens ({len(tokens)}), token_logprobs ({len(values)}) and "
                                 f"top_logprobs ({len(tops)}) of different lengths")
+    n_prompt = _prompt_count(payload, usage, len(tokens)) if payload.get("echo") else 0
+    _check_generated(len(tokens) - n_prompt, payload["max_tokens"], f"{where}.tokens")
+    n_top = payload["logprobs"]
     entries = []
     for i, (token, value, top) in enumerate(zip(tokens, values, tops)):
         listed = {} if top is None else _typed(top, dict, f"{where}.top_logprobs[{i}]", "an object or null")
+        if n_top and i >= n_prompt and not listed:
+            raise _missing_top(f"{where}.top_logprobs[{i}]", n_top, top)
         entries.append({
             "token": _typed(token, str, f"{where}.tokens[{i}]", "a string"),
             "bytes": None,
-            "logprob": _maybe_number(value, f"{where}.token_logprobs[{i}]"),
+            # the first echoed token has no conditional: null is its only valid value
+            "logprob": None if i == 0 < n_prompt and value is None else _number(value, f"{where}.token_logprobs[{i}]"),
             "top": _by_logprob([
                 {"token": name, "bytes": None, "logprob": _number(lp_, f"{where}.top_logprobs[{i}][{name!r}]")}
                 for name, lp_ in listed.items()
             ]),
         })
     offsets = lp.get("text_offset")
-    if isinstance(offsets, list) and len(offsets) == len(tokens) and all(_count(o) is not None for o in offsets):
-        return entries, offsets
-    return entries, None
+    if not (isinstance(offsets, list) and len(offsets) == len(tokens) and all(_count(o) is not None for o in offsets)):
+        offsets = None
+    return entries, offsets, n_prompt
 
 
-def _normalise_completion(raw: dict, prompt: list[int] | str, echo: bool) -> dict:
+def _read_completion(raw: dict, payload: dict) -> dict:
     choice = _first_choice(raw)
-    text = choice.get("text")
-    text = "" if text is None else _typed(text, str, "choices[0].text", "a string")
+    text = _optional(choice.get("text"), str, "choices[0].text", "a string") or ""
     usage = _usage(raw)
-    tokens, prompt_tokens = [], None
-    if choice.get("logprobs") is not None:
-        tokens, offsets = _legacy_entries(choice["logprobs"], "choices[0].logprobs")
+    prompt, echo = payload["prompt"], bool(payload.get("echo"))
+    tokens, prompt_tokens, offsets, n_prompt = [], None, None, 0
+    if payload.get("logprobs") is not None:  # asked for: must be there (ignored when not asked for)
+        tokens, offsets, n_prompt = _legacy_entries(choice.get("logprobs"), payload, usage)
         if echo:
-            n_prompt = usage["prompt_tokens"] or (len(prompt) if isinstance(prompt, list) else None)
-            if n_prompt is None:
-                raise _Malformed("usage.prompt_tokens", "is missing: the echoed prompt cannot be split off")
-            if n_prompt > len(tokens):
-                raise _Malformed("choices[0].logprobs.tokens",
-                                 f"has {len(tokens)} entries, fewer than the {n_prompt} prompt tokens")
             prompt_tokens, tokens = tokens[:n_prompt], tokens[n_prompt:]
-            if isinstance(prompt, str) and text.startswith(prompt):
-                text = text[len(prompt):]
-            elif offsets is not None:
-                text = text[offsets[n_prompt]:] if n_prompt < len(offsets) else ""
-    elif echo and isinstance(prompt, str) and text.startswith(prompt):
+    if echo and isinstance(prompt, str) and text.startswith(prompt):
         text = text[len(prompt):]
+    elif echo and offsets is not None:  # cut the echoed prompt at the first generated token
+        text = text[offsets[n_prompt]:] if n_prompt < len(offsets) else ""
     return {"text": text, "tokens": tokens, "prompt_tokens": prompt_tokens,
             "finish_reason": _finish(choice), "usage": usage}
 
 
-def _normalise_chat(raw: dict) -> dict:
+def _read_chat(raw: dict, payload: dict) -> dict:
     choice = _first_choice(raw)
-    message = _typed(choice.get("message"), dict, "choices[0].message", "an object")
-    content = message.get("content")
-    text = "" if content is None else _typed(content, str, "choices[0].message.content", "a string")
+    message = _required(choice.get("message"), dict, "choices[0].message", "an object")
+    text = _optional(message.get("content"), str, "choices[0].message.content", "a string") or ""
     tokens = []
-    if choice.get("logprobs") is not None:
-        lp = _typed(choice["logprobs"], dict, "choices[0].logprobs", "an object")
-        items = lp.get("content")
-        items = [] if items is None else _typed(items, list, "choices[0].logprobs.content", "a list")
+    if payload.get("logprobs"):  # asked for: must be there (ignored when not asked for)
+        lp = _required(choice.get("logprobs"), dict, "choices[0].logprobs", "an object")
+        items = _required(lp.get("content"), list, "choices[0].logprobs.content", "a list")
+        _check_generated(len(items), payload["max_tokens"], "choices[0].logprobs.content")
+        n_top = payload.get("top_logprobs") or 0
         for i, item in enumerate(items):
             where = f"choices[0].logprobs.content[{i}]"
             item = _typed(item, dict, where, "an object")
-            top = item.get("top_logprobs")
-            top = [] if top is None else _typed(top, list, f"{where}.top_logprobs", "a list")
+            top = _optional(item.get("top_logprobs"), list, f"{where}.top_logprobs", "a list") or []
+            if n_top and not top:
+                raise _missing_top(f"{where}.top_logprobs", n_top, item.get("top_logprobs"))
             tokens.append({
-                "token": _typed(item.get("token"), str, f"{where}.token", "a string"),
+                "token": _required(item.get("token"), str, f"{where}.token", "a string"),
                 "bytes": _token_bytes(item.get("bytes"), f"{where}.bytes"),
-                "logprob": _maybe_number(item.get("logprob"), f"{where}.logprob"),
+                "logprob": _number(item.get("logprob"), f"{where}.logprob"),
                 "top": _by_logprob([_alternative(t, f"{where}.top_logprobs[{j}]") for j, t in enumerate(top)]),
             })
     return {"text": text, "tokens": tokens, "prompt_tokens": None, "finish_reason": _finish(choice),
@@ -820,12 +1000,11 @@ def _normalise_chat(raw: dict) -> dict:
 def _alternative(entry: object, where: str) -> dict:
     entry = _typed(entry, dict, where, "an object")
     return {
-        "token": _typed(entry.get("token"), str, f"{where}.token", "a string"),
+        "token": _required(entry.get("token"), str, f"{where}.token", "a string"),
         "bytes": _token_bytes(entry.get("bytes"), f"{where}.bytes"),
         "logprob": _number(entry.get("logprob"), f"{where}.logprob"),
     }
 
 
 def _finish(choice: dict) -> str | None:
-    reason = choice.get("finish_reason")
-    return reason if reason is None else _typed(reason, str, "choices[0].finish_reason", "a string")
+    return _optional(choice.get("finish_reason"), str, "choices[0].finish_reason", "a string")

@@ -10,12 +10,14 @@ import time
 from email.utils import formatdate
 from types import SimpleNamespace
 
+import diskcache
 import pytest
 from aiohttp import web
 
 import blackbox_mia.client as client_module
-from blackbox_mia.cache import ResponseCache
+from blackbox_mia.cache import ResponseCache, request_key
 from blackbox_mia.client import (
+    FAULTS,
     ApiClient,
     ApiConfig,
     ApiError,
@@ -290,21 +292,28 @@ async def test_second_identical_call_is_served_from_cache(make_client, fake):
     await rerun.close()
 
 
-async def test_answer_is_cached_before_parsing(client, fake, monkeypatch):
-    calls = []
-
-    def crash(*args):
-        calls.append(args)
-        raise RuntimeError("parser bug")
-
-    original = client_module._normalise_completion
-    monkeypatch.setattr(client_module, "_normalise_completion", crash)
-    with pytest.raises(RuntimeError):
-        await client.complete([1, 2], logprobs=1)
-    assert len(client.cache) == 1 and fake.hits == 1  # the paid answer survived the crash
-    monkeypatch.setattr(client_module, "_normalise_completion", original)
+async def test_answer_is_on_disk_when_the_client_returns_it(client, fake, tmp_path):
     result = await client.complete([1, 2], logprobs=1)
-    assert result["cached"] is True and result["tokens"][0]["token"] == " A" and fake.hits == 1
+    key = request_key(fake.base_url, MODEL, "completions",
+                      {"prompt": [1, 2], "max_tokens": 1, "temperature": 0.0, "logprobs": 1})
+    with ResponseCache(tmp_path / "responses") as other:  # another connection, as after a crash
+        raw = other.get(key)
+    assert raw["choices"][0]["logprobs"]["tokens"] == [" A"] and result["cached"] is False
+
+
+async def test_cached_row_that_fails_validation_is_dropped_and_asked_again(client, fake):
+    payload = {"prompt": [1, 2], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
+    key = request_key(fake.base_url, MODEL, "completions", payload)
+    bad = completion_answer({**payload, "model": MODEL})
+    bad["choices"][0]["logprobs"]["token_logprobs"] = [float("nan")]
+    with diskcache.Cache(str(client.cache.directory)) as plain:  # the row as an older version wrote it
+        plain.set(key, json.dumps(bad).encode("utf-8"))  # raw JSON bytes holding NaN
+    result = await client.complete([1, 2], logprobs=1)
+    assert result["cached"] is False and result["tokens"][0]["logprob"] == -0.5 and fake.hits == 1
+    assert client.usage.invalid_cached == 1 and client.usage.cache_hits == 0
+    assert client.cache.get(key)["choices"][0]["logprobs"]["token_logprobs"] == [-0.5]  # replaced
+    again = await client.complete([1, 2], logprobs=1)
+    assert again["cached"] is True and fake.hits == 1
 
 
 async def test_api_key_never_reaches_disk_logs_or_descriptions(make_client, fake, tmp_path, caplog):
@@ -333,8 +342,9 @@ async def test_usage_and_cost(make_client):
     priced = make_client(prices={MODEL: (1.0, 2.0)})
     await priced.complete([5, 6, 7], max_tokens=2, logprobs=1)
     await priced.complete([5, 6, 7], max_tokens=2, logprobs=1)  # cache hit: no tokens, no cost
-    assert priced.usage.to_dict() == {"requests": 1, "retries": 0, "cache_hits": 1, "prompt_tokens": 3,
-                                      "completion_tokens": 2, "cost_usd": pytest.approx(7e-6), "unpriced": False}
+    assert priced.usage.to_dict() == {"requests": 1, "retries": 0, "cache_hits": 1, "invalid_answers": 0,
+                                      "invalid_cached": 0, "prompt_tokens": 3, "completion_tokens": 2,
+                                      "cost_usd": pytest.approx(7e-6), "unpriced": False}
     unpriced = make_client()
     await unpriced.chat("new", top_logprobs=1)
     assert unpriced.usage.unpriced and unpriced.usage.cost_usd == 0.0 and unpriced.usage.prompt_tokens == 4
@@ -359,13 +369,48 @@ async def test_500_twice_then_success(client, fake):
     assert result["text"] == " A" and fake.hits == 3 and client.usage.retries == 2
 
 
-async def test_500_until_retries_run_out(make_client, fake):
-    client = make_client(max_retries=2)
-    fake.faults = [{"status": 500, "json": {"error": {"message": "token ids are not supported"}}}] * 5
-    with pytest.raises(ApiError, match="after 3 attempts.*token ids are not supported") as err:
+async def test_500_with_the_same_body_twice_is_final(make_client, fake):
+    client = make_client(max_retries=6, backoff_base_s=0.2)  # a server refusing token-id prompts
+    fake.faults = [{"status": 500, "json": {"error": {"message": "token ids are not supported"}}}] * 7
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"HTTP 500\): token ids are not supported \(final: ") as err:
         await client.complete([1])
-    assert err.value.status_code == 500 and fake.hits == 3
+    assert (err.value.status_code, err.value.fault, fake.hits) == (500, "final", 2)
+    assert time.monotonic() - start < 1.0  # one backoff, not six
     await client.close()
+
+
+async def test_500s_that_differ_are_transient_until_retries_run_out(make_client, fake):
+    client = make_client(max_retries=2)
+    fake.faults = [{"status": 500, "json": {"error": {"message": f"overloaded ({i})"}}} for i in range(5)]
+    with pytest.raises(ApiError, match=r"overloaded \(2\) \(transient: gave up after 3 attempts\)") as err:
+        await client.complete([1])
+    assert (err.value.status_code, err.value.fault, fake.hits) == (500, "transient", 3)
+    await client.close()
+
+
+async def test_501_is_final_at_once(client, fake):
+    fake.faults = [{"status": 501, "json": {"error": {"message": "echo is not implemented"}}}] * 4
+    with pytest.raises(ApiError, match=r"echo is not implemented \(final: not retried\)") as err:
+        await client.complete([1], logprobs=1, echo=True)
+    assert (err.value.status_code, err.value.fault, fake.hits, client.usage.retries) == (501, "final", 1, 0)
+
+
+async def test_429_until_retries_run_out_is_transient(client, fake):
+    fake.faults = [{"status": 429, "json": {"error": {"message": "slow down"}}}] * 4
+    with pytest.raises(ApiError, match=r"rate limited .*\(transient: gave up after 4 attempts\)") as err:
+        await client.complete([1])
+    assert (err.value.status_code, err.value.fault, fake.hits) == (429, "transient", 4)
+
+
+def test_api_error_interface():
+    assert FAULTS == ("final", "transient", "invalid")
+    error = ApiError(None, "refused")
+    assert (error.status_code, error.fault, str(error)) == (None, "final", "refused")
+    assert isinstance(error, BlackboxMIAError)
+    assert ApiError(200, "bad", fault="invalid").fault == "invalid"
+    with pytest.raises(ValueError, match="fault"):
+        ApiError(500, "x", fault="flaky")
 
 
 async def test_400_is_not_retried(client, fake):
@@ -373,6 +418,7 @@ async def test_400_is_not_retried(client, fake):
     with pytest.raises(ApiError, match=r"rejected the request .*echo is not supported \(key \*\*\*\)") as err:
         await client.complete([1], logprobs=1, echo=True)
     assert err.value.status_code == 400 and fake.hits == 1 and client.usage.retries == 0
+    assert err.value.fault == "final"
     assert "SECRET" not in str(err.value)
     assert len(client.cache) == 0
 
@@ -382,7 +428,7 @@ async def test_400_is_not_retried(client, fake):
     {"status": 400, "text": "t" * 285 + "{auth} and more"},  # a body that is not JSON, cut at 300
     {"status": 500, "json": {"error": {"info": "i" * 275 + "{auth}"}}},  # dumped JSON, cut at 300
     {"status": 200, "text": "x" * 65 + "{auth} is not JSON"},  # a snippet cut at 80
-    {"status": 200, "json": {"choices": "c" * 28 + "{auth}"}},  # a shown value cut at 40
+    {"status": 200, "json": {"choices": "c" * 68 + "{auth}"}},  # a shown value cut at 80
 ], ids=["message", "text-body", "json-body", "not-json-200", "invalid-200"])
 async def test_key_is_masked_before_any_truncation(client, fake, caplog, fault):
     caplog.set_level(logging.DEBUG)
@@ -415,24 +461,26 @@ async def test_unreachable_base_url():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
     async with ApiClient(config(f"http://user:pw@127.0.0.1:{port}/v1", max_retries=2)) as client:
-        with pytest.raises(ApiError, match=rf"cannot reach http://127.0.0.1:{port}/v1 \(3 attempts\)") as err:
+        with pytest.raises(ApiError, match=rf"cannot reach http://127.0.0.1:{port}/v1: ") as err:
             await client.complete([1])
+    assert str(err.value).endswith("(transient: gave up after 3 attempts)") and err.value.fault == "transient"
     assert err.value.status_code is None and client.usage.retries == 2 and "pw" not in str(err.value)
 
 
 async def test_timeout(make_client, fake):
     fake.delay_s = 0.5
     client = make_client(timeout_s=0.1, max_retries=1)
-    with pytest.raises(ApiError, match="no answer from .* within 0.1 s"):
+    with pytest.raises(ApiError, match=r"no answer from .* within 0.1 s \(transient: gave up after 2 attempts\)"):
         await client.complete([1])
     assert fake.hits == 2
     await client.close()
 
 
 @pytest.mark.parametrize("fault, match", [
-    ({"status": 200, "text": "<html>oops</html>"}, "not JSON"),
-    ({"status": 200, "json": ["a", "list"]}, "not an object"),
-    ({"status": 200, "json": {"object": "text_completion"}}, r"choices is None, expected a list"),
+    ({"status": 200, "text": "<html>oops</html>"}, "the body is '<html>oops</html>', expected a JSON object"),
+    ({"status": 200, "text": '{"choices": [{"text": " A", "logpr'}, "the body is .*, expected a JSON object"),
+    ({"status": 200, "json": ["a", "list"]}, r"the body is \['a', 'list'\], expected a JSON object"),
+    ({"status": 200, "json": {"object": "text_completion"}}, r"choices is missing"),
     ({"status": 200, "json": {"choices": []}}, "choices is empty"),
     ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
         "tokens": [" A"], "token_logprobs": "abc", "top_logprobs": [None]}}]}}, "token_logprobs is 'abc'"),
@@ -441,20 +489,129 @@ async def test_timeout(make_client, fake):
     ({"status": 200, "json": {"choices": [{"text": " A", "logprobs": {
         "tokens": [" A"], "token_logprobs": [-1.0], "top_logprobs": [{" A": "high"}]}}]}}, r"top_logprobs\[0\]"),
 ])
-async def test_garbage_answers_give_clear_errors_and_are_not_cached(client, fake, fault, match):
-    fake.faults = [fault]
-    with pytest.raises(ApiError, match=match):
+async def test_garbage_answers_are_retried_never_cached_then_fail_as_invalid(client, fake, fault, match):
+    fake.faults = [fault] * 4  # every attempt (max_retries=3)
+    with pytest.raises(ApiError, match=match) as err:
         await client.complete([1], logprobs=1)
-    assert len(client.cache) == 0 and client.usage.retries == 0
+    assert err.value.fault == "invalid" and err.value.status_code == 200
+    assert str(err.value).endswith("(invalid: gave up after 4 attempts)")
+    assert len(client.cache) == 0 and client.usage.retries == 3 and client.usage.invalid_answers == 4
     result = await client.complete([1], logprobs=1)  # the next call asks again
-    assert result["cached"] is False and fake.hits == 2
+    assert result["cached"] is False and fake.hits == 5
 
 
-async def test_garbage_chat_logprobs(client, fake):
-    fake.faults = [{"status": 200, "json": {"choices": [{"message": {"content": "A"}, "logprobs": {
-        "content": [{"token": "A", "logprob": -1.0, "bytes": [65], "top_logprobs": [{"token": "A"}]}]}}]}}]
-    with pytest.raises(ApiError, match=r"content\[0\].top_logprobs\[0\].logprob is None"):
+async def test_truncated_json_200_is_retried(client, fake):
+    fake.faults = [{"status": 200, "text": '{"id": "cmpl-1", "choices": [{"text": " A", "logprobs": {"tok'}]
+    result = await client.complete([1], logprobs=1)
+    assert result["tokens"][0]["logprob"] == -0.5 and fake.hits == 2 and client.usage.retries == 1
+    assert len(client.cache) == 1
+
+
+def _completion(tokens, values, tops, *, usage=None, text=" A"):
+    answer = {"choices": [{"text": text, "finish_reason": "length",
+                           "logprobs": {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops}}]}
+    return {**answer, "usage": usage} if usage else answer
+
+
+TOP = {" A": -0.5}
+INVALID_COMPLETIONS = {  # name: (request, answer, message naming the field)
+    "logprobs-missing": (dict(logprobs=1), {"choices": [{"text": " A", "logprobs": None}]},
+                         r"choices\[0\]\.logprobs is missing"),
+    "no-generated-token": (dict(logprobs=1), _completion([], [], []),
+                           r"choices\[0\]\.logprobs\.tokens has no generated token"),
+    "more-than-max-tokens": (dict(logprobs=1), _completion([" A", " B"], [-0.5, -1.0], [TOP, TOP]),
+                             r"2 generated tokens, more than max_tokens=1"),
+    "null-logprob": (dict(logprobs=1), _completion([" A"], [None], [TOP]),
+                     r"choices\[0\]\.logprobs\.token_logprobs\[0\] is None, expected a number"),
+    "empty-top": (dict(logprobs=1), _completion([" A"], [-0.5], [{}]),
+                  r"choices\[0\]\.logprobs\.top_logprobs\[0\] is \{\}, expected at least one"),
+    "null-top": (dict(logprobs=2), _completion([" A"], [-0.5], [None]),
+                 r"top_logprobs\[0\] is None, expected at least one of the 2"),
+    "null-echoed-logprob": (dict(logprobs=1, echo=True),
+                            _completion(["<1>", "<2>", " A"], [None, None, -0.5], [None, TOP, TOP]),
+                            r"choices\[0\]\.logprobs\.token_logprobs\[1\] is None, expected a number"),
+    "echo-too-short": (dict(logprobs=1, echo=True), _completion(["<1>", " A"], [None, -0.5], [None, TOP]),
+                       r"has 2 entries, fewer than the 2 prompt tokens plus 1 generated|tokens has no generated"),
+    "echo-text-no-usage": (dict(logprobs=1, echo=True, prompt="a b"),
+                           _completion(["a", " b", " A"], [None, -1.0, -0.5], [None, TOP, TOP]),
+                           r"usage\.prompt_tokens is missing"),
+}
+
+
+@pytest.mark.parametrize("name", list(INVALID_COMPLETIONS))
+async def test_invalid_completion_answers_name_the_field(client, fake, name):
+    request, answer, match = INVALID_COMPLETIONS[name]
+    request = {"prompt": [1, 2], **request}
+    fake.faults = [{"status": 200, "json": answer}] * 4
+    with pytest.raises(ApiError, match=match) as err:
+        await client.complete(request.pop("prompt"), max_tokens=1, **request)
+    assert err.value.fault == "invalid" and fake.hits == 4 and len(client.cache) == 0
+
+
+@pytest.mark.parametrize("constant", ["NaN", "-Infinity", "Infinity"])
+@pytest.mark.parametrize("place", ["token_logprobs", "top_logprobs", "usage"])
+async def test_nan_and_infinity_anywhere_are_invalid_and_never_cached(client, fake, constant, place):
+    answer = json.dumps(completion_answer({"prompt": [1], "max_tokens": 1, "logprobs": 1}))
+    target = {"token_logprobs": '"token_logprobs": [-0.5]', "top_logprobs": '{" A": -0.5}',
+              "usage": '"total_tokens": 2'}[place]
+    assert target in answer
+    bad = answer.replace(target, target.replace("-0.5", constant).replace("2", constant))
+    fake.faults = [{"status": 200, "text": bad}] * 4
+    with pytest.raises(ApiError, match=f"holds {constant}, which is not JSON") as err:
+        await client.complete([1], logprobs=1)
+    assert err.value.fault == "invalid" and len(client.cache) == 0 and fake.hits == 4
+
+
+async def test_a_server_that_always_omits_logprobs_is_detected_within_a_second(make_client, fake):
+    client = make_client(max_retries=6, backoff_base_s=1.0, backoff_max_s=60.0)  # the defaults
+    fake.faults = [{"status": 200, "json": {"choices": [{"text": " A", "logprobs": None}]}}] * 7
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"choices\[0\]\.logprobs is missing \(invalid: gave up after 7 attempts\)"):
+        await client.complete([1], logprobs=5)
+    assert time.monotonic() - start < 1.0 and fake.hits == 7 and len(client.cache) == 0
+
+
+async def test_invalid_then_valid_answer_is_cached(client, fake):
+    fake.faults = [{"status": 200, "json": {"choices": [{"text": " A", "logprobs": None}]}}]
+    result = await client.complete([1], logprobs=1)
+    assert result["tokens"][0]["logprob"] == -0.5 and fake.hits == 2 and client.usage.invalid_answers == 1
+    assert (await client.complete([1], logprobs=1))["cached"] is True and fake.hits == 2
+
+
+def _chat(content, text="A"):
+    return {"choices": [{"message": {"content": text}, "finish_reason": "length", "logprobs": content}]}
+
+
+def _item(logprob=-1.0, top=({"token": "A", "logprob": -1.0, "bytes": [65]},)):
+    return {"token": "A", "logprob": logprob, "bytes": [65], "top_logprobs": list(top)}
+
+
+INVALID_CHATS = {
+    "logprobs-missing": (_chat(None), r"choices\[0\]\.logprobs is missing"),
+    "content-missing": (_chat({"content": None}), r"choices\[0\]\.logprobs\.content is missing"),
+    "content-empty": (_chat({"content": []}), r"choices\[0\]\.logprobs\.content has no generated token"),
+    "null-logprob": (_chat({"content": [_item(None)]}), r"content\[0\]\.logprob is None, expected a number"),
+    "empty-top": (_chat({"content": [_item(top=())]}), r"content\[0\]\.top_logprobs is \[\], expected at least"),
+    "top-without-logprob": (_chat({"content": [_item(top=({"token": "A"},))]}),
+                            r"content\[0\]\.top_logprobs\[0\]\.logprob is None, expected a number"),
+    "too-many": (_chat({"content": [_item(), _item()]}), "2 generated tokens, more than max_tokens=1"),
+}
+
+
+@pytest.mark.parametrize("name", list(INVALID_CHATS))
+async def test_invalid_chat_answers_name_the_field(client, fake, name):
+    answer, match = INVALID_CHATS[name]
+    fake.faults = [{"status": 200, "json": answer}] * 4
+    with pytest.raises(ApiError, match=match) as err:
         await client.chat("x", top_logprobs=1)
+    assert err.value.fault == "invalid" and fake.hits == 4 and len(client.cache) == 0
+
+
+async def test_echo_with_one_generated_token_splits_prompt_and_generation(client):
+    result = await client.complete([5, 6, 7], max_tokens=1, logprobs=1, echo=True)
+    assert len(result["prompt_tokens"]) == 3 and [e["token"] for e in result["tokens"]] == [" A"]
+    zero = await client.complete([5, 6, 7], max_tokens=0, logprobs=1, echo=True)
+    assert len(zero["prompt_tokens"]) == 3 and zero["tokens"] == [] and zero["text"] == ""
 
 
 # -- limits ---------------------------------------------------------------------------------------
