@@ -10,6 +10,9 @@ A dataset *spec* is one of the shipped names below, or a path to a JSONL file.
   ``wikimia64-{hf_index}``; ``wikimia128``: ``wikimia/WikiMIA_length128_subset200.jsonl`` and
   ``wikimia24``: ``wikimia/WikiMIA24_length128_subset200.jsonl``, 200 rows each, ids
   ``wikimia128-{hf_index}`` / ``wikimia24-{hf_index}``.
+* ``ja-debian-docs``: ``ja_debian_docs/paragraphs.jsonl``, 1,807 Japanese paragraphs from
+  Debian's Japanese documentation (GPL-2), ids ``ja-{nnnn}`` as in the file; unlabelled. Text
+  without spaces between words, for the Japanese and multi-byte paths.
 
 ``{i}`` is the 0-based record index in the file. Text formats (see :func:`gsm8k_text`,
 :func:`aqua_text`):
@@ -201,6 +204,7 @@ NAMED: dict[str, tuple[str, str, Callable[[int, dict, str], Item]]] = {
     "wikimia64": ("wikimia64", "wikimia/WikiMIA_length64.jsonl", _wikimia_item("wikimia64")),
     "wikimia128": ("wikimia128", "wikimia/WikiMIA_length128_subset200.jsonl", _wikimia_item("wikimia128")),
     "wikimia24": ("wikimia24", "wikimia/WikiMIA24_length128_subset200.jsonl", _wikimia_item("wikimia24")),
+    "ja-debian-docs": ("ja-debian-docs", "ja_debian_docs/paragraphs.jsonl", _user_item("ja")),
 }
 
 
@@ -216,7 +220,8 @@ def load_dataset(spec: str) -> Dataset:
 
     Args:
         spec: ``gsm8k``, ``gsm8k:train``, ``gsm8k:test``, ``aqua``, ``aqua:dev``, ``aqua:test``,
-            ``wikimia64``, ``wikimia128``, ``wikimia24``, or a path to a JSONL file.
+            ``wikimia64``, ``wikimia128``, ``wikimia24``, ``ja-debian-docs``, or a path to a
+            JSONL file.
 
     Returns:
         A :class:`Dataset` whose ``sha256`` is that of the source file's bytes.

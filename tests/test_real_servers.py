@@ -5,29 +5,25 @@ within bounds of the white-box log-probs in every strategy the probe enables."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.client import ApiConfig
+from blackbox_mia.datasets import load_dataset
 from blackbox_mia.server import DEFAULT_CHAT_TEMPLATE, ServerConfig, serve_in_background
 from blackbox_mia.tokenization import HFTokenCodec
 from blackbox_mia.tracker import TrackerConfig
 from blackbox_mia.types import BlackboxMIAError
 
-JA = Path(__file__).resolve().parents[1] / "blackbox_mia" / "data" / "ja_debian_docs" / "paragraphs.jsonl"
 EXACT = 1e-4  # nats
 EPSILON = 0.01
 CONTEXT = 64  # the tiny model's context: longer texts go in sliding windows on both sides
 
 
 def japanese(n_chars: int) -> str:
-    with open(JA, encoding="utf-8") as f:
-        return json.loads(f.readline())["text"][:n_chars]
+    return load_dataset("ja-debian-docs").items[0].text[:n_chars]
 
 
 ACCENTED = "Crème brûlée at the café costs ½ price, naïve señor."
