@@ -1,11 +1,17 @@
 """Disk cache of raw API responses, stored as JSON only (never pickle).
 
 Every paid answer is written to disk as soon as it arrives, keyed by :func:`request_key`, so a
-rerun of the same audit makes zero requests. The store is a :class:`diskcache.Cache` (SQLite plus
-files for large values) with a :class:`JsonDisk` that writes values as UTF-8 JSON bytes and
-refuses to read anything else: a cache directory shared between people or machines must never be
-a way to run code, and diskcache's default ``Disk`` (and even its ``JSONDisk``, through the
-pickle branch of ``Disk.fetch``) unpickles whatever a crafted row holds.
+rerun of the same audit makes zero requests. Processes sharing one directory coordinate through
+claims (:meth:`ResponseCache.claim`): the one holding a request's claim asks the API, the others
+wait for its answer, so no request is paid for twice.
+
+The store is a :class:`diskcache.Cache` (SQLite plus files for large values) with a
+:class:`JsonDisk` that writes values as UTF-8 JSON bytes and refuses to read anything else: a
+cache directory shared between people or machines must never be a way to run code, and
+diskcache's default ``Disk`` (and even its ``JSONDisk``, through the pickle branch of
+``Disk.fetch``) unpickles whatever a crafted row holds. Any corruption (a damaged SQLite page, a
+row that is not JSON, a truncated value file) is a :class:`BlackboxMIAError` naming the directory
+and the way out, never a traceback.
 
 The API key is never part of a key or a value.
 """
@@ -16,7 +22,10 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import sqlite3
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +41,10 @@ LOG = logging.getLogger(__name__)
 
 MIN_FILE_SIZE = 2**15  # bytes: smaller JSON values live in SQLite, larger ones in files
 SQLITE_FULL_SYNC = 2  # PRAGMA synchronous=FULL: a put is on disk before put() returns
+SQLITE_NORMAL_SYNC = 1  # claims need no durability: a claim lost in a crash only means waiting less
+CLAIMS_SUBDIR = "claims"  # claims live in their own database below the cache directory
+CLAIM_TTL_S = 60.0  # seconds a claim lasts unless its holder refreshes it
+CLAIM_REFRESH_S = CLAIM_TTL_S / 4  # how often a holder should call refresh_claims(), in seconds
 
 
 def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
@@ -39,6 +52,50 @@ def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
     return BlackboxMIAError(
         f"the response cache {directory} cannot be used: {problem}; delete {directory} or use another --cache-dir"
     )
+
+
+def _open(directory: Path, synchronous: int) -> diskcache.Cache:
+    """A :class:`diskcache.Cache` storing JSON only (:class:`JsonDisk`) that never evicts.
+
+    Raises:
+        OSError, sqlite3.Error: it cannot be opened.
+    """
+    return diskcache.Cache(
+        str(directory),
+        disk=JsonDisk,
+        disk_min_file_size=MIN_FILE_SIZE,
+        eviction_policy="none",
+        sqlite_synchronous=synchronous,
+    )
+
+
+def holder_alive(holder: object) -> bool:
+    """Whether the process that wrote the claim ``holder`` ({pid, host, token, time}) may still run.
+
+    A claim from another host cannot be checked and counts as alive (its expiry ends it). On this
+    host the process must exist and not be a zombie (killed but not yet reaped). A claim that is
+    not such a dict counts as dead.
+    """
+    if not isinstance(holder, dict):
+        return False
+    host, pid = holder.get("host"), holder.get("pid")
+    if not isinstance(host, str) or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    except OSError:
+        return False
+    try:  # Linux: the state letter follows the parenthesised command name
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _fsync(path: str) -> None:
@@ -101,6 +158,15 @@ class JsonDisk(diskcache.Disk):
         return key
 
     def store(self, value, read, key=UNKNOWN):
+        """``(size, mode, filename, value)`` columns for ``value`` as compact UTF-8 JSON; a value of
+        :data:`MIN_FILE_SIZE` bytes or more goes to a file, fsynced (with the directories that
+        name it) before this returns, so its row is never committed ahead of its data.
+
+        Raises:
+            BlackboxMIAError: ``value`` is not JSON-serialisable (NaN and infinities included),
+                or ``read`` is set (file-like values are not accepted).
+            OSError: the file cannot be written.
+        """
         if read:
             raise BlackboxMIAError(f"the response cache stores JSON values only, not files ({self._directory})")
         try:
@@ -118,6 +184,13 @@ class JsonDisk(diskcache.Disk):
         return stored
 
     def fetch(self, mode, filename, value, read):
+        """The JSON value of a row written by :meth:`store` (NaN is let through, so that the
+        client's validation can drop rows an older version cached).
+
+        Raises:
+            BlackboxMIAError: a row not written by :meth:`store` (pickled, text mode, a file
+                outside the directory) or a value that is not UTF-8 JSON (corrupt, truncated).
+        """
         if read:
             raise BlackboxMIAError(f"the response cache returns JSON values only, not files ({self._directory})")
         if mode == MODE_RAW and isinstance(value, bytes):
@@ -156,7 +229,9 @@ class ResponseCache:
         directory: where the cache lives; default ``cache_root() / "responses"``.
 
     Nothing is ever evicted (no size limit), and every :meth:`put` is committed with SQLite
-    ``synchronous=FULL`` before it returns. Several processes may share one directory.
+    ``synchronous=FULL`` before it returns (a value stored in a file is fsynced first). Several
+    processes may share one directory; :meth:`claim` and :meth:`release` let them agree on who
+    asks the API for each request (claims live in ``<directory>/claims``).
 
     Attributes:
         directory: the cache directory.
@@ -173,16 +248,10 @@ class ResponseCache:
         self.directory = Path(directory) if directory is not None else cache_root() / "responses"
         self.hits = 0
         self.misses = 0
-        try:
-            self._cache = diskcache.Cache(
-                str(self.directory),
-                disk=JsonDisk,
-                disk_min_file_size=MIN_FILE_SIZE,
-                eviction_policy="none",
-                sqlite_synchronous=SQLITE_FULL_SYNC,
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise unusable(self.directory, f"opening it failed ({type(exc).__name__}: {exc})") from exc
+        self._held: dict[str, str] = {}  # request key -> token of the claim this instance holds
+        self._claims_db: diskcache.Cache | None = None  # opened on the first claim
+        with self._guard("opening it"):
+            self._cache = _open(self.directory, SQLITE_FULL_SYNC)
 
     @contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
@@ -230,10 +299,87 @@ class ResponseCache:
         with self._guard("counting rows"):
             return len(self._cache)
 
+    # -- claims: which process asks the API for a request ---------------------------------------
+
+    def claim(self, key: str, ttl_s: float = CLAIM_TTL_S) -> bool:
+        """Try to become the one process that asks the API for ``key``; whether it worked.
+
+        Atomic across processes (an SQLite write transaction). The claim is a row
+        ``{pid, host, token, time}`` that expires after ``ttl_s`` seconds unless
+        :meth:`refresh_claims` extends it. A claim whose holder is dead (same host, the process
+        is gone: :func:`holder_alive`) or that expired is taken over at once; a live holder's is
+        not (False: wait for its answer, or for the claim to go). Release it with :meth:`release`.
+
+        Raises:
+            BlackboxMIAError: the claims database is unusable.
+        """
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "token": uuid.uuid4().hex, "time": time.time()}
+        with self._guard("claiming a request"):
+            claims = self._claims()
+            if not claims.add(key, mine, expire=ttl_s):  # add is atomic; it replaces an expired row
+                holder = claims.get(key)
+                if holder is not None and holder_alive(holder):
+                    return False
+                with claims.transact():  # take over a dead holder's claim, unless another did first
+                    if claims.get(key) != holder:
+                        return False
+                    claims.set(key, mine, expire=ttl_s)
+        self._held[key] = mine["token"]
+        return True
+
+    def release(self, key: str) -> None:
+        """Give up this instance's claim on ``key`` (nothing when it holds none, or when the claim
+        has expired and another process took it over).
+
+        Raises:
+            BlackboxMIAError: the claims database is unusable.
+        """
+        token = self._held.pop(key, None)
+        if token is None:
+            return
+        with self._guard("releasing a claim"), self._claims().transact():
+            holder = self._claims().get(key)
+            if isinstance(holder, dict) and holder.get("token") == token:
+                self._claims().delete(key)
+
+    def refresh_claims(self, ttl_s: float = CLAIM_TTL_S) -> int:
+        """Extend every claim this instance holds to expire ``ttl_s`` seconds from now; how many
+        were extended (an expired one that another process took over is dropped). Call it every
+        :data:`CLAIM_REFRESH_S` seconds while claims are held.
+
+        Raises:
+            BlackboxMIAError: the claims database is unusable.
+        """
+        if not self._held:
+            return 0
+        extended = 0
+        with self._guard("refreshing claims"), self._claims().transact():
+            for key, token in list(self._held.items()):
+                holder = self._claims().get(key)
+                if isinstance(holder, dict) and holder.get("token") == token and self._claims().touch(key, ttl_s):
+                    extended += 1
+                else:
+                    del self._held[key]
+        return extended
+
+    @property
+    def held_claims(self) -> frozenset[str]:
+        """Keys whose claim this instance holds."""
+        return frozenset(self._held)
+
+    def _claims(self) -> diskcache.Cache:
+        if self._claims_db is None:
+            self._claims_db = _open(self.directory / CLAIMS_SUBDIR, SQLITE_NORMAL_SYNC)
+        return self._claims_db
+
     def close(self) -> None:
-        """Close the database connection (idempotent)."""
+        """Release the claims this instance holds and close the databases (idempotent)."""
+        for key in list(self._held):
+            self.release(key)
         with self._guard("closing"):
             self._cache.close()
+            if self._claims_db is not None:
+                self._claims_db.close()
 
     def __enter__(self) -> ResponseCache:
         return self

@@ -46,7 +46,7 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
-from .cache import ResponseCache, request_key
+from .cache import CLAIM_REFRESH_S, ResponseCache, request_key
 from .types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the t
 MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
 VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is not JSON) is shown up to this
 QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by backoff_base_s)
+CLAIM_POLL_S = 0.02  # first wait (seconds) for another process's answer to a claimed request; doubles
+CLAIM_POLL_MAX_S = 0.5  # longest wait (seconds) between two looks at the cache for that answer
 
 # List prices in USD per 1M tokens (prompt, completion), as published by OpenAI in 2025. Prices
 # change: pass ApiConfig(prices=...) to override. Unlisted models cost 0 and are flagged
@@ -369,6 +371,7 @@ class ApiClient:
         )
         self._slots = asyncio.Semaphore(config.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
+        self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
 
@@ -473,7 +476,10 @@ class ApiClient:
         return await self._answer("chat", _with_extra(payload, extra))
 
     async def close(self) -> None:
-        """Close the HTTP connections and the cache."""
+        """Close the HTTP connections and the cache (releasing its claims)."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
         await self._sdk.close()
         if self.cache is not None:
             self.cache.close()
@@ -491,10 +497,10 @@ class ApiClient:
     async def _answer(self, kind: str, payload: dict) -> dict:
         """A valid cached answer, else a fresh one (identical concurrent requests are sent once)."""
         key = request_key(self.config.base_url, self.config.model, kind, payload)
-        result = self._cached(kind, key, payload)
-        if result is not None:
+        found = self._cached(kind, key, payload)
+        if found is not None:
             self.usage.cache_hits += 1
-            return {**result, "cached": True}
+            return {**found[1], "cached": True}
         pending = self._inflight.get(key)
         if pending is not None:  # the same question is already on its way: share its answer
             raw, _, _ = await pending
@@ -510,16 +516,16 @@ class ApiClient:
             self.usage.cache_hits += 1
         return {**result, "cached": not paid}
 
-    def _cached(self, kind: str, key: str, payload: dict) -> dict | None:
-        """The normalised cached answer to ``payload``, or ``None``; a cached row that fails
-        validation is dropped (and counted in ``usage.invalid_cached``), never trusted."""
+    def _cached(self, kind: str, key: str, payload: dict) -> tuple[dict, dict] | None:
+        """The cached answer to ``payload``, ``(raw JSON, normalised)``, or ``None``; a cached row
+        that fails validation is dropped (and counted in ``usage.invalid_cached``), never trusted."""
         if self.cache is None:
             return None
         raw = self.cache.get(key)
         if raw is None:
             return None
         try:
-            return _read(kind, raw, payload)
+            return raw, _read(kind, raw, payload)
         except _Malformed as exc:
             self.usage.invalid_cached += 1
             LOG.warning("%s: dropping a cached answer that fails validation (%s); asking again",
@@ -528,12 +534,49 @@ class ApiClient:
             return None
 
     async def _obtain(self, kind: str, key: str, payload: dict) -> tuple[dict, dict, bool]:
-        """``(raw JSON, normalised answer, paid)`` for a request missing from the cache; a fresh
-        answer is cached as soon as it has passed validation."""
-        raw, result = await self._fetch(kind, payload)
-        if self.cache is not None:
+        """``(raw JSON, normalised answer, paid)`` for a request missing from the cache.
+
+        With a cache, this process first claims the request: while another live process holds
+        the claim it polls the cache until that answer appears (``paid`` False) or the claim goes
+        (released, expired, or its holder died), then claims it itself. A fresh answer is cached
+        as soon as it has passed validation, and the claim is released after that (or on
+        failure)."""
+        if self.cache is None:
+            return *await self._fetch(kind, payload), True
+        delay = CLAIM_POLL_S
+        while not self.cache.claim(key):  # another process is asking for this very answer
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, CLAIM_POLL_MAX_S)
+            found = self._cached(kind, key, payload)
+            if found is not None:
+                return *found, False
+        self._keep_claims()
+        try:
+            found = self._cached(kind, key, payload)  # answered between our miss and our claim
+            if found is not None:
+                return *found, False
+            raw, result = await self._fetch(kind, payload)
             self.cache.put(key, raw)  # validated and paid for: on disk before anything else
-        return raw, result, True
+            return raw, result, True
+        finally:
+            self.cache.release(key)
+
+    def _keep_claims(self) -> None:
+        """Make sure a heartbeat task refreshes this client's claims while it holds any."""
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = asyncio.ensure_future(self._refresh_claims())
+
+    async def _refresh_claims(self) -> None:
+        """Extend the cache claims every :data:`~blackbox_mia.cache.CLAIM_REFRESH_S` seconds until
+        none is held (a failure is logged: the claims then expire, and at worst another process
+        pays for a request again)."""
+        while self.cache is not None and self.cache.held_claims:
+            await asyncio.sleep(CLAIM_REFRESH_S)
+            try:
+                self.cache.refresh_claims()
+            except BlackboxMIAError as exc:
+                LOG.warning("cannot refresh cache claims: %s", exc)
+                return
 
     async def _fetch(self, kind: str, payload: dict) -> tuple[dict, dict]:
         """A fresh valid answer to ``payload``, ``(raw JSON, normalised)``, retrying by fault class.

@@ -316,6 +316,32 @@ async def test_cached_row_that_fails_validation_is_dropped_and_asked_again(clien
     assert again["cached"] is True and fake.hits == 1
 
 
+async def test_claims_are_refreshed_while_held_and_released_after(client, fake, monkeypatch):
+    monkeypatch.setattr(client_module, "CLAIM_REFRESH_S", 0.05)
+    refreshed = []
+    real_refresh = client.cache.refresh_claims
+    monkeypatch.setattr(client.cache, "refresh_claims", lambda: refreshed.append(real_refresh()))
+    fake.delay_s = 0.4
+    result = await client.complete([1, 2], logprobs=1)
+    assert result["cached"] is False and len(refreshed) >= 3 and set(refreshed) == {1}  # one claim held
+    assert client.cache.held_claims == frozenset()
+    await asyncio.sleep(0.1)
+    assert client._heartbeat.done()  # no claims left: the heartbeat stopped
+
+
+async def test_a_cancelled_request_releases_its_claim(client, fake, tmp_path):
+    fake.delay_s = 1.0
+    task = asyncio.ensure_future(client.complete([1, 2], logprobs=1))
+    await asyncio.sleep(0.3)
+    (key,) = client.cache.held_claims
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.cache.held_claims == frozenset()
+    with ResponseCache(tmp_path / "responses") as other:
+        assert other.claim(key)  # free again, not left to expire
+
+
 async def test_api_key_never_reaches_disk_logs_or_descriptions(make_client, fake, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     client = make_client()
