@@ -417,9 +417,10 @@ class ApiClient:
             * ``cached``: whether the answer came from the disk cache.
 
         Raises:
-            BlackboxMIAError: invalid arguments (checked before sending), or an unusable cache.
-            ApiError: the request failed (see its ``fault``): refused, still failing after the
-                retries, or every answer was invalid.
+            ApiError: invalid arguments (fault ``"final"``, checked before sending), or the
+                request failed (see its ``fault``): refused, still failing after the retries,
+                or every answer was invalid.
+            BlackboxMIAError: the cache is unusable.
         """
         payload: dict = {"prompt": _check_prompt(prompt), "max_tokens": _check_int(max_tokens, "max_tokens", 0)}
         payload["temperature"] = float(temperature)
@@ -457,12 +458,13 @@ class ApiClient:
             as returned by the server).
 
         Raises:
-            BlackboxMIAError: invalid arguments (checked before sending), or an unusable cache.
-            ApiError: the request failed (see its ``fault``): refused, still failing after the
-                retries, or every answer was invalid.
+            ApiError: invalid arguments (fault ``"final"``, checked before sending), or the
+                request failed (see its ``fault``): refused, still failing after the retries,
+                or every answer was invalid.
+            BlackboxMIAError: the cache is unusable.
         """
         if not isinstance(content, str):
-            raise BlackboxMIAError(f"chat content must be a string, got {type(content).__name__}")
+            raise ApiError(None, f"chat content must be a string, got {type(content).__name__}")
         payload: dict = {
             "messages": [{"role": "user", "content": content}],
             "max_tokens": _check_int(max_tokens, "max_tokens", 1),
@@ -725,24 +727,24 @@ def check_logit_bias(bias: Mapping[int, float]) -> dict[str, float]:
     """The ``logit_bias`` body field: token-id strings → bias (ints where integral).
 
     Raises:
-        BlackboxMIAError: more than :data:`MAX_BIAS_ENTRIES` entries, a key that is not a
-            non-negative token id, or a value outside [-100, 100].
+        ApiError: (fault ``"final"``) more than :data:`MAX_BIAS_ENTRIES` entries, a key that is
+            not a non-negative token id, or a value outside [-100, 100].
     """
     if len(bias) > MAX_BIAS_ENTRIES:
-        raise BlackboxMIAError(f"logit_bias has {len(bias)} entries; at most {MAX_BIAS_ENTRIES} are allowed")
+        raise ApiError(None, f"logit_bias has {len(bias)} entries; at most {MAX_BIAS_ENTRIES} are allowed")
     out: dict[str, float] = {}
     for token, value in bias.items():
         try:
             token_id = operator.index(token)
         except TypeError:
-            raise BlackboxMIAError(f"logit_bias keys must be token ids (int), got {token!r}") from None
+            raise ApiError(None, f"logit_bias keys must be token ids (int), got {token!r}") from None
         if token_id < 0 or isinstance(token, bool):
-            raise BlackboxMIAError(f"logit_bias keys must be non-negative token ids, got {token!r}")
+            raise ApiError(None, f"logit_bias keys must be non-negative token ids, got {token!r}")
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise BlackboxMIAError(f"logit_bias[{token_id}] must be a number, got {value!r}")
+            raise ApiError(None, f"logit_bias[{token_id}] must be a number, got {value!r}")
         value = float(value)
         if not -MAX_BIAS <= value <= MAX_BIAS:  # also rejects NaN
-            raise BlackboxMIAError(f"logit_bias[{token_id}] = {value} is outside [-{MAX_BIAS:g}, {MAX_BIAS:g}]")
+            raise ApiError(None, f"logit_bias[{token_id}] = {value} is outside [-{MAX_BIAS:g}, {MAX_BIAS:g}]")
         out[str(token_id)] = int(value) if value.is_integer() else value
     return out
 
@@ -753,9 +755,9 @@ def _check_prompt(prompt: list[int] | str) -> list[int] | str:
     try:
         ids = [operator.index(i) for i in prompt]
     except TypeError:
-        raise BlackboxMIAError("a prompt must be a string or a list of token ids (int)") from None
+        raise ApiError(None, "a prompt must be a string or a list of token ids (int)") from None
     if any(i < 0 for i in ids):
-        raise BlackboxMIAError("token ids in a prompt must be non-negative")
+        raise ApiError(None, "token ids in a prompt must be non-negative")
     return ids
 
 
@@ -763,9 +765,9 @@ def _check_int(value: int, name: str, low: int) -> int:
     try:
         number = operator.index(value)
     except TypeError:
-        raise BlackboxMIAError(f"{name} must be an int, got {value!r}") from None
+        raise ApiError(None, f"{name} must be an int, got {value!r}") from None
     if number < low:
-        raise BlackboxMIAError(f"{name} must be at least {low}, got {number}")
+        raise ApiError(None, f"{name} must be at least {low}, got {number}")
     return number
 
 
@@ -774,7 +776,7 @@ def _with_extra(payload: dict, extra: dict | None) -> dict:
         return payload
     clash = sorted(set(extra) & (set(payload) | {"model", "stream", "prompt", "messages"}))
     if clash:
-        raise BlackboxMIAError(f"extra body fields {clash} clash with fields the client sets itself")
+        raise ApiError(None, f"extra body fields {clash} clash with fields the client sets itself")
     return {**payload, **extra}
 
 

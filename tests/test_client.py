@@ -249,9 +249,10 @@ async def test_logit_bias_is_sent_with_string_keys_and_extra_fields(client, fake
     ({5: "1"}, "number"),
 ])
 async def test_bad_logit_bias_is_refused_before_sending(client, fake, bias, match):
-    with pytest.raises(BlackboxMIAError, match=match):
+    with pytest.raises(ApiError, match=match) as err:
         await client.complete([1], logit_bias=bias)
-    with pytest.raises(BlackboxMIAError, match=match):
+    assert (err.value.fault, err.value.status_code) == ("final", None)  # invalid arguments are final
+    with pytest.raises(ApiError, match=match):
         await client.chat("x", logit_bias=bias)
     assert fake.hits == 0
 
@@ -262,10 +263,11 @@ def test_check_logit_bias_accepts_the_limits():
 
 
 async def test_extra_fields_cannot_override_client_fields(client, fake):
-    with pytest.raises(BlackboxMIAError, match="clash"):
+    with pytest.raises(ApiError, match="clash"):
         await client.complete([1], extra={"max_tokens": 5})
-    with pytest.raises(BlackboxMIAError, match="clash"):
+    with pytest.raises(ApiError, match="clash") as err:
         await client.chat("x", extra={"stream": True})
+    assert err.value.fault == "final"
     assert fake.hits == 0
 
 
