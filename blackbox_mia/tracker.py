@@ -248,10 +248,10 @@ class Tracker:
         async def run(job: tuple[int, int, int, int]) -> None:
             t, start, end, first = job
             seq = sequences[t]
-            if end - first > 1 or self._mode() == "prompt":
+            if self._mode() == "prompt":
                 found = await self._window(seq, start, end, first)
             else:  # one position: target seq[first] after the window's prefix
-                found = [await self._position(seq[start:first], seq[first], self._per_position_mode())]
+                found = [await self._position(seq[start:first], seq[first], self._mode())]
             estimates[t][first - 1 : end - 1] = found
             remaining[t] -= len(found)
             bar.update(len(found))
@@ -316,10 +316,6 @@ class Tracker:
             return "prompt"
         return self.config.strategy
 
-    def _per_position_mode(self) -> str:
-        """The strategy for a single position (the echo mode's fallback is "auto")."""
-        return "auto" if self._mode() == "prompt" else self._mode()
-
     # -- one echo window ------------------------------------------------------------------------
 
     async def _window(self, seq: list[int], start: int, end: int, first: int) -> list[Estimate]:
@@ -348,7 +344,7 @@ class Tracker:
     async def _position(self, prefix: list[int], target: int, mode: str) -> Estimate:
         """lp of ``target`` after ``prefix`` with ``mode`` (``auto``: the cheapest available)."""
         if not self.endpoint.sendable(prefix):
-            return Estimate(0.0, -math.inf, 0.0, "unsendable")
+            return Estimate.at_most(0.0, "unsendable")
         n = self.caps.top_n
         if mode == "forced" or (mode == "auto" and "forced" in self.available):
             return await self._forced(prefix, target, n)
