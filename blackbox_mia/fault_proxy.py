@@ -10,7 +10,8 @@ class            what the client gets                                           
 ``429``          429 + ``Retry-After: retry_after_s`` + OpenAI rate-limit error JSON         no
 ``500``          500 + OpenAI error JSON whose message carries a unique error id            no
 ``502``/``503``  502 / 503 + OpenAI error JSON (unique error id too)                        no
-``stall``        nothing for ``stall_s`` seconds, then the connection is closed             no
+``stall``        nothing for ``stall_s`` seconds, then the connection is closed (sooner    no
+                 once the client has left)
 ``drop``         the connection is closed at once, without an answer                       no
 ``truncated``    the upstream answer, status 200, its JSON body cut in half                 yes
 ``no_logprobs``  the upstream answer with ``choices[0].logprobs`` set to null               yes
@@ -27,6 +28,12 @@ every run. Response-altering faults (``truncated``, ``no_logprobs``, ``nan``, ``
 alter a 200 JSON answer that has what they change; otherwise the upstream answer passes through
 unchanged and the fault is not counted as injected. GET requests (``/v1/models``) always pass
 through, uncounted.
+
+For resumption and cache-sharing audits the proxy also records which upstream answers reached
+the client whole (:attr:`FaultStats.delivered`) and which request bodies were paid for again
+after that (:attr:`FaultStats.repaid`), and it can be paused (:meth:`FaultProxy.pause`): nothing
+goes upstream and no answer is written back until :meth:`FaultProxy.resume`, so a client can be
+killed at a moment when every answer it was given has had time to reach its cache.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import hashlib
 import json
 import math
 import random
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +61,8 @@ LOOPBACK = "127.0.0.1"
 UPSTREAM_TIMEOUT_S = 600.0  # longest wait for one upstream answer (s)
 PROXY_MAX_BODY_BYTES = 64 * 2**20  # largest request body the proxy reads (the upstream has its own limit)
 SHUTDOWN_GRACE_S = 0.5  # how long stop() lets in-flight (e.g. stalled) requests finish (s)
+PAUSE_POLL_S = 0.01  # how often a request held by pause() looks whether the proxy was resumed (s)
+STALL_POLL_S = 0.05  # how often a stalled request looks whether its client is still there (s)
 # Request headers not forwarded (hop-by-hop, or recomputed by the proxy's own client).
 HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
                          "te", "trailer", "proxy-authorization", "proxy-connection", "accept-encoding"})
@@ -116,6 +126,13 @@ class FaultStats:
         outcomes: per POST request, in arrival order, the class drawn or ``"ok"``.
         upstream_failures: forwards that got no answer from upstream (answered 502, not counted
             in ``upstream_requests`` nor ``injected``).
+        answered: body hash -> times upstream answered it with a 200 (what a provider bills; a
+            refusal such as a 400 is forwarded and counted in ``by_body``, but not here).
+        delivered: body hash -> times its upstream 200 answer, unaltered, was completely written
+            back to the client (an answer the client gave up on, e.g. after its timeout, or
+            one a fault altered, is not delivered).
+        repaid: body hash -> times it was sent upstream (and paid) again after its answer had
+            been delivered at least once.
     """
 
     requests: int = 0
@@ -124,6 +141,9 @@ class FaultStats:
     injected: Counter = field(default_factory=Counter)
     outcomes: list[str] = field(default_factory=list)
     upstream_failures: int = 0
+    answered: Counter = field(default_factory=Counter)
+    delivered: Counter = field(default_factory=Counter)
+    repaid: Counter = field(default_factory=Counter)
 
 
 def body_hash(body: bytes) -> str:
@@ -219,6 +239,22 @@ class FaultProxy:
         self._root = config.upstream.rstrip("/").removesuffix("/v1")
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._open = threading.Event()  # cleared while paused
+        self._open.set()
+
+    def pause(self) -> None:
+        """Hold every request: none is forwarded upstream or answered, and no upstream answer is
+        written back, until :meth:`resume` (callable from any thread). A request whose client
+        has gone when the proxy resumes is dropped without being forwarded (not paid)."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        """End :meth:`pause` (callable from any thread)."""
+        self._open.set()
+
+    async def _wait_open(self) -> None:
+        while not self._open.is_set():
+            await asyncio.sleep(PAUSE_POLL_S)
 
     async def start(self) -> str:
         """Bind and return the base URL ``http://127.0.0.1:PORT/v1``.
@@ -256,21 +292,39 @@ class FaultProxy:
         rng = _request_rng(self.config, index)
         fault = _draw(self.config, rng)
         self.stats.outcomes.append(fault or "ok")
+        await self._wait_open()
+        if _gone(request):  # the client left while the proxy was paused
+            return web.Response(status=204)  # never sent
         if fault in UNPAID_FAULTS:
             self.stats.injected[fault] += 1
             return await self._unpaid(request, fault, rng)
         response = await self._forward(request, body, paid=True)
-        if fault is None or response.status != 200:
-            return response
-        altered = alter_response(fault, response.body, rng)
-        if altered is None:
-            return response
-        self.stats.injected[fault] += 1
-        return web.Response(status=200, body=altered, content_type="application/json")
+        altered = None if fault is None or response.status != 200 else alter_response(fault, response.body, rng)
+        if altered is not None:
+            self.stats.injected[fault] += 1
+            response = web.Response(status=200, body=altered, content_type="application/json")
+        if await self._write(request, response) and altered is None and response.status == 200:
+            self.stats.delivered[body_hash(body)] += 1
+        return response
+
+    async def _write(self, request: web.Request, response: web.StreamResponse) -> bool:
+        """Send ``response`` now (once the proxy is not paused); whether all of it was written to
+        the client's connection."""
+        await self._wait_open()
+        if _gone(request):
+            return False
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            return False
+        return True
 
     async def _unpaid(self, request: web.Request, fault: str, rng: random.Random) -> web.StreamResponse:
-        if fault == "stall":
-            await asyncio.sleep(self.config.stall_s)
+        if fault == "stall":  # held for stall_s, or until the client gives up
+            end = asyncio.get_running_loop().time() + self.config.stall_s
+            while not _gone(request) and (left := end - asyncio.get_running_loop().time()) > 0:
+                await asyncio.sleep(min(left, STALL_POLL_S))
         if fault in ("stall", "drop"):
             return _drop(request)
         headers = {"Retry-After": f"{self.config.retry_after_s:g}"} if fault == "429" else None
@@ -280,6 +334,8 @@ class FaultProxy:
     async def _forward(self, request: web.Request, body: bytes, paid: bool) -> web.Response:
         """Send the request upstream; the answer as a response (502 JSON when none came)."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        digest = body_hash(body)
+        after_delivery = self.stats.delivered[digest] > 0  # as it stands when the request goes upstream
         try:
             async with self._session.request(request.method, self._root + request.path_qs, data=body,
                                              headers=headers) as upstream:
@@ -292,8 +348,17 @@ class FaultProxy:
                                                 "type": "server_error", "param": None, "code": None}}, status=502)
         if paid:
             self.stats.upstream_requests += 1
-            self.stats.by_body[body_hash(body)] += 1
+            self.stats.by_body[digest] += 1
+            if status == 200:
+                self.stats.answered[digest] += 1
+            if after_delivery:
+                self.stats.repaid[digest] += 1
         return web.Response(status=status, body=raw, headers=kept)
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the client has closed its connection."""
+    return request.transport is None or request.transport.is_closing()
 
 
 def _drop(request: web.Request) -> web.Response:

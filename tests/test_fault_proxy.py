@@ -244,3 +244,54 @@ def test_proxy_in_background_from_sync_code(upstream, name):
             urllib.request.urlopen(request, timeout=10)
         assert info.value.code == 503
     assert proxy.stats.injected == {"503": 1} and proxy.stats.upstream_requests == 0
+
+
+async def test_delivered_counts_whole_unaltered_answers_and_repaid_counts_later_payments(upstream, name):
+    body, other = completion(name), completion(name, max_tokens=1)
+    digest, other_digest = body_hash(json.dumps(body).encode()), body_hash(json.dumps(other).encode())
+    async with running(upstream, rate=0.0) as proxy:
+        for request in (body, other, body):
+            assert (await ask(proxy.base_url, "/completions", request))[0] == 200
+        refused = completion(name, logprobs=99)
+        assert (await ask(proxy.base_url, "/completions", refused))[0] == 400
+    assert proxy.stats.by_body[body_hash(json.dumps(refused).encode())] == 1  # forwarded...
+    assert proxy.stats.answered == {digest: 2, other_digest: 1}  # ...but not answered 200
+    assert proxy.stats.delivered == {digest: 2, other_digest: 1}  # nor delivered
+    assert proxy.stats.repaid == {digest: 1}
+    async with running(upstream, rate=1.0, classes=("nan", "truncated", "503")) as proxy:
+        for _ in range(4):
+            with contextlib.suppress(aiohttp.ClientError):
+                await ask(proxy.base_url, "/completions", body)
+    assert proxy.stats.upstream_requests > 0 and not proxy.stats.delivered and not proxy.stats.repaid
+
+
+async def test_an_answer_the_client_gave_up_on_is_not_delivered(upstream, name):
+    async with running(upstream, rate=0.0) as proxy:
+        proxy.pause()
+        with pytest.raises(asyncio.TimeoutError):
+            await ask(proxy.base_url, "/completions", completion(name), timeout=0.2)
+        proxy.resume()
+        await asyncio.sleep(0.2)
+    assert proxy.stats.requests == 1 and proxy.stats.upstream_requests == 0  # its client had left: not paid
+    assert not proxy.stats.delivered
+
+
+async def test_pause_holds_requests_until_resume(upstream, name):
+    async with running(upstream, rate=0.0) as proxy:
+        proxy.pause()
+        pending = asyncio.create_task(ask(proxy.base_url, "/completions", completion(name)))
+        await asyncio.sleep(0.3)
+        assert not pending.done() and proxy.stats.requests == 1 and proxy.stats.upstream_requests == 0
+        proxy.resume()
+        status, _, _ = await pending
+    assert status == 200 and proxy.stats.upstream_requests == 1 and sum(proxy.stats.delivered.values()) == 1
+
+
+async def test_a_stall_ends_once_its_client_has_left(upstream, name):
+    async with running(upstream, rate=1.0, classes=("stall",), stall_s=30.0) as proxy:
+        with pytest.raises(asyncio.TimeoutError):
+            await ask(proxy.base_url, "/completions", completion(name), timeout=0.2)
+        await asyncio.sleep(0.3)
+        handlers = [t for t in asyncio.all_tasks() if "_handle_request" in repr(t.get_coro())]
+        assert not handlers  # not held for 30 s on a connection nobody reads
+    assert proxy.stats.injected == {"stall": 1} and proxy.stats.upstream_requests == 0
