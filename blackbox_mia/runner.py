@@ -165,11 +165,13 @@ def score_texts(
     """
     check_compatible(scorers, backends)
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
+    # distinct texts per role, item by item (a text, then what it needs), so that a backend
+    # working in this order finishes whole items early
     wanted: dict[str, dict[str, None]] = {role: {} for role in backends}
-    wanted[TARGET].update(dict.fromkeys(texts))
-    for per_text in needs.values():
-        for need_list in per_text:
-            for need in need_list:
+    for j, text in enumerate(texts):
+        wanted[TARGET][text] = None
+        for label in needs:
+            for need in needs[label][j]:
                 wanted[need.role][need.text] = None
     computed: dict[str, dict[str, TokenLogprobs]] = {role: {} for role in backends}
     for role, unique in wanted.items():

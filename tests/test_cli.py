@@ -202,7 +202,7 @@ def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, t
     result = invoke(*base, "--json")
     assert result.exit_code == 0, result.output
     assert out.read_text() == good
-    assert_one_line_error(invoke(*base[:-1], tmp_path), "tmp")  # --out is a directory
+    assert_one_line_error(invoke(*base[:-1], tmp_path), "is not a file")  # --out is a directory
 
 
 @pytest.mark.parametrize(
@@ -226,3 +226,18 @@ def test_probe_unreadable_file(tmp_path):
     assert_one_line_error(invoke("probe", "--file", binary, "--local", NO_MODEL), "cannot read", "UTF-8")
     assert_one_line_error(invoke("probe", "--file", tmp_path, "--local", NO_MODEL), "cannot read")
     assert_one_line_error(invoke("probe", "--file", tmp_path / "none.txt", "--local", NO_MODEL), "no such file")
+
+
+def test_nonfinite_scores_give_no_auc_and_no_bare_nan():
+    from blackbox_mia.cli.app import echo_json_line
+    from blackbox_mia.cli.common import auc_by_scorer
+    from blackbox_mia.runner import ScoredText
+    from blackbox_mia.scorers import parse_scorers
+    from blackbox_mia.types import BlackboxMIAError
+
+    rows = [ScoredText.from_scores(str(i), i % 2, {"loss": float(i), "min_k": float(i)}, 3) for i in range(4)]
+    rows[1] = ScoredText.from_scores("1", 1, {"loss": float("-inf"), "min_k": 1.0}, 3)
+    assert rows[1].scores == {"loss": None, "min_k": 1.0} and rows[1].nonfinite == ["loss"]
+    assert auc_by_scorer(rows, parse_scorers("loss,min_k")) == {"loss": None, "min_k": 0.75}  # 3 of 4 pairs ordered
+    with pytest.raises(BlackboxMIAError, match="NaN or Infinity"):
+        echo_json_line({"auc": float("nan")})

@@ -105,7 +105,14 @@ def test_bad_input(tiny_model_dir, backend):
 
 def test_on_done_reports_each_text_after_its_last_batch(tiny_model_dir):
     small = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16, max_batch_tokens=48))
-    texts = [q[: 15 + 9 * i] for i, q in enumerate(gsm8k_questions(6))]
+    # texts of 3+ windows whose last window is narrower than the context (the shape that
+    # packing by window width alone would leave until the very end)
+    def wanted(text):
+        windows = sliding_windows(len(small.full_ids(small.encode(text))), 16)
+        return len(windows) >= 3 and windows[-1][1] - windows[-1][0] < 16
+
+    texts = [q[:80] for q in gsm8k_questions(40) if wanted(q[:80])][:6]
+    assert len(texts) == 6
     forwards = []
     real_forward = small._forward
 
@@ -119,7 +126,9 @@ def test_on_done_reports_each_text_after_its_last_batch(tiny_model_dir):
     assert sorted(i for i, _, _ in reported) == list(range(len(texts)))
     for i, _, lp in reported:
         assert lp is result[i]
-    assert len(forwards) > 3 and reported[0][1] < len(forwards)  # the first text came before the last batch
+    # texts are reported while the rest still run: the first within the first half of the batches
+    assert len(forwards) > 6 and reported[0][1] <= 3
+    assert len({at for _, at, _ in reported}) >= 4
     windows = [len(sliding_windows(len(small.full_ids(small.encode(t))), 16)) for t in texts]
     assert max(windows) > 1  # some text spans several windows, hence several batches
     # a text is reported only once all its windows ran: never before its window count of rows
@@ -149,3 +158,9 @@ def test_special_token_strings_are_plain_text(backend):
     assert np.isfinite(lp.logprobs).all()
     want, _, _ = manual(backend, [backend.bos_id] + ids)
     np.testing.assert_allclose(lp.logprobs, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("device, message", [("nonsense", "unknown --device 'nonsense'"), ("cuda:99", "cuda:99")])
+def test_bad_device_is_a_clear_error(tiny_model_dir, device, message):
+    with pytest.raises(BlackboxMIAError, match=message):
+        LocalBackend(LocalConfig(str(tiny_model_dir), device=device))

@@ -69,7 +69,7 @@ class LocalBackend(Backend):
             ) from exc
         self.config = config
         self._torch = torch
-        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = self._resolve_device(config.device)
         dtype_name = config.dtype
         if dtype_name == "auto":
             dtype_name = "bfloat16" if self.device.type == "cuda" else "float32"
@@ -83,13 +83,37 @@ class LocalBackend(Backend):
             )
         except (OSError, ValueError) as exc:
             raise BlackboxMIAError(f"cannot load model {config.model!r}: {exc}") from exc
-        self.model.to(self.device).eval()
+        try:
+            self.model.to(self.device).eval()
+        except (RuntimeError, AssertionError) as exc:  # torch's "not compiled with CUDA", out of memory...
+            raise BlackboxMIAError(f"cannot put model {config.model!r} on device {self.device}: {exc}") from exc
         self.context = config.max_length or self._model_context()
         self.bos_id = self.tokenizer.bos_token_id if config.bos in (None, True) else None
         if config.bos and self.bos_id is None:
             raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
         self.provides_vocab_stats = config.vocab_stats
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+
+    def _resolve_device(self, name: str | None):
+        """The torch device named ``name`` (``None``: CUDA when available, else CPU).
+
+        Raises:
+            BlackboxMIAError: an unknown device string, or a CUDA device that is not there.
+        """
+        torch = self._torch
+        if name is None:
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            device = torch.device(name)
+        except (RuntimeError, ValueError) as exc:
+            raise BlackboxMIAError(f"unknown --device {name!r}: use cpu, cuda, cuda:N, mps, ...") from exc
+        if device.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count == 0:
+                raise BlackboxMIAError(f"--device {name}: CUDA is not available (no GPU, or torch built without CUDA)")
+            if device.index is not None and device.index >= count:
+                raise BlackboxMIAError(f"--device {name}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})")
+        return device
 
     def _model_context(self) -> int:
         cfg = self.model.config
@@ -166,7 +190,7 @@ class LocalBackend(Backend):
         Returns per sequence ``(lp, mu, sigma)``, each of shape (L-1,); ``mu``/``sigma`` are
         ``None`` unless ``vocab_stats``. Long sequences are split by :func:`sliding_windows`;
         windows are packed into batches of at most ``max_batch_tokens`` padded tokens, longest
-        first. ``on_done(index, result)`` is called for each sequence right after the batch
+        sequence first, each sequence's windows together. ``on_done(index, result)`` is called for each sequence right after the batch
         holding its last window.
         """
         rows = []  # (sequence index, start, end, first_target)
@@ -183,7 +207,10 @@ class LocalBackend(Backend):
         def result(s: int) -> SequenceResult:
             return (out_lp[s], out_mu[s], out_sd[s]) if stats else (out_lp[s], None, None)
 
-        order = sorted(range(len(rows)), key=lambda r: rows[r][2] - rows[r][1], reverse=True)
+        # Sequences longest first (by their first, widest window), each sequence's windows kept
+        # together: a long text finishes, and is reported, as soon as its own windows ran.
+        first_width = [min(len(seq), self.context) for seq in sequences]
+        order = sorted(range(len(rows)), key=lambda r: (-first_width[rows[r][0]], rows[r][0], rows[r][1]))
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
         try:
             for batch in self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))]):
@@ -209,14 +236,16 @@ class LocalBackend(Backend):
         return [result(s) for s in range(len(sequences))]
 
     def _pack(self, order: list[int], lengths: list[int]):
-        """Greedy packing of rows (sorted longest first) under the padded-token budget."""
+        """Greedy packing of rows, in ``order``, into batches whose padded size (rows × widest
+        row) stays within ``max_batch_tokens`` (a single row may exceed it)."""
         batch: list[int] = []
+        width = 0
         for r in order:
-            width = lengths[batch[0]] if batch else lengths[r]
-            if batch and (len(batch) + 1) * width > self.config.max_batch_tokens:
+            if batch and (len(batch) + 1) * max(width, lengths[r]) > self.config.max_batch_tokens:
                 yield batch
-                batch = []
+                batch, width = [], 0
             batch.append(r)
+            width = max(width, lengths[r])
         if batch:
             yield batch
 
