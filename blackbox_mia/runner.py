@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from . import __version__
@@ -42,18 +43,28 @@ class ScoredText:
 
     A score that came out NaN or ±inf (e.g. ``lowercase`` on a text whose mean log-prob is
     exactly 0) is stored as ``None``; its label is listed in :attr:`nonfinite` (JSON has no NaN).
+
+    Attributes:
+        bound_only: scored tokens of the text whose log-prob is known only from above (black-box
+            path: beyond the bias cap, ambiguous identity, unsendable prefix); the scores then
+            use those upper bounds.
+        condition: ``None`` when the scores use the text's own log-probs, else what the
+            log-probs are conditional on (``"chat-template"``).
     """
 
     id: str
     label: int | None
     scores: dict[str, float | None]
     n_tokens: int
+    bound_only: int = 0
+    condition: str | None = None
 
     @classmethod
-    def from_scores(cls, id: str, label: int | None, scores: dict[str, float], n_tokens: int) -> ScoredText:
-        """A row from raw scores: non-finite values become ``None``."""
+    def from_scores(cls, id: str, label: int | None, scores: dict[str, float], lp: TokenLogprobs) -> ScoredText:
+        """A row from raw scores and the text's log-probs: non-finite scores become ``None``."""
         clean = {k: (float(v) if math.isfinite(v) else None) for k, v in scores.items()}
-        return cls(id, label, clean, n_tokens)
+        bound_only = 0 if lp.lower is None else int((~np.isfinite(lp.lower)).sum())
+        return cls(id, label, clean, lp.n_tokens, bound_only, lp.provenance.condition)
 
     @property
     def nonfinite(self) -> list[str]:
@@ -66,6 +77,10 @@ class ScoredText:
             row["label"] = self.label
         if self.nonfinite:
             row["nonfinite"] = self.nonfinite
+        if self.bound_only:
+            row["bound_only"] = self.bound_only
+        if self.condition is not None:
+            row["condition"] = self.condition
         return row
 
 
@@ -375,7 +390,7 @@ def score_items(
             chunk = todo[start : start + chunk_size]
 
             def save(j: int, scores: dict[str, float], lp: TokenLogprobs, chunk=chunk) -> None:
-                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp.n_tokens)
+                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp)
                 if f is not None:
                     f.write(json_line(row.to_json(), f"row {row.id!r}"))
                     f.flush()
@@ -417,7 +432,12 @@ def _row(obj: dict, labels: Sequence[str] | None) -> ScoredText:
         clean[key] = None if value is None or not math.isfinite(value) else float(value)
     if labels is not None and set(clean) != set(labels):
         raise ValueError(f"scores {sorted(clean)} do not match the scorers {sorted(labels)}")
-    return ScoredText(row_id, label, clean, n_tokens)
+    bound_only, condition = obj.get("bound_only", 0), obj.get("condition")
+    if not isinstance(bound_only, int) or isinstance(bound_only, bool) or not 0 <= bound_only <= n_tokens:
+        raise ValueError(f"'bound_only' must be an integer in [0, n_tokens], got {bound_only!r}")
+    if condition is not None and not isinstance(condition, str):
+        raise ValueError(f"'condition' must be a string or absent, got {condition!r}")
+    return ScoredText(row_id, label, clean, n_tokens, bound_only, condition)
 
 
 def read_rows(path: Path, labels: Sequence[str] | None = None) -> list[ScoredText]:

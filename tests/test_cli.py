@@ -235,8 +235,13 @@ def test_nonfinite_scores_give_no_auc_and_no_bare_nan():
     from blackbox_mia.scorers import parse_scorers
     from blackbox_mia.types import BlackboxMIAError
 
-    rows = [ScoredText.from_scores(str(i), i % 2, {"loss": float(i), "min_k": float(i)}, 3) for i in range(4)]
-    rows[1] = ScoredText.from_scores("1", 1, {"loss": float("-inf"), "min_k": 1.0}, 3)
+    from blackbox_mia.types import Provenance, TokenLogprobs
+
+    lp = TokenLogprobs([1, 2, 3], ["a", "b", "c"], [-1.0, -2.0, -3.0], (0,), Provenance("api", "m", "forced", True),
+                       lower=[-1.0, float("-inf"), -3.0], upper=[-1.0, -2.0, -3.0])
+    rows = [ScoredText.from_scores(str(i), i % 2, {"loss": float(i), "min_k": float(i)}, lp) for i in range(4)]
+    rows[1] = ScoredText.from_scores("1", 1, {"loss": float("-inf"), "min_k": 1.0}, lp)
+    assert rows[0].to_json()["bound_only"] == 1 and "condition" not in rows[0].to_json()
     assert rows[1].scores == {"loss": None, "min_k": 1.0} and rows[1].nonfinite == ["loss"]
     assert auc_by_scorer(rows, parse_scorers("loss,min_k")) == {"loss": None, "min_k": 0.75}  # 3 of 4 pairs ordered
     with pytest.raises(BlackboxMIAError, match="NaN or Infinity"):

@@ -1,5 +1,6 @@
 """Scorers against hand-computed values on fixed log-prob arrays."""
 
+import math
 import zlib
 
 import numpy as np
@@ -106,3 +107,14 @@ def test_bad_specs_raise(spec):
     with pytest.raises(BlackboxMIAError):
         scorers = parse_scorers(spec)
         scorers[0].score(TEXT, tlp(LP7), [])
+
+
+def test_lowercase_with_a_zero_nll_text_is_infinite_not_a_crash():
+    from blackbox_mia.scorers import parse_scorers
+
+    [scorer] = parse_scorers("lowercase")
+    prov = Provenance("test", "none", "fixed", True)
+    certain = TokenLogprobs([1, 2], ["a", "b"], [0.0, 0.0], (0,), prov)
+    lowered = TokenLogprobs([1, 2], ["a", "b"], [-1.0, -3.0], (0,), prov)
+    assert scorer.score("AB", certain, [lowered]) == math.inf
+    assert math.isnan(scorer.score("AB", certain, [certain]))

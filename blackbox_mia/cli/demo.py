@@ -46,7 +46,7 @@ def demo(
         scorers = parse_scorers(",".join(DEFAULT_SCORERS) + ",min_k:k=10")
         local = LocalBackend(LocalConfig(str(path)))
         results = score_texts([it.text for it in items], scorers, {"target": local}, progress=not json_out)
-        rows = [ScoredText.from_scores(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
+        rows = [ScoredText.from_scores(it.id, it.label, s, lp) for it, (s, lp) in zip(items, results)]
         aucs = auc_by_scorer(rows, scorers)
         summary = {
             "auc": aucs,
@@ -112,7 +112,7 @@ def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bo
     for b in black:
         for s in b.strategies:
             strategies[s] = strategies.get(s, 0) + 1
-    rows = [ScoredText.from_scores(it.id, it.label, s, lp.n_tokens) for it, (s, lp) in zip(items, results)]
+    rows = [ScoredText.from_scores(it.id, it.label, s, lp) for it, (s, lp) in zip(items, results)]
     n_tokens = int(bounded.size)
     return {
         "ids": [it.id for it in items],

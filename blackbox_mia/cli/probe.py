@@ -82,7 +82,7 @@ def probe(
                 before = _usage(backend)
                 [(scores, lp)] = score_texts([content], parsed, backends, progress=not json_out and len(content) > 200)
                 usage = {k: v - before.get(k, 0) for k, v in _usage(backend).items()}
-                row = ScoredText.from_scores(text_id, None, scores, lp.n_tokens)  # NaN/inf -> None
+                row = ScoredText.from_scores(text_id, None, scores, lp)  # NaN/inf -> None
                 record = {
                     "id": text_id,
                     **lp.to_json(),

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io import write_json_atomic, write_text_atomic
 from ..types import BlackboxMIAError
 
 KNOWN_KEYS = (
@@ -65,11 +66,8 @@ def write_report(report: dict, out_dir: str | Path, stem: str) -> tuple[Path, Pa
     out.mkdir(parents=True, exist_ok=True)
     data = to_jsonable(report)
     json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
-    json_path.write_text(
-        json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-        encoding="utf-8",
-    )
-    md_path.write_text(render_markdown(data, out), encoding="utf-8")
+    write_json_atomic(json_path, data)
+    write_text_atomic(md_path, render_markdown(data, out))
     return json_path, md_path
 
 
