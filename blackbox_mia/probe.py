@@ -100,9 +100,13 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
 
     ``endpoint.token_id_prompts`` is updated to what the server accepts.
 
+    Returns:
+        The record; ``top_n = 0`` (no strategy) when no valid log-probs come back, with the
+        refusals in ``reasons["topn"]``.
+
     Raises:
-        BlackboxMIAError: a transient failure (nothing is saved), or the endpoint refuses even a
-            plain one-token request.
+        BlackboxMIAError: a transient failure (nothing is saved), or a request outside the
+            checks above failed for good.
     """
     p = _Probe(endpoint, config)
     codec, kind = endpoint.codec, endpoint.kind
