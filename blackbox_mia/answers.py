@@ -1,0 +1,277 @@
+"""What a valid answer of an OpenAI-compatible endpoint is, and its normalised form.
+
+One validation step for every answer, fresh or read back from the cache (:func:`read_answer`):
+the shape and types the result needs, every field the request asked for (log-probs, ``top``
+alternatives), every number finite (NaN or an infinity anywhere fails), and lengths that agree
+with each other, with ``max_tokens`` and, with echo, with the prompt. A failure is a
+:class:`Malformed` naming the first field that fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
+VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is not JSON) is shown up to this
+
+_ABSENT = object()  # Malformed without an offending value
+
+
+class Malformed(Exception):
+    """An answer is not valid: wrong shape or type, a requested field missing, a number that is
+    null, NaN or infinite, or lengths that disagree.
+
+    Args:
+        where: the field, e.g. ``choices[0].logprobs``.
+        problem: what is wrong, e.g. ``"is missing"`` or (with ``value``) ``"expected a list"``.
+        value: the offending value, shown only through :meth:`describe` (which masks the API key
+            before cutting the value short).
+
+    Attributes:
+        status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
+    """
+
+    def __init__(self, where: str, problem: str, value: object = _ABSENT):
+        super().__init__(where)
+        self.where, self.problem, self.value = where, problem, value
+        self.status: int | None = None
+
+    def describe(self, masked: Callable[[str, int], str]) -> str:
+        """One line: where, the offending value (through ``masked(text, limit)``) and the problem."""
+        if self.value is _ABSENT:
+            return masked(f"{self.where} {self.problem}", MESSAGE_CHARS)
+        shown = masked(repr(self.value), VALUE_CHARS)
+        return f"{masked(self.where, MESSAGE_CHARS)} is {shown}, {self.problem}"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with "..." when cut."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _no_constant(name: str) -> float:
+    """``parse_constant`` for :func:`json.loads`: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON."""
+    raise Malformed("the body", f"holds {name}, which is not JSON")
+
+
+def decode_answer(content: bytes) -> dict:
+    """The JSON object in an HTTP body (NaN and infinities refused); ``Malformed`` otherwise."""
+    try:
+        raw = json.loads(content, parse_constant=_no_constant)
+    except ValueError:  # not JSON, truncated JSON, not UTF-8
+        raise Malformed("the body", "expected a JSON object", content.decode("utf-8", "replace")) from None
+    return _typed(raw, dict, "the body", "a JSON object")
+
+
+def read_answer(kind: str, raw: dict, payload: dict) -> dict:
+    """Validate a decoded answer (fresh or cached) against its request and normalise it.
+
+    The one validation step for every answer: the shape and types the result needs, every field
+    the request asked for (log-probs, ``top`` alternatives), every number finite (NaN or an
+    infinity anywhere in the body fails), and lengths that agree with each other, with
+    ``max_tokens`` and, with echo, with the prompt.
+
+    Args:
+        kind: ``"completions"`` or ``"chat"``.
+        raw: the answer's JSON object.
+        payload: the request body (without ``model``).
+
+    Returns:
+        The dict :meth:`ApiClient.complete` returns, without ``cached``.
+
+    Raises:
+        Malformed: naming the first field that fails.
+    """
+    where = _nonfinite(_typed(raw, dict, "the body", "a JSON object"))
+    if where is not None:
+        raise Malformed(where.lstrip("."), "is not a finite number (NaN or infinity)")
+    return _read_completion(raw, payload) if kind == "completions" else _read_chat(raw, payload)
+
+
+def _nonfinite(value: object) -> str | None:
+    """The path (``.choices[0].logprobs.token_logprobs[3]``) of the first NaN or infinity in a
+    decoded JSON value, or ``None`` when every number is finite."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ""
+    if isinstance(value, dict):
+        items, form = value.items(), ".{}"
+    elif isinstance(value, list):
+        items, form = enumerate(value), "[{}]"
+    else:
+        return None
+    for name, item in items:
+        path = _nonfinite(item)
+        if path is not None:
+            return form.format(name) + path
+    return None
+
+
+def _typed(value: object, types: type | tuple[type, ...], where: str, what: str):
+    if not isinstance(value, types):
+        raise Malformed(where, f"expected {what}", value)
+    return value
+
+
+def _required(value: object, types: type | tuple[type, ...], where: str, what: str):
+    if value is None:
+        raise Malformed(where, "is missing")
+    return _typed(value, types, where, what)
+
+
+def _optional(value: object, types: type | tuple[type, ...], where: str, what: str):
+    return None if value is None else _typed(value, types, where, what)
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool):
+        raise Malformed(where, "expected a number", value)
+    return float(_typed(value, (int, float), where, "a number"))
+
+
+def token_count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _token_bytes(value: object, where: str) -> list[int] | None:
+    if value is None:
+        return None
+    _typed(value, list, where, "a list of bytes")
+    if not all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in value):
+        raise Malformed(where, "expected a list of bytes (0-255)", value)
+    return list(value)
+
+
+def _first_choice(raw: dict) -> dict:
+    choices = _required(raw.get("choices"), list, "choices", "a list")
+    if not choices:
+        raise Malformed("choices", "is empty")
+    return _typed(choices[0], dict, "choices[0]", "an object")
+
+
+def _usage(raw: dict) -> dict:
+    usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+    return {k: token_count(usage.get(k)) for k in ("prompt_tokens", "completion_tokens")}
+
+
+def _by_logprob(top: list[dict]) -> list[dict]:
+    return sorted(top, key=lambda e: -e["logprob"])
+
+
+def _check_generated(n: int, max_tokens: int, where: str) -> None:
+    """``n`` generated tokens must be at least 1 (when ``max_tokens >= 1``) and at most ``max_tokens``."""
+    if max_tokens >= 1 and n < 1:
+        raise Malformed(where, f"has no generated token (max_tokens={max_tokens})")
+    if n > max_tokens:
+        raise Malformed(where, f"has {n} generated tokens, more than max_tokens={max_tokens}")
+
+
+def _missing_top(where: str, n_top: int, value: object) -> Malformed:
+    return Malformed(where, f"expected at least one of the {n_top} requested alternatives", value)
+
+
+def _prompt_count(payload: dict, usage: dict, n_entries: int) -> int:
+    """How many of ``n_entries`` echoed entries are the prompt: ``usage.prompt_tokens``, else the
+    length of a token-id prompt."""
+    prompt = payload["prompt"]
+    n_prompt = usage["prompt_tokens"] or (len(prompt) if isinstance(prompt, list) else None)
+    if n_prompt is None:
+        raise Malformed("usage.prompt_tokens", "is missing: the echoed prompt cannot be split off")
+    if n_prompt > n_entries:
+        raise Malformed("choices[0].logprobs.tokens", f"has {n_entries} entries, fewer than the {n_prompt} "
+                                                       "prompt tokens")
+    return n_prompt
+
+
+def _legacy_entries(logprobs: object, payload: dict, usage: dict) -> tuple[list[dict], list[int] | None, int]:
+    """Entries of legacy ``logprobs`` {tokens, token_logprobs, top_logprobs, text_offset}, their
+    text offsets (``None`` if unusable) and how many of them are the echoed prompt."""
+    where = "choices[0].logprobs"
+    lp = _required(logprobs, dict, where, "an object")
+    tokens = _required(lp.get("tokens"), list, f"{where}.tokens", "a list")
+    values = _required(lp.get("token_logprobs"), list, f"{where}.token_logprobs", "a list")
+    tops = lp.get("top_logprobs")
+    tops = [None] * len(tokens) if tops is None else _typed(tops, list, f"{where}.top_logprobs", "a list")
+    if not len(tokens) == len(values) == len(tops):
+        raise Malformed(where, f"has tokens ({len(tokens)}), token_logprobs ({len(values)}) and "
+                                f"top_logprobs ({len(tops)}) of different lengths")
+    n_prompt = _prompt_count(payload, usage, len(tokens)) if payload.get("echo") else 0
+    _check_generated(len(tokens) - n_prompt, payload["max_tokens"], f"{where}.tokens")
+    n_top = payload["logprobs"]
+    entries = []
+    for i, (token, value, top) in enumerate(zip(tokens, values, tops)):
+        listed = {} if top is None else _typed(top, dict, f"{where}.top_logprobs[{i}]", "an object or null")
+        if n_top and i >= n_prompt and not listed:
+            raise _missing_top(f"{where}.top_logprobs[{i}]", n_top, top)
+        entries.append({
+            "token": _typed(token, str, f"{where}.tokens[{i}]", "a string"),
+            "bytes": None,
+            # the first echoed token has no conditional: null is its only valid value
+            "logprob": None if i == 0 < n_prompt and value is None else _number(value, f"{where}.token_logprobs[{i}]"),
+            "top": _by_logprob([
+                {"token": name, "bytes": None, "logprob": _number(lp_, f"{where}.top_logprobs[{i}][{name!r}]")}
+                for name, lp_ in listed.items()
+            ]),
+        })
+    offsets = lp.get("text_offset")
+    if not (isinstance(offsets, list) and len(offsets) == len(tokens) and all(token_count(o) is not None for o in offsets)):
+        offsets = None
+    return entries, offsets, n_prompt
+
+
+def _read_completion(raw: dict, payload: dict) -> dict:
+    choice = _first_choice(raw)
+    text = _optional(choice.get("text"), str, "choices[0].text", "a string") or ""
+    usage = _usage(raw)
+    prompt, echo = payload["prompt"], bool(payload.get("echo"))
+    tokens, prompt_tokens, offsets, n_prompt = [], None, None, 0
+    if payload.get("logprobs") is not None:  # asked for: must be there (ignored when not asked for)
+        tokens, offsets, n_prompt = _legacy_entries(choice.get("logprobs"), payload, usage)
+        if echo:
+            prompt_tokens, tokens = tokens[:n_prompt], tokens[n_prompt:]
+    if echo and isinstance(prompt, str) and text.startswith(prompt):
+        text = text[len(prompt):]
+    elif echo and offsets is not None:  # cut the echoed prompt at the first generated token
+        text = text[offsets[n_prompt]:] if n_prompt < len(offsets) else ""
+    return {"text": text, "tokens": tokens, "prompt_tokens": prompt_tokens,
+            "finish_reason": _finish(choice), "usage": usage}
+
+
+def _read_chat(raw: dict, payload: dict) -> dict:
+    choice = _first_choice(raw)
+    message = _required(choice.get("message"), dict, "choices[0].message", "an object")
+    text = _optional(message.get("content"), str, "choices[0].message.content", "a string") or ""
+    tokens = []
+    if payload.get("logprobs"):  # asked for: must be there (ignored when not asked for)
+        lp = _required(choice.get("logprobs"), dict, "choices[0].logprobs", "an object")
+        items = _required(lp.get("content"), list, "choices[0].logprobs.content", "a list")
+        _check_generated(len(items), payload["max_tokens"], "choices[0].logprobs.content")
+        n_top = payload.get("top_logprobs") or 0
+        for i, item in enumerate(items):
+            where = f"choices[0].logprobs.content[{i}]"
+            item = _typed(item, dict, where, "an object")
+            top = _optional(item.get("top_logprobs"), list, f"{where}.top_logprobs", "a list") or []
+            if n_top and not top:
+                raise _missing_top(f"{where}.top_logprobs", n_top, item.get("top_logprobs"))
+            tokens.append({
+                "token": _required(item.get("token"), str, f"{where}.token", "a string"),
+                "bytes": _token_bytes(item.get("bytes"), f"{where}.bytes"),
+                "logprob": _number(item.get("logprob"), f"{where}.logprob"),
+                "top": _by_logprob([_alternative(t, f"{where}.top_logprobs[{j}]") for j, t in enumerate(top)]),
+            })
+    return {"text": text, "tokens": tokens, "prompt_tokens": None, "finish_reason": _finish(choice),
+            "usage": _usage(raw)}
+
+
+def _alternative(entry: object, where: str) -> dict:
+    entry = _typed(entry, dict, where, "an object")
+    return {
+        "token": _required(entry.get("token"), str, f"{where}.token", "a string"),
+        "bytes": _token_bytes(entry.get("bytes"), f"{where}.bytes"),
+        "logprob": _number(entry.get("logprob"), f"{where}.logprob"),
+    }
+
+
+def _finish(choice: dict) -> str | None:
+    return _optional(choice.get("finish_reason"), str, "choices[0].finish_reason", "a string")
