@@ -50,7 +50,7 @@ class InstantEndpoint:
         return True
 
     async def next_token(self, prefix, top_n, bias=None):
-        from blackbox_mia.endpoint import Listed, NextToken
+        from blackbox_mia.backends.api.endpoint import Listed, NextToken
 
         await asyncio.sleep(0)
         token = next(iter(bias)) if bias else 0
@@ -59,8 +59,8 @@ class InstantEndpoint:
 
 
 def child(tokens: int) -> dict:
-    from blackbox_mia.capabilities import Capabilities
-    from blackbox_mia.tracker import Tracker
+    from blackbox_mia.backends.api.capabilities import Capabilities
+    from blackbox_mia.backends.api.tracker import Tracker
 
     caps = Capabilities("completions", 1, True, False, True, "pre-bias", True, False, False)
     text = "".join(chr(97 + (i * 7) % 26) for i in range(tokens))

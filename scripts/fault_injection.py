@@ -3,7 +3,7 @@
 Starts its own emulator (``serve_in_background`` on a local model: by default a tiny random
 GPT-2 built on the fly in a temporary directory, exactly as ``tests/conftest.py`` builds
 ``tiny_model_dir``; ``--model`` takes a canary directory instead) and the fault-injecting proxy
-(``blackbox_mia.fault_proxy``) on loopback, then measures on the first ``--texts`` GSM8K test
+(``blackbox_mia.emulator.fault_proxy``) on loopback, then measures on the first ``--texts`` GSM8K test
 texts, with the model's context (long texts in sliding windows):
 
 a. clean run: an ApiBackend straight to the emulator (own fresh cache);
@@ -49,7 +49,12 @@ from pathlib import Path
 import numpy as np
 
 from blackbox_mia.datasets import DATA_DIR, Item, load_dataset
-from blackbox_mia.fault_proxy import FAULT_CLASSES, FaultConfig, FaultProxy, proxy_in_background
+from blackbox_mia.emulator.fault_proxy import (
+    FAULT_CLASSES,
+    FaultConfig,
+    FaultProxy,
+    proxy_in_background,
+)
 from blackbox_mia.types import BlackboxMIAError, TokenLogprobs
 
 KILL_FRACTION = 0.4  # kill `bbmia score` once the proxy forwarded this share of the clean run's requests
@@ -68,7 +73,7 @@ def log(message: str) -> None:
 def tiny_model(directory: Path) -> Path:
     """The tests' ``tiny_model_dir``: a 2-layer, 32-dim GPT-2 (context 64, vocab 300, seed 0)
     with a BPE tokenizer trained on the first 300 GSM8K train questions, saved in ``directory``."""
-    from blackbox_mia.canary_model import build_gpt2, save_model_dir, train_tokenizer
+    from blackbox_mia.canary.model import build_gpt2, save_model_dir, train_tokenizer
 
     with open(DATA_DIR / "gsm8k" / "train.jsonl", encoding="utf-8") as f:
         questions = [json.loads(line)["question"] for _, line in zip(range(300), f)]
@@ -94,8 +99,8 @@ def run_backend(url: str, model: str, texts: Sequence[str], cache_dir: Path, con
     ``cache_dir``; ``api`` goes to :class:`ApiConfig` (timeout_s, max_retries, ...). Errors are
     recorded in the result, not raised."""
     from blackbox_mia.backends.api import ApiBackend
-    from blackbox_mia.client import ApiConfig
-    from blackbox_mia.tracker import TrackerConfig
+    from blackbox_mia.backends.api.client import ApiConfig
+    from blackbox_mia.backends.api.tracker import TrackerConfig
 
     run, backend = Run(), None
     began = time.perf_counter()
@@ -361,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         parser.error("--texts must be >= 1 and --rate in [0, 1]")
 
     from blackbox_mia.backends.local import LocalBackend, LocalConfig
-    from blackbox_mia.server import ServerConfig, serve_in_background
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
 
     walls: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bbmia-faults-") as tmp, ExitStack() as stack:

@@ -18,7 +18,7 @@ def gsm8k_questions(n: int, split: str = "train") -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer, 32-dim GPT-2 (context 64 tokens, vocab 300) with random weights."""
-    from blackbox_mia.canary_model import build_gpt2, save_model_dir, train_tokenizer
+    from blackbox_mia.canary.model import build_gpt2, save_model_dir, train_tokenizer
 
     tokenizer = train_tokenizer(gsm8k_questions(300), vocab_size=300)
     model = build_gpt2(len(tokenizer), n_layer=2, n_embd=32, n_head=2, n_positions=64, seed=0)
@@ -32,7 +32,7 @@ def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from blackbox_mia.canary_model import save_model_dir
+    from blackbox_mia.canary.model import save_model_dir
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with torch.no_grad():

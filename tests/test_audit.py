@@ -9,7 +9,13 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
-from blackbox_mia.audit import SweepConfig, dataset_slug, find_canary_manifest, load_items, prepare_sweep
+from blackbox_mia.audits import (
+    SweepConfig,
+    dataset_slug,
+    find_canary_manifest,
+    load_items,
+    prepare_sweep,
+)
 from blackbox_mia.canary import CanaryConfig, load_manifest, train_canary
 from blackbox_mia.cli import evaluate  # noqa: F401  (registers eval and sweep)
 from blackbox_mia.cli.app import app

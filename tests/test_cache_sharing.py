@@ -73,7 +73,7 @@ def server():
 WORKER = """
 import asyncio, json, sys
 from blackbox_mia.cache import ResponseCache
-from blackbox_mia.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 
 base_url, cache_dir, key, model, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 
@@ -134,7 +134,7 @@ time.sleep(600)
 def test_claim_of_a_killed_process_does_not_block_the_next_one(server, tmp_path):
     import asyncio
 
-    from blackbox_mia.client import ApiClient, ApiConfig
+    from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 
     cache_dir = str(tmp_path / "responses")
     payload = {"prompt": [7, 8], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
@@ -173,7 +173,7 @@ cache.close()
 def test_waiter_asks_itself_when_a_live_holder_releases_without_an_answer(server, tmp_path):
     import asyncio
 
-    from blackbox_mia.client import ApiClient, ApiConfig
+    from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 
     cache_dir = str(tmp_path / "responses")
     payload = {"prompt": [7, 8], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}

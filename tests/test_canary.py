@@ -90,7 +90,7 @@ def test_corpus_has_members_dup_times_and_no_nonmember():
 
 
 def test_tokenizer_and_windows_see_only_the_corpus(tmp_path, monkeypatch):
-    import blackbox_mia.canary_model as cm
+    import blackbox_mia.canary.model as cm
 
     seen = {}
     real_train_tokenizer, real_windows = cm.train_tokenizer, canary_mod.training_windows

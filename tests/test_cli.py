@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blackbox_mia.cli import app
-from blackbox_mia.server import ServerConfig, serve_in_background
+from blackbox_mia.emulator import ServerConfig, serve_in_background
 
 runner = CliRunner()
 
@@ -233,9 +233,7 @@ def test_nonfinite_scores_give_no_auc_and_no_bare_nan():
     from blackbox_mia.cli.common import auc_by_scorer
     from blackbox_mia.runner import ScoredText
     from blackbox_mia.scorers import parse_scorers
-    from blackbox_mia.types import BlackboxMIAError
-
-    from blackbox_mia.types import Provenance, TokenLogprobs
+    from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
 
     lp = TokenLogprobs([1, 2, 3], ["a", "b", "c"], [-1.0, -2.0, -3.0], (0,), Provenance("api", "m", "forced", True),
                        lower=[-1.0, float("-inf"), -3.0], upper=[-1.0, -2.0, -3.0])

@@ -14,9 +14,8 @@ import diskcache
 import pytest
 from aiohttp import web
 
-import blackbox_mia.client as client_module
-from blackbox_mia.cache import ResponseCache, request_key
-from blackbox_mia.client import (
+import blackbox_mia.backends.api.client as client_module
+from blackbox_mia.backends.api.client import (
     FAULTS,
     ApiClient,
     ApiConfig,
@@ -25,6 +24,7 @@ from blackbox_mia.client import (
     check_logit_bias,
     retry_after_s,
 )
+from blackbox_mia.cache import ResponseCache, request_key
 from blackbox_mia.types import BlackboxMIAError
 
 KEY = "sk-test-SECRET-123"

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from blackbox_mia.control import (
+from blackbox_mia.controls import (
     ControlConfig,
     ExpressionError,
     build_control,

@@ -4,7 +4,14 @@ import json
 
 import pytest
 
-from blackbox_mia.datasets import DATA_DIR, Dataset, Item, file_sha256, gsm8k_text, load_dataset
+from blackbox_mia.datasets import (
+    DATA_DIR,
+    Dataset,
+    Item,
+    file_sha256,
+    gsm8k_text,
+    load_dataset,
+)
 from blackbox_mia.types import BlackboxMIAError
 
 

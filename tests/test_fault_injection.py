@@ -17,8 +17,12 @@ import pytest
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.datasets import Item, load_dataset
-from blackbox_mia.fault_proxy import FAULT_CLASSES, FaultConfig, proxy_in_background
-from blackbox_mia.server import ServerConfig, serve_in_background
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.emulator.fault_proxy import (
+    FAULT_CLASSES,
+    FaultConfig,
+    proxy_in_background,
+)
 
 from .conftest import gsm8k_questions
 

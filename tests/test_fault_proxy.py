@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.fault_proxy import (
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.emulator.fault_proxy import (
     FAULT_CLASSES,
     FaultConfig,
     FaultProxy,
@@ -23,7 +24,6 @@ from blackbox_mia.fault_proxy import (
     draw_fault,
     proxy_in_background,
 )
-from blackbox_mia.server import ServerConfig, serve_in_background
 from blackbox_mia.types import BlackboxMIAError
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.windows import sliding_windows
+from blackbox_mia.text.windows import sliding_windows
 from blackbox_mia.types import BlackboxMIAError
 
 from .conftest import gsm8k_questions

@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.client import ApiConfig
 from blackbox_mia.datasets import load_dataset
-from blackbox_mia.server import DEFAULT_CHAT_TEMPLATE, ServerConfig, serve_in_background
-from blackbox_mia.tokenization import HFTokenCodec
-from blackbox_mia.tracker import TrackerConfig
+from blackbox_mia.emulator import (
+    DEFAULT_CHAT_TEMPLATE,
+    ServerConfig,
+    serve_in_background,
+)
+from blackbox_mia.tokenizers import HFTokenCodec
 from blackbox_mia.types import BlackboxMIAError
 
 EXACT = 1e-4  # nats
@@ -154,7 +158,7 @@ def test_chat_values_are_conditional_and_refused_without_opt_in(local, peaked_mo
 
 def test_transient_failure_during_the_probe_saves_no_capability(local, peaked_model_dir, tmp_path):
     """Measured: one transient failure during the probe was stored as `token_id_prompts: false`."""
-    from blackbox_mia.fault_proxy import FaultConfig, proxy_in_background
+    from blackbox_mia.emulator.fault_proxy import FaultConfig, proxy_in_background
 
     with serve_in_background(ServerConfig(str(peaked_model_dir)), backend=local) as upstream:
         with proxy_in_background(FaultConfig(upstream, rate=1.0, classes=("503",))) as proxy:

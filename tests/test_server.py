@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.server import (
+from blackbox_mia.emulator import (
     DEFAULT_CHAT_TEMPLATE,
     ServerConfig,
     ValidationServer,
@@ -24,8 +24,8 @@ from blackbox_mia.server import (
     load_chat_template,
     serve_in_background,
 )
+from blackbox_mia.tokenizers import HFTokenCodec
 from blackbox_mia.types import BlackboxMIAError
-from blackbox_mia.tokenization import HFTokenCodec
 
 from .conftest import gsm8k_questions
 

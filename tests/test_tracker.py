@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.capabilities import Capabilities
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.endpoint import Listed, NextToken
+from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.capabilities import Capabilities
-from blackbox_mia.client import ApiConfig
-from blackbox_mia.endpoint import Listed, NextToken
-from blackbox_mia.server import ServerConfig, serve_in_background
-from blackbox_mia.tracker import Tracker, TrackerConfig
+from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.types import BlackboxMIAError
 
 from .conftest import gsm8k_questions

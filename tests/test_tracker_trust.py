@@ -10,9 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from blackbox_mia.capabilities import Capabilities, load_capabilities
-from blackbox_mia.endpoint import Listed, NextToken
-from blackbox_mia.tracker import Tracker, TrackerConfig, sampled_is_target, topn_upper_bound
+from blackbox_mia.backends.api.capabilities import Capabilities, load_capabilities
+from blackbox_mia.backends.api.endpoint import Listed, NextToken
+from blackbox_mia.backends.api.tracker import (
+    Tracker,
+    TrackerConfig,
+    sampled_is_target,
+    topn_upper_bound,
+)
 from blackbox_mia.types import BlackboxMIAError
 
 ALL = Capabilities("completions", 3, True, False, True, "pre-bias", True, False, True)
@@ -210,7 +215,7 @@ def test_corrupt_capability_records_are_clear_errors(tmp_path, content):
 
 
 def test_capability_record_round_trips(tmp_path):
-    from blackbox_mia.capabilities import save_capabilities
+    from blackbox_mia.backends.api.capabilities import save_capabilities
 
     caps = Capabilities("chat", 5, False, False, True, "pre-bias", True, False, True, notes=["n"],
                         condition="chat-template", reasons={"prompt": "r"}, evidence={"forced": {"requests": 4}})

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 
 from ..types import BlackboxMIAError, TokenLogprobs
 
-
 OnDone = Callable[[int, TokenLogprobs], None]
 """Completion callback of :meth:`Backend.logprobs`: ``on_done(index, logprobs)``."""
 

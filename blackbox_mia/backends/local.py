@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..text.windows import sliding_windows
 from ..types import BlackboxMIAError, Provenance, TokenLogprobs
-from ..windows import sliding_windows
 from .base import Backend, OnDone, check_texts
 
 SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]

@@ -82,7 +82,13 @@ def train(
 
     Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR
     """
-    from ..canary import MANIFEST, canary_dir, ensure_canary, load_manifest, train_canary
+    from ..canary import (
+        MANIFEST,
+        canary_dir,
+        ensure_canary,
+        load_manifest,
+        train_canary,
+    )
 
     with user_errors():
         config.validate()

@@ -32,7 +32,9 @@ def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
     from ..runner import limit_items
 
     if spec == "canary" or spec.startswith("canary:"):
-        from ..audit import load_items as load_canary_items  # imports the evaluation stack: only when needed
+        from ..audits import (
+            load_items as load_canary_items,  # imports the evaluation stack: only when needed
+        )
 
         return load_canary_items(spec, limit)
     ds = load_dataset(spec)
@@ -131,8 +133,8 @@ def build_backends(opts: TargetOptions) -> dict[str, Backend]:
         backends = {TARGET: local(opts.local)}
     else:
         from ..backends.api import ApiBackend
-        from ..client import ApiConfig
-        from ..tracker import TrackerConfig
+        from ..backends.api.client import ApiConfig
+        from ..backends.api.tracker import TrackerConfig
 
         api = ApiConfig(
             base_url=opts.base_url,

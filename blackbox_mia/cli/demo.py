@@ -32,7 +32,7 @@ def demo(
     log-prob and the demo reports black-box vs white-box agreement.
     """
     with user_errors():
-        from ..server import LOGPROBS_MODES
+        from ..emulator import LOGPROBS_MODES
 
         check_number("--blackbox-n", blackbox_n, at_least=2)
         if mode not in LOGPROBS_MODES:
@@ -79,10 +79,10 @@ def demo(
 def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bool) -> dict:
     """Serve the canary, track the subset's log-probs, compare with the white-box values."""
     from ..backends.api import ApiBackend
-    from ..client import ApiConfig
+    from ..backends.api.client import ApiConfig
+    from ..backends.api.tracker import TrackerConfig
+    from ..emulator import ServerConfig, serve_in_background
     from ..runner import ScoredText, score_texts
-    from ..server import ServerConfig, serve_in_background
-    from ..tracker import TrackerConfig
 
     scorers = parse_scorers(BLACKBOX_DEMO_SCORERS)
     texts = [it.text for it in items]

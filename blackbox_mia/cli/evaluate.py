@@ -8,7 +8,13 @@ from typing import Optional
 import typer
 
 from .app import app, echo_json_line, user_errors
-from .common import TargetOptions, build_backends, close_all, format_table, with_target_options
+from .common import (
+    TargetOptions,
+    build_backends,
+    close_all,
+    format_table,
+    with_target_options,
+)
 
 DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
 
@@ -41,7 +47,13 @@ def eval_command(
     Writes scores.jsonl (resumable), roc_linear.png, roc_log.png, eval.json and eval.md.
     """
     with user_errors():
-        from ..audit import EvalConfig, dataset_slug, default_scorer_specs, prepare_eval, run_eval
+        from ..audits import (
+            EvalConfig,
+            dataset_slug,
+            default_scorer_specs,
+            prepare_eval,
+            run_eval,
+        )
         from ..scorers import split_specs
 
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
@@ -111,8 +123,8 @@ def sweep_command(
     Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
     """
     with user_errors():
-        from ..audit import SweepConfig, dataset_slug, prepare_sweep, run_sweep
-        from ..control import ControlConfig
+        from ..audits import SweepConfig, dataset_slug, prepare_sweep, run_sweep
+        from ..controls import ControlConfig
 
         config = SweepConfig(
             dataset=dataset, scorer=scorer, rule=rule, target_fpr=target_fpr, calibration=calibration,

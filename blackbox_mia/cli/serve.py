@@ -73,7 +73,7 @@ def serve(
     then runs until Ctrl-C or SIGTERM.
     """
     with user_errors():
-        from ..server import ServerConfig, is_loopback, load_chat_template
+        from ..emulator import ServerConfig, is_loopback, load_chat_template
 
         config = ServerConfig(
             model=model, host=host, port=port, api_key=api_key, served_name=served_name,
@@ -103,7 +103,7 @@ def serve(
 
 
 async def _serve_until_interrupted(config) -> None:
-    from ..server import ValidationServer
+    from ..emulator import ValidationServer
 
     server = ValidationServer(config)
     try:

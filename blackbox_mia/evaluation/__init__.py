@@ -1,7 +1,7 @@
 """Evaluation of membership scores: metrics, blind baseline, calibration, prevalence, reports.
 
 Convention everywhere: scores are "higher = more likely a member"; labels 1 = member,
-0 = non-member. See design.md §5 for the practice these modules implement.
+0 = non-member. See docs/design.md §5 for the practice these modules implement.
 """
 
 from .blind import BlindBaseline, blind_baseline, distribution_shift_verdict

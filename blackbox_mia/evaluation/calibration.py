@@ -1,6 +1,6 @@
 """Decision thresholds for membership flags: a text is flagged when ``score > threshold``.
 
-A contamination rate is only meaningful with a calibrated false-positive rate (design.md §5):
+A contamination rate is only meaningful with a calibrated false-positive rate (docs/design.md §5):
 the default rule sets the threshold on known non-members for a target FPR. Two rules from the
 literature that need labelled members too are also provided: the accuracy-maximising
 threshold (Shi et al. 2024, Min-K% Prob, §5) and the F1-maximising one (Ye et al. 2024, PAC,

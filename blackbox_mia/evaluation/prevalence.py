@@ -3,7 +3,7 @@
 The raw fraction of benchmark items flagged by a threshold mixes true detections with false
 positives. With the threshold's false-positive rate (FPR, from known non-members) and
 true-positive rate (TPR, from known members), the Rogan–Gladen estimator (Rogan & Gladen 1978,
-"Estimating prevalence from the results of a screening test") corrects it (design.md §5):
+"Estimating prevalence from the results of a screening test") corrects it (docs/design.md §5):
 
     prevalence = (flag_rate − FPR) / (TPR − FPR), clipped to [0, 1].
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...tokenizers import TokenCodec
+from ...types import BlackboxMIAError
 from .client import ApiClient
-from .tokenization import TokenCodec
-from .types import BlackboxMIAError
 
 ENDPOINT_KINDS = ("completions", "chat")
 

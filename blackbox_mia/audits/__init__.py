@@ -8,7 +8,7 @@
 * :func:`run_sweep` estimates how much of an UNLABELLED benchmark leaked into a model: one
   scorer, a threshold calibrated on known non-members for a target FPR, the flag rate
   corrected for that FPR and the TPR measured on known members (Rogan & Gladen 1978,
-  design.md §5), and a one-sided Welch t-test of the benchmark against a non-member control
+  docs/design.md §5), and a one-sided Welch t-test of the benchmark against a non-member control
   built from the benchmark itself (:mod:`blackbox_mia.control`; Maini et al. 2024).
 
 Both write the scores (JSONL, resumable through :func:`blackbox_mia.runner.score_items`), a JSON
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .backends.base import Backend
-from .canary import MANIFEST, CanaryConfig, canary_dir, canary_items, load_manifest
-from .control import ControlConfig, ControlSet, build_control, control_kind
-from .datasets import Dataset, Item, file_sha256, load_dataset
-from .evaluation import (
+from ..backends.base import Backend
+from ..canary import MANIFEST, CanaryConfig, canary_dir, canary_items, load_manifest
+from ..controls import ControlConfig, ControlSet, build_control, control_kind
+from ..datasets import Dataset, Item, file_sha256, load_dataset
+from ..evaluation import (
     DEFAULT_FPRS,
     RULES,
     WIKIMIA_EDGES,
@@ -52,9 +52,9 @@ from .evaluation import (
     to_jsonable,
     write_report,
 )
-from .runner import ScoredText, limit_items, run_config, score_items
-from .scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
-from .types import BlackboxMIAError
+from ..runner import ScoredText, limit_items, run_config, score_items
+from ..scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
+from ..types import BlackboxMIAError
 
 CANARY = "canary"
 TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious items

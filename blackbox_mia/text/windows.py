@@ -5,7 +5,7 @@ The local backend and the black-box tracker use the same windows, so their value
 
 from __future__ import annotations
 
-from .types import BlackboxMIAError
+from ..types import BlackboxMIAError
 
 
 def sliding_windows(length: int, context: int) -> list[tuple[int, int, int]]:

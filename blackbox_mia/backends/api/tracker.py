@@ -46,12 +46,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...text.windows import sliding_windows
+from ...tokenizers import TokenCodec
+from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .capabilities import Capabilities
 from .client import MAX_BIAS
 from .endpoint import Endpoint, NextToken, may_be, surely
-from .tokenization import TokenCodec
-from .types import BlackboxMIAError, Provenance, TokenLogprobs
-from .windows import sliding_windows
 
 STRATEGIES = ("auto", "prompt", "topn", "forced", "postbias", "bisect")
 PER_POSITION = ("forced", "postbias", "bisect")  # strategies that ask one prefix at a time

@@ -18,6 +18,7 @@ from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 
+from ...types import BlackboxMIAError
 from .capabilities import (
     CHAT_CONDITION,
     MIN_TOLERANCE_NATS,
@@ -29,7 +30,6 @@ from .capabilities import (
 from .client import ApiError
 from .endpoint import Endpoint, NextToken, surely
 from .tracker import Tracker, TrackerConfig
-from .types import BlackboxMIAError
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
 AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 
-from .config import cache_root
-from .types import BlackboxMIAError
+from ..config import cache_root
+from ..types import BlackboxMIAError
 
-TIKTOKEN_DATA = Path(__file__).resolve().parent / "data" / "tiktoken"
+TIKTOKEN_DATA = Path(__file__).resolve().parent.parent / "data" / "tiktoken"
 TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 TIKTOKEN_SHIPPED = ("r50k_base", "p50k_base", "cl100k_base", "o200k_base")
 

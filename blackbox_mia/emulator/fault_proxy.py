@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from .server import run_in_background
-from .types import BlackboxMIAError
+from ..types import BlackboxMIAError
+from . import run_in_background
 
 FAULT_CLASSES = ("429", "500", "502", "503", "stall", "drop", "truncated", "no_logprobs", "nan", "inf")
 UNPAID_FAULTS = frozenset({"429", "500", "502", "503", "stall", "drop"})  # answered without upstream

@@ -74,8 +74,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
-from .datasets import Item, aqua_text, gsm8k_text
-from .types import BlackboxMIAError
+from ..datasets import Item, aqua_text, gsm8k_text
+from ..types import BlackboxMIAError
 
 # A number as written in text: thousands groups with commas, optional decimals.
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")

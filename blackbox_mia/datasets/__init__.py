@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .types import BlackboxMIAError
+from ..types import BlackboxMIAError
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 @dataclass(frozen=True)

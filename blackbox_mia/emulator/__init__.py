@@ -54,9 +54,9 @@ from functools import partial
 import numpy as np
 from aiohttp import web
 
-from .backends.local import LocalBackend, LocalConfig
-from .tokenization import HFTokenCodec
-from .types import BlackboxMIAError
+from ..backends.local import LocalBackend, LocalConfig
+from ..tokenizers import HFTokenCodec
+from ..types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
 

@@ -11,16 +11,16 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..cache import ResponseCache
-from ..capabilities import Capabilities
-from ..client import ApiClient, ApiConfig
-from ..config import cache_root
-from ..endpoint import Endpoint
-from ..probe import load_or_probe
-from ..tokenization import TIKTOKEN_SHIPPED, HFTokenCodec, TiktokenCodec, TokenCodec
-from ..tracker import Tracker, TrackerConfig
-from ..types import BlackboxMIAError, TokenLogprobs
-from .base import Backend, OnDone, check_texts
+from ...cache import ResponseCache
+from ...config import cache_root
+from ...tokenizers import TIKTOKEN_SHIPPED, HFTokenCodec, TiktokenCodec, TokenCodec
+from ...types import BlackboxMIAError, TokenLogprobs
+from ..base import Backend, OnDone, check_texts
+from .capabilities import Capabilities
+from .client import ApiClient, ApiConfig
+from .endpoint import Endpoint
+from .probe import load_or_probe
+from .tracker import Tracker, TrackerConfig
 
 
 def load_codec(tokenizer: str | None, model: str) -> TokenCodec:

@@ -32,10 +32,10 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from . import __version__
-from .config import cache_root
-from .datasets import Item, load_dataset
-from .types import BlackboxMIAError
+from .. import __version__
+from ..config import cache_root
+from ..datasets import Item, load_dataset
+from ..types import BlackboxMIAError
 
 MANIFEST = "manifest.json"
 ITEMS_FILE = "canary_items.jsonl"
@@ -244,7 +244,7 @@ def training_windows(documents: list[list[int]], bos_id: int, block_size: int) -
 
     Returns lists of at most ``block_size`` token ids (at least 2).
     """
-    from .windows import sliding_windows
+    from ..text.windows import sliding_windows
 
     windows = []
     for doc in documents:
@@ -310,7 +310,7 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
         import transformers
         from tqdm.auto import tqdm
 
-        from .canary_model import build_gpt2, save_model_dir, train_tokenizer
+        from .model import build_gpt2, save_model_dir, train_tokenizer
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise BlackboxMIAError("training the canary needs torch, transformers and tokenizers: pip install 'blackbox_mia[local]'") from exc
 

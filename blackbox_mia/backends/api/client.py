@@ -43,12 +43,24 @@ from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+)
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
-from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer, read_answer, token_count
-from .cache import CLAIM_REFRESH_S, ResponseCache, request_key
-from .types import BlackboxMIAError
+from ...cache import CLAIM_REFRESH_S, ResponseCache, request_key
+from ...types import BlackboxMIAError
+from .answers import (
+    MESSAGE_CHARS,
+    Malformed,
+    clip,
+    decode_answer,
+    read_answer,
+    token_count,
+)
 
 LOG = logging.getLogger(__name__)
 

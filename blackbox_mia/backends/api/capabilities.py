@@ -13,8 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .io import read_json_object, write_json_atomic
-from .types import BlackboxMIAError
+from ...io import read_json_object, write_json_atomic
+from ...types import BlackboxMIAError
 
 PROBE_VERSION = 2  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
