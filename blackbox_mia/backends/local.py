@@ -301,6 +301,26 @@ class LocalBackend(Backend):
                 out[batch] = torch.log_softmax(picked, dim=-1).cpu().numpy()
         return out
 
+    def prompt_top_logprobs(self, ids: Sequence[int], n: int) -> list[tuple[float, tuple[tuple[int, float], ...]]]:
+        """For j = 1..L-1: ``(log p(ids[j] | ids[:j]), top-n ((id, log-prob), ...))`` in nats.
+
+        One unpadded forward pass; the caller keeps ``len(ids)`` within the context. ``n = 0``
+        gives empty top-n tuples.
+        """
+        torch = self._torch
+        with torch.inference_mode():
+            x = torch.as_tensor([list(ids)], device=self.device)
+            logits = self.model(input_ids=x, attention_mask=torch.ones_like(x)).logits
+            logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)
+            actual = logp.gather(-1, x[0, 1:].unsqueeze(-1)).squeeze(-1).cpu().numpy()
+            if n > 0:
+                values, indices = logp.topk(min(n, logp.shape[-1]), dim=-1)
+                values, indices = values.cpu().numpy(), indices.cpu().numpy()
+        return [
+            (float(actual[j]), tuple(zip(indices[j].tolist(), values[j].tolist())) if n > 0 else ())
+            for j in range(len(ids) - 1)
+        ]
+
     def describe(self) -> dict:
         return {
             "backend": "local",

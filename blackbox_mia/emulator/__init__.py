@@ -54,15 +54,13 @@ from functools import partial
 import numpy as np
 from aiohttp import web
 
+from ..backends.api.wire import MAX_BIAS, MAX_BIAS_ENTRIES
 from ..backends.local import LocalBackend, LocalConfig
 from ..tokenizers import HFTokenCodec
 from ..types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
-
 LOGPROBS_MODES = ("raw", "processed")
-MAX_BIAS = 100.0  # OpenAI's cap on |logit_bias| values
-MAX_BIAS_ENTRIES = 300  # OpenAI's cap on logit_bias entries per request
 MAX_TEMPERATURE = 2.0
 MAX_STOP_SEQUENCES = 4  # OpenAI's cap on 'stop' entries
 SEED_LIMIT = 2**63  # seeds are integers in [0, 2**63)
@@ -455,28 +453,6 @@ def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Genera
         reported = biased - (biased.max() + np.log(np.exp(biased - biased.max()).sum()))
     top = top_n(reported, sampling.top_n or 0)
     return Step(token, float(reported[token]), tuple(top))
-
-
-def prompt_positions(backend: LocalBackend, ids: Sequence[int], n: int) -> list[tuple[float, tuple]]:
-    """Raw log-prob of ``ids[j]`` given ``ids[:j]`` and the top-``n`` there, for j = 1..L-1.
-
-    One unpadded forward pass (the caller keeps ``len(ids)`` within the context).
-    """
-    import torch
-
-    with torch.inference_mode():
-        x = torch.as_tensor([list(ids)], device=backend.device)
-        logits = backend.model(input_ids=x, attention_mask=torch.ones_like(x)).logits
-        logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)
-        actual = logp.gather(-1, x[0, 1:].unsqueeze(-1)).squeeze(-1).cpu().numpy()
-        if n > 0:
-            values, indices = logp.topk(min(n, logp.shape[-1]), dim=-1)
-            values, indices = values.cpu().numpy(), indices.cpu().numpy()
-    out = []
-    for j in range(len(ids) - 1):
-        top = tuple(zip(indices[j].tolist(), values[j].tolist())) if n > 0 else ()
-        out.append((float(actual[j]), top))
-    return out
 
 
 # -- the micro-batcher ------------------------------------------------------------------------
@@ -895,7 +871,7 @@ class ValidationServer:
         want_logprobs = top is not None and self.config.logprobs
         if echo and want_logprobs and len(prompt) > 1:
             positions = await asyncio.get_running_loop().run_in_executor(
-                self._executor, prompt_positions, self.backend, prompt, top)
+                self._executor, self.backend.prompt_top_logprobs, prompt, top)
         else:
             positions = []
         generated = await self._generate(prompt, sampling)

@@ -61,15 +61,13 @@ from .answers import (
     read_answer,
     token_count,
 )
+from .wire import MAX_BIAS, MAX_BIAS_ENTRIES
 
 LOG = logging.getLogger(__name__)
-
 ENDPOINTS = ("completions", "chat")
 FAULTS = ("final", "transient", "invalid")
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"  # sent when no key is configured: local servers (vLLM, llama.cpp) ignore it
-MAX_BIAS = 100.0  # |logit_bias| cap (OpenAI)
-MAX_BIAS_ENTRIES = 300  # logit_bias entries per request (OpenAI)
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the tokens-per-minute limit
 QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by backoff_base_s)

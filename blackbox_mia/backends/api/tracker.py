@@ -50,8 +50,8 @@ from ...text.windows import sliding_windows
 from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .capabilities import Capabilities
-from .client import MAX_BIAS
 from .endpoint import Endpoint, NextToken, may_be, surely
+from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "topn", "forced", "postbias", "bisect")
 PER_POSITION = ("forced", "postbias", "bisect")  # strategies that ask one prefix at a time
