@@ -1,0 +1,27 @@
+"""The target model's tokenizer from a user's ``--tokenizer`` spec and the model name."""
+
+from __future__ import annotations
+
+from .base import TokenCodec
+from .hf import HFTokenCodec
+from .tiktoken_codec import TIKTOKEN_SHIPPED, TiktokenCodec
+
+
+def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
+    """The target model's tokenizer.
+
+    Args:
+        tokenizer: ``None`` (tiktoken's encoding for an OpenAI model name), a tiktoken encoding
+            (``cl100k_base`` or ``tiktoken:cl100k_base``), or a Hugging Face tokenizer
+            directory / hub name.
+        model: the API model name.
+
+    Raises:
+        BlackboxMIAError: no tokenizer can be found for the model.
+    """
+    if tokenizer is None:
+        return TiktokenCodec.for_model(model)
+    name = tokenizer.removeprefix("tiktoken:")
+    if name in TIKTOKEN_SHIPPED:
+        return TiktokenCodec(name)
+    return HFTokenCodec.load(tokenizer)

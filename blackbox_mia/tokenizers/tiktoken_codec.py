@@ -1,0 +1,99 @@
+"""tiktoken encodings (OpenAI models) from the BPE rank files shipped inside the package.
+
+The rank files live in ``blackbox_mia/data/tiktoken`` (MIT, via tiktoken-rs; see its
+PROVENANCE.md). tiktoken reads them from a cache directory named by sha1(url), so they are laid
+out there first and no download is ever attempted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+from ..config import cache_root
+from ..types import BlackboxMIAError
+from .base import TokenCodec
+
+TIKTOKEN_DATA = Path(__file__).resolve().parent.parent / "data" / "tiktoken"
+TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+TIKTOKEN_SHIPPED = ("r50k_base", "p50k_base", "cl100k_base", "o200k_base")
+
+
+class TiktokenCodec(TokenCodec):
+    """A tiktoken encoding loaded from the shipped BPE rank files (no network).
+
+    Args:
+        encoding: ``"cl100k_base"``, ``"o200k_base"``, ``"p50k_base"`` or ``"r50k_base"``.
+        cache_dir: where the rank files are laid out under tiktoken's cache names.
+
+    Raises:
+        BlackboxMIAError: unknown encoding.
+    """
+
+    def __init__(self, encoding: str, cache_dir: Path | None = None):
+        import tiktoken
+        from tiktoken_ext import openai_public
+
+        if encoding not in TIKTOKEN_SHIPPED:
+            raise BlackboxMIAError(f"unknown tiktoken encoding {encoding!r}; shipped: {', '.join(TIKTOKEN_SHIPPED)}")
+        directory = Path(cache_dir or cache_root() / "tiktoken")
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in TIKTOKEN_SHIPPED:
+            target = directory / hashlib.sha1(TIKTOKEN_URL.format(name=name).encode()).hexdigest()
+            if not target.exists():
+                shutil.copyfile(TIKTOKEN_DATA / f"{name}.tiktoken", target)
+        with _environ("TIKTOKEN_CACHE_DIR", str(directory)):
+            spec = openai_public.ENCODING_CONSTRUCTORS[encoding]()
+        self.encoding = tiktoken.Encoding(
+            name=spec["name"],
+            pat_str=spec["pat_str"],
+            mergeable_ranks=spec["mergeable_ranks"],
+            special_tokens=spec["special_tokens"],
+            explicit_n_vocab=spec.get("explicit_n_vocab"),
+        )
+        self.name = f"tiktoken:{encoding}"
+
+    @classmethod
+    def for_model(cls, model: str, cache_dir: Path | None = None) -> TiktokenCodec:
+        """The encoding tiktoken maps an OpenAI model name to.
+
+        Raises:
+            BlackboxMIAError: tiktoken does not know the model (pass ``--tokenizer``).
+        """
+        import tiktoken
+
+        try:
+            encoding = tiktoken.encoding_name_for_model(model)
+        except KeyError as exc:
+            raise BlackboxMIAError(
+                f"no tiktoken encoding known for model {model!r}: pass --tokenizer "
+                "(a tiktoken encoding such as cl100k_base, or a Hugging Face tokenizer directory)"
+            ) from exc
+        return cls(encoding, cache_dir)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encoding.encode(text, disallowed_special=())
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.encoding.decode_single_token_bytes(token_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.encoding.n_vocab
+
+
+@contextlib.contextmanager
+def _environ(key: str, value: str):
+    """Set one environment variable for the duration of a block, then restore it."""
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = old
