@@ -75,6 +75,15 @@ class NextToken:
         return max((e.logprob for e in self.top), default=self.sampled_logprob)
 
 
+def with_bos(codec: TokenCodec, ids: Sequence[int], token_id_prompts: bool) -> list[int]:
+    """The ids a request sends for a text's token ids: BOS first when ``codec`` has one and
+    prompts go as ids (a text prompt is decoded, so a BOS would reach the model as its text)."""
+    ids = [int(i) for i in ids]
+    if codec.bos_id is not None and token_id_prompts:
+        return [codec.bos_id] + ids
+    return ids
+
+
 class Endpoint:
     """Next-token and prompt-log-prob requests for prefixes given as token ids.
 
@@ -144,6 +153,47 @@ class Endpoint:
         if not any(e.ids == sampled and e.logprob == value for e in top):
             top = top + (Listed(sampled, value),)
         return NextToken(sampled, value, top)
+
+    async def generate(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        top_n: int | None = 0,
+    ) -> dict:
+        """One generation request: up to ``max_new_tokens`` tokens after the text whose token ids
+        are ``prompt`` (BOS is added as for the tracker's requests, see :func:`with_bos`).
+
+        Completions send the ids (or, without token-id prompts, the decoded text); chat sends the
+        decoded text as the user message.
+
+        Args:
+            prompt: the prompt text's token ids (no BOS).
+            max_new_tokens: most tokens to generate (≥ 1).
+            temperature: sampling temperature (0: greedy).
+            seed: sent as the body's ``seed`` when given (sampling reproducible where the server
+                honours it); part of the cache key.
+            top_n: alternatives per generated token with their log-probs (0: the chosen token's
+                log-prob only); ``None``: no log-probs.
+
+        Returns:
+            The client's validated answer: ``{"text", "tokens", "finish_reason", "usage",
+            "cached", ...}`` (see :meth:`ApiClient.complete`; ``tokens`` is ``[]`` without
+            log-probs).
+
+        Raises:
+            ApiError: invalid arguments, or the request failed or stayed invalid (see the client).
+        """
+        text = self._prompt(with_bos(self.codec, prompt, self.token_id_prompts))
+        extra = None if seed is None else {"seed": seed}
+        if self.kind == "completions":
+            return await self.client.complete(
+                text, max_tokens=max_new_tokens, temperature=temperature, logprobs=top_n, extra=extra
+            )
+        return await self.client.chat(
+            text, max_tokens=max_new_tokens, temperature=temperature, top_logprobs=top_n, extra=extra
+        )
 
     async def prompt_logprobs(self, ids: Sequence[int], top_n: int = 1) -> tuple[list[float | None], NextToken]:
         """Echoed log-probs of every prompt token (entry 0 has no conditional: None), and the

@@ -50,7 +50,7 @@ from ...text.windows import sliding_windows
 from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .capabilities import Capabilities
-from .endpoint import Endpoint, NextToken, may_be, surely
+from .endpoint import Endpoint, NextToken, may_be, surely, with_bos
 from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "topn", "forced", "postbias", "bisect")
@@ -210,10 +210,7 @@ class Tracker:
 
     def sequence(self, text: str) -> list[int]:
         """The ids sent for ``text``: BOS (when the codec has one and prompts are ids) + text tokens."""
-        ids = self.codec.encode(text)
-        if self.codec.bos_id is not None and self.endpoint.token_id_prompts:
-            ids = [self.codec.bos_id] + ids
-        return ids
+        return with_bos(self.codec, self.codec.encode(text), self.endpoint.token_id_prompts)
 
     async def track(
         self,
