@@ -1,0 +1,148 @@
+"""The tokenizer layer: encode/decode and the one token-string convention, for tiktoken (the
+shipped cl100k_base) and a Hugging Face byte-level BPE tokenizer trained offline here."""
+
+from __future__ import annotations
+
+import pytest
+
+from blackbox_mia.tokenizers import (
+    HFTokenCodec,
+    TiktokenCodec,
+    load_codec,
+    render_token,
+)
+from blackbox_mia.types import BlackboxMIAError
+
+TEXTS = ["hello world", "naïve café", "東京タワー", "龘", "<|endoftext|> end"]
+
+
+# -- render_token: the convention itself --------------------------------------------------------
+
+
+def test_render_token_is_utf8_text_or_escaped_bytes():
+    assert render_token(b" caf\xc3\xa9") == " café"
+    assert render_token("日".encode()) == "日"
+    assert render_token(b"\xe6\x97") == "bytes:\\xe6\\x97"  # first two of the three bytes of 日
+    assert render_token(b"\xaf") == "bytes:\\xaf"
+    assert render_token(b"") == ""
+
+
+# -- tiktoken (shipped BPE files, no network) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cl100k(tmp_path_factory) -> TiktokenCodec:
+    return TiktokenCodec("cl100k_base", cache_dir=tmp_path_factory.mktemp("tiktoken"))
+
+
+def test_tiktoken_ascii(cl100k):
+    assert cl100k.name == "tiktoken:cl100k_base" and cl100k.bos_id is None
+    ids = cl100k.encode("hello world")
+    assert ids == [15339, 1917]
+    assert [cl100k.token_string(i) for i in ids] == ["hello", " world"]
+
+
+def test_tiktoken_accented(cl100k):
+    ids = cl100k.encode("naïve café")
+    assert ids == [3458, 38672, 588, 53050]
+    assert [cl100k.token_bytes(i) for i in ids] == [b"na", b"\xc3\xaf", b"ve", b" caf\xc3\xa9"]
+    assert [cl100k.token_string(i) for i in ids] == ["na", "ï", "ve", " café"]
+
+
+def test_tiktoken_cjk_with_tokens_inside_a_character(cl100k):
+    # 東 = e6 9d b1 is split 2 + 1 bytes, ワ = e3 83 af likewise; 京, タ, ー are whole tokens
+    ids = cl100k.encode("東京タワー")
+    assert ids == [14276, 109, 47653, 47307, 2845, 107, 11972]
+    assert [cl100k.token_string(i) for i in ids] == [
+        "bytes:\\xe6\\x9d", "bytes:\\xb1", "京", "タ", "bytes:\\xe3\\x83", "bytes:\\xaf", "ー",
+    ]
+    assert cl100k.decode(ids) == "東京タワー"
+    assert cl100k.decode(ids[:1]) == "\ufffd"  # a partial character alone decodes to U+FFFD
+    assert 14276 in cl100k.partial_ids and 47653 not in cl100k.partial_ids
+
+
+def test_tiktoken_lookup_by_name_and_bytes(cl100k):
+    assert cl100k.lookup("bytes:\\xe6\\x9d") == [14276]
+    assert cl100k.lookup("ignored", token_bytes=list(b"\xe6\x9d")) == [14276]
+    assert cl100k.lookup(" world") == [1917]
+    assert cl100k.lookup("token_id:42") == [42]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_tiktoken_round_trip(cl100k, text):
+    ids = cl100k.encode(text)
+    assert cl100k.decode(ids) == text
+    assert b"".join(cl100k.token_bytes(i) for i in ids) == text.encode("utf-8")
+
+
+def test_tiktoken_special_token_text_is_plain_text(cl100k):
+    assert 100257 not in cl100k.encode("<|endoftext|>")  # 100257 = <|endoftext|> in cl100k
+
+
+def test_unknown_tiktoken_encoding_is_a_user_error(tmp_path):
+    with pytest.raises(BlackboxMIAError, match="unknown tiktoken encoding 'cl99k'"):
+        TiktokenCodec("cl99k", cache_dir=tmp_path)
+
+
+def test_load_codec_specs(tmp_path, monkeypatch):
+    monkeypatch.setenv("BBMIA_CACHE_DIR", str(tmp_path))
+    assert load_codec("cl100k_base", "any").name == "tiktoken:cl100k_base"
+    assert load_codec("tiktoken:o200k_base", "any").name == "tiktoken:o200k_base"
+    assert load_codec(None, "gpt-4").name == "tiktoken:cl100k_base"
+    with pytest.raises(BlackboxMIAError, match="no tiktoken encoding known for model 'my-model'"):
+        load_codec(None, "my-model")
+    with pytest.raises(BlackboxMIAError, match="cannot load tokenizer"):
+        load_codec(str(tmp_path / "missing"), "any")
+
+
+# -- Hugging Face byte-level BPE ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory) -> HFTokenCodec:
+    """A byte-level BPE trained on a corpus with "é" and "café" but no CJK: é is one token of two
+    bytes, each CJK character is three single-byte tokens. Saved and loaded from disk."""
+    from blackbox_mia.canary.model import train_tokenizer
+
+    corpus = ["the café is open, the café is nice, café au lait"] * 20
+    path = tmp_path_factory.mktemp("hf_tok")
+    train_tokenizer(corpus, vocab_size=300).save_pretrained(path)
+    return HFTokenCodec.load(str(path))
+
+
+def test_hf_ascii_and_accented(hf):
+    ids = hf.encode("the café is nice")
+    # the tokenizer's own pieces are GPT-2's byte-to-unicode forms; the codec maps them back
+    assert hf.tokenizer.convert_ids_to_tokens(ids) == ["the", "ĠcafÃ©", "Ġis", "Ġnice"]
+    assert [hf.token_string(i) for i in ids] == ["the", " café", " is", " nice"]
+    assert hf.token_bytes(ids[1]) == b" caf\xc3\xa9"
+    # ï never occurs in the corpus: its two bytes stay apart, each named by its escape
+    assert [hf.token_string(i) for i in hf.encode("naïve")] == ["n", "a", "bytes:\\xc3", "bytes:\\xaf", "v", "e"]
+
+
+def test_hf_cjk_tokens_are_single_bytes(hf):
+    ids = hf.encode("日本")  # 日 = e6 97 a5, 本 = e6 9c ac, none merged
+    assert [hf.token_string(i) for i in ids] == [
+        "bytes:\\xe6", "bytes:\\x97", "bytes:\\xa5", "bytes:\\xe6", "bytes:\\x9c", "bytes:\\xac",
+    ]
+    assert set(ids) <= hf.partial_ids
+    assert hf.lookup("bytes:\\xe6") == [ids[0]]
+    assert hf.decode(ids) == "日本"
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_hf_round_trip(hf, text):
+    ids = hf.encode(text)
+    assert hf.decode(ids) == text
+    assert b"".join(hf.token_bytes(i) for i in ids) == text.encode("utf-8")
+
+
+def test_hf_special_tokens(hf):
+    assert hf.bos_id == 0 and hf.token_string(0) == "<|endoftext|>"
+    assert 0 not in hf.encode("<|endoftext|>")  # quoted in a text, it is plain text
+    assert HFTokenCodec(hf.tokenizer, "x", bos=False).bos_id is None
+
+
+def test_hf_unknown_id_raises_key_error(hf):
+    with pytest.raises(KeyError):
+        hf.token_bytes(hf.vocab_size + 5)
