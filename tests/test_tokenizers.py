@@ -68,13 +68,6 @@ def test_tiktoken_lookup_by_name_and_bytes(cl100k):
     assert cl100k.lookup("token_id:42") == [42]
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_tiktoken_round_trip(cl100k, text):
-    ids = cl100k.encode(text)
-    assert cl100k.decode(ids) == text
-    assert b"".join(cl100k.token_bytes(i) for i in ids) == text.encode("utf-8")
-
-
 def test_tiktoken_special_token_text_is_plain_text(cl100k):
     assert 100257 not in cl100k.encode("<|endoftext|>")  # 100257 = <|endoftext|> in cl100k
 
@@ -130,13 +123,6 @@ def test_hf_cjk_tokens_are_single_bytes(hf):
     assert hf.decode(ids) == "日本"
 
 
-@pytest.mark.parametrize("text", TEXTS)
-def test_hf_round_trip(hf, text):
-    ids = hf.encode(text)
-    assert hf.decode(ids) == text
-    assert b"".join(hf.token_bytes(i) for i in ids) == text.encode("utf-8")
-
-
 def test_hf_special_tokens(hf):
     assert hf.bos_id == 0 and hf.token_string(0) == "<|endoftext|>"
     assert 0 not in hf.encode("<|endoftext|>")  # quoted in a text, it is plain text
@@ -146,3 +132,16 @@ def test_hf_special_tokens(hf):
 def test_hf_unknown_id_raises_key_error(hf):
     with pytest.raises(KeyError):
         hf.token_bytes(hf.vocab_size + 5)
+
+
+# -- both codecs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec_fixture", ["cl100k", "hf"])
+@pytest.mark.parametrize("text", TEXTS)
+def test_round_trip_is_byte_exact(request, codec_fixture, text):
+    codec = request.getfixturevalue(codec_fixture)
+    ids = codec.encode(text)
+    assert codec.decode(ids) == text
+    assert b"".join(codec.token_bytes(i) for i in ids) == text.encode("utf-8")
+    assert [render_token(codec.token_bytes(i)) for i in ids] == [codec.token_string(i) for i in ids]
