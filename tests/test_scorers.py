@@ -90,6 +90,29 @@ def test_pac_neighbours_deterministic_and_keep_words():
     assert swap_neighbours("single", 3, 0.3, seed=0) == ["single"] * 3
 
 
+def test_pac_neighbours_are_the_recorded_ones():
+    """Neighbours recorded from the whitespace-split implementation (``re.split(r"(\\s+)")``)
+    before it moved onto the segmenter: the random stream and the slots must not change."""
+    text = "Weng earns $12 an hour.\nYesterday,  she did 50\tminutes."
+    assert swap_neighbours(text, 3, 0.3, seed=1) == [
+        "Weng earns minutes. an hour.\nYesterday,  she did 50\t$12",
+        "50 earns an $12 hour.\nYesterday,  Weng did she\tminutes.",
+        "Weng earns $12 hour. an\nYesterday,  she did 50\tminutes.",
+    ]
+    assert swap_neighbours("  leading and trailing  ", 3, 0.3, seed=1) == [
+        "  trailing and leading  ", "  and leading trailing  ", "  trailing and leading  ",
+    ]
+    assert swap_neighbours("a b c d e f g h i j", 2, 0.3, seed=1) == ["a j c d h f b e i g", "a g c d b h e f i j"]
+    assert swap_neighbours("   ", 2, 0.3, seed=1) == ["   ", "   "]
+
+
+def test_pac_neighbours_with_the_chars_segmenter_swap_characters():
+    neighbours = swap_neighbours("日本語の文", 2, 0.3, seed=1, segmenter="chars")
+    assert neighbours == ["日文語の本", "日本文の語"]  # W = 5 -> m = 1 swap each
+    with pytest.raises(BlackboxMIAError, match="unknown segmenter 'nope'"):
+        swap_neighbours("a b", 1, 0.3, seed=1, segmenter="nope")
+
+
 def test_pac_needs_five_neighbours_by_default():
     assert len(parse_scorer("pac").needs(TEXT)) == 5
 

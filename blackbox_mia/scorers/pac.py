@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..text.segment import DEFAULT_SEGMENTER, get_segmenter
 from ..types import TokenLogprobs
 from .base import Need, Scorer, mean_largest, mean_smallest
-
-_WHITESPACE = re.compile(r"(\s+)")
 
 
 def polarized_distance(logprobs: np.ndarray, k1: float, k2: float) -> float:
@@ -21,22 +19,27 @@ def polarized_distance(logprobs: np.ndarray, k1: float, k2: float) -> float:
     return mean_largest(logprobs, k1) - mean_smallest(logprobs, k2)
 
 
-def swap_neighbours(text: str, n: int, swap_frac: float, seed: int) -> list[str]:
+def swap_neighbours(text: str, n: int, swap_frac: float, seed: int, segmenter: str = DEFAULT_SEGMENTER) -> list[str]:
     """``n`` neighbours of ``text``, each with m = max(1, ⌊swap_frac·W⌋) random swaps of two words.
 
-    Words are the whitespace-separated pieces (W of them); the whitespace between them is kept
-    in place, so every neighbour holds the same multiset of words. The random stream depends
-    only on ``seed`` and the text, so neighbours are reproducible across runs and processes.
-    A text with fewer than two words has no swap: its neighbours equal the text.
+    Words are the word pieces of the segmenter named ``segmenter`` (W of them; by default the
+    whitespace-separated pieces, see :mod:`blackbox_mia.text.segment`); the pieces between them
+    (whitespace) are kept in place, so every neighbour holds the same multiset of words. The
+    random stream depends only on ``seed`` and the text, so neighbours are reproducible across
+    runs and processes. A text with fewer than two words has no swap: its neighbours equal the
+    text.
+
+    Raises:
+        BlackboxMIAError: no segmenter is named ``segmenter``.
     """
-    pieces = _WHITESPACE.split(text)
-    word_slots = [i for i, piece in enumerate(pieces) if piece and not piece.isspace()]
-    digest = hashlib.sha256(f"{seed}\0{text}".encode("utf-8")).digest()
+    segments = get_segmenter(segmenter).segment(text)
+    word_slots = list(segments.words)
+    digest = hashlib.sha256(f"{seed}\0{text}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     m = max(1, int(np.floor(swap_frac * len(word_slots))))
     neighbours = []
     for _ in range(n):
-        words = list(pieces)
+        words = list(segments.pieces)
         if len(word_slots) >= 2:
             for _ in range(m):
                 a, b = rng.sample(word_slots, 2)
