@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from typing import Optional
 
 import typer
 
+from ..backends.api.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
 from .app import app, user_errors
 
 
@@ -17,11 +17,11 @@ def serve(
     model: str = typer.Option(..., "--model", help="local Hugging Face model (directory or hub name)"),
     host: str = typer.Option("127.0.0.1", help="interface to bind (anything but loopback exposes the model)"),
     port: int = typer.Option(8000, help="TCP port; 0 picks a free one"),
-    api_key: Optional[str] = typer.Option(
+    api_key: str | None = typer.Option(
         None, "--api-key", envvar="BBMIA_SERVER_KEY", show_envvar=True,
         help="bearer token clients must send (never printed)",
     ),
-    served_name: Optional[str] = typer.Option(None, "--served-name", help="model name clients send (default: --model)"),
+    served_name: str | None = typer.Option(None, "--served-name", help="model name clients send (default: --model)"),
     logprobs_mode: str = typer.Option(
         "raw", "--logprobs-mode",
         help="raw: reported log-probs ignore logit_bias (OpenAI since 2024, vLLM default); "
@@ -29,12 +29,14 @@ def serve(
     ),
     echo: bool = typer.Option(True, "--echo/--no-echo", help="allow echo + logprobs (prompt log-probs)"),
     logprobs: bool = typer.Option(True, "--logprobs/--no-logprobs", help="return log-probs at all"),
-    max_logprobs: int = typer.Option(5, "--max-logprobs", help="largest 'logprobs' (top-n) on /v1/completions"),
-    max_top_logprobs: int = typer.Option(20, "--max-top-logprobs", help="largest 'top_logprobs' on chat"),
+    max_logprobs: int = typer.Option(MAX_LOGPROBS_COMPLETIONS, "--max-logprobs", help="largest 'logprobs' (top-n) on /v1/completions"),
+    max_top_logprobs: int = typer.Option(
+        MAX_TOP_LOGPROBS_CHAT, "--max-top-logprobs", help="largest 'top_logprobs' on chat"
+    ),
     token_id_prompts: bool = typer.Option(
         True, "--token-id-prompts/--no-token-id-prompts", help="accept completions prompts given as token ids"
     ),
-    token_id_refusal_status: Optional[int] = typer.Option(
+    token_id_refusal_status: int | None = typer.Option(
         None, "--token-id-refusal-status",
         help="HTTP status refusing token-id prompts under --no-token-id-prompts (default 400); "
         "500 emulates a server that fails on them",
@@ -46,7 +48,7 @@ def serve(
     zero_max_tokens_unlimited: bool = typer.Option(
         False, "--zero-max-tokens-unlimited", help="max_tokens 0 generates to the end of the context"
     ),
-    chat_template: Optional[str] = typer.Option(
+    chat_template: str | None = typer.Option(
         None, "--chat-template",
         help="wrap chat prompts: 'default' (<|user|>...<|assistant|>) or a file with {content}; "
         "default: messages concatenated as is",
@@ -54,14 +56,14 @@ def serve(
     text_bos: bool = typer.Option(
         False, "--text-bos/--no-text-bos", help="prepend BOS to text prompts (as vLLM/llama.cpp for Llama models)"
     ),
-    max_body_bytes: Optional[int] = typer.Option(
+    max_body_bytes: int | None = typer.Option(
         None, "--max-body-bytes", help="largest request body in bytes, bigger ones get 413 (default 1 MiB)"
     ),
     batch_window_ms: float = typer.Option(2.0, "--batch-window-ms", help="micro-batching window in ms (0 = off)"),
     max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
-    device: Optional[str] = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
+    device: str | None = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
     dtype: str = typer.Option("auto", help="float32, bfloat16, float16 or auto"),
-    cpu_threads: Optional[int] = typer.Option(
+    cpu_threads: int | None = typer.Option(
         None, "--cpu-threads", help="torch CPU threads (1 is fastest for small models on a busy machine)"
     ),
 ):

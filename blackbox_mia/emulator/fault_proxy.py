@@ -53,7 +53,8 @@ import aiohttp
 from aiohttp import web
 
 from ..types import BlackboxMIAError
-from . import run_in_background
+from .background import run_in_background
+from .listen import listen
 
 FAULT_CLASSES = ("429", "500", "502", "503", "stall", "drop", "truncated", "no_logprobs", "nan", "inf")
 UNPAID_FAULTS = frozenset({"429", "500", "502", "503", "stall", "drop"})  # answered without upstream
@@ -267,11 +268,7 @@ class FaultProxy:
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=True)
         app = web.Application(client_max_size=PROXY_MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, LOOPBACK, self.config.port).start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://{LOOPBACK}:{port}/v1"
+        self._runner, self.base_url = await listen(app, LOOPBACK, self.config.port, shutdown_timeout=SHUTDOWN_GRACE_S)
         return self.base_url
 
     async def stop(self) -> None:

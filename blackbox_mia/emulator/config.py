@@ -1,0 +1,133 @@
+"""Configuration of the validation server: :class:`ServerConfig`, chat templates, loopback check."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from ..backends.api.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
+from ..types import BlackboxMIAError
+
+LOGPROBS_MODES = ("raw", "processed")
+MAX_BODY_BYTES = 2**20  # default request-body limit (1 MiB)
+CONTENT_FIELD = "{content}"  # where a chat template puts the concatenated message contents
+DEFAULT_CHAT_TEMPLATE = "<|user|>\n" + CONTENT_FIELD + "\n<|assistant|>\n"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Configuration of :class:`ValidationServer`.
+
+    Attributes:
+        model: local model directory or hub name (loaded with :class:`LocalBackend`).
+        host: interface to bind; 127.0.0.1 by default (binding elsewhere exposes the model).
+        port: TCP port; 0 picks a free one.
+        api_key: bearer token every request must carry (401 otherwise); ``None`` = open.
+        served_name: model name in ``/v1/models`` and requests; ``None`` = ``model``.
+        logprobs_mode: ``"raw"`` (pre-bias, reported log-probs ignore logit_bias) or
+            ``"processed"`` (post-bias: log_softmax(logits + bias)).
+        echo: accept ``echo`` together with ``logprobs`` (prompt log-probs); False gives 400.
+        logprobs: return log-probs at all; False answers ``logprobs: null``.
+        max_logprobs_completions: largest ``logprobs`` (top-n) on /v1/completions.
+        max_logprobs_chat: largest ``top_logprobs`` on /v1/chat/completions.
+        token_id_prompts: accept completions prompts given as token ids; False refuses them
+            with ``token_id_refusal_status``.
+        token_id_refusal_status: HTTP status (400..599) of that refusal. 4xx answers an
+            ``unsupported_parameter`` error; 5xx emulates a server failing deterministically on
+            id prompts: a ``server_error`` whose body is the same every time.
+        empty_partial_names: name a token whose bytes are not valid UTF-8 on their own (part of
+            a multi-byte character) ``""`` in completions ``tokens`` / ``top_logprobs`` keys
+            and chat ``token`` fields, as vLLM and OpenAI chat do; chat ``bytes`` stay exact.
+            Several such tokens in one completions top list collide on the key ``""``: the
+            HIGHEST value is kept (the first written, the list being built best-first), so the
+            value read under ``""`` bounds every partial token of that list from above.
+            False (default): OpenAI's ``"bytes:\\xNN"`` names.
+        zero_max_tokens_unlimited: ``max_tokens: 0`` (both endpoints) means "generate to the end
+            of the context" instead of "prompt only" (completions with echo; 400 otherwise).
+        chat_template: text a chat prompt is wrapped in, with ``{content}`` replaced by the
+            concatenated message contents (e.g. :data:`DEFAULT_CHAT_TEMPLATE`); chat log-probs
+            are then conditional on the template. ``None``: contents concatenated as is.
+        text_bos: prepend the tokenizer's BOS token to TEXT prompts (completions strings and
+            chat prompts, as vLLM / llama.cpp for Llama-family models); ``usage.prompt_tokens``
+            counts it. False: no BOS. Token-id prompts are never changed.
+        max_body_bytes: largest request body accepted (bytes); a bigger one gets 413.
+        batch_window_ms: how long the first queued next-token request waits for others before
+            the forward pass (ms); 0 disables micro-batching (one forward pass per request).
+        max_batch: most next-token requests (rows) per forward pass.
+        device, dtype: passed to :class:`LocalConfig` when the server loads the model itself.
+
+    Raises:
+        BlackboxMIAError: an invalid value (mode, window, top-n caps, refusal status, template
+            without ``{content}``, body limit below 1 byte).
+    """
+
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    api_key: str | None = field(default=None, repr=False)
+    served_name: str | None = None
+    logprobs_mode: str = "raw"
+    echo: bool = True
+    logprobs: bool = True
+    max_logprobs_completions: int = MAX_LOGPROBS_COMPLETIONS
+    max_logprobs_chat: int = MAX_TOP_LOGPROBS_CHAT
+    token_id_prompts: bool = True
+    token_id_refusal_status: int = 400
+    empty_partial_names: bool = False
+    zero_max_tokens_unlimited: bool = False
+    chat_template: str | None = None
+    text_bos: bool = False
+    max_body_bytes: int = MAX_BODY_BYTES
+    batch_window_ms: float = 2.0
+    max_batch: int = 64
+    device: str | None = None
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise BlackboxMIAError(f"logprobs_mode must be raw or processed, got {self.logprobs_mode!r}")
+        if self.batch_window_ms < 0 or self.max_batch < 1:
+            raise BlackboxMIAError("batch_window_ms must be >= 0 and max_batch >= 1")
+        if self.max_logprobs_completions < 0 or self.max_logprobs_chat < 0:
+            raise BlackboxMIAError("max_logprobs_completions and max_logprobs_chat must be >= 0")
+        if not 400 <= self.token_id_refusal_status <= 599:
+            raise BlackboxMIAError(f"token_id_refusal_status must be an HTTP error status in 400..599, "
+                                   f"got {self.token_id_refusal_status}")
+        if self.chat_template is not None and CONTENT_FIELD not in self.chat_template:
+            raise BlackboxMIAError(f"chat_template must contain {CONTENT_FIELD!r}")
+        if self.max_body_bytes < 1:
+            raise BlackboxMIAError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+
+    @property
+    def name(self) -> str:
+        """The model name clients must send."""
+        return self.served_name or self.model
+
+
+def load_chat_template(spec: str) -> str:
+    """The chat template ``spec`` names: ``"default"`` is :data:`DEFAULT_CHAT_TEMPLATE`, anything
+    else a UTF-8 file holding the template (with ``{content}``).
+
+    Raises:
+        BlackboxMIAError: the file cannot be read, or it has no ``{content}``.
+    """
+    if spec == "default":
+        return DEFAULT_CHAT_TEMPLATE
+    try:
+        with open(spec, encoding="utf-8") as f:
+            template = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BlackboxMIAError(f"cannot read chat template {spec!r}: {exc}") from exc
+    if CONTENT_FIELD not in template:
+        raise BlackboxMIAError(f"chat template {spec!r} has no {CONTENT_FIELD!r}")
+    return template
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts local connections (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

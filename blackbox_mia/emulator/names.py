@@ -1,0 +1,48 @@
+"""Token names and bytes as the emulated server reports them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..tokenizers import TokenCodec
+
+
+def is_partial(token_bytes: bytes) -> bool:
+    """Whether a token's bytes are not valid UTF-8 on their own (part of a multi-byte character)."""
+    try:
+        token_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+class TokenNames:
+    """Name and bytes of every token id, cached (the server asks for the same ids again and again).
+
+    Args:
+        codec: the model's token codec (OpenAI's names: ``"bytes:\\xNN"`` for a partial character).
+        empty_partial_names: name a token whose bytes are not valid UTF-8 on their own ``""``
+            (as vLLM and OpenAI chat do) instead of the codec's name.
+    """
+
+    def __init__(self, codec: TokenCodec, empty_partial_names: bool):
+        self._codec = codec
+        self._empty_partial = empty_partial_names
+        self._cache: dict[int, tuple[str, bytes]] = {}
+
+    def __call__(self, token_id: int) -> tuple[str, bytes]:
+        """``(name, bytes)`` of ``token_id``; ids beyond the tokenizer read ``token_id:N`` with no bytes."""
+        entry = self._cache.get(token_id)
+        if entry is None:
+            try:
+                raw = self._codec.token_bytes(token_id)
+                name = "" if self._empty_partial and is_partial(raw) else self._codec.token_string(token_id)
+                entry = (name, raw)
+            except (KeyError, IndexError, ValueError):
+                entry = (f"token_id:{token_id}", b"")
+            self._cache[token_id] = entry
+        return entry
+
+    def text(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``: their bytes joined, decoded as UTF-8 (U+FFFD for invalid bytes)."""
+        return b"".join(self(i)[1] for i in ids).decode("utf-8", errors="replace")
