@@ -8,6 +8,7 @@ import pytest
 from blackbox_mia.tokenizers import (
     HFTokenCodec,
     TiktokenCodec,
+    is_partial,
     load_codec,
     render_token,
 )
@@ -25,6 +26,11 @@ def test_render_token_is_utf8_text_or_escaped_bytes():
     assert render_token(b"\xe6\x97") == "bytes:\\xe6\\x97"  # first two of the three bytes of 日
     assert render_token(b"\xaf") == "bytes:\\xaf"
     assert render_token(b"") == ""
+
+
+def test_is_partial():
+    assert is_partial(b"\xe6\x97") and is_partial(b"\xaf") and is_partial(b"a\xc3")
+    assert not is_partial("日".encode()) and not is_partial(b" caf\xc3\xa9") and not is_partial(b"")
 
 
 # -- tiktoken (shipped BPE files, no network) ---------------------------------------------------

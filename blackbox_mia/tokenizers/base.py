@@ -17,15 +17,23 @@ from functools import cached_property
 BYTES_PREFIX = "bytes:"
 
 
+def is_partial(token_bytes: bytes) -> bool:
+    """Whether a token's bytes are not valid UTF-8 on their own (part of a multi-byte character)."""
+    try:
+        token_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
 def render_token(token_bytes: bytes) -> str:
     """The package's name of a token: its UTF-8 text, else ``"bytes:"`` + ``\\xNN`` escapes.
 
     Example: ``b"caf"`` → ``"caf"``; ``b"\\xc3"`` (first byte of "é") → ``"bytes:\\xc3"``.
     """
-    try:
-        return token_bytes.decode("utf-8")
-    except UnicodeDecodeError:
+    if is_partial(token_bytes):
         return BYTES_PREFIX + "".join(f"\\x{b:02x}" for b in token_bytes)
+    return token_bytes.decode("utf-8")
 
 
 class TokenCodec(ABC):
@@ -77,14 +85,7 @@ class TokenCodec(ABC):
     @cached_property
     def partial_ids(self) -> frozenset[int]:
         """Ids whose bytes are not valid UTF-8 on their own (part of a multi-byte character)."""
-        return frozenset(i for ids in self.ids_by_string.values() for i in ids if self._is_partial(i))
-
-    def _is_partial(self, token_id: int) -> bool:
-        try:
-            self.token_bytes(token_id).decode("utf-8")
-        except UnicodeDecodeError:
-            return True
-        return False
+        return frozenset(i for ids in self.ids_by_string.values() for i in ids if is_partial(self.token_bytes(i)))
 
     def lookup(self, token: str, token_bytes: Sequence[int] | None = None) -> list[int]:
         """Ids that a returned entry may denote: exact when its bytes are given, else by name."""
