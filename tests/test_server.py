@@ -20,11 +20,10 @@ from blackbox_mia.emulator import (
     DEFAULT_CHAT_TEMPLATE,
     ServerConfig,
     ValidationServer,
-    is_partial,
     load_chat_template,
     serve_in_background,
 )
-from blackbox_mia.tokenizers import HFTokenCodec
+from blackbox_mia.tokenizers import HFTokenCodec, is_partial
 from blackbox_mia.types import BlackboxMIAError
 
 from .conftest import gsm8k_questions

@@ -21,7 +21,6 @@ from .config import (
     load_chat_template,
 )
 from .errors import HttpError
-from .names import is_partial
 from .server import ValidationServer
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
     "ServerConfig",
     "ValidationServer",
     "is_loopback",
-    "is_partial",
     "load_chat_template",
     "run_in_background",
     "serve_in_background",

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..tokenizers import TokenCodec
-
-
-def is_partial(token_bytes: bytes) -> bool:
-    """Whether a token's bytes are not valid UTF-8 on their own (part of a multi-byte character)."""
-    try:
-        token_bytes.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
+from ..tokenizers import TokenCodec, is_partial
 
 
 class TokenNames:

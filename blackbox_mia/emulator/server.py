@@ -2,7 +2,7 @@
 
 It answers ``/v1/completions`` and ``/v1/chat/completions`` from a :class:`LocalBackend`, so every
 log-prob a black-box client recovers can be checked against the white-box value. It emulates the
-provider behaviours that matter to the tracker (design notes §4):
+provider behaviours that matter to the tracker (``docs/design.md`` §4):
 
 * ``logprobs_mode="raw"``: reported log-probs come from the UNBIASED distribution, as OpenAI
   since 2024, vLLM's default ``raw_logprobs`` and llama.cpp; ``"processed"``: they are
