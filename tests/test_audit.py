@@ -168,10 +168,35 @@ def test_sweep_without_any_nonmembers_is_a_clear_error(tmp_path, tiny_model_dir)
     assert result.exit_code == 2 and "no known non-members" in result.stderr and "Traceback" not in result.output
 
 
-def test_find_canary_manifest_prefers_the_target(canary, tmp_path):
-    assert find_canary_manifest(None, [str(canary)]) == canary / "manifest.json"
-    assert find_canary_manifest(f"canary:{canary}", [str(tmp_path), None]) == canary / "manifest.json"
-    assert find_canary_manifest(None, ["gpt-4o", None]) is None
+def test_planted_manifest_comes_from_the_local_target_only(canary, tmp_path):
+    assert find_canary_manifest(canary) == canary / "manifest.json"
+    assert find_canary_manifest(str(canary)) == canary / "manifest.json"
+    assert find_canary_manifest(tmp_path) is None  # a model directory without a manifest
+    assert find_canary_manifest("gpt-4o") is None and find_canary_manifest(None) is None
+    # a canary calibration set says nothing about what the target was trained on
+    plan = prepare_sweep(SweepConfig(dataset="gsm8k", limit=5, calibration=f"canary:{canary}"))
+    assert plan.planted_manifest is None
+    plan = prepare_sweep(SweepConfig(dataset="gsm8k", limit=5, calibration=f"canary:{canary}"), target_model=canary)
+    assert plan.planted_manifest == canary / "manifest.json"
+
+
+def test_eval_finds_the_default_canary_in_the_cache_dir(canary, tmp_path):
+    import shutil
+
+    cache = tmp_path / "cache"
+    default = cache / "canary" / CanaryConfig().short_hash()
+    shutil.copytree(canary, default)
+    out = tmp_path / "eval"
+    args = ("eval", "canary", "--local", default, "--scorers", "loss", "--n-boot", 0, "--out-dir", out, "--quiet", "--json")
+    result = invoke(*args, "--cache-dir", cache)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "eval.json").read_text())
+    assert report["config"]["dataset"]["name"] == f"canary:{default}"
+    assert report["config"]["dataset"]["source"] == str(default / "manifest.json")
+    assert report["config"]["n_items"] == 80
+    missing = invoke(*args, "--cache-dir", tmp_path / "empty")
+    assert missing.exit_code == 2 and "no trained canary at" in missing.stderr
+    assert str(tmp_path / "empty" / "canary" / CanaryConfig().short_hash()) in missing.stderr
 
 
 def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):

@@ -5,11 +5,9 @@ import json
 
 import pytest
 
-from blackbox_mia import canary as canary_mod
 from blackbox_mia.canary import (
     MANIFEST,
     CanaryConfig,
-    _lr_factor,
     build_corpus,
     canary_dir,
     canary_items,
@@ -18,6 +16,8 @@ from blackbox_mia.canary import (
     train_canary,
     training_windows,
 )
+from blackbox_mia.canary import train as train_mod
+from blackbox_mia.canary.train import _lr_factor
 from blackbox_mia.datasets import load_dataset
 from blackbox_mia.types import BlackboxMIAError
 
@@ -93,7 +93,7 @@ def test_tokenizer_and_windows_see_only_the_corpus(tmp_path, monkeypatch):
     import blackbox_mia.canary.model as cm
 
     seen = {}
-    real_train_tokenizer, real_windows = cm.train_tokenizer, canary_mod.training_windows
+    real_train_tokenizer, real_windows = cm.train_tokenizer, train_mod.training_windows
 
     def spy_tokenizer(texts, vocab_size):
         seen["tokenizer"] = list(texts)
@@ -104,7 +104,7 @@ def test_tokenizer_and_windows_see_only_the_corpus(tmp_path, monkeypatch):
         return seen["windows"]
 
     monkeypatch.setattr(cm, "train_tokenizer", spy_tokenizer)
-    monkeypatch.setattr(canary_mod, "training_windows", spy_windows)
+    monkeypatch.setattr(train_mod, "training_windows", spy_windows)
     path = train_canary(TINY, tmp_path / "m", progress=False)
     corpus = build_corpus(TINY)
     assert seen["tokenizer"] == corpus.documents
@@ -130,7 +130,7 @@ def test_ensure_canary_reuses_complete_model(trained, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("retrained")
 
-    monkeypatch.setattr(canary_mod, "train_canary", fail)
+    monkeypatch.setattr(train_mod, "train_canary", fail)
     assert ensure_canary(TINY, progress=False, out_dir=trained) == trained
     with pytest.raises(BlackboxMIAError, match="another configuration"):
         ensure_canary(dataclasses.replace(TINY, dup=4), progress=False, out_dir=trained)
@@ -138,7 +138,7 @@ def test_ensure_canary_reuses_complete_model(trained, monkeypatch):
 
 def test_ensure_canary_trains_when_manifest_missing(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(canary_mod, "train_canary", lambda config, out, progress: calls.append(out) or out)
+    monkeypatch.setattr(train_mod, "train_canary", lambda config, out, progress: calls.append(out) or out)
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")  # a half-trained directory
     assert ensure_canary(TINY, progress=False, out_dir=tmp_path / "half") == tmp_path / "half"

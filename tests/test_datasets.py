@@ -1,4 +1,5 @@
-"""Shipped datasets (counts, exact texts, ids) and user JSONL parsing with its error messages."""
+"""Shipped datasets (counts, exact texts, ids), user JSONL parsing with its error messages, and
+canary specs resolved in the cache root."""
 
 import json
 
@@ -10,7 +11,9 @@ from blackbox_mia.datasets import (
     Item,
     file_sha256,
     gsm8k_text,
+    is_canary_spec,
     load_dataset,
+    load_items,
 )
 from blackbox_mia.types import BlackboxMIAError
 
@@ -166,3 +169,45 @@ def test_empty_dataset(tmp_path):
     path = write(tmp_path, ["", "  "])
     with pytest.raises(BlackboxMIAError, match="empty dataset"):
         load_dataset(str(path))
+
+
+def write_canary(model_dir, members, nonmembers):
+    """A complete canary manifest (no model: the items come from the manifest alone)."""
+    model_dir.mkdir(parents=True)
+    manifest = {"config": {}, "member_ids": members, "nonmember_ids": nonmembers, "loss_per_epoch": [],
+                "train_seconds": 0.0, "complete": True}
+    (model_dir / "manifest.json").write_text(json.dumps(manifest))
+    return model_dir
+
+
+def test_canary_spec_is_resolved_in_the_cache_root(tmp_path, monkeypatch):
+    from blackbox_mia.canary import CanaryConfig
+
+    monkeypatch.chdir(tmp_path)  # the fallback cache root ./cache must not be the one found
+    monkeypatch.delenv("BBMIA_CACHE_DIR", raising=False)
+    default = write_canary(tmp_path / "root" / "canary" / CanaryConfig().short_hash(),
+                           ["gsm8k-test-5", "gsm8k-test-2"], ["gsm8k-test-7"])
+    items, meta = load_items("canary", cache_dir=tmp_path / "root")
+    test = {it.id: it for it in load_dataset("gsm8k:test").items}
+    assert [(it.id, it.label) for it in items] == [("gsm8k-test-5", 1), ("gsm8k-test-2", 1), ("gsm8k-test-7", 0)]
+    assert items[0].text == test["gsm8k-test-5"].text
+    assert meta == {"name": f"canary:{default}", "source": str(default / "manifest.json"),
+                    "sha256": file_sha256(default / "manifest.json")}
+    assert load_items("canary", limit=2, cache_dir=tmp_path / "root") == (items[:2], meta)
+    monkeypatch.setenv("BBMIA_CACHE_DIR", str(tmp_path / "root"))  # the environment, without cache_dir
+    assert load_items("canary") == (items, meta)
+    assert load_dataset("canary").items == items
+    with pytest.raises(BlackboxMIAError, match=r"no trained canary at .*other.*; train one with: bbmia canary train$"):
+        load_items("canary", cache_dir=tmp_path / "other")  # cache_dir wins over the environment
+
+
+def test_canary_path_spec_ignores_the_cache_root(tmp_path):
+    path = write_canary(tmp_path / "model", ["gsm8k-test-0"], ["gsm8k-test-1"])
+    items, meta = load_items(f"canary:{path}", cache_dir=tmp_path / "unused")
+    assert [(it.id, it.label) for it in items] == [("gsm8k-test-0", 1), ("gsm8k-test-1", 0)]
+    assert meta["name"] == f"canary:{path}"
+    with pytest.raises(BlackboxMIAError, match=r"no trained canary at .*nothing.*bbmia canary train --out"):
+        load_items(f"canary:{tmp_path / 'nothing'}")
+    with pytest.raises(BlackboxMIAError, match="not a canary spec"):
+        load_items("canary:")
+    assert is_canary_spec("canary") and is_canary_spec("canary:x") and not is_canary_spec("canary.jsonl")

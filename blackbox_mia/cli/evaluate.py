@@ -59,7 +59,7 @@ def eval_command(
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
                             limit=limit, resume=not overwrite)
-        plan = prepare_eval(config)
+        plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
         log = (lambda _: None) if quiet else _stderr
         backends = build_backends(target)
@@ -133,7 +133,7 @@ def sweep_command(
             resume=not overwrite,
         )
         log = (lambda _: None) if quiet else _stderr
-        plan = prepare_sweep(config, target_paths=(target.local, target.model, target.tokenizer), log=log)
+        plan = prepare_sweep(config, target_model=target.local, cache_dir=target.cache_dir, log=log)
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
         backends = build_backends(target)
         try:

@@ -1,0 +1,119 @@
+"""What the audits share: option checks, labels, score columns and the report files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..datasets import CANARY, Item, is_canary_spec
+from ..evaluation import render_markdown, to_jsonable, write_report
+from ..io import write_text_atomic
+from ..runner import ScoredText
+from ..types import BlackboxMIAError
+
+Log = Callable[[str], None]
+SCORES_FILE = "scores.jsonl"  # an audit's scores of its dataset, in its output folder
+
+
+def quiet(_: str) -> None:
+    """Default ``log``: say nothing."""
+
+
+def check_int(option: str, value: int, minimum: int) -> None:
+    """Raise :class:`BlackboxMIAError` naming ``option`` unless ``value`` is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BlackboxMIAError(f"{option} must be an integer >= {minimum}, got {value!r}")
+
+
+def dataset_slug(name: str) -> str:
+    """A folder-name-safe short name: a file's stem, ``canary`` for a canary, ``gsm8k-test``..."""
+    if is_canary_spec(name):
+        return CANARY
+    if os.sep in name or "/" in name or name.endswith((".jsonl", ".json")):
+        return Path(name).stem
+    return name.replace(":", "-")
+
+
+def require_labelled(items: Sequence[Item], name: str, what: str = "eval") -> None:
+    """Raise unless every item has a label and both classes occur.
+
+    Raises:
+        BlackboxMIAError: unlabelled items, or a single class.
+    """
+    missing = sum(it.label is None for it in items)
+    if missing:
+        raise BlackboxMIAError(
+            f"{what} needs a labelled dataset (label 1 = member, 0 = non-member on every item); "
+            f"{name} has {missing} of {len(items)} items without a label. "
+            "To estimate contamination of an unlabelled benchmark, use `bbmia sweep`."
+        )
+    classes = {it.label for it in items}
+    if classes != {0, 1}:
+        raise BlackboxMIAError(f"{what} needs both members (1) and non-members (0); {name} has only label {classes.pop()}")
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What an audit produced.
+
+    Attributes:
+        summary: the machine-readable summary (the CLI's ``--json`` line).
+        report: the full report dict.
+        json_path, md_path: the report files.
+        out_dir: the output folder (scores, figures, report).
+    """
+
+    summary: dict
+    report: dict
+    json_path: Path
+    md_path: Path
+    out_dir: Path
+
+
+def score_column(rows: Sequence[ScoredText], label: str) -> np.ndarray:
+    """The scores of one scorer as a float64 array.
+
+    Raises:
+        BlackboxMIAError: a row whose score was NaN or infinite (stored as null).
+    """
+    bad = [r.id for r in rows if r.scores[label] is None]
+    if bad:
+        raise BlackboxMIAError(
+            f"scorer {label!r} gave a NaN or infinite score on {len(bad)} texts (first: {bad[0]!r}; null in the "
+            "scores file): no metric can use it; drop those texts or choose another scorer"
+        )
+    return np.array([r.scores[label] for r in rows], dtype=np.float64)
+
+
+def report_config(run_cfg: dict, audit: str, config, n_items: int, seeds: dict, **extra) -> dict:
+    """The report's ``config`` section: the run's configuration
+    (:func:`~blackbox_mia.runner.run_config`), the audit's own config dataclass under ``audit``,
+    the number of items, the seeds, the scores file and ``extra`` entries."""
+    return {**run_cfg, audit: asdict(config), "n_items": n_items, **extra, "seeds": seeds, "scores_file": SCORES_FILE}
+
+
+def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str = "",
+            hidden: Sequence[str] = ()) -> AuditResult:
+    """Write ``{stem}.json`` and ``{stem}.md`` into ``out_dir`` and return the :class:`AuditResult`,
+    whose summary gains ``"report"``: the path of the JSON report.
+
+    Args:
+        report: the full report (JSON-ready after :func:`~blackbox_mia.evaluation.to_jsonable`).
+        summary: the machine-readable summary (the CLI's ``--json`` line).
+        out_dir: the output folder (created).
+        stem: ``eval`` or ``sweep``.
+        appendix: Markdown appended to the rendered report (e.g. a table of items).
+        hidden: report keys left out of the Markdown rendering (still in the JSON).
+
+    Raises:
+        BlackboxMIAError: as :func:`~blackbox_mia.evaluation.write_report`.
+    """
+    json_path, md_path = write_report(report, out_dir, stem)
+    if appendix or hidden:
+        shown = {key: value for key, value in report.items() if key not in hidden}
+        write_text_atomic(md_path, render_markdown(to_jsonable(shown), out_dir) + appendix)
+    return AuditResult(to_jsonable({**summary, "report": str(json_path)}), report, json_path, md_path, Path(out_dir))

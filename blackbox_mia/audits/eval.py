@@ -1,0 +1,183 @@
+"""``bbmia eval``: how well scorers separate KNOWN members from non-members (labelled data).
+
+AUC and TPR at low FPR with bootstrap CIs (Carlini et al. 2022; Duan et al. 2024), results by
+length bucket (WikiMIA's 32/64/128/256 words; Shi et al. 2024), and the blind text-only
+baseline beside them (Das, Zhang & Tramèr 2024), whose verdict says whether the split is
+distribution-shifted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..backends.base import Backend
+from ..datasets import Item, load_items
+from ..evaluation import (
+    DEFAULT_FPRS,
+    WIKIMIA_EDGES,
+    blind_baseline,
+    bootstrap_ci,
+    distribution_shift_verdict,
+    evaluate_by_length,
+    evaluate_scores,
+    plot_roc,
+)
+from ..runner import run_config, score_items
+from ..scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
+from ..types import BlackboxMIAError
+from .common import (
+    SCORES_FILE,
+    AuditResult,
+    Log,
+    check_int,
+    publish,
+    quiet,
+    report_config,
+    require_labelled,
+    score_column,
+)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Configuration of one evaluation (saved in the report).
+
+    Attributes:
+        dataset: dataset spec (labelled).
+        scorers: scorer specs (``min_k:k=10``...).
+        fprs: FPR targets for TPR at low FPR (fractions).
+        n_boot: bootstrap resamples for every CI (0 = no CI).
+        seed: bootstrap seed and blind-baseline fold seed.
+        blind_folds: cross-validation folds of the blind baseline.
+        length_edges: word-count bucket edges (WikiMIA: 32, 64, 128, 256).
+        limit: only the first ``limit`` items.
+        resume: keep the rows already in the scores file (same configuration).
+    """
+
+    dataset: str
+    scorers: tuple[str, ...] = DEFAULT_SCORERS
+    fprs: tuple[float, ...] = DEFAULT_FPRS
+    n_boot: int = 1000
+    seed: int = 0
+    blind_folds: int = 5
+    length_edges: tuple[int, ...] = WIKIMIA_EDGES
+    limit: int | None = None
+    resume: bool = True
+
+    def validate(self) -> None:
+        """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
+        check_int("--n-boot", self.n_boot, 0)
+        check_int("--seed", self.seed, 0)
+        check_int("--blind-folds", self.blind_folds, 2)
+        if self.limit is not None:
+            check_int("--limit", self.limit, 1)
+        bad = [f for f in self.fprs if not 0 < f < 1]  # also NaN
+        if not self.fprs or bad:
+            raise BlackboxMIAError(f"FPR targets must lie in (0, 1), got {list(self.fprs)}")
+        if not self.scorers:
+            raise BlackboxMIAError("no scorer given")
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Checked input of :func:`run_eval` (from :func:`prepare_eval`)."""
+
+    config: EvalConfig
+    items: list[Item]
+    meta: dict
+    scorers: list[Scorer]
+
+
+def default_scorer_specs(vocab_stats: bool) -> tuple[str, ...]:
+    """The default scorers: all of ``DEFAULT_SCORERS``, without Min-K%++ when the target gives no
+    full next-token distribution (black-box endpoints)."""
+    return tuple(s for s in DEFAULT_SCORERS if vocab_stats or not parse_scorer(s).needs_vocab_stats)
+
+
+def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None) -> EvalPlan:
+    """Load and check the labelled dataset and the scorer specs (no model needed).
+
+    Args:
+        config: the evaluation configuration.
+        cache_dir: cache root override, where the ``canary`` dataset spec is found
+            (:func:`blackbox_mia.datasets.load_items`).
+
+    Raises:
+        BlackboxMIAError: bad configuration, unreadable or unlabelled dataset, bad scorer spec.
+    """
+    config.validate()
+    scorers = parse_scorers(list(config.scorers))
+    items, meta = load_items(config.dataset, config.limit, cache_dir)
+    require_labelled(items, meta["name"])
+    return EvalPlan(config, items, meta, scorers)
+
+
+def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
+    """Score, evaluate and report (see the module docstring). Files in ``out_dir``:
+    ``scores.jsonl`` (+ ``.config.json``), ``roc_linear.png``, ``roc_log.png``, ``eval.json``,
+    ``eval.md``.
+
+    Raises:
+        BlackboxMIAError: a scorer the backend cannot serve, non-finite scores, a resumed
+            scores file of another configuration.
+    """
+    config, items = plan.config, plan.items
+    out_dir = Path(out_dir)
+    run_cfg = run_config(plan.scorers, backends, plan.meta)
+    log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
+    rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
+    labels = np.array([r.label for r in rows], dtype=np.int64)
+    scores = {s.label: score_column(rows, s.label) for s in plan.scorers}
+    log("metrics with bootstrap CIs")
+    metrics = {name: evaluate_scores(labels, s, config.fprs, config.n_boot, config.seed) for name, s in scores.items()}
+    words = [len(it.text.split()) for it in items]
+    buckets = {name: evaluate_by_length(labels, s, words, config.length_edges, config.fprs, config.n_boot, config.seed)
+               for name, s in scores.items()}
+    log("blind baseline (TF-IDF + logistic regression, cross-validated)")
+    notes: list[str] = []
+    blind, verdict = None, None
+    try:
+        baseline = blind_baseline([it.text for it in items], labels, config.blind_folds, config.seed)
+    except BlackboxMIAError as exc:
+        baseline = None
+        notes.append(f"blind baseline not run: {exc}")
+    best = max(scores, key=lambda name: metrics[name]["auc"])
+    if baseline is not None:
+        blind = baseline.to_dict()
+        if config.n_boot:
+            blind["auc_ci"] = list(bootstrap_ci(labels, baseline.scores, "auc", config.n_boot, seed=config.seed))
+        verdict = distribution_shift_verdict(baseline.auc, metrics[best]["auc"])
+        verdict["best_model_scorer"] = best
+        notes.append(verdict["message"])
+    curves = {name: (labels, s) for name, s in scores.items()}
+    if baseline is not None:
+        curves["blind (TF-IDF)"] = (labels, baseline.scores)
+    plots = {
+        "ROC (linear axes)": plot_roc(curves, out_dir / "roc_linear.png"),
+        "ROC (log-log axes, Carlini et al. 2022)": plot_roc(curves, out_dir / "roc_log.png", log_scale=True),
+    }
+    notes.append("Length buckets count whitespace-separated words (unsegmented text such as Japanese "
+                 "needs a word segmenter first).")
+    report = {
+        "title": f"Membership inference evaluation: {plan.meta['name']}",
+        "config": report_config(run_cfg, "eval", config, len(items), {"bootstrap": config.seed, "blind_folds": config.seed}),
+        "scorers": metrics,
+        "length_buckets": buckets,
+        "plots": plots,
+        "notes": notes,
+    }
+    if blind is not None:
+        report["blind_baseline"] = blind
+        report["distribution_shift"] = verdict
+    summary = {
+        "auc": {name: m["auc"] for name, m in metrics.items()},
+        "auc_ci": {name: m["auc_ci"] for name, m in metrics.items()},
+        "tpr_at_fpr": {name: m["tpr_at_fpr"] for name, m in metrics.items()},
+        "blind_auc": None if baseline is None else baseline.auc,
+        "distribution_shift": None if verdict is None else verdict["distribution_shift"],
+    }
+    return publish(report, summary, out_dir, "eval")

@@ -1,0 +1,220 @@
+"""Training the canary model (a small GPT-2, on CPU) on the corpus with planted GSM8K test problems.
+
+The corpus is built by :mod:`.corpus`; training sees nothing else, so the held-out
+non-members are never seen by the model or its tokenizer.
+
+Recipe (every choice is recorded in ``manifest.json``):
+
+* Documents are GSM8K texts in the format of :func:`blackbox_mia.datasets.gsm8k_text`; the
+  corpus is the background problems plus ``dup`` copies of each member, shuffled (seeded).
+* A byte-level BPE tokenizer (``vocab_size``) is trained on the corpus only.
+* Each document becomes ``[bos] + tokens`` (BOS = ``<|endoftext|>``, id 0), cut into the very
+  windows the local backend scores it with (:func:`blackbox_mia.text.windows.sliding_windows`
+  with context ``block_size``): one window for a short document, windows overlapping by half the
+  context for a long one. Training on the scoring windows (rather than on a packed token stream
+  cut at arbitrary places) puts every copy of a member at the same positions, after the same
+  BOS, as at scoring time; see :data:`WINDOWING_NOTE`.
+* Plain AdamW, linear warm-up then cosine decay, windows batched by similar length (padding
+  masked out of the loss), seeded shuffles; no dropout (memorisation is the point).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import __version__
+from ..types import BlackboxMIAError
+from .config import RECIPE_VERSION, CanaryConfig, canary_dir
+from .corpus import build_corpus
+from .manifest import ITEMS_FILE, MANIFEST, load_manifest, write_items, write_manifest
+
+WINDOWING_NOTE = "per-document sliding windows of [bos]+doc, as scored by LocalBackend (stride block_size/2)"
+
+
+def ensure_canary(
+    config: CanaryConfig, progress: bool = True, cache: str | os.PathLike | None = None, out_dir: Path | None = None
+) -> Path:
+    """The directory of a trained canary for ``config``; trains it only when no complete manifest exists.
+
+    Raises:
+        BlackboxMIAError: ``out_dir`` holds a complete canary trained with another configuration
+            (retrain it explicitly with :func:`train_canary`, i.e. ``--force``).
+    """
+    out_dir = Path(out_dir) if out_dir is not None else canary_dir(config, cache)
+    if (out_dir / MANIFEST).is_file():
+        manifest = load_manifest(out_dir)
+        if manifest["config"] != asdict(config):
+            raise BlackboxMIAError(f"{out_dir} holds a canary trained with another configuration: use --force to retrain")
+        return out_dir
+    return train_canary(config, out_dir, progress=progress)
+
+
+def _lr_factor(step: int, total: int, warmup: int, min_frac: float) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay from 1 to ``min_frac`` at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def training_windows(documents: list[list[int]], bos_id: int, block_size: int) -> list[list[int]]:
+    """Token windows of ``[bos] + doc`` for every tokenized document, cut as the local backend
+    cuts a scored text (:func:`~blackbox_mia.text.windows.sliding_windows`, context ``block_size``).
+
+    Returns lists of at most ``block_size`` token ids (at least 2).
+    """
+    from ..text.windows import sliding_windows
+
+    windows = []
+    for doc in documents:
+        seq = [bos_id] + list(doc)
+        if len(seq) >= 2:
+            windows.extend(seq[a:b] for a, b, _ in sliding_windows(len(seq), block_size))
+    return windows
+
+
+def _batches(windows: list[list[int]], batch_size: int, rng: random.Random) -> list[list[list[int]]]:
+    """Shuffle, group into batches of similar length (sorted within pools of 50 batches), shuffle batches."""
+    order = list(range(len(windows)))
+    rng.shuffle(order)
+    pool = 50 * batch_size
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: len(windows[i]))
+        batches.extend([windows[i] for i in chunk[j : j + batch_size]] for j in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def _pad(batch: list[list[int]]):
+    """Input ids (B, T) right-padded with 0, attention mask (B, T), targets (B, T-1) with -100 at padding."""
+    import torch
+
+    width = max(len(w) for w in batch)
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    targets = torch.full((len(batch), width - 1), -100, dtype=torch.long)
+    for i, w in enumerate(batch):
+        ids[i, : len(w)] = torch.as_tensor(w)
+        mask[i, : len(w)] = 1
+        targets[i, : len(w) - 1] = torch.as_tensor(w[1:])
+    return ids, mask, targets
+
+
+def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bool = True) -> Path:
+    """Train the canary model and save it as a Hugging Face directory plus ``manifest.json``.
+
+    Args:
+        config: the corpus and training configuration.
+        out_dir: target directory (default :func:`canary_dir`); an existing manifest there is
+            removed first, and the new one is written last (atomically), so a directory without
+            a manifest is recognisably incomplete.
+        progress: show a tqdm bar (batches).
+
+    Returns:
+        ``out_dir``, loadable with ``AutoModelForCausalLM.from_pretrained``; it also holds
+        ``canary_items.jsonl`` (id, text, label of members and non-members) for ``bbmia score``,
+        and ``manifest.json``: ``config``, ``member_ids``/``nonmember_ids`` (GSM8K test ids),
+        ``background_ids``, ``sources`` (sha256 of the GSM8K files), ``loss_per_epoch`` (per
+        epoch: ``mean`` over its steps and ``final`` = mean of its last 10% of steps, nats/token),
+        ``train_seconds`` (tokenizer + training, wall clock), ``n_corpus_tokens`` (with one BOS
+        per document), ``n_trained_tokens`` (scored targets over all epochs, window overlaps
+        included), ``versions``, ``complete``.
+
+    Raises:
+        BlackboxMIAError: an invalid configuration, or torch/transformers/tokenizers missing.
+    """
+    try:
+        import torch
+        import transformers
+        from tqdm.auto import tqdm
+
+        from .model import build_gpt2, save_model_dir, train_tokenizer
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise BlackboxMIAError("training the canary needs torch, transformers and tokenizers: pip install 'blackbox_mia[local]'") from exc
+
+    corpus = build_corpus(config)
+    out_dir = Path(out_dir) if out_dir is not None else canary_dir(config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+
+    start = time.perf_counter()
+    tokenizer = train_tokenizer(corpus.documents, config.vocab_size)
+    encoded = tokenizer(corpus.documents, add_special_tokens=False)["input_ids"]
+    windows = training_windows(encoded, tokenizer.bos_token_id, config.block_size)
+    model = build_gpt2(len(tokenizer), config.n_layer, config.n_embd, config.n_head, config.block_size, config.seed)
+    _disable_dropout(model)
+    rng = random.Random(config.seed)
+    torch.manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(windows) / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    warmup = max(1, int(config.warmup_frac * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: _lr_factor(step, total, warmup, config.min_lr_frac)
+    )
+    model.train()
+    loss_per_epoch, trained_tokens = [], 0
+    bar = tqdm(total=total, unit="batch", desc="canary", disable=not progress)
+    for epoch in range(config.epochs):
+        losses, tail = [], max(1, steps_per_epoch // 10)
+        for batch in _batches(windows, config.batch_size, rng):
+            ids, mask, targets = _pad(batch)
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+            trained_tokens += int((targets != -100).sum())
+            bar.update(1)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.3f}")
+        loss_per_epoch.append({"epoch": epoch + 1, "mean": sum(losses) / len(losses), "final": sum(losses[-tail:]) / tail})
+    bar.close()
+    model.eval()
+    train_seconds = time.perf_counter() - start
+
+    save_model_dir(out_dir, model, tokenizer)
+    write_items(out_dir / ITEMS_FILE, corpus.members + corpus.nonmembers)
+    manifest = {
+        "config": asdict(config),
+        "config_hash": config.short_hash(),
+        "recipe_version": RECIPE_VERSION,
+        "windowing": WINDOWING_NOTE,
+        "member_ids": [item.id for item in corpus.members],
+        "nonmember_ids": [item.id for item in corpus.nonmembers],
+        "background_ids": corpus.background_ids,
+        "dup": config.dup,
+        "seed": config.seed,
+        "sources": corpus.sources,
+        "n_documents": len(corpus.documents),
+        "n_corpus_tokens": sum(len(doc) + 1 for doc in encoded),
+        "n_windows": len(windows),
+        "n_trained_tokens": trained_tokens,
+        "n_steps": total,
+        "loss_per_epoch": loss_per_epoch,
+        "train_seconds": round(train_seconds, 2),
+        "torch_threads": torch.get_num_threads(),
+        "versions": {"blackbox_mia": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
+        "items_file": ITEMS_FILE,
+        "complete": True,
+    }
+    write_manifest(out_dir, manifest)
+    return out_dir
+
+
+def _disable_dropout(model) -> None:
+    """Set every dropout probability to 0 (in the modules and in the saved config)."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        setattr(model.config, name, 0.0)

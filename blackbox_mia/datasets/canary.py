@@ -1,0 +1,68 @@
+"""Canary dataset specs: the labelled members and non-members of a trained canary model.
+
+``canary`` names the default canary, ``canary_dir(CanaryConfig(), cache_dir)``: the directory
+``<cache root>/canary/<config hash>`` that ``bbmia canary train`` (and ``bbmia demo``) write,
+where the cache root is ``cache_dir``, else ``$BBMIA_CACHE_DIR``, else ``./cache``
+(:func:`blackbox_mia.config.cache_root`). ``canary:PATH`` names the model directory PATH as
+given (``~`` expanded; a relative PATH is relative to the working directory, not the cache).
+
+This is the only place that resolves canary specs; :func:`blackbox_mia.datasets.load_items`
+dispatches here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..types import BlackboxMIAError
+from .items import Dataset, file_sha256
+
+CANARY = "canary"
+
+
+def is_canary_spec(spec: str) -> bool:
+    """True for ``canary`` and ``canary:PATH``."""
+    return spec == CANARY or spec.startswith(CANARY + ":")
+
+
+def canary_spec_path(spec: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The model directory a canary spec names (see the module docstring; not created).
+
+    Raises:
+        BlackboxMIAError: ``spec`` is not a canary spec, or ``canary:`` without a path.
+    """
+    from ..canary import (  # the canary imports the datasets: resolve lazily
+        CanaryConfig,
+        canary_dir,
+    )
+
+    if spec == CANARY:
+        return canary_dir(CanaryConfig(), cache_dir)
+    if not is_canary_spec(spec) or not spec[len(CANARY) + 1 :]:
+        raise BlackboxMIAError(f"not a canary spec: {spec!r} (expected {CANARY} or {CANARY}:PATH)")
+    return Path(spec[len(CANARY) + 1 :]).expanduser()
+
+
+def load_canary_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
+    """The members (label 1) then non-members (label 0) of a trained canary, as a :class:`Dataset`.
+
+    ``name`` is ``canary:<model dir>``, ``source`` the manifest and ``sha256`` the manifest's
+    (it fixes the membership split).
+
+    Args:
+        spec: ``canary`` or ``canary:PATH``.
+        cache_dir: the cache root override for ``canary`` (see the module docstring).
+
+    Raises:
+        BlackboxMIAError: no complete canary there (train it with ``bbmia canary train``), or
+            the shipped GSM8K test file differs from the one it was trained on.
+    """
+    from ..canary import MANIFEST, canary_items
+
+    path = canary_spec_path(spec, cache_dir)
+    if not (path / MANIFEST).is_file():
+        hint = "bbmia canary train" if spec == CANARY else f"bbmia canary train --out {path}"
+        raise BlackboxMIAError(f"no trained canary at {path} (no {MANIFEST}); train one with: {hint}")
+    items = canary_items(path)
+    return Dataset(f"{CANARY}:{path}", items, str(path / MANIFEST), file_sha256(path / MANIFEST))

@@ -1,0 +1,156 @@
+"""Datasets: the shipped benchmarks and user JSONL files, as lists of :class:`Item`.
+
+A dataset *spec* is one of the shipped names below, ``canary`` / ``canary:PATH`` (a trained
+canary's members and non-members, :mod:`blackbox_mia.datasets.canary`), or a path to a JSONL
+file. :func:`load_items` takes every spec; :func:`load_dataset` every spec but the canary ones.
+
+* ``gsm8k`` (= ``gsm8k:test``), ``gsm8k:train``: ``gsm8k/{test,train}.jsonl``, 1,319 / 7,473
+  problems, ids ``gsm8k-test-{i}`` / ``gsm8k-train-{i}``.
+* ``aqua`` (= ``aqua:test``), ``aqua:dev``: ``aqua/{test,dev}.json`` (JSON Lines), 254 / 254
+  problems, ids ``aqua-test-{i}`` / ``aqua-dev-{i}``.
+* ``wikimia64``: ``wikimia/WikiMIA_length64.jsonl``, 542 rows (284 members), ids
+  ``wikimia64-{hf_index}``; ``wikimia128``: ``wikimia/WikiMIA_length128_subset200.jsonl`` and
+  ``wikimia24``: ``wikimia/WikiMIA24_length128_subset200.jsonl``, 200 rows each, ids
+  ``wikimia128-{hf_index}`` / ``wikimia24-{hf_index}``.
+* ``ja-debian-docs``: ``ja_debian_docs/paragraphs.jsonl``, 1,807 Japanese paragraphs from
+  Debian's Japanese documentation (GPL-2), ids ``ja-{nnnn}`` as in the file; unlabelled. Text
+  without spaces between words, for the Japanese and multi-byte paths.
+
+``{i}`` is the 0-based record index in the file. Text formats (see
+:func:`~blackbox_mia.datasets.formats.gsm8k_text`, :func:`~blackbox_mia.datasets.formats.aqua_text`):
+
+* GSM8K: ``"Question: {question}\\nAnswer: {answer}"``, the answer verbatim (with its
+  ``<<calc>>`` annotations and the final ``#### N``); ``meta`` = ``{question, answer}``.
+* AQuA: ``"Question: {question}\\nOptions: {' '.join(options)}\\nRationale: {rationale}\\nAnswer:
+  {correct}"``; ``meta`` = ``{question, options, rationale, correct}``.
+* WikiMIA: the ``input`` field; ``label`` 1 = member (pre-2017 Wikipedia), 0 = non-member;
+  the other fields (``hf_index``, ``md5``...) go to ``meta``.
+* A user JSONL file: one object per line with ``text`` (or ``input``), optional ``label``
+  (0/1, or null) and optional ``id`` (default ``{file stem}-{i}``); other fields go to
+  ``meta``. Blank lines are skipped.
+
+Sources and licences of the shipped files: ``blackbox_mia/data/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..types import BlackboxMIAError
+from .canary import is_canary_spec, load_canary_dataset
+from .formats import ItemMaker, aqua_item, gsm8k_item, user_item, wikimia_item
+from .items import Dataset, Item, file_sha256
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+# spec -> (canonical name, file under DATA_DIR, item builder)
+NAMED: dict[str, tuple[str, str, ItemMaker]] = {
+    "gsm8k": ("gsm8k:test", "gsm8k/test.jsonl", gsm8k_item("test")),
+    "gsm8k:test": ("gsm8k:test", "gsm8k/test.jsonl", gsm8k_item("test")),
+    "gsm8k:train": ("gsm8k:train", "gsm8k/train.jsonl", gsm8k_item("train")),
+    "aqua": ("aqua:test", "aqua/test.json", aqua_item("test")),
+    "aqua:test": ("aqua:test", "aqua/test.json", aqua_item("test")),
+    "aqua:dev": ("aqua:dev", "aqua/dev.json", aqua_item("dev")),
+    "wikimia64": ("wikimia64", "wikimia/WikiMIA_length64.jsonl", wikimia_item("wikimia64")),
+    "wikimia128": ("wikimia128", "wikimia/WikiMIA_length128_subset200.jsonl", wikimia_item("wikimia128")),
+    "wikimia24": ("wikimia24", "wikimia/WikiMIA24_length128_subset200.jsonl", wikimia_item("wikimia24")),
+    "ja-debian-docs": ("ja-debian-docs", "ja_debian_docs/paragraphs.jsonl", user_item("ja")),
+}
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a JSON Lines file (numbers from 1).
+
+    Raises:
+        BlackboxMIAError: the file is missing/unreadable, or a line is not a JSON object.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BlackboxMIAError(
+            f"dataset file not found: {path} (named datasets: {', '.join(NAMED)}; anything else is a JSONL path)"
+        )
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BlackboxMIAError(f"{path}:{number}: malformed JSON ({exc.msg})") from exc
+                if not isinstance(obj, dict):
+                    raise BlackboxMIAError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
+                yield number, obj
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BlackboxMIAError(f"cannot read {path}: {exc}") from exc
+
+
+def shipped_path(spec: str) -> Path:
+    """Path of a named dataset's file; raises :class:`BlackboxMIAError` for an unknown name."""
+    if spec not in NAMED:
+        raise BlackboxMIAError(f"unknown dataset {spec!r}; named datasets: {', '.join(NAMED)}")
+    return DATA_DIR / NAMED[spec][1]
+
+
+def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
+    """Load any dataset spec: a named dataset, ``canary`` / ``canary:PATH``, or a JSONL file.
+
+    Args:
+        spec: ``gsm8k``, ``gsm8k:train``, ``gsm8k:test``, ``aqua``, ``aqua:dev``, ``aqua:test``,
+            ``wikimia64``, ``wikimia128``, ``wikimia24``, ``ja-debian-docs``, ``canary``,
+            ``canary:PATH`` (:func:`~blackbox_mia.datasets.canary.load_canary_dataset`), or a
+            path to a JSONL file.
+        cache_dir: cache root override, used only by ``canary`` (the default canary lives in
+            ``<cache root>/canary/<config hash>``); None = ``$BBMIA_CACHE_DIR``, else ``./cache``.
+
+    Returns:
+        A :class:`Dataset` whose ``sha256`` is that of the source file's bytes.
+
+    Raises:
+        BlackboxMIAError: missing file, malformed JSON line, a line without a text field, an
+            empty text, a label outside {0, 1}, a duplicate id, or no item at all; the message
+            names the file and the line number. For a canary spec: no trained canary there.
+    """
+    if is_canary_spec(spec):
+        return load_canary_dataset(spec, cache_dir)
+    if spec in NAMED:
+        name, relative, make = NAMED[spec]
+        path = DATA_DIR / relative
+    else:
+        path = Path(spec).expanduser()
+        name, make = spec, user_item(path.stem)
+    items: list[Item] = []
+    seen: dict[str, int] = {}
+    for number, obj in read_jsonl(path):
+        where = f"{path}:{number}"
+        item = make(len(items), obj, where)
+        if item.id in seen:
+            raise BlackboxMIAError(f"{where}: duplicate id {item.id!r} (first on line {seen[item.id]})")
+        seen[item.id] = number
+        items.append(item)
+    if not items:
+        raise BlackboxMIAError(f"{path}: empty dataset (no non-blank line)")
+    return Dataset(name=name, items=items, source=str(path), sha256=file_sha256(path))
+
+
+def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None) -> tuple[list[Item], dict]:
+    """Items of any dataset spec (the first ``limit``), and the dataset's metadata for the config.
+
+    Args:
+        spec: a shipped name, ``canary`` / ``canary:PATH``, or a JSONL path (module docstring).
+        limit: keep only the first ``limit`` items (None = all).
+        cache_dir: cache root override for ``canary`` (see :func:`load_dataset`).
+
+    Returns:
+        ``(items, {"name", "source", "sha256"})``.
+
+    Raises:
+        BlackboxMIAError: an unreadable dataset, no trained canary there, or ``limit`` < 1.
+    """
+    from ..runner import limit_items  # the runner imports the datasets
+
+    dataset = load_dataset(spec, cache_dir)
+    return limit_items(dataset.items, limit), dataset.metadata()
