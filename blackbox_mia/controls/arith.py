@@ -58,6 +58,7 @@ _OPS: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
 
 
 def _evaluate(node: ast.AST, source: str) -> Fraction:
+    """Exact value of one parsed node (recursively); ``source`` is named in errors."""
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         left, right = _evaluate(node.left, source), _evaluate(node.right, source)
         if isinstance(node.op, ast.Div) and right == 0:

@@ -132,6 +132,7 @@ class ValueMap:
         self.new: dict[Fraction, set[Fraction]] = {}
 
     def add(self, old: Fraction, new: Fraction) -> None:
+        """Record ``old`` → ``new`` (an old value may collect several new ones: a conflict)."""
         self.new.setdefault(old, set()).add(new)
 
     def lookup(self, old: Fraction) -> Fraction:

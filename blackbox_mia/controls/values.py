@@ -48,6 +48,7 @@ def parse_question(question: str) -> Question:
 
 
 def _offset_bound(m: int, config: ControlConfig) -> int:
+    """Largest |offset| for a significant part ``m``: ⌈rel_offset·m⌉ clipped to [min_offset, max_offset]."""
     return max(config.min_offset, min(config.max_offset, math.ceil(config.rel_offset * m)))
 
 

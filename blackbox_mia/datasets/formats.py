@@ -27,6 +27,7 @@ def aqua_text(question: str, options: list[str], rationale: str, correct: str) -
 
 
 def _parse_label(value, where: str) -> int | None:
+    """0, 1 or None from a record's label (0.0, 1.0 and booleans accepted); raises at ``where`` otherwise."""
     if value is None:
         return None
     if isinstance(value, (bool, int, float)) and value in (0, 1):
@@ -35,6 +36,7 @@ def _parse_label(value, where: str) -> int | None:
 
 
 def _check_text(text, where: str) -> str:
+    """``text`` if it is a non-blank string; raises at ``where`` otherwise."""
     if not isinstance(text, str):
         raise BlackboxMIAError(f"{where}: text must be a string, got {type(text).__name__}")
     if not text.strip():
@@ -43,6 +45,7 @@ def _check_text(text, where: str) -> str:
 
 
 def _field(obj: dict, key: str, where: str):
+    """``obj[key]``; raises at ``where`` when the field is missing."""
     if key not in obj:
         raise BlackboxMIAError(f"{where}: missing field {key!r}")
     return obj[key]
