@@ -43,8 +43,9 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Generation:
-    """What one request generated: every step (the stop token included), the text (without the
+class Continuation:
+    """What one request generated (the server's view; :class:`blackbox_mia.types.Generation` is
+    what a backend returns): every step (the stop token included), the text (without the
     EOS token, cut before a stop sequence) and OpenAI's ``finish_reason`` (``"stop"`` after EOS or
     a stop sequence, else ``"length"``)."""
 
@@ -67,7 +68,10 @@ def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Genera
     """Pick the next token from raw log-probs ``row`` (V,) and the values reported for it.
 
     The sampling distribution is log_softmax(row + bias) (row differs from the logits by a
-    constant). Reported values use ``row`` in raw mode, log_softmax(row + bias) in processed mode.
+    constant). Temperature 0: its argmax (greedy). Temperature T > 0: inverse CDF of
+    softmax((row + bias) / T) at one uniform draw ``rng.random()`` per step, so a seeded ``rng``
+    shared by the steps of a request makes the whole generation reproducible. Reported values
+    (nats) use ``row`` in raw mode, log_softmax(row + bias) in processed mode (``mode``).
     """
     biased = row.astype(np.float64)
     if sampling.bias:
@@ -85,7 +89,6 @@ def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Genera
         reported = biased - (biased.max() + np.log(np.exp(biased - biased.max()).sum()))
     top = top_n(reported, sampling.top_n or 0)
     return Step(token, float(reported[token]), tuple(top))
-
 
 
 def finite(value: float) -> float:

@@ -60,7 +60,7 @@ from .listen import listen
 from .names import TokenNames
 from .params import bool_field, chat_prompt, int_field, parse_sampling
 from .render import chat_entry, envelope, legacy_logprobs
-from .sampling import Generation, Sampling, choose
+from .sampling import Continuation, Sampling, choose
 
 LOG = logging.getLogger(__name__)
 TOKENIZE_WORKERS = 2  # threads of the tokenization pool (separate from the single model thread)
@@ -257,7 +257,7 @@ class ValidationServer:
                 return value
         return max(lo, min(DEFAULT_MAX_TOKENS, self.backend.context - n_prompt))
 
-    async def _generate(self, prompt: Sequence[int], sampling: Sampling) -> Generation:
+    async def _generate(self, prompt: Sequence[int], sampling: Sampling) -> Continuation:
         """Sample up to ``max_tokens`` tokens, bias applied at every step; stop after EOS or once
         the text contains a stop sequence."""
         rng = np.random.default_rng(sampling.seed)
@@ -271,13 +271,13 @@ class ValidationServer:
             steps.append(step)
             ids.append(step.token)
             if step.token == eos:  # listed in logprobs, not part of the text
-                return Generation(steps, text + decoder.decode(b"", final=True), "stop")
+                return Continuation(steps, text + decoder.decode(b"", final=True), "stop")
             start = max(0, len(text) - longest)
             text += decoder.decode(self._names(step.token)[1])
             hits = [i for i in (text.find(s, start) for s in sampling.stop) if i >= 0]
             if hits:
-                return Generation(steps, text[: min(hits)], "stop")
-        return Generation(steps, text + decoder.decode(b"", final=True), "length")
+                return Continuation(steps, text[: min(hits)], "stop")
+        return Continuation(steps, text + decoder.decode(b"", final=True), "length")
 
     async def _respond(self, build: Callable[[], dict], size: int) -> web.Response:
         """A JSON response from ``build()``, built and serialised off the loop when ``size`` (tokens
