@@ -15,15 +15,15 @@ import pytest
 from aiohttp import web
 
 import blackbox_mia.backends.api.client as client_module
-from blackbox_mia.backends.api.client import (
+from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.dialect import check_logit_bias
+from blackbox_mia.backends.api.faults import (
     FAULTS,
-    ApiClient,
-    ApiConfig,
+    MAX_RETRY_AFTER_S,
     ApiError,
-    RateLimiter,
-    check_logit_bias,
     retry_after_s,
 )
+from blackbox_mia.backends.api.usage import RateLimiter
 from blackbox_mia.cache import ResponseCache, request_key
 from blackbox_mia.types import BlackboxMIAError
 
@@ -120,7 +120,7 @@ def chat_answer(body: dict) -> dict:
     logprobs = None
     if body.get("logprobs"):
         top = [(" A", -0.25), (" B", -1.75), ("é", -3.0)][: body.get("top_logprobs", 0)]
-        item = lambda t, lp: {"token": t, "logprob": lp, "bytes": list(t.encode())}  # noqa: E731
+        item = lambda t, lp: {"token": t, "logprob": lp, "bytes": list(t.encode())}
         logprobs = {"content": [{**item(t, lp), "top_logprobs": [item(*x) for x in top]} for t, lp in steps]}
     return {
         "id": "chatcmpl-1", "object": "chat.completion", "model": MODEL,
@@ -707,7 +707,7 @@ def test_retry_after_header_forms():
     assert retry_after_s(error({"retry-after-ms": "1500", "retry-after": "9"})) == 1.5
     assert 28.0 <= retry_after_s(error({"retry-after": formatdate(time.time() + 30, usegmt=True)})) <= 30.5
     assert retry_after_s(error({"retry-after": formatdate(time.time() - 30, usegmt=True)})) == 0.0
-    assert retry_after_s(error({"retry-after": "1e9"})) == client_module.MAX_RETRY_AFTER_S
+    assert retry_after_s(error({"retry-after": "1e9"})) == MAX_RETRY_AFTER_S
     assert retry_after_s(error({"retry-after": "soon"})) is None
     assert retry_after_s(error({})) is None
     assert retry_after_s(ValueError()) is None

@@ -162,8 +162,10 @@ def test_transient_failure_during_the_probe_saves_no_capability(local, peaked_mo
 
     with serve_in_background(ServerConfig(str(peaked_model_dir)), backend=local) as upstream:
         with proxy_in_background(FaultConfig(upstream, rate=1.0, classes=("503",))) as proxy:
+            faulty = backend_for(proxy.base_url, peaked_model_dir, tmp_path)  # sends nothing yet
             with pytest.raises(BlackboxMIAError, match="nothing saved.*transient"):
-                backend_for(proxy.base_url, peaked_model_dir, tmp_path)
+                faulty.probe()
+            faulty.close()
         assert not list((tmp_path / "capabilities").glob("*.json"))
         backend = backend_for(upstream, peaked_model_dir, tmp_path)
         assert backend.capabilities.token_id_prompts and backend.capabilities.evidence["token_id_prompts"]["requests"] == 1

@@ -107,21 +107,26 @@ def test_second_run_makes_zero_requests(server, peaked_model_dir, texts, tmp_pat
         np.testing.assert_array_equal(a.logprobs, b.logprobs)
 
 
+def first_use_fails(backend, match):
+    """The backend sends nothing when built; its first use (the probe) raises ``match``."""
+    try:
+        with pytest.raises(BlackboxMIAError, match=match):
+            backend.logprobs(["Natalia sold clips"])
+    finally:
+        backend.close()
+
+
 def test_no_logprobs_endpoint_is_refused(local, peaked_model_dir, tmp_path):
     with serve_in_background(ServerConfig(str(peaked_model_dir), logprobs=False), backend=local) as url:
-        with pytest.raises(BlackboxMIAError, match="absolute log-probs cannot be recovered"):
-            make_backend(url, peaked_model_dir, tmp_path)
+        first_use_fails(make_backend(url, peaked_model_dir, tmp_path), "absolute log-probs cannot be recovered")
 
 
 def test_bad_endpoints_give_clear_errors(local, peaked_model_dir, tmp_path):
-    with pytest.raises(BlackboxMIAError, match="cannot reach"):
-        make_backend("http://127.0.0.1:9/v1", peaked_model_dir, tmp_path)
+    first_use_fails(make_backend("http://127.0.0.1:9/v1", peaked_model_dir, tmp_path), "cannot reach")
     with serve_in_background(ServerConfig(str(peaked_model_dir), api_key="right-key"), backend=local) as url:
-        with pytest.raises(BlackboxMIAError, match="refused"):
-            make_backend(url, peaked_model_dir, tmp_path, api_key="wrong-key")
+        first_use_fails(make_backend(url, peaked_model_dir, tmp_path, api_key="wrong-key"), "refused")
         config = ApiConfig(base_url=url, model="no-such-model", api_key="right-key", max_retries=0)
-        with pytest.raises(BlackboxMIAError, match="unknown model"):
-            ApiBackend(config, tokenizer=str(peaked_model_dir), cache_dir=tmp_path)
+        first_use_fails(ApiBackend(config, tokenizer=str(peaked_model_dir), cache_dir=tmp_path), "unknown model")
 
 
 # -- a synthetic endpoint: exact logits, optional serving noise ---------------------------------

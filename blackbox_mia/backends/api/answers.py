@@ -1,10 +1,10 @@
 """What a valid answer of an OpenAI-compatible endpoint is, and its normalised form.
 
-One validation step for every answer, fresh or read back from the cache (:func:`read_answer`):
-the shape and types the result needs, every field the request asked for (log-probs, ``top``
-alternatives), every number finite (NaN or an infinity anywhere fails), and lengths that agree
-with each other, with ``max_tokens`` and, with echo, with the prompt. A failure is a
-:class:`Malformed` naming the first field that fails.
+One validation step for every answer, fresh or read back from the cache (:func:`read_completion`,
+:func:`read_chat`): the shape and types the result needs, every field the request asked for
+(log-probs, ``top`` alternatives), every number finite (NaN or an infinity anywhere fails), and
+lengths that agree with each other, with ``max_tokens`` and, with echo, with the prompt. A
+failure is a :class:`Malformed` naming the first field that fails.
 """
 
 from __future__ import annotations
@@ -65,29 +65,12 @@ def decode_answer(content: bytes) -> dict:
     return _typed(raw, dict, "the body", "a JSON object")
 
 
-def read_answer(kind: str, raw: dict, payload: dict) -> dict:
-    """Validate a decoded answer (fresh or cached) against its request and normalise it.
-
-    The one validation step for every answer: the shape and types the result needs, every field
-    the request asked for (log-probs, ``top`` alternatives), every number finite (NaN or an
-    infinity anywhere in the body fails), and lengths that agree with each other, with
-    ``max_tokens`` and, with echo, with the prompt.
-
-    Args:
-        kind: ``"completions"`` or ``"chat"``.
-        raw: the answer's JSON object.
-        payload: the request body (without ``model``).
-
-    Returns:
-        The dict :meth:`ApiClient.complete` returns, without ``cached``.
-
-    Raises:
-        Malformed: naming the first field that fails.
-    """
+def _valid_body(raw: object) -> dict:
+    """``raw`` when it is a JSON object with every number finite; ``Malformed`` otherwise."""
     where = _nonfinite(_typed(raw, dict, "the body", "a JSON object"))
     if where is not None:
         raise Malformed(where.lstrip("."), "is not a finite number (NaN or infinity)")
-    return _read_completion(raw, payload) if kind == "completions" else _read_chat(raw, payload)
+    return raw
 
 
 def _nonfinite(value: object) -> str | None:
@@ -220,8 +203,17 @@ def _legacy_entries(logprobs: object, payload: dict, usage: dict) -> tuple[list[
     return entries, offsets, n_prompt
 
 
-def _read_completion(raw: dict, payload: dict) -> dict:
-    choice = _first_choice(raw)
+def read_completion(raw: dict, payload: dict) -> dict:
+    """Validate a decoded ``/v1/completions`` answer (fresh or cached) against its request body
+    ``payload`` (without ``model``) and normalise it (see the module docstring).
+
+    Returns:
+        The dict :meth:`ApiClient.complete` returns, without ``cached``.
+
+    Raises:
+        Malformed: naming the first field that fails.
+    """
+    choice = _first_choice(_valid_body(raw))
     text = _optional(choice.get("text"), str, "choices[0].text", "a string") or ""
     usage = _usage(raw)
     prompt, echo = payload["prompt"], bool(payload.get("echo"))
@@ -238,8 +230,14 @@ def _read_completion(raw: dict, payload: dict) -> dict:
             "finish_reason": _finish(choice), "usage": usage}
 
 
-def _read_chat(raw: dict, payload: dict) -> dict:
-    choice = _first_choice(raw)
+def read_chat(raw: dict, payload: dict) -> dict:
+    """Validate a decoded ``/v1/chat/completions`` answer (fresh or cached) against its request
+    body ``payload`` (without ``model``) and normalise it, as :func:`read_completion`.
+
+    Raises:
+        Malformed: naming the first field that fails.
+    """
+    choice = _first_choice(_valid_body(raw))
     message = _required(choice.get("message"), dict, "choices[0].message", "an object")
     text = _optional(message.get("content"), str, "choices[0].message.content", "a string") or ""
     tokens = []

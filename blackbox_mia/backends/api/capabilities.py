@@ -1,6 +1,6 @@
 """What an (endpoint, model) pair can tell us: the capability record, its evidence, and its cache.
 
-The record is written by the probe (:mod:`blackbox_mia.probe`) once per (base URL, model,
+The record is written by the probe (:mod:`.probe`) once per (base URL, model,
 endpoint kind) and read back by every later run. Only evidence becomes a capability: each flag
 comes with the requests and measured disagreement behind it (``evidence``), and each strategy
 that is off with the reason (``reasons``).
@@ -16,9 +16,8 @@ from pathlib import Path
 from ...io import read_json_object, write_json_atomic
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 2  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 3  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
-CHAT_CONDITION = "chat-template"
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
 
@@ -31,7 +30,8 @@ class Capabilities:
         top_n: top log-probs per position the endpoint returns (0: none).
         token_id_prompts: prompts may be lists of token ids.
         echo: echo + logprobs returns prompt log-probs that agree with per-prefix values.
-        bias_forces: a +100 logit_bias forces the token at temperature 0.
+        bias_forces: a logit_bias at the cap (``TrackerConfig.max_bias``) forces the token at
+            temperature 0.
         reported: ``"pre-bias"``, ``"post-bias"`` or ``"unknown"``: whether returned log-probs
             ignore ``logit_bias``.
         forced_readout: the forced token's own reported log-prob is its unbiased one.
@@ -111,9 +111,12 @@ class Capabilities:
         return cls(**values)
 
 
-def capabilities_path(cache_dir: Path, base_url: str, model: str, endpoint: str) -> Path:
-    """Where the probe result of one (base URL, model, endpoint) is cached (JSON)."""
-    key = json.dumps([base_url.rstrip("/"), model, endpoint, PROBE_VERSION])
+def capabilities_path(
+    cache_dir: Path, base_url: str, model: str, endpoint: str, epsilon: float, max_bias: float
+) -> Path:
+    """Where the probe result of one (base URL, model, endpoint kind) is cached (JSON), for the
+    bisection width ``epsilon`` and the bias cap ``max_bias`` (nats) the probe validated with."""
+    key = json.dumps([base_url.rstrip("/"), model, endpoint, epsilon, max_bias, PROBE_VERSION])
     return Path(cache_dir) / "capabilities" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError
 from .client import ApiClient
-
-ENDPOINT_KINDS = ("completions", "chat")
+from .dialect import dialect_named
 
 Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)
 
@@ -90,20 +89,29 @@ class Endpoint:
     Args:
         client: the async API client (cache, retries, limits, usage).
         codec: the target model's tokenizer.
-        kind: ``"completions"`` or ``"chat"``.
-        token_id_prompts: send prompts as id lists (completions only); otherwise as text.
+        kind: ``"completions"`` or ``"chat"``: picks the :class:`~.dialect.Dialect`.
+        token_id_prompts: send prompts as id lists (where the dialect can); otherwise as text.
+
+    Attributes:
+        client, codec: as given.
+        dialect: the endpoint kind's dialect.
+        token_id_prompts: whether prompts go as id lists (the probe sets it to what the server
+            accepts).
 
     Raises:
         BlackboxMIAError: an unknown ``kind``.
     """
 
     def __init__(self, client: ApiClient, codec: TokenCodec, kind: str, token_id_prompts: bool):
-        if kind not in ENDPOINT_KINDS:
-            raise BlackboxMIAError(f"unknown endpoint kind {kind!r}: {' or '.join(ENDPOINT_KINDS)}")
+        self.dialect = dialect_named(kind)
         self.client = client
         self.codec = codec
-        self.kind = kind
-        self.token_id_prompts = token_id_prompts and kind == "completions"
+        self.token_id_prompts = token_id_prompts and self.dialect.token_id_prompts
+
+    @property
+    def kind(self) -> str:
+        """The endpoint kind: ``"completions"`` or ``"chat"``."""
+        return self.dialect.name
 
     def sendable(self, prefix: Sequence[int]) -> bool:
         """Whether ``prefix`` reaches the model as exactly these tokens: always with token-id
@@ -142,11 +150,9 @@ class Endpoint:
         Raises:
             ApiError: the request failed or the answer stayed invalid (see the client).
         """
-        prompt = self._prompt(prefix)
-        if self.kind == "completions":
-            result = await self.client.complete(prompt, max_tokens=1, temperature=0.0, logprobs=top_n, logit_bias=bias)
-        else:
-            result = await self.client.chat(prompt, max_tokens=1, temperature=0.0, top_logprobs=top_n, logit_bias=bias)
+        result = await self.client.request(
+            self.dialect, self._prompt(prefix), max_tokens=1, temperature=0.0, top_n=top_n, bias=bias
+        )
         first = result["tokens"][0]
         sampled, value = self.candidates(first), float(first["logprob"])
         top = tuple(Listed(self.candidates(e), float(e["logprob"])) for e in first.get("top") or [])
@@ -185,14 +191,10 @@ class Endpoint:
         Raises:
             ApiError: invalid arguments, or the request failed or stayed invalid (see the client).
         """
-        text = self._prompt(with_bos(self.codec, prompt, self.token_id_prompts))
-        extra = None if seed is None else {"seed": seed}
-        if self.kind == "completions":
-            return await self.client.complete(
-                text, max_tokens=max_new_tokens, temperature=temperature, logprobs=top_n, extra=extra
-            )
-        return await self.client.chat(
-            text, max_tokens=max_new_tokens, temperature=temperature, top_logprobs=top_n, extra=extra
+        return await self.client.request(
+            self.dialect, self._prompt(with_bos(self.codec, prompt, self.token_id_prompts)),
+            max_tokens=max_new_tokens, temperature=temperature, top_n=top_n,
+            extra=None if seed is None else {"seed": seed},
         )
 
     async def prompt_logprobs(self, ids: Sequence[int], top_n: int = 1) -> tuple[list[float | None], NextToken]:
@@ -202,11 +204,12 @@ class Endpoint:
         ``max_tokens = 1``, never 0: some servers read 0 as "unlimited".
 
         Raises:
-            ApiError: the request failed or the answer stayed invalid.
+            ApiError: the dialect has no echo (final), the request failed or the answer stayed
+                invalid.
             BlackboxMIAError: the echoed prompt does not have one entry per prompt token.
         """
-        result = await self.client.complete(
-            self._prompt(ids), max_tokens=1, temperature=0.0, logprobs=top_n, echo=True
+        result = await self.client.request(
+            self.dialect, self._prompt(ids), max_tokens=1, temperature=0.0, top_n=top_n, echo=True
         )
         echoed = result.get("prompt_tokens")
         if not echoed or len(echoed) != len(ids):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from ...types import BlackboxMIAError
 from .capabilities import (
-    CHAT_CONDITION,
     MIN_TOLERANCE_NATS,
     Capabilities,
     capabilities_path,
@@ -29,7 +28,8 @@ from .capabilities import (
 )
 from .client import ApiError
 from .endpoint import Endpoint, NextToken, surely
-from .tracker import Tracker, TrackerConfig
+from .strategies import Position, Prompt, strategy_set
+from .tracker import TrackerConfig
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
 AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)
@@ -43,13 +43,15 @@ async def load_or_probe(
 ) -> Capabilities:
     """The cached probe result for this endpoint, probing (and saving it atomically) when missing.
 
+    The record is kept per (base URL, model, endpoint kind, ε, bias cap): the probe validates
+    the strategies with ``config``'s ε and bias cap, so other values are probed again.
     ``endpoint.token_id_prompts`` is set from the result either way.
 
     Raises:
         BlackboxMIAError: a corrupt record, or the probe failed (nothing is saved then).
     """
     client = endpoint.client.config
-    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.kind)
+    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.kind, config.epsilon, config.max_bias)
     caps = None if refresh else load_capabilities(path)
     if caps is None:
         caps = await probe(endpoint, config)
@@ -88,7 +90,7 @@ class _Probe:
         return usage.requests + usage.cache_hits
 
     def caps(self, **values) -> Capabilities:
-        condition = CHAT_CONDITION if self.endpoint.kind == "chat" else None
+        condition = self.endpoint.dialect.condition
         base = Capabilities(self.endpoint.kind, 0, False, False, False, "unknown", False, False, False)
         return replace(base, condition=condition, notes=self.notes, reasons=self.reasons,
                        evidence=self.evidence, **values)
@@ -109,18 +111,13 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
             checks above failed for good.
     """
     p = _Probe(endpoint, config)
-    codec, kind = endpoint.codec, endpoint.kind
-    if kind == "chat":
-        p.notes.append(
-            "chat endpoint: the server wraps every prefix in its chat template, so values are log-probs "
-            "conditional on that template, not the text's own log-probs"
-        )
-        p.reasons["prompt"] = "echo (prompt log-probs) exists only on /v1/completions"
-        p.reasons["token_id_prompts"] = "chat messages are text"
+    codec, dialect = endpoint.codec, endpoint.dialect
+    p.notes.extend(dialect.notes)
+    p.reasons.update(dialect.reasons)
     ids = codec.encode(PROBE_TEXT)
     bos = [codec.bos_id] if codec.bos_id is not None else []
 
-    token_ids = kind == "completions" and endpoint.token_id_prompts
+    token_ids = endpoint.token_id_prompts  # False where the dialect cannot send ids
     if token_ids:
         before = p.spent()
         _, error = await _attempt(endpoint.next_token(bos + ids[:3], 1))
@@ -159,14 +156,14 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     checks = _known_targets(path)
     tolerance = await _measure_tolerance(p, path, top_n)
     agree = max(AGREE_NATS, tolerance)
-    echo = kind == "completions" and await _check_echo(p, path, top_n, agree)
+    echo = dialect.echo and await _check_echo(p, path, top_n, agree)
 
     forces, reported = False, "unknown"
     non_argmax = [c for c in checks if not surely(c[3].sampled, c[1])]
     if not non_argmax:
         p.reasons["bias"] = "no listed non-argmax token on the probe path: logit_bias semantics untested"
     else:
-        prefix, target, lp, unbiased = non_argmax[0]
+        prefix, target, lp, _ = non_argmax[0]
         before = p.spent()
         biased = await endpoint.next_token(prefix, top_n, {target: config.max_bias})
         forces = surely(biased.sampled, target)
@@ -178,12 +175,12 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
         elif value is not None and value > -0.01:
             reported = "post-bias"
         p.evidence["bias"] = {"requests": p.spent() - before, "target_logprob": lp, "reported_biased": value,
-                              "forced": forces}
+                              "forced": forces, "max_bias": config.max_bias}
         if not forces:
             p.reasons["bias"] = f"a +{config.max_bias:g} logit_bias did not force the token at temperature 0"
 
-    base = dict(top_n=top_n, token_id_prompts=token_ids, echo=echo, bias_forces=forces, reported=reported,
-                tolerance=tolerance)
+    base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
+            "reported": reported, "tolerance": tolerance}
     enabled = {}
     for strategy, prerequisite in (
         ("forced", None if forces and reported == "pre-bias" else
@@ -263,17 +260,17 @@ async def _check_echo(p: _Probe, path, top_n: int, agree: float) -> bool:
         p.reasons["prompt"] = "the probe prompt does not round-trip as text"
         return False
     before = p.spent()
-    result, error = await _attempt(p.endpoint.prompt_logprobs(full, top_n))
+    result, error = await _attempt(Prompt(p.endpoint, top_n).resolve(full))
     if error is not None:
         p.reasons["prompt"] = f"echo unavailable: {error}"
         return False
-    echoed, _ = result
+    echoed, _ = result  # echoed[k] is the target full[k + 1]
     worst, compared = 0.0, 0
     for prefix, answer in path:
         if len(prefix) < len(full):
             known = answer.find(full[len(prefix)])
             if known is not None:
-                worst, compared = max(worst, abs(echoed[len(prefix)] - known)), compared + 1
+                worst, compared = max(worst, abs(echoed[len(prefix) - 1].value - known)), compared + 1
     p.evidence["echo"] = {"requests": p.spent() - before, "positions": compared, "max_abs_diff": worst}
     if compared == 0 or worst > agree:
         p.reasons["prompt"] = f"echo log-probs disagree with per-prefix top-n values by {worst:.3g} nats ({compared} positions)"
@@ -282,22 +279,25 @@ async def _check_echo(p: _Probe, path, top_n: int, agree: float) -> bool:
 
 
 async def _trial(p: _Probe, strategy: str, checks, base: dict, agree: float) -> bool:
-    """Run the tracker's ``strategy`` on known positions; whether it reproduced every value."""
+    """Run the tracker's ``strategy`` object (:mod:`.strategies`, with the tracker's ε, bias cap
+    and re-checks) on known positions; whether it reproduced every value (to ε + the agreement
+    tolerance for ``bisect``)."""
     if not checks:
         p.reasons[strategy] = "no known non-argmax log-prob on the probe path to test it on"
         return False
     flags = {"forced_readout": strategy == "forced", "postbias_solve": strategy == "postbias", "bisect": strategy == "bisect"}
     trial_caps = Capabilities(p.endpoint.kind, base["top_n"], base["token_id_prompts"], False,
                               base["bias_forces"], base["reported"], **flags, tolerance=base["tolerance"])
-    tracker = Tracker(p.endpoint, trial_caps, replace(p.config, strategy=strategy))
+    run = strategy_set(p.endpoint, trial_caps, p.config)[strategy]
     eps = p.config.epsilon + agree if strategy == "bisect" else agree
     before, worst, positions = p.spent(), 0.0, checks[: 2 if strategy == "bisect" else 3]
     ok = True
     for prefix, target, lp, _ in positions:
-        estimate = await tracker._position(prefix, target, strategy)
+        estimate = await run.resolve(Position(prefix, target))
         worst = max(worst, abs(estimate.value - lp))
         ok &= estimate.lower - eps <= lp <= estimate.upper + eps and abs(estimate.value - lp) <= eps
-    p.evidence[strategy] = {"requests": p.spent() - before, "positions": len(positions), "max_abs_diff": worst}
+    p.evidence[strategy] = {"requests": p.spent() - before, "positions": len(positions), "max_abs_diff": worst,
+                            **({"epsilon": p.config.epsilon} if strategy == "bisect" else {})}
     if not ok:
         p.reasons[strategy] = f"{strategy} missed known log-probs by up to {worst:.3g} nats on the probe text"
     return ok
@@ -311,12 +311,12 @@ async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -
     positions = positions[:PARTIAL_POSITIONS]
     if not positions or not caps.strategies():
         return
-    tracker = Tracker(endpoint, caps, replace(p.config, strategy="auto"))
+    auto = strategy_set(endpoint, caps, p.config)["auto"]
     before, unnamed, ambiguous = p.spent(), 0, 0
     for j in positions:
         answer = await endpoint.next_token(seq[:j], caps.top_n)
         unnamed += sum(1 for e in answer.top if e.ids is None or len(e.ids) > 1)
-        ambiguous += (await tracker._position(seq[:j], seq[j], "auto")).strategy == "ambiguous"
+        ambiguous += (await auto.resolve(Position(seq[:j], seq[j]))).strategy == "ambiguous"
     p.evidence["partial_tokens"] = {"requests": p.spent() - before, "positions": len(positions),
                                     "ambiguous_names": unnamed, "unresolved": ambiguous}
     if unnamed:

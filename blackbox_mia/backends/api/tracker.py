@@ -50,12 +50,11 @@ from ...text.windows import sliding_windows
 from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .capabilities import Capabilities
-from .endpoint import Endpoint, NextToken, may_be, surely, with_bos
+from .endpoint import Endpoint, with_bos
+from .strategies import Estimate, Position, Prompt, strategy_set
 from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "topn", "forced", "postbias", "bisect")
-PER_POSITION = ("forced", "postbias", "bisect")  # strategies that ask one prefix at a time
-REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
 
 
 @dataclass(frozen=True)
@@ -103,79 +102,6 @@ class TrackerConfig:
             raise BlackboxMIAError(f"pending must be at least 1, got {self.pending}")
 
 
-@dataclass
-class Estimate:
-    """lp_i with bounds (nats) and the strategy that produced it."""
-
-    value: float
-    lower: float
-    upper: float
-    strategy: str
-
-    @classmethod
-    def exact(cls, value: float, strategy: str) -> Estimate:
-        return cls(value, value, value, strategy)
-
-    @classmethod
-    def at_most(cls, upper: float, strategy: str) -> Estimate:
-        """Only an upper bound is known: the value is the bound, the lower end is -inf."""
-        return cls(upper, -math.inf, upper, strategy)
-
-
-def topn_upper_bound(answer: NextToken, target: int) -> float:
-    """Upper bound (nats) on lp of ``target`` given an unbiased answer that does not list it for sure.
-
-    An unlisted token lies below every listed one and below log(1 − Σ listed p) (with a margin
-    of :data:`REPORT_PRECISION_NATS` per entry for rounded reports); an entry that may be the
-    target (an ambiguous name) raises the bound to that entry's value.
-    """
-    listed = [e.logprob for e in answer.top]
-    rest = 1.0 - float(np.sum(np.exp(np.asarray(listed) - REPORT_PRECISION_NATS)))
-    unlisted = min(min(listed), math.log(rest)) if rest > 0 else min(listed)
-    ambiguous = answer.ambiguous(target)
-    return unlisted if ambiguous is None else max(unlisted, ambiguous)
-
-
-def sampled_is_target(
-    answer: NextToken, target: int, unbiased: NextToken | None, pre_bias: bool, tolerance: float
-) -> bool | None:
-    """Whether the greedy token of a request that biased only ``target`` upward is the target.
-
-    The greedy token is then the unbiased argmax or the target. ``None`` when the answer cannot
-    tell (an ambiguous name and no way to rule out the argmax).
-
-    Args:
-        answer: the biased answer.
-        target: the biased token id.
-        unbiased: the unbiased answer at the same prefix (its sampled token is the argmax), or None.
-        pre_bias: reported log-probs ignore the bias (then the argmax keeps its unbiased value).
-        tolerance: nats by which two reports of one value may differ (the probe measures it).
-    """
-    ids = answer.sampled
-    if not may_be(ids, target):
-        return False
-    if surely(ids, target):
-        return True
-    if unbiased is None:
-        return None
-    argmax = unbiased.sampled
-    if surely(argmax, target):
-        return True
-    if argmax is not None and ids is not None and not argmax & ids:
-        return True
-    if argmax is not None and len(argmax) == 1:
-        listed = answer.find(next(iter(argmax)))
-        if listed is not None and listed < answer.sampled_logprob - tolerance:
-            return True  # the argmax is listed below the sampled token: the sampled one is the target
-    if pre_bias and abs(answer.sampled_logprob - unbiased.sampled_logprob) > tolerance:
-        return True  # not the argmax's unbiased value
-    return None
-
-
-class _Unknown(Exception):
-    """A flip could not be told apart from the argmax (see :func:`sampled_is_target`)."""
-
-
 class Tracker:
     """Recovers per-token log-probs of texts through an :class:`Endpoint`.
 
@@ -205,6 +131,8 @@ class Tracker:
         self.caps = capabilities
         self.config = config
         self.available = available
+        self.strategies = strategy_set(endpoint, capabilities, config)
+        self.prompt = Prompt(endpoint, capabilities.top_n)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -326,8 +254,8 @@ class Tracker:
         ids = seq[start:end] if full else seq[start : end - 1]
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
             return [await self._position(seq[start:j], seq[j], "auto") for j in range(first, end)]
-        values, after = await self.endpoint.prompt_logprobs(ids, self.caps.top_n)
-        found = [Estimate.exact(v, "prompt") for v in values[first - start :]]
+        values, after = await self.prompt.resolve(ids)
+        found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
         if not full:
             listed = after.find(seq[end - 1])
             found.append(
@@ -339,140 +267,11 @@ class Tracker:
     # -- one position ---------------------------------------------------------------------------
 
     async def _position(self, prefix: list[int], target: int, mode: str) -> Estimate:
-        """lp of ``target`` after ``prefix`` with ``mode`` (``auto``: the cheapest available)."""
+        """lp of ``target`` after ``prefix`` with the strategy named ``mode`` (``auto``: the
+        cheapest available); a prefix that cannot be sent as these tokens is ``unsendable``."""
         if not self.endpoint.sendable(prefix):
             return Estimate.at_most(0.0, "unsendable")
-        n = self.caps.top_n
-        if mode == "forced" or (mode == "auto" and "forced" in self.available):
-            return await self._forced(prefix, target, n)
-        answer = await self.endpoint.next_token(prefix, n)
-        listed = answer.find(target)
-        if listed is not None and mode in ("auto", "topn"):
-            return Estimate.exact(listed, "topn")
-        upper = listed if listed is not None else topn_upper_bound(answer, target)
-        if mode == "auto":
-            mode = next((s for s in ("postbias", "bisect") if s in self.available), "topn")
-        if mode == "topn":
-            return Estimate.at_most(upper, "topn-bound")
-        if mode == "postbias":
-            return await self._postbias(prefix, target, n, answer, upper)
-        # a listed target (forced bisection) is bracketed by the argmax alone, not by its value
-        return await self._bisect(prefix, target, answer, upper if listed is None else answer.top_logprob)
-
-    def _is_target(self, answer: NextToken, target: int, unbiased: NextToken | None) -> bool | None:
-        return sampled_is_target(answer, target, unbiased, self.caps.reported == "pre-bias", self.caps.tolerance)
-
-    async def _forced(self, prefix: list[int], target: int, n: int) -> Estimate:
-        """Bias x_i by the cap; read the pre-bias log-prob reported for the sampled token."""
-        biased = await self.endpoint.next_token(prefix, n, {target: self.config.max_bias})
-        hit = self._is_target(biased, target, None)
-        unbiased = None
-        if hit is not True:
-            unbiased = await self.endpoint.next_token(prefix, n)
-            hit = self._is_target(biased, target, unbiased) if hit is None else hit
-        if hit:
-            return Estimate.exact(biased.sampled_logprob, "forced")
-        listed = unbiased.find(target)
-        if listed is not None:
-            return Estimate.exact(listed, "topn")
-        upper = topn_upper_bound(unbiased, target)
-        if hit is None:
-            return Estimate.at_most(upper, "ambiguous")
-        # not sampled even at the cap: the gap to the argmax exceeds the bias range
-        return Estimate.at_most(min(upper, unbiased.top_logprob - self.config.max_bias), "forced>cap")
-
-    async def _postbias(self, prefix: list[int], target: int, n: int, unbiased: NextToken, upper: float) -> Estimate:
-        """lp_i = lp_r + (lp'_i − lp'_r) − b with a reference token r listed in both answers."""
-        bias = self.config.max_bias
-        biased = await self.endpoint.next_token(prefix, n, {target: bias})
-        hit = self._is_target(biased, target, unbiased)
-        lp_target = biased.find(target)
-        if lp_target is None and hit:
-            lp_target = biased.sampled_logprob
-        if lp_target is not None:
-            for entry in unbiased.top:
-                if entry.ids is None or len(entry.ids) != 1 or target in entry.ids:
-                    continue
-                lp_ref_biased = biased.find(next(iter(entry.ids)))
-                if lp_ref_biased is not None:
-                    return Estimate.exact(entry.logprob + (lp_target - lp_ref_biased) - bias, "postbias")
-            return Estimate.at_most(upper, "topn-bound")  # listed, but no reference to solve with
-        if hit is False and biased.ambiguous(target) is None:
-            # not even listed at the cap: lp_i + b < lp_top
-            return Estimate.at_most(min(upper, unbiased.top_logprob - bias), "postbias>cap")
-        return Estimate.at_most(upper, "ambiguous")
-
-    async def _flips(self, prefix: list[int], target: int, bias: float, unbiased: NextToken) -> bool:
-        answer = await self.endpoint.next_token(prefix, self.caps.top_n, {target: bias})
-        hit = self._is_target(answer, target, unbiased)
-        if hit is None:
-            raise _Unknown
-        return hit
-
-    async def _bisect(self, prefix: list[int], target: int, unbiased: NextToken, upper: float) -> Estimate:
-        """Smallest bias b* that flips the greedy token to x_i; lp_i = lp_top − b*."""
-        try:
-            return await self._bisect_bracket(prefix, target, unbiased, upper)
-        except _Unknown:
-            return Estimate.at_most(upper, "ambiguous")
-
-    async def _bisect_bracket(self, prefix: list[int], target: int, unbiased: NextToken, upper: float) -> Estimate:
-        eps, cap = self.config.epsilon, self.config.max_bias
-        top = unbiased.top_logprob
-        if surely(unbiased.sampled, target):  # already the argmax: nothing to flip
-            return Estimate.exact(top, "bisect")
-        lo = max(0.0, top - upper)  # b* lies in (lo, hi]
-        # galloping search: gaps are usually a few nats, so double a 1-nat step up to the cap
-        step, hi = 1.0, min(cap, lo + 1.0)
-        while not await self._flips(prefix, target, hi, unbiased):
-            if hi >= cap:
-                return Estimate.at_most(min(upper, top - cap), "bisect>cap")
-            lo, step = hi, step * 2
-            hi = min(cap, round(lo + step, 6))
-        while hi - lo > eps:
-            mid = round((lo + hi) / 2, 6)
-            if await self._flips(prefix, target, mid, unbiased):
-                hi = mid
-            else:
-                lo = mid
-        strategy = "bisect"
-        if self.config.verify_flips:
-            lo, hi, consistent = await self._verify(prefix, target, lo, hi, unbiased)
-            strategy = "bisect" if consistent else "bisect~"  # widened by a non-reproducible flip
-        return Estimate(top - (lo + hi) / 2, top - hi, top - lo, strategy)
-
-    async def _verify(
-        self, prefix: list[int], target: int, lo: float, hi: float, unbiased: NextToken
-    ) -> tuple[float, float, bool]:
-        """Re-ask both ends of the bracket (lo, hi] with fresh requests; widen it until they agree.
-
-        Serving at temperature 0 is not perfectly deterministic: near b* a flip may not
-        reproduce. Each end is asked again ``verify_repeats`` times (the bias nudged by 1e-6 per
-        repeat, so the answer is not the cached one). If every answer agrees (flip at hi, none
-        at lo) the bracket stands: ``(lo, hi, True)``. Otherwise a margin m = ε, 2ε, 4ε, ... is
-        added on both sides until fresh answers at lo − m and hi + m agree, and
-        ``(lo − m, hi + m, False)`` is returned: the bounds widen, the value is not trusted
-        to one noisy answer.
-        """
-        eps, cap, repeats = self.config.epsilon, self.config.max_bias, self.config.verify_repeats
-
-        async def agree(at_lo: float, at_hi: float) -> bool:
-            for j in range(1, repeats + 1):
-                nudge = j * 1e-6
-                if not await self._flips(prefix, target, min(cap, at_hi + nudge), unbiased):
-                    return False
-                if at_lo > 0 and await self._flips(prefix, target, at_lo - nudge, unbiased):
-                    return False
-            return True
-
-        if await agree(lo, hi):
-            return lo, hi, True
-        margin = eps
-        while True:
-            at_lo, at_hi = max(0.0, round(lo - margin, 6)), min(cap, round(hi + margin, 6))
-            if await agree(at_lo, at_hi) or (at_lo <= 0 and at_hi >= cap):
-                return at_lo, at_hi, False
-            margin *= 2
+        return await self.strategies[mode].resolve(Position(prefix, target))
 
     # -- assembly ---------------------------------------------------------------------------
 

@@ -1,0 +1,117 @@
+"""Where and how an :class:`~.client.ApiClient` sends requests: :class:`ApiConfig`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from ...types import BlackboxMIAError
+from .dialect import dialect_named
+from .usage import DEFAULT_PRICES, price_of
+
+API_KEY_ENV = "OPENAI_API_KEY"
+PLACEHOLDER_API_KEY = "EMPTY"  # sent when no key is configured: local servers (vLLM, llama.cpp) ignore it
+
+
+def _default_api_key() -> str:
+    return os.environ.get(API_KEY_ENV) or PLACEHOLDER_API_KEY
+
+
+def display_url(url: str) -> str:
+    """``url`` without user info, query or fragment: safe to show in messages and results."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Where and how to send requests.
+
+    Attributes:
+        base_url: the API root, e.g. ``https://api.openai.com/v1`` or ``http://127.0.0.1:8000/v1``.
+        model: the model name sent with every request.
+        api_key: sent as ``Authorization: Bearer``; default ``$OPENAI_API_KEY``, else the
+            placeholder ``"EMPTY"`` that local servers accept. Never shown (``repr=False``).
+        endpoint: ``"completions"`` (legacy ``/v1/completions``) or ``"chat"``.
+        concurrency: most requests in flight at once.
+        rpm: requests-per-minute limit, or ``None``.
+        tpm: tokens-per-minute limit (prompt + ``max_tokens``, estimated), or ``None``.
+        timeout_s: seconds to wait for one HTTP answer.
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests).
+        backoff_base_s: first backoff in seconds (doubling each retry, plus up to as much jitter).
+            An invalid answer is retried sooner: after ``min(backoff_base_s, QUICK_RETRY_S)``
+            seconds times the attempt number.
+        backoff_max_s: longest backoff in seconds (a longer ``Retry-After`` still wins, up to
+            :data:`MAX_RETRY_AFTER_S`).
+        prices: model → (USD per 1M prompt tokens, USD per 1M completion tokens); replaces
+            :data:`DEFAULT_PRICES` (extend it with ``{**DEFAULT_PRICES, name: (p, c)}``).
+
+    Raises:
+        BlackboxMIAError: an invalid value.
+    """
+
+    base_url: str
+    model: str
+    api_key: str = field(default_factory=_default_api_key, repr=False)
+    endpoint: str = "completions"
+    concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    def __post_init__(self) -> None:
+        try:
+            parts = urlsplit(self.base_url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a bad port
+            valid = False
+        if not valid:
+            shown = display_url(self.base_url)
+            raise BlackboxMIAError(f"base URL must be http(s)://HOST[:PORT]/PATH, got {shown!r}")
+        if not self.model:
+            raise BlackboxMIAError("the model name is empty")
+        dialect_named(self.endpoint)  # raises on an unknown kind
+        if self.concurrency < 1:
+            raise BlackboxMIAError(f"concurrency must be at least 1, got {self.concurrency}")
+        for name in ("rpm", "tpm"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise BlackboxMIAError(f"{name} must be positive (or unset), got {value}")
+        if not self.timeout_s > 0 or self.max_retries < 0 or self.backoff_base_s < 0 or self.backoff_max_s < 0:
+            raise BlackboxMIAError("timeout_s must be positive; max_retries and backoff times non-negative")
+
+    def price(self) -> tuple[float, float] | None:
+        """(USD per 1M prompt tokens, USD per 1M completion tokens) of the model, or ``None``.
+
+        A dated snapshot (``gpt-4o-2024-08-06``) falls back to its base name's price.
+        """
+        return price_of(self.prices, self.model)
+
+    def describe(self) -> dict:
+        """JSON-ready settings for result files; never holds the API key."""
+        price = self.price()
+        return {
+            "base_url": display_url(self.base_url),
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "concurrency": self.concurrency,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "usd_per_1m_tokens": None if price is None else {"prompt": price[0], "completion": price[1]},
+        }

@@ -1,0 +1,131 @@
+"""Why a request failed, and when to try it again.
+
+Every failed attempt has a fault class (:data:`FAULTS`, :func:`fault_of`): transient faults
+(408, 429, 5xx other than 501, timeouts, dropped connections) back off exponentially with
+jitter, never less than the server's ``Retry-After`` (:func:`retry_after_s`); invalid 200s are
+retried after a short linear wait; final faults fail at once (:class:`Backoff`). A request that
+fails for good raises :class:`ApiError`, which carries its class.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from datetime import datetime, timezone
+
+import openai
+from tenacity import RetryCallState
+from tenacity.wait import wait_base, wait_exponential, wait_random
+
+from ...types import BlackboxMIAError
+from .answers import Malformed
+
+FAULTS = ("final", "transient", "invalid")
+MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
+QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by the backoff base)
+
+
+class ApiError(BlackboxMIAError):
+    """A request failed for good: the server refused it, or it kept failing past every retry.
+
+    Args:
+        status_code: the last HTTP status, or ``None`` when no answer came (connection failure,
+            timeout).
+        message: one line for the user; it ends with the fault class, e.g.
+            ``"... (transient: gave up after 7 attempts)"``, and never holds the API key.
+        fault: one of :data:`FAULTS`:
+
+            * ``"final"``: the server refused deterministically (4xx other than 408/429, 501, a
+              500 repeating the same body), or the arguments are invalid; retrying cannot help;
+            * ``"transient"``: 408, 429, 5xx, timeouts or connection faults outlasted every retry;
+              a later run may succeed;
+            * ``"invalid"``: every attempt got a 2xx answer that was not JSON or failed
+              validation; the message names the field (``choices[0].logprobs is missing``).
+
+    Attributes:
+        status_code, fault: as given.
+
+    Raises:
+        ValueError: ``fault`` is not one of :data:`FAULTS`.
+    """
+
+    def __init__(self, status_code: int | None, message: str, fault: str = "final"):
+        if fault not in FAULTS:
+            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
+        super().__init__(message)
+        self.status_code = status_code
+        self.fault = fault
+
+
+def retry_after_s(exc: BaseException | None) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` as seconds or
+    an HTTP date), capped at :data:`MAX_RETRY_AFTER_S`; ``None`` when absent or unreadable."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    seconds = None
+    if headers.get("retry-after-ms"):
+        try:
+            seconds = float(headers["retry-after-ms"]) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if seconds is None and value:
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                return None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def fault_of(exc: BaseException | None) -> str:
+    """The class (one of :data:`FAULTS`) of one failed attempt; only ``"final"`` is not retried.
+
+    Transient: 408, 429, 5xx other than 501, timeouts, connection errors. Invalid: a 2xx answer
+    that is not JSON or fails validation. Final: everything else (other 4xx, 501, an
+    :class:`ApiError` marked final, any other exception).
+    """
+    if isinstance(exc, ApiError):
+        return exc.fault
+    if isinstance(exc, Malformed):
+        return "invalid"
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
+        return "transient"
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return "transient" if status in (408, 429) or (status >= 500 and status != 501) else "final"
+    return "final"
+
+
+class Backoff(wait_base):
+    """Seconds before the next attempt (a tenacity wait): after an invalid answer a short linear
+    wait (the server is not overloaded, it answered), else max(server's Retry-After,
+    exponential backoff with jitter).
+
+    Args:
+        base_s: first backoff in seconds (doubling each retry, plus up to as much jitter); an
+            invalid answer waits ``min(base_s, QUICK_RETRY_S)`` seconds times the attempt number.
+        max_s: longest backoff in seconds (a longer ``Retry-After`` still wins, up to
+            :data:`MAX_RETRY_AFTER_S`).
+    """
+
+    def __init__(self, base_s: float, max_s: float):
+        self.backoff = wait_exponential(multiplier=base_s, max=max_s) + wait_random(0, base_s)
+        self.quick_s = min(base_s, QUICK_RETRY_S)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        if fault_of(exc) == "invalid":
+            return self.quick_s * retry_state.attempt_number
+        backoff = self.backoff(retry_state)
+        hint = retry_after_s(exc)
+        return backoff if hint is None else max(hint, backoff)

@@ -1,0 +1,359 @@
+"""The tracker's strategies: each recovers lp_i of one target after one prefix (or, ``prompt``,
+of a whole window) through an :class:`~.endpoint.Endpoint`, with [lower, upper] bounds in nats.
+
+The same objects run in two places: the tracker runs them on the user's texts, and the
+capability probe runs them on positions whose value it knows, with the same ε, bias cap and
+re-checks, and enables a strategy only when it reproduced those values. The formulas are in
+the tracker's module docstring (and ``docs/design.md``).
+
+Build a set with :func:`strategy_set`; every per-position strategy has
+``async resolve(position) -> Estimate``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from .capabilities import Capabilities
+from .endpoint import Endpoint, NextToken, may_be, surely
+
+if TYPE_CHECKING:
+    from .tracker import TrackerConfig
+
+REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
+FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
+
+
+@dataclass
+class Estimate:
+    """lp_i with bounds (nats) and the strategy that produced it."""
+
+    value: float
+    lower: float
+    upper: float
+    strategy: str
+
+    @classmethod
+    def exact(cls, value: float, strategy: str) -> Estimate:
+        return cls(value, value, value, strategy)
+
+    @classmethod
+    def at_most(cls, upper: float, strategy: str) -> Estimate:
+        """Only an upper bound is known: the value is the bound, the lower end is -inf."""
+        return cls(upper, -math.inf, upper, strategy)
+
+
+def topn_upper_bound(answer: NextToken, target: int) -> float:
+    """Upper bound (nats) on lp of ``target`` given an unbiased answer that does not list it for sure.
+
+    An unlisted token lies below every listed one and below log(1 − Σ listed p) (with a margin
+    of :data:`REPORT_PRECISION_NATS` per entry for rounded reports); an entry that may be the
+    target (an ambiguous name) raises the bound to that entry's value.
+    """
+    listed = [e.logprob for e in answer.top]
+    rest = 1.0 - float(np.sum(np.exp(np.asarray(listed) - REPORT_PRECISION_NATS)))
+    unlisted = min(min(listed), math.log(rest)) if rest > 0 else min(listed)
+    ambiguous = answer.ambiguous(target)
+    return unlisted if ambiguous is None else max(unlisted, ambiguous)
+
+
+def sampled_is_target(
+    answer: NextToken, target: int, unbiased: NextToken | None, pre_bias: bool, tolerance: float
+) -> bool | None:
+    """Whether the greedy token of a request that biased only ``target`` upward is the target.
+
+    The greedy token is then the unbiased argmax or the target. ``None`` when the answer cannot
+    tell (an ambiguous name and no way to rule out the argmax).
+
+    Args:
+        answer: the biased answer.
+        target: the biased token id.
+        unbiased: the unbiased answer at the same prefix (its sampled token is the argmax), or None.
+        pre_bias: reported log-probs ignore the bias (then the argmax keeps its unbiased value).
+        tolerance: nats by which two reports of one value may differ (the probe measures it).
+    """
+    ids = answer.sampled
+    if not may_be(ids, target):
+        return False
+    if surely(ids, target):
+        return True
+    if unbiased is None:
+        return None
+    argmax = unbiased.sampled
+    if surely(argmax, target):
+        return True
+    if argmax is not None and ids is not None and not argmax & ids:
+        return True
+    if argmax is not None and len(argmax) == 1:
+        listed = answer.find(next(iter(argmax)))
+        if listed is not None and listed < answer.sampled_logprob - tolerance:
+            return True  # the argmax is listed below the sampled token: the sampled one is the target
+    if pre_bias and abs(answer.sampled_logprob - unbiased.sampled_logprob) > tolerance:
+        return True  # not the argmax's unbiased value
+    return None
+
+
+@dataclass
+class Position:
+    """One target token after one prefix (token ids), and the unbiased answer there once asked
+    (strategies share it, so it is requested once)."""
+
+    prefix: list[int]
+    target: int
+    unbiased: NextToken | None = None
+
+
+class _Unknown(Exception):
+    """A flip could not be told apart from the argmax (see :func:`sampled_is_target`)."""
+
+
+class Strategy(ABC):
+    """One way to recover lp of a position's target.
+
+    Args:
+        endpoint: where requests go.
+        caps: the probe's record (top-n, tolerance, whether reports are pre-bias).
+        config: the tracker's settings (ε, bias cap, re-checks).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, endpoint: Endpoint, caps: Capabilities, config: TrackerConfig):
+        self.endpoint = endpoint
+        self.caps = caps
+        self.config = config
+
+    @abstractmethod
+    async def resolve(self, position: Position) -> Estimate:
+        """lp of ``position.target`` (nats) with bounds.
+
+        Raises:
+            BlackboxMIAError: a request failed (see the client).
+        """
+
+    async def unbiased(self, position: Position) -> NextToken:
+        """The unbiased top-n answer at the position (asked once, then shared)."""
+        if position.unbiased is None:
+            position.unbiased = await self.endpoint.next_token(position.prefix, self.caps.top_n)
+        return position.unbiased
+
+    async def biased(self, position: Position, bias: float) -> NextToken:
+        """The answer with ``bias`` nats on the target."""
+        return await self.endpoint.next_token(position.prefix, self.caps.top_n, {position.target: bias})
+
+    def is_target(self, answer: NextToken, target: int, unbiased: NextToken | None) -> bool | None:
+        """:func:`sampled_is_target` with this endpoint's report semantics and tolerance."""
+        return sampled_is_target(answer, target, unbiased, self.caps.reported == "pre-bias", self.caps.tolerance)
+
+
+class TopN(Strategy):
+    """The target's listed value (exact), else the top-n upper bound (``topn-bound``)."""
+
+    name = "topn"
+
+    async def resolve(self, position: Position) -> Estimate:
+        answer = await self.unbiased(position)
+        listed = answer.find(position.target)
+        if listed is not None:
+            return Estimate.exact(listed, "topn")
+        return Estimate.at_most(topn_upper_bound(answer, position.target), "topn-bound")
+
+
+class Forced(Strategy):
+    """Bias the target by the cap; read the pre-bias log-prob reported for the sampled token."""
+
+    name = "forced"
+
+    async def resolve(self, position: Position) -> Estimate:
+        target = position.target
+        biased = await self.biased(position, self.config.max_bias)
+        hit = self.is_target(biased, target, None)
+        unbiased = None
+        if hit is not True:
+            unbiased = await self.unbiased(position)
+            hit = self.is_target(biased, target, unbiased) if hit is None else hit
+        if hit:
+            return Estimate.exact(biased.sampled_logprob, "forced")
+        listed = unbiased.find(target)
+        if listed is not None:
+            return Estimate.exact(listed, "topn")
+        upper = topn_upper_bound(unbiased, target)
+        if hit is None:
+            return Estimate.at_most(upper, "ambiguous")
+        # not sampled even at the cap: the gap to the argmax exceeds the bias range
+        return Estimate.at_most(min(upper, unbiased.top_logprob - self.config.max_bias), "forced>cap")
+
+
+class PostBias(Strategy):
+    """lp_i = lp_r + (lp'_i − lp'_r) − b with a reference token r listed in both answers."""
+
+    name = "postbias"
+
+    async def resolve(self, position: Position) -> Estimate:
+        target, bias = position.target, self.config.max_bias
+        unbiased = await self.unbiased(position)
+        listed = unbiased.find(target)
+        upper = listed if listed is not None else topn_upper_bound(unbiased, target)
+        biased = await self.biased(position, bias)
+        hit = self.is_target(biased, target, unbiased)
+        lp_target = biased.find(target)
+        if lp_target is None and hit:
+            lp_target = biased.sampled_logprob
+        if lp_target is not None:
+            for entry in unbiased.top:
+                if entry.ids is None or len(entry.ids) != 1 or target in entry.ids:
+                    continue
+                lp_ref_biased = biased.find(next(iter(entry.ids)))
+                if lp_ref_biased is not None:
+                    return Estimate.exact(entry.logprob + (lp_target - lp_ref_biased) - bias, "postbias")
+            return Estimate.at_most(upper, "topn-bound")  # listed, but no reference to solve with
+        if hit is False and biased.ambiguous(target) is None:
+            # not even listed at the cap: lp_i + b < lp_top
+            return Estimate.at_most(min(upper, unbiased.top_logprob - bias), "postbias>cap")
+        return Estimate.at_most(upper, "ambiguous")
+
+
+class Bisect(Strategy):
+    """Smallest bias b* that flips the greedy token to the target; lp_i = lp_top − b*.
+
+    A galloping search (1, 2, 4, ... nats up to the cap) finds the upper end of the bracket,
+    bisection narrows it to ε, and (``verify_flips``) both ends are asked again; a flip that does
+    not reproduce widens the bounds (``bisect~``) instead of moving the value.
+    """
+
+    name = "bisect"
+
+    async def resolve(self, position: Position) -> Estimate:
+        unbiased = await self.unbiased(position)
+        listed = unbiased.find(position.target)
+        # a listed target is bracketed by the argmax alone, not by its value
+        upper = unbiased.top_logprob if listed is not None else topn_upper_bound(unbiased, position.target)
+        try:
+            return await self._bracket(position, unbiased, upper)
+        except _Unknown:
+            return Estimate.at_most(upper, "ambiguous")
+
+    async def _flips(self, position: Position, bias: float, unbiased: NextToken) -> bool:
+        hit = self.is_target(await self.biased(position, bias), position.target, unbiased)
+        if hit is None:
+            raise _Unknown
+        return hit
+
+    async def _bracket(self, position: Position, unbiased: NextToken, upper: float) -> Estimate:
+        eps, cap = self.config.epsilon, self.config.max_bias
+        top = unbiased.top_logprob
+        if surely(unbiased.sampled, position.target):  # already the argmax: nothing to flip
+            return Estimate.exact(top, "bisect")
+        lo = max(0.0, top - upper)  # b* lies in (lo, hi]
+        # galloping search: gaps are usually a few nats, so double a 1-nat step up to the cap
+        step, hi = 1.0, min(cap, lo + 1.0)
+        while not await self._flips(position, hi, unbiased):
+            if hi >= cap:
+                return Estimate.at_most(min(upper, top - cap), "bisect>cap")
+            lo, step = hi, step * 2
+            hi = min(cap, round(lo + step, 6))
+        while hi - lo > eps:
+            mid = round((lo + hi) / 2, 6)
+            if await self._flips(position, mid, unbiased):
+                hi = mid
+            else:
+                lo = mid
+        strategy = "bisect"
+        if self.config.verify_flips:
+            lo, hi, consistent = await self._verify(position, lo, hi, unbiased)
+            strategy = "bisect" if consistent else "bisect~"  # widened by a non-reproducible flip
+        return Estimate(top - (lo + hi) / 2, top - hi, top - lo, strategy)
+
+    async def _verify(self, position: Position, lo: float, hi: float, unbiased: NextToken) -> tuple[float, float, bool]:
+        """Re-ask both ends of the bracket (lo, hi] with fresh requests; widen it until they agree.
+
+        Serving at temperature 0 is not perfectly deterministic: near b* a flip may not
+        reproduce. Each end is asked again ``verify_repeats`` times (the bias nudged by 1e-6 per
+        repeat, so the answer is not the cached one). If every answer agrees (flip at hi, none
+        at lo) the bracket stands: ``(lo, hi, True)``. Otherwise a margin m = ε, 2ε, 4ε, ... is
+        added on both sides until fresh answers at lo − m and hi + m agree, and
+        ``(lo − m, hi + m, False)`` is returned: the bounds widen, the value is not trusted
+        to one noisy answer.
+        """
+        eps, cap, repeats = self.config.epsilon, self.config.max_bias, self.config.verify_repeats
+
+        async def agree(at_lo: float, at_hi: float) -> bool:
+            for j in range(1, repeats + 1):
+                nudge = j * 1e-6
+                if not await self._flips(position, min(cap, at_hi + nudge), unbiased):
+                    return False
+                if at_lo > 0 and await self._flips(position, at_lo - nudge, unbiased):
+                    return False
+            return True
+
+        if await agree(lo, hi):
+            return lo, hi, True
+        margin = eps
+        while True:
+            at_lo, at_hi = max(0.0, round(lo - margin, 6)), min(cap, round(hi + margin, 6))
+            if await agree(at_lo, at_hi) or (at_lo <= 0 and at_hi >= cap):
+                return at_lo, at_hi, False
+            margin *= 2
+
+
+class Auto(Strategy):
+    """The cheapest available: ``forced``; else the listed value (``topn``); else ``postbias``
+    or ``bisect``; else the top-n bound.
+
+    Args:
+        parts: the per-position strategies by name (as :func:`strategy_set` builds them).
+    """
+
+    name = "auto"
+
+    def __init__(self, endpoint: Endpoint, caps: Capabilities, config: TrackerConfig, parts: Mapping[str, Strategy]):
+        super().__init__(endpoint, caps, config)
+        self.parts = parts
+        self.available = caps.strategies()
+
+    async def resolve(self, position: Position) -> Estimate:
+        if "forced" in self.available:
+            return await self.parts["forced"].resolve(position)
+        fallback = next((s for s in FALLBACKS if s in self.available), None)
+        answer = await self.unbiased(position)
+        if fallback is None or answer.find(position.target) is not None:
+            return await self.parts["topn"].resolve(position)
+        return await self.parts[fallback].resolve(position)
+
+
+class Prompt:
+    """Echo + log-probs: every prompt token's log-prob from one request (exact).
+
+    Args:
+        endpoint: where requests go.
+        top_n: alternatives asked for the generated position after the prompt.
+    """
+
+    name = "prompt"
+
+    def __init__(self, endpoint: Endpoint, top_n: int):
+        self.endpoint = endpoint
+        self.top_n = top_n
+
+    async def resolve(self, ids: Sequence[int]) -> tuple[list[Estimate], NextToken]:
+        """``len(ids) - 1`` estimates, for targets ``ids[1:]`` (the first token has no
+        conditional), and the answer for the position after ``ids``.
+
+        Raises:
+            BlackboxMIAError: a request failed, or the echo does not match the prompt.
+        """
+        values, after = await self.endpoint.prompt_logprobs(ids, self.top_n)
+        return [Estimate.exact(v, self.name) for v in values[1:]], after
+
+
+def strategy_set(endpoint: Endpoint, caps: Capabilities, config: TrackerConfig) -> dict[str, Strategy]:
+    """Every per-position strategy by name (``topn``, ``forced``, ``postbias``, ``bisect``, and
+    ``auto`` over those ``caps`` allows), sharing one endpoint, record and configuration."""
+    parts: dict[str, Strategy] = {cls.name: cls(endpoint, caps, config) for cls in (TopN, Forced, PostBias, Bisect)}
+    return {**parts, "auto": Auto(endpoint, caps, config, parts)}
