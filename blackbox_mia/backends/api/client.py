@@ -103,7 +103,8 @@ class ApiClient:
             max_tokens: tokens to generate (0 is allowed with ``echo``).
             temperature: sampling temperature (0: greedy).
             logprobs: top log-probs per token (0: the chosen token's only); ``None``: none.
-            logit_bias: token id → bias in [-100, 100], at most 300 entries.
+            logit_bias: token id → bias in [-MAX_BIAS, MAX_BIAS], at most MAX_BIAS_ENTRIES
+                (:mod:`.wire`).
             echo: return the prompt's tokens too (as ``prompt_tokens``).
             extra: further body fields (``seed``, ``stop``, vLLM options...); part of the cache key.
 
@@ -150,7 +151,8 @@ class ApiClient:
             temperature: sampling temperature (0: greedy).
             top_logprobs: ask for log-probs (``logprobs: true``) with this many alternatives per
                 token (0: the chosen token's only); ``None``: no log-probs.
-            logit_bias: token id → bias in [-100, 100], at most 300 entries.
+            logit_bias: token id → bias in [-MAX_BIAS, MAX_BIAS], at most MAX_BIAS_ENTRIES
+                (:mod:`.wire`).
             extra: further body fields; part of the cache key.
 
         Returns:

@@ -1,14 +1,15 @@
 """The logit_bias probability tracker: lp_i for every token of a text through a top-n API.
 
 For position i the prefix is x_<i (token ids, BOS first when the tokenizer has one) and the
-target token is x_i. Strategies, cheapest first (docs/blackbox.md):
+target token is x_i. Strategies, cheapest first (docs/blackbox.md); each is an object in
+:mod:`.strategies`, the same objects the capability probe checks on positions whose value it knows:
 
 ``prompt``    echo + logprobs returns every prompt token's log-prob: 1 request per text (per
               window), exact.
 ``topn``      request the prefix (max_tokens = 1, temperature 0, top-n log-probs); when x_i is
               listed its value is read, exact. Otherwise it bounds lp_i from above by the n-th
               listed value and by log(1 − Σ listed p) (``topn-bound``).
-``forced``    bias x_i by +100 so it is sampled and read the log-prob reported for it: exact
+``forced``    bias x_i by the cap so it is sampled and read the log-prob reported for it: exact
               where the probe showed the reported value is the unbiased one (1 request).
 ``postbias``  with post-bias log-probs (pre-2024 semantics): bias x_i by b; with a reference
               token r listed both unbiased and biased, lp_i = lp_r + (lp'_i − lp'_r) − b
@@ -64,8 +65,10 @@ class TrackerConfig:
     Attributes:
         strategy: ``"auto"`` (cheapest the probe allows) or one strategy forced for every
             position: prompt, topn, forced, postbias, bisect.
-        epsilon: bisection stops when the bracket is at most this wide (nats), > 0.
-        max_bias: the largest |logit_bias| the API accepts (nats; OpenAI: 100).
+        epsilon: bisection stops when the bracket is at most this wide (nats), > 0; the probe
+            validates bisection with it.
+        max_bias: the largest |logit_bias| sent (nats), at most the API's
+            :data:`~.wire.MAX_BIAS`; the probe validates the strategies with it.
         verify_flips: re-ask a bisection bracket's ends with fresh requests and widen the
             bounds when a flip does not reproduce.
         verify_repeats: fresh requests per bracket end (2 × this many per bisected token).
