@@ -2,6 +2,59 @@
 
 Black-box through any OpenAI-compatible endpoint (top-n log-probs + logit_bias), white-box
 through local Hugging Face models. Convention everywhere: higher score = more likely a member.
+
+In a script or a notebook (the sync calls work inside Jupyter's running event loop too)::
+
+    from blackbox_mia import build_backend, parse_scorers, score_texts
+
+    target = build_backend("local:gpt2")          # or "api:MODEL@http://127.0.0.1:8000/v1"
+    results = score_texts(["Tom has 3 apples."], parse_scorers("loss,min_k"), {"target": target})
+    scores, logprobs = results[0]                 # {"loss": ..., "min_k": ...}, TokenLogprobs
+
+    lps = await target.alogprobs(["Tom has 3 apples."])          # async form
+    gens = target.generate(["Tom has"], max_new_tokens=16)       # greedy continuations
+
+The names below are imported on first use, so ``import blackbox_mia`` stays light (no torch,
+no HTTP client).
 """
 
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Backend": "blackbox_mia.backends.base",
+    "BackendOptions": "blackbox_mia.backends.registry",
+    "build_backend": "blackbox_mia.backends.registry",
+    "LocalBackend": "blackbox_mia.backends.local",
+    "LocalConfig": "blackbox_mia.backends.local",
+    "ApiBackend": "blackbox_mia.backends.api",
+    "ApiConfig": "blackbox_mia.backends.api.client",
+    "TrackerConfig": "blackbox_mia.backends.api.tracker",
+    "score_texts": "blackbox_mia.runner",
+    "score_items": "blackbox_mia.runner",
+    "parse_scorers": "blackbox_mia.scorers",
+    "load_dataset": "blackbox_mia.datasets",
+    "BlackboxMIAError": "blackbox_mia.types",
+    "Generation": "blackbox_mia.types",
+    "Provenance": "blackbox_mia.types",
+    "TokenLogprobs": "blackbox_mia.types",
+}
+
+__all__ = ["__version__"] + list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Import a public name from its module on first access (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'blackbox_mia' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

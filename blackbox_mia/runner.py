@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import __version__
-from .backends.base import Backend, accepts_on_done
+from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend
 from .datasets import Item, read_jsonl
 from .io import json_line, read_json_object, write_json_atomic, write_text_atomic
 from .scorers import TARGET, Scorer
@@ -102,15 +102,18 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
     """Fail early when a scorer needs what no backend gives.
 
     Raises:
-        BlackboxMIAError: a reference scorer without a reference backend, or Min-K%++ on a
-            backend without vocabulary statistics.
+        BlackboxMIAError: a backend without the ``logprobs`` feature, a reference scorer
+            without a reference backend, or Min-K%++ on a backend without the
+            ``full_distribution`` feature.
     """
+    for backend in backends.values():
+        backend.require(LOGPROBS)
     for scorer in scorers:
         roles = {need.role for need in scorer.needs("a b c")} | {TARGET}
         missing = roles - set(backends)
         if missing:
             raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {'/'.join(sorted(missing))} model (use --ref)")
-        if scorer.needs_vocab_stats and not backends[TARGET].provides_vocab_stats:
+        if scorer.needs_vocab_stats and FULL_DISTRIBUTION not in backends[TARGET].features:
             raise BlackboxMIAError(
                 f"scorer {scorer.label!r} needs the full next-token distribution, which this backend "
                 "does not expose (black-box APIs return top-n only): run it with --local"
@@ -120,9 +123,8 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
 def logprobs_reporting(backend: Backend, texts: Sequence[str], on_done, progress: bool = False) -> list[TokenLogprobs]:
     """``backend.logprobs(texts)`` with ``on_done(index, logprobs)`` called exactly once per text.
 
-    Texts the backend reports through its own ``on_done`` are passed on as they finish; those it
-    does not report (a backend without the callback) are passed on in order when ``logprobs``
-    returns.
+    Texts the backend reports through its ``on_done`` are passed on as they finish (on the
+    backend's thread); any it did not report are passed on in order when ``logprobs`` returns.
 
     Raises:
         BlackboxMIAError: the backend reported an index outside ``texts``, or returned a list
@@ -137,10 +139,7 @@ def logprobs_reporting(backend: Backend, texts: Sequence[str], on_done, progress
             reported[index] = True
             on_done(index, lp)
 
-    if accepts_on_done(backend):
-        result = backend.logprobs(texts, progress=progress, on_done=report)
-    else:
-        result = backend.logprobs(texts, progress=progress)
+    result = backend.logprobs(texts, progress=progress, on_done=report)
     if len(result) != len(texts):
         raise BlackboxMIAError(f"backend returned {len(result)} results for {len(texts)} texts")
     for index, lp in enumerate(result):
@@ -167,7 +166,8 @@ def score_texts(
         scorers: scorers (their labels key the result dicts).
         backends: ``{"target": backend}`` plus ``{"reference": backend}`` for ``ref``.
         progress: let the backends show progress bars.
-        on_scored: called once per text, in completion order.
+        on_scored: called once per text, in completion order, on the target backend's thread
+            (see :meth:`~blackbox_mia.backends.base.Backend.alogprobs`).
 
     Returns:
         Per text, in input order: ``({label: score}, TokenLogprobs of the text under the

@@ -1,4 +1,4 @@
-"""The one type every backend returns: per-token log-probs of one text.
+"""What backends return: per-token log-probs of one text, and generated continuations.
 
 Scoring convention (the same for every backend):
 
@@ -10,7 +10,7 @@ Scoring convention (the same for every backend):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -50,7 +50,9 @@ class TokenLogprobs:
 
     Attributes:
         token_ids: shape (N,), int64, the scored tokens x_i.
-        tokens: N token strings (decoded one by one).
+        tokens: N token strings, one per id: the UTF-8 text of the token's bytes, or
+            ``"bytes:\\xe2\\x80"`` when they are not valid UTF-8 on their own (part of a
+            character); the same on every backend (:func:`blackbox_mia.tokenizers.render_token`).
         logprobs: shape (N,), float64, lp_i = log p(x_i | x_<i) in nats.
         context_ids: unscored tokens before ``token_ids`` (BOS, or the first text token).
         provenance: backend, model, strategy, BOS convention.
@@ -71,7 +73,6 @@ class TokenLogprobs:
     strategies: list[str] | None = None
     mu: np.ndarray | None = None
     sigma: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.token_ids = np.asarray(self.token_ids, dtype=np.int64)
@@ -97,6 +98,7 @@ class TokenLogprobs:
 
     @property
     def has_vocab_stats(self) -> bool:
+        """Whether ``mu`` and ``sigma`` are present (the full-distribution feature)."""
         return self.mu is not None and self.sigma is not None
 
     def to_json(self) -> dict:
@@ -116,3 +118,75 @@ class TokenLogprobs:
             for i in range(self.n_tokens)
         ]
         return {"provenance": asdict(self.provenance), "context_ids": list(self.context_ids), "tokens": rows}
+
+
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated continuation of one prompt.
+
+    The prompt gets the scoring context convention (BOS prepended when the backend uses one).
+    Generation stops after the end-of-sequence token (``finish_reason = "stop"``; that token is
+    the last of ``token_ids`` but not part of ``text``) or after ``max_new_tokens`` tokens
+    (``"length"``).
+
+    Attributes:
+        text: the generated text (without the end-of-sequence token), invalid UTF-8 replaced.
+        token_ids: shape (T,), int64, the generated tokens.
+        tokens: T token strings (same convention as :attr:`TokenLogprobs.tokens`).
+        logprobs: shape (T,), float64, log p(token_ids[t] | prompt, token_ids[:t]) in nats under
+            the model's raw distribution (temperature 1, no sampling transforms), or ``None``
+            where the backend cannot give them.
+        finish_reason: ``"stop"`` or ``"length"``.
+        prompt_index: index of the prompt in the request.
+        sample: index of this sample among the prompt's ``n``.
+        provenance: backend, model, strategy (``"greedy"`` or ``"sample"``), BOS convention.
+    """
+
+    text: str
+    token_ids: np.ndarray
+    tokens: list[str]
+    logprobs: np.ndarray | None
+    finish_reason: str
+    prompt_index: int
+    sample: int
+    provenance: Provenance
+
+    def __post_init__(self) -> None:
+        ids = np.asarray(self.token_ids, dtype=np.int64).reshape(-1)
+        object.__setattr__(self, "token_ids", ids)
+        if len(self.tokens) != len(ids):
+            raise ValueError(f"token_ids ({len(ids)}) and tokens ({len(self.tokens)}) must have the same length")
+        if self.logprobs is not None:
+            lp = np.asarray(self.logprobs, dtype=np.float64)
+            if lp.shape != ids.shape:
+                raise ValueError(f"logprobs must have shape {ids.shape}, got {lp.shape}")
+            object.__setattr__(self, "logprobs", lp)
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}")
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of generated tokens T."""
+        return len(self.token_ids)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict: text, finish reason, indices, provenance and one record per token
+        (``logprob`` None where not available)."""
+        return {
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "prompt_index": self.prompt_index,
+            "sample": self.sample,
+            "provenance": asdict(self.provenance),
+            "tokens": [
+                {
+                    "id": int(self.token_ids[t]),
+                    "token": self.tokens[t],
+                    "logprob": None if self.logprobs is None else float(self.logprobs[t]),
+                }
+                for t in range(self.n_tokens)
+            ],
+        }

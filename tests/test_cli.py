@@ -162,27 +162,35 @@ def test_numeric_options_of_every_command(args, option, tmp_path):
     assert_one_line_error(invoke(*args, "--cache-dir", tmp_path), option)
 
 
-def test_allow_chat_conditional_reaches_the_api_backend(monkeypatch):
-    import sys
-    import types
+def test_allow_chat_conditional_reaches_the_api_backend(tiny_model_dir, tmp_path):
+    from blackbox_mia.cli.common import TargetOptions, build_backends
+    from blackbox_mia.types import BlackboxMIAError
 
+    dead = "http://127.0.0.1:9/v1"  # nothing listens: building a backend sends no request
+    opts = TargetOptions(base_url=dead, model="m", endpoint="chat", allow_chat_conditional=True, epsilon=0.5,
+                         tokenizer=str(tiny_model_dir), cache_dir=tmp_path)
+    backends = build_backends(opts)
+    api = backends["target"]
+    assert (api.kind, api.endpoint.kind, api.tracker_config.epsilon) == ("api", "chat", 0.5)
+    assert api.client.config.base_url == dead and api.client.config.model == "m"
+    api.close()
+    with pytest.raises(BlackboxMIAError, match="--allow-chat-conditional"):
+        build_backends(TargetOptions(base_url=dead, model="m", endpoint="chat", tokenizer=str(tiny_model_dir)))
+    assert "--allow-chat-conditional" in invoke("probe", "--help").output
+
+
+def test_ref_takes_any_backend_spec(tiny_model_dir, tmp_path):
     from blackbox_mia.cli.common import TargetOptions, build_backends
 
-    seen = {}
-
-    class RecordingApiBackend:
-        def __init__(self, api, tokenizer, tracker, cache_dir, reprobe, **kwargs):
-            seen.update(endpoint=api.endpoint, epsilon=tracker.epsilon, **kwargs)
-
-    fake = types.ModuleType("blackbox_mia.backends.api")
-    fake.ApiBackend = RecordingApiBackend
-    monkeypatch.setitem(sys.modules, "blackbox_mia.backends.api", fake)
-    opts = TargetOptions(base_url="http://127.0.0.1:9/v1", model="m", endpoint="chat", allow_chat_conditional=True, epsilon=0.5)
-    build_backends(opts)
-    assert seen == {"endpoint": "chat", "epsilon": 0.5, "allow_chat_conditional": True}
-    build_backends(TargetOptions(base_url="http://127.0.0.1:9/v1", model="m"))
-    assert seen["allow_chat_conditional"] is False
-    assert "--allow-chat-conditional" in invoke("probe", "--help").output
+    for ref in (str(tiny_model_dir), f"local:{tiny_model_dir}"):
+        backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref=ref))
+        assert [b.kind for b in backends.values()] == ["local", "local"]
+    backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref="api:m@http://127.0.0.1:9/v1",
+                                            tokenizer=str(tiny_model_dir), cache_dir=tmp_path))
+    assert backends["reference"].kind == "api" and backends["reference"].client.config.model == "m"
+    backends["reference"].close()
+    result = invoke("score", "gsm8k", "--local", tiny_model_dir, "--ref", "vllm:m", "--limit", 1, "--scorers", "ref")
+    assert_one_line_error(result, "unknown backend kind 'vllm'")
 
 
 def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, tmp_path):

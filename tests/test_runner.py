@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from blackbox_mia.backends.base import Backend
+from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.datasets import Item
 from blackbox_mia.io import write_json_atomic
 from blackbox_mia.runner import (
@@ -45,14 +45,17 @@ class StreamingFake(Backend):
     check that rows are on disk at that moment, not later.
     """
 
+    features = frozenset({LOGPROBS})
+
     def __init__(self, kill_after: int | None = None, watch=None):
+        super().__init__()
         self.kill_after = kill_after
         self.watch = watch
         self.processed: list[str] = []
         self.lines_on_disk: list[int] = []
         self.calls: list[list[str]] = []
 
-    def logprobs(self, texts, progress=False, on_done=None):
+    async def _alogprobs(self, texts, progress, on_done):
         self.calls.append(list(texts))
         results = {}
         for i in reversed(range(len(texts))):
@@ -70,18 +73,21 @@ class StreamingFake(Backend):
         return {"backend": "fake"}
 
 
-class OldFake(Backend):
-    """A backend written before ``on_done`` existed: everything arrives when logprobs returns."""
+class SilentFake(Backend):
+    """A backend that never calls ``on_done``: everything arrives when logprobs returns."""
+
+    features = frozenset({LOGPROBS})
 
     def __init__(self):
+        super().__init__()
         self.calls = 0
 
-    def logprobs(self, texts, progress=False):  # noqa: D102 - the old signature on purpose
+    async def _alogprobs(self, texts, progress, on_done):
         self.calls += 1
         return [fake_lp(t) for t in texts]
 
     def describe(self):
-        return {"backend": "old"}
+        return {"backend": "silent"}
 
 
 ITEMS = [
@@ -142,9 +148,9 @@ def test_resume_after_kill_scores_only_the_rest_and_orders_the_file(tmp_path):
     assert [r.label for r in rows] == [it.label for it in ITEMS]
 
 
-def test_backend_without_on_done_still_writes_every_row(tmp_path):
+def test_backend_that_reports_nothing_still_writes_every_row(tmp_path):
     out = tmp_path / "scores.jsonl"
-    old = OldFake()
+    old = SilentFake()
     rows = score_items(ITEMS, SCORERS, {"target": old}, out, CONFIG, chunk_size=2, progress=False)
     assert old.calls == 3
     assert [r.id for r in rows] == list(disk_rows(out)) == [it.id for it in ITEMS]
@@ -160,9 +166,9 @@ def test_score_texts_reference_first_and_on_scored_in_completion_order():
             super().__init__()
             self.role = role
 
-        def logprobs(self, texts, progress=False, on_done=None):
+        async def _alogprobs(self, texts, progress, on_done):
             order.append(self.role)
-            return super().logprobs(texts, progress, on_done)
+            return await super()._alogprobs(texts, progress, on_done)
 
     texts = ["One Two", "three four", "One Two"]  # a duplicate text is scored for both items
     seen = []
@@ -256,7 +262,7 @@ def test_rows_without_configuration_are_refused_and_overwrite_starts_clean(tmp_p
 
 def test_nonfinite_score_is_null_with_a_flag_never_bare_nan(tmp_path):
     class MinusInf(StreamingFake):
-        def logprobs(self, texts, progress=False, on_done=None):
+        async def _alogprobs(self, texts, progress, on_done):
             out = [fake_lp(t) for t in texts]
             for lp in out:
                 lp.logprobs[0] = -math.inf
@@ -309,7 +315,7 @@ def test_limits_and_item_checks():
 
 def test_a_backend_reporting_a_bad_index_is_an_error():
     class Liar(StreamingFake):
-        def logprobs(self, texts, progress=False, on_done=None):
+        async def _alogprobs(self, texts, progress, on_done):
             on_done(len(texts), fake_lp("x"))
             return []
 

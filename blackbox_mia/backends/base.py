@@ -1,28 +1,70 @@
-"""The backend interface: texts in, one :class:`~blackbox_mia.types.TokenLogprobs` per text out."""
+"""The backend interface: per-token log-probs of texts, and generated continuations of prompts.
+
+Async first: :meth:`Backend.alogprobs` and :meth:`Backend.agenerate` are the API; the sync
+:meth:`Backend.logprobs` and :meth:`Backend.generate` wrap them, here and nowhere else. Every
+backend runs its work on its own event loop in a daemon thread (:class:`~.loop.LoopThread`), so
+both forms work in a plain script and inside a running event loop (Jupyter), and an ``await``
+never blocks the caller's loop (a local model computes on the backend's thread).
+
+Callers check :attr:`Backend.features`, never the backend's class.
+"""
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..types import BlackboxMIAError, TokenLogprobs
+import numpy as np
+
+from ..types import BlackboxMIAError, Generation, TokenLogprobs
+from .loop import LoopThread
+
+if TYPE_CHECKING:  # the client is only imported by the API backend
+    from .api.client import Usage
+
+T = TypeVar("T")
+
+LOGPROBS = "logprobs"
+FULL_DISTRIBUTION = "full_distribution"
+GENERATE = "generate"
+FEATURES = (LOGPROBS, FULL_DISTRIBUTION, GENERATE)
+"""What a backend may offer:
+
+* ``logprobs``: :meth:`Backend.alogprobs` (per-token log-probs of texts);
+* ``full_distribution``: those log-probs carry the per-position vocabulary mean ``mu`` and
+  standard deviation ``sigma`` of log p (Min-K%++): a white-box model;
+* ``generate``: :meth:`Backend.agenerate` (greedy or sampled continuations).
+"""
 
 OnDone = Callable[[int, TokenLogprobs], None]
 """Completion callback of :meth:`Backend.logprobs`: ``on_done(index, logprobs)``."""
 
+Prompt = str | Sequence[int]
+"""A generation prompt: a text, or the token ids of a text (no BOS: the backend adds its own)."""
+
 
 class Backend(ABC):
-    """A source of per-token log-probs (local torch model, or black-box API + tracker).
+    """A source of per-token log-probs and generations (local torch model, or API + tracker).
+
+    Subclasses call ``super().__init__()``, set :attr:`features`, and implement the coroutines
+    :meth:`_alogprobs` / :meth:`_agenerate` of the features they declare (they run on the
+    backend's own loop thread) and :meth:`describe`.
 
     Attributes:
-        provides_vocab_stats: whether returned log-probs carry ``mu``/``sigma`` (Min-K%++).
+        kind: the backend's kind as the registry names it (``"local"``, ``"api"``).
+        features: what this backend offers, a subset of :data:`FEATURES`.
     """
 
-    provides_vocab_stats: bool = False
+    kind: str = "backend"
+    features: frozenset[str] = frozenset()
 
-    @abstractmethod
-    def logprobs(
+    def __init__(self) -> None:
+        self._loop = LoopThread(f"bbmia-{type(self).__name__}")
+
+    # -- the public API -------------------------------------------------------------------------
+
+    async def alogprobs(
         self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
     ) -> list[TokenLogprobs]:
         """Log-probs of every scored token of every text, in input order.
@@ -31,24 +73,122 @@ class Backend(ABC):
             texts: the texts.
             progress: show a progress bar on stderr.
             on_done: called as ``on_done(index, logprobs)`` once per text, as soon as the
-                log-probs of ``texts[index]`` are final (in any order, in the calling thread,
-                before this method returns). Whatever it raises stops the computation and
-                propagates out of this method; texts finished before that were reported.
+                log-probs of ``texts[index]`` are final (in any order, before this method
+                returns). It runs on the backend's own thread (not the caller's): keep it quick,
+                and do not call this backend's sync methods from it. Whatever it raises stops
+                the computation and propagates out of this method; texts finished before that
+                were reported.
 
         Raises:
-            BlackboxMIAError: an empty text, or a text with no scorable token.
+            BlackboxMIAError: the backend lacks the ``logprobs`` feature; an empty text, or a
+                text with no scorable token.
         """
+        self.require(LOGPROBS)
+        check_texts(texts)
+        return await self._loop.acall(self._alogprobs(list(texts), progress, on_done))
+
+    async def agenerate(
+        self,
+        prompts: Sequence[Prompt],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        n: int = 1,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """``n`` continuations of every prompt, prompt-major: result ``i * n + j`` is sample
+        ``j`` of ``prompts[i]``.
+
+        Args:
+            prompts: texts, or token-id sequences of texts (the backend prepends its BOS
+                convention to both, as for scoring).
+            max_new_tokens: at most this many tokens per continuation (>= 1).
+            temperature: 0 = greedy (then the ``n`` samples are equal); > 0 samples from
+                softmax(logits / temperature).
+            n: samples per prompt (>= 1).
+            seed: sample ``j`` uses seed ``seed + j``, so a prompt's samples are reproducible
+                whatever the other prompts; ``None`` = fresh randomness.
+
+        Raises:
+            BlackboxMIAError: the backend lacks the ``generate`` feature; an empty prompt, or a
+                bad ``max_new_tokens``, ``temperature``, ``n`` or ``seed``.
+        """
+        self.require(GENERATE)
+        check_generation(prompts, max_new_tokens, temperature, n, seed)
+        return await self._loop.acall(self._agenerate(list(prompts), max_new_tokens, float(temperature), n, seed))
+
+    def logprobs(
+        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
+    ) -> list[TokenLogprobs]:
+        """Blocking form of :meth:`alogprobs` (works inside a running event loop too)."""
+        return self._call(self.alogprobs(texts, progress=progress, on_done=on_done))
+
+    def generate(
+        self,
+        prompts: Sequence[Prompt],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        n: int = 1,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Blocking form of :meth:`agenerate` (works inside a running event loop too)."""
+        return self._call(self.agenerate(prompts, max_new_tokens, temperature=temperature, n=n, seed=seed))
+
+    def require(self, feature: str) -> None:
+        """Raise unless this backend offers ``feature``.
+
+        Raises:
+            BlackboxMIAError: naming the missing feature and the backend.
+        """
+        if feature not in FEATURES:
+            raise ValueError(f"unknown feature {feature!r}: one of {', '.join(FEATURES)}")
+        if feature not in self.features:
+            raise BlackboxMIAError(
+                f"this {self.kind} backend does not offer {feature!r} "
+                f"(it offers: {', '.join(sorted(self.features)) or 'nothing'})"
+            )
+
+    @property
+    def usage(self) -> Usage | None:
+        """Requests, tokens and estimated cost so far; ``None`` for a backend that sends no
+        requests (a local model)."""
+        return None
 
     @abstractmethod
     def describe(self) -> dict:
-        """JSON-ready configuration of this backend, saved next to every result."""
+        """JSON-ready configuration of this backend, saved next to every result; its
+        ``"backend"`` key names the kind (``"local"``, ``"api"``)."""
 
     def close(self) -> None:
-        """Release resources (servers, sessions); idempotent."""
+        """Release resources (connections, the backend's thread); idempotent."""
+        self._loop.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- for subclasses -----------------------------------------------------------------------
+
+    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
+        """The ``logprobs`` feature, on the backend's loop (texts already checked)."""
+        raise NotImplementedError
+
+    async def _agenerate(
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None
+    ) -> list[Generation]:
+        """The ``generate`` feature, on the backend's loop (arguments already checked)."""
+        raise NotImplementedError
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of this backend to completion from synchronous code."""
+        return self._loop.call(coro)
 
 
 def check_texts(texts: Sequence[str]) -> None:
     """Raise :class:`BlackboxMIAError` naming the first empty or non-string text."""
+    if isinstance(texts, str):
+        raise BlackboxMIAError("texts must be a list of strings, got one string")
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise BlackboxMIAError(f"text #{i} is {type(text).__name__}, not a string")
@@ -56,11 +196,19 @@ def check_texts(texts: Sequence[str]) -> None:
             raise BlackboxMIAError(f"text #{i} is empty: nothing to score")
 
 
-def accepts_on_done(backend: Backend) -> bool:
-    """Whether ``backend.logprobs`` takes the ``on_done`` keyword (older or third-party backends
-    may not; callers then treat every text as finished when ``logprobs`` returns)."""
-    try:
-        params = inspect.signature(backend.logprobs).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "on_done" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+def check_generation(prompts: Sequence[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None) -> None:
+    """Raise :class:`BlackboxMIAError` for an empty or malformed prompt or a bad setting."""
+    if isinstance(prompts, str):
+        raise BlackboxMIAError("prompts must be a list (of texts or token-id lists), got one string")
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, str) and not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise BlackboxMIAError(f"prompt #{i} is neither a text nor a list of token ids")
+        if len(prompt) == 0:
+            raise BlackboxMIAError(f"prompt #{i} is empty")
+    for name, value in (("max_new_tokens", max_new_tokens), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BlackboxMIAError(f"{name} must be an integer >= 1, got {value!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        raise BlackboxMIAError(f"temperature must be a number in [0, 2], got {temperature!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise BlackboxMIAError(f"seed must be a non-negative integer or None, got {seed!r}")

@@ -3,20 +3,26 @@
 It is the drop-in for the black-box API backend and the ground truth the tracker is validated
 against. One forward pass per text (per window, for texts longer than the context) serves every
 scorer: it yields lp_i and, for Min-K%++, the per-position vocabulary mean μ_i and standard
-deviation σ_i of log p.
+deviation σ_i of log p. Generation is batched Hugging Face ``generate`` with left padding.
+
+The model computes on the backend's own thread (see :mod:`.base`), so ``await`` never blocks the
+caller's event loop; a cancelled call stops after the forward batch in progress.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ..text.windows import sliding_windows
-from ..types import BlackboxMIAError, Provenance, TokenLogprobs
-from .base import Backend, OnDone, check_texts
+from ..tokenizers import HFTokenCodec
+from ..types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
+from .base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
+from .generation import build_generation, sample_seed, seeded_sampler, strategy_name
 
 SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 """``(lp, mu, sigma)`` of one id sequence, each of shape (L-1,) (``mu``/``sigma`` may be None)."""
@@ -50,16 +56,34 @@ class LocalConfig:
 
 
 class LocalBackend(Backend):
-    """Per-token log-probs from a local causal LM.
+    """Per-token log-probs and generations from a local causal LM.
+
+    Features: ``logprobs``, ``generate``, and ``full_distribution`` when ``vocab_stats``.
 
     Args:
         config: a :class:`LocalConfig`.
 
+    Attributes:
+        codec: the model's tokenizer as an :class:`~blackbox_mia.tokenizers.HFTokenCodec`
+            (encoding, token strings, BOS convention).
+        tokenizer, model: the loaded Hugging Face objects.
+        context: the context length in tokens.
+        vocab_size: rows of the output embedding (log-prob vectors have this length).
+        device, dtype: where and in which precision the model runs.
+
     Raises:
         BlackboxMIAError: torch/transformers missing, or the model cannot be loaded.
+
+    Example:
+        >>> backend = LocalBackend(LocalConfig("gpt2"))            # doctest: +SKIP
+        >>> backend.logprobs(["Tom has 3 apples."])[0].logprobs  # doctest: +SKIP
+        >>> backend.generate(["Tom has"], max_new_tokens=8)[0].text  # doctest: +SKIP
     """
 
+    kind = "local"
+
     def __init__(self, config: LocalConfig):
+        super().__init__()
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -88,10 +112,10 @@ class LocalBackend(Backend):
         except (RuntimeError, AssertionError) as exc:  # torch's "not compiled with CUDA", out of memory...
             raise BlackboxMIAError(f"cannot put model {config.model!r} on device {self.device}: {exc}") from exc
         self.context = config.max_length or self._model_context()
-        self.bos_id = self.tokenizer.bos_token_id if config.bos in (None, True) else None
-        if config.bos and self.bos_id is None:
+        self.codec = HFTokenCodec(self.tokenizer, name=config.model, bos=config.bos)
+        if config.bos and self.codec.bos_id is None:
             raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
-        self.provides_vocab_stats = config.vocab_stats
+        self.features = frozenset({LOGPROBS, GENERATE} | ({FULL_DISTRIBUTION} if config.vocab_stats else set()))
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
 
     def _resolve_device(self, name: str | None):
@@ -125,33 +149,31 @@ class LocalBackend(Backend):
 
     # -- tokenization ---------------------------------------------------------------------
 
+    @property
+    def bos_id(self) -> int | None:
+        """The BOS id prepended before scoring and generation, or None."""
+        return self.codec.bos_id
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` as plain text: no BOS/EOS added, and special-token strings in
         the text (``"<|endoftext|>"``) are split into ordinary tokens, never mapped to the
         special ids (a text cannot end or reset the model's context by quoting them)."""
-        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-
-    def decode_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Each id decoded on its own (byte-level pieces may show as U+FFFD)."""
-        return self.tokenizer.batch_decode([[int(i)] for i in ids])
+        return self.codec.encode(text)
 
     def full_ids(self, text_ids: Sequence[int]) -> list[int]:
         """The sequence fed to the model: BOS (when used) followed by the text's tokens."""
-        return ([self.bos_id] if self.bos_id is not None else []) + list(text_ids)
+        return ([self.bos_id] if self.bos_id is not None else []) + [int(i) for i in text_ids]
 
     # -- log-probs ---------------------------------------------------------------------------
 
-    def logprobs(
-        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
-    ) -> list[TokenLogprobs]:
-        """Log-probs of every text (see :meth:`Backend.logprobs`); ``on_done`` is called for
+    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
+        """Log-probs of every text (see :meth:`Backend.alogprobs`); ``on_done`` is called for
         the texts whose windows all lie in a forward batch as soon as that batch is done
         (texts run longest first).
 
         Raises:
-            BlackboxMIAError: an empty text, or a single-token text when the model has no BOS.
+            BlackboxMIAError: a single-token text when the model has no BOS.
         """
-        check_texts(texts)
         provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
         sequences = [self.full_ids(self.encode(t)) for t in texts]
         for i, seq in enumerate(sequences):
@@ -159,39 +181,37 @@ class LocalBackend(Backend):
                 raise BlackboxMIAError(
                     f"text #{i} ({texts[i]!r}) has a single token and the model has no BOS: nothing to score"
                 )
+        results: list[SequenceResult | None] = [None] * len(sequences)
         out: list[TokenLogprobs | None] = [None] * len(texts)
+        for finished in self._sequence_batches(sequences, results, progress):
+            for s in finished:
+                lp, mu, sigma = results[s]
+                seq = sequences[s]
+                out[s] = TokenLogprobs(
+                    token_ids=np.asarray(seq[1:]),
+                    tokens=[self.codec.token_string(i) for i in seq[1:]],
+                    logprobs=lp,
+                    context_ids=(seq[0],),
+                    provenance=provenance,
+                    mu=mu,
+                    sigma=sigma,
+                )
+                if on_done is not None:
+                    on_done(s, out[s])
+            await asyncio.sleep(0)  # a cancellation point between forward batches
+        return out  # type: ignore[return-value]  (every sequence finished in some batch)
 
-        def finish(s: int, result: SequenceResult) -> None:
-            lp, mu, sigma = result
-            seq = sequences[s]
-            out[s] = TokenLogprobs(
-                token_ids=np.asarray(seq[1:]),
-                tokens=self.decode_tokens(seq[1:]),
-                logprobs=lp,
-                context_ids=(seq[0],),
-                provenance=provenance,
-                mu=mu,
-                sigma=sigma,
-            )
-            if on_done is not None:
-                on_done(s, out[s])
+    def _sequence_batches(
+        self, sequences: Sequence[Sequence[int]], results: list[SequenceResult | None], progress: bool = False
+    ) -> Iterator[list[int]]:
+        """lp_j = log p(seq[j] | seq[:j]) for j = 1..L-1 of every id sequence (float64, nats),
+        one forward batch per step: yields the indices of the sequences finished by that batch,
+        after storing ``results[s] = (lp, mu, sigma)``, each of shape (L-1,) (``mu``/``sigma``
+        ``None`` unless ``vocab_stats``).
 
-        self.sequence_logprobs(sequences, progress=progress, on_done=finish)
-        return out  # type: ignore[return-value]  (finish filled every slot)
-
-    def sequence_logprobs(
-        self,
-        sequences: Sequence[Sequence[int]],
-        progress: bool = False,
-        on_done: Callable[[int, SequenceResult], None] | None = None,
-    ) -> list[SequenceResult]:
-        """lp_j = log p(seq[j] | seq[:j]) for j = 1..L-1 of every id sequence (float64, nats).
-
-        Returns per sequence ``(lp, mu, sigma)``, each of shape (L-1,); ``mu``/``sigma`` are
-        ``None`` unless ``vocab_stats``. Long sequences are split by :func:`sliding_windows`;
-        windows are packed into batches of at most ``max_batch_tokens`` padded tokens, longest
-        sequence first, each sequence's windows together. ``on_done(index, result)`` is called for each sequence right after the batch
-        holding its last window.
+        Long sequences are split by :func:`sliding_windows`; windows are packed into batches of
+        at most ``max_batch_tokens`` padded tokens, longest sequence first, each sequence's
+        windows together, so a long text finishes as soon as its own windows ran.
         """
         rows = []  # (sequence index, start, end, first_target)
         for s, seq in enumerate(sequences):
@@ -203,12 +223,6 @@ class LocalBackend(Backend):
         stats = self.config.vocab_stats
         out_mu = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
         out_sd = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
-
-        def result(s: int) -> SequenceResult:
-            return (out_lp[s], out_mu[s], out_sd[s]) if stats else (out_lp[s], None, None)
-
-        # Sequences longest first (by their first, widest window), each sequence's windows kept
-        # together: a long text finishes, and is reported, as soon as its own windows ran.
         first_width = [min(len(seq), self.context) for seq in sequences]
         order = sorted(range(len(rows)), key=lambda r: (-first_width[rows[r][0]], rows[r][0], rows[r][1]))
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
@@ -227,13 +241,11 @@ class LocalBackend(Backend):
                     bar.update(b - first)
                     remaining[s] -= 1
                     if remaining[s] == 0:
+                        results[s] = (out_lp[s], out_mu[s], out_sd[s]) if stats else (out_lp[s], None, None)
                         finished.append(s)
-                if on_done is not None:
-                    for s in finished:
-                        on_done(s, result(s))
+                yield finished
         finally:
             bar.close()
-        return [result(s) for s in range(len(sequences))]
 
     def _pack(self, order: list[int], lengths: list[int]):
         """Greedy packing of rows, in ``order``, into batches whose padded size (rows × widest
@@ -320,6 +332,84 @@ class LocalBackend(Backend):
             (float(actual[j]), tuple(zip(indices[j].tolist(), values[j].tolist())) if n > 0 else ())
             for j in range(len(ids) - 1)
         ]
+
+    # -- generation -------------------------------------------------------------------------
+
+    async def _agenerate(
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None
+    ) -> list[Generation]:
+        """Continuations (see :meth:`Backend.agenerate`): batched ``generate`` with left padding,
+        rows packed by ``max_batch_tokens`` (prompt + new tokens per row). Greedy runs each prompt
+        once (its ``n`` samples are equal); sampling gives row (i, j) its own generator seeded
+        with ``seed + j``. Per-token log-probs are log-softmax of the raw logits (nats).
+
+        Raises:
+            BlackboxMIAError: a prompt that with ``max_new_tokens`` exceeds the context.
+        """
+        contexts = [self.full_ids(self.encode(p) if isinstance(p, str) else p) for p in prompts]
+        for i, ids in enumerate(contexts):
+            if len(ids) + max_new_tokens > self.context:
+                raise BlackboxMIAError(
+                    f"prompt #{i} has {len(ids)} tokens: with max_new_tokens={max_new_tokens} it exceeds "
+                    f"the context of {self.context} tokens"
+                )
+        greedy = temperature == 0
+        rows = [(i, j) for i in range(len(prompts)) for j in range(1 if greedy else n)]
+        seeds = [sample_seed(seed, j) for _, j in rows]
+        provenance = Provenance("local", self.config.model, strategy_name(temperature), self.bos_id is not None)
+        eos = self.tokenizer.eos_token_id
+        found: dict[tuple[int, int], Generation] = {}
+        order = sorted(range(len(rows)), key=lambda r: -len(contexts[rows[r][0]]))
+        widths = [len(contexts[i]) + max_new_tokens for i, _ in rows]
+        for batch in self._pack(order, widths):
+            ids, lps = self._generate_batch(
+                [contexts[rows[r][0]] for r in batch], max_new_tokens, temperature, [seeds[r] for r in batch]
+            )
+            for k, r in enumerate(batch):
+                i, j = rows[r]
+                found[i, j] = build_generation(self.codec, ids[k], lps[k], eos, i, j, provenance)
+            await asyncio.sleep(0)  # a cancellation point between batches
+        if greedy:  # the n samples of a prompt are its one greedy continuation
+            return [replace(found[i, 0], sample=j) for i in range(len(prompts)) for j in range(n)]
+        return [found[i, j] for i in range(len(prompts)) for j in range(n)]
+
+    def _generate_batch(
+        self, contexts: list[list[int]], max_new_tokens: int, temperature: float, seeds: list[int]
+    ) -> tuple[list[list[int]], list[np.ndarray]]:
+        """One left-padded ``generate`` call: per row, the generated ids (padded after EOS) and
+        their log-probs under the raw logits, shape (steps,) each."""
+        torch = self._torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        pad = pad if pad is not None else eos if eos is not None else 0
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(contexts), width), dtype=torch.long)
+        for r, c in enumerate(contexts):
+            ids[r, width - len(c) :] = torch.as_tensor(c)
+            mask[r, width - len(c) :] = 1
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=pad,
+            temperature=1.0, top_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, min_new_tokens=0,
+            return_dict_in_generate=True, output_logits=True,
+        )
+        processors = LogitsProcessorList(
+            [] if temperature == 0 else [seeded_sampler(seeds, temperature, self.device)]
+        )
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device), generation_config=config,
+                logits_processor=processors,
+            )
+            new = out.sequences[:, width:]
+            lps = torch.stack(
+                [torch.log_softmax(step.float(), dim=-1).gather(-1, new[:, t : t + 1]).squeeze(-1)
+                 for t, step in enumerate(out.logits)],
+                dim=1,
+            )
+        return new.cpu().tolist(), list(lps.double().cpu().numpy())
 
     def describe(self) -> dict:
         return {

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from ..canary import CanaryConfig
 from .app import app, echo_json_line, user_errors
+from .options import with_dataclass_options
 
 canary_app = typer.Typer(
     help="The canary model: a small GPT-2 trained on CPU with known members (planted GSM8K test problems).",
@@ -40,39 +37,19 @@ FIELD_HELP = {
 }
 
 
-def _with_config_options(func):
-    """Give ``func`` one typer option per :class:`CanaryConfig` field; it receives ``config``."""
-    extra = [
-        inspect.Parameter(
-            f.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Option(f.default, help=FIELD_HELP[f.name], rich_help_panel="Canary configuration"),
-            annotation=type(f.default),
-        )
-        for f in dataclasses.fields(CanaryConfig)
-    ]
-    signature = inspect.signature(func)
-    params = [p for p in signature.parameters.values() if p.name != "config"]
-
-    @functools.wraps(func)
-    def wrapper(**kwargs):
-        config = CanaryConfig(**{p.name: kwargs.pop(p.name) for p in extra})
-        return func(config=config, **kwargs)
-
-    wrapper.__signature__ = signature.replace(parameters=params + extra)
-    wrapper.__annotations__ = {
-        **{k: v for k, v in func.__annotations__.items() if k != "config"},
-        **{p.name: p.annotation for p in extra},
-    }
-    return wrapper
+with_config_options = with_dataclass_options(
+    CanaryConfig,
+    "config",
+    {name: {"help": text, "rich_help_panel": "Canary configuration"} for name, text in FIELD_HELP.items()},
+)
 
 
 @canary_app.command()
-@_with_config_options
+@with_config_options
 def train(
-    out: Optional[Path] = typer.Option(None, "--out", help="model directory (default: <cache>/canary/<config hash>)"),
+    out: Path | None = typer.Option(None, "--out", help="model directory (default: <cache>/canary/<config hash>)"),
     force: bool = typer.Option(False, "--force", help="retrain even when a complete canary exists"),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)"),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
     *,

@@ -1,22 +1,17 @@
-"""Pieces shared by the commands: loading items, building backends, AUC tables."""
+"""Pieces shared by the commands: loading items, the target options, AUC tables."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
-
-import typer
 
 from ..backends.base import Backend
+from ..backends.registry import BackendOptions, build_backend
 from ..datasets import Item, load_dataset
 from ..scorers import REFERENCE, TARGET, Scorer
 from ..types import BlackboxMIAError
-from .app import user_errors
+from .options import with_dataclass_options
 
 
 def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
@@ -43,7 +38,7 @@ def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
 
 def check_number(
     option: str,
-    value: float | int | None,
+    value: float | None,
     *,
     above: float | None = None,
     at_least: float | None = None,
@@ -73,8 +68,10 @@ def check_number(
 
 
 @dataclass(frozen=True)
-class TargetOptions:
-    """Command-line choice of the target model: ``--local`` or ``--base-url``/``--model``.
+class TargetOptions(BackendOptions):
+    """Command-line choice of the target model (``--local`` or ``--base-url``/``--model``) and
+    the reference model (``--ref``, any backend spec), plus the settings every backend of the
+    command is built with (the :class:`~blackbox_mia.backends.registry.BackendOptions` fields).
 
     Numeric options are checked on construction, before any model is loaded or request sent.
 
@@ -86,23 +83,8 @@ class TargetOptions:
 
     local: str | None = None
     ref: str | None = None
-    device: str | None = None
-    dtype: str = "auto"
-    batch_tokens: int = 8192
     base_url: str | None = None
     model: str | None = None
-    api_key: str | None = None
-    endpoint: str = "completions"
-    allow_chat_conditional: bool = False
-    tokenizer: str | None = None
-    strategy: str = "auto"
-    epsilon: float = 0.01
-    context: int | None = None
-    concurrency: int = 16
-    rpm: float | None = None
-    tpm: float | None = None
-    cache_dir: Path | None = None
-    reprobe: bool = False
 
     def __post_init__(self) -> None:
         check_number("--epsilon", self.epsilon, above=0)
@@ -112,48 +94,38 @@ class TargetOptions:
         check_number("--context-tokens", self.context, at_least=2)
         check_number("--batch-tokens", self.batch_tokens, at_least=1)
 
+    def target_spec(self) -> str:
+        """The target as a backend spec: ``local:PATH`` or ``api:MODEL@URL``.
+
+        Raises:
+            BlackboxMIAError: no target, both a local model and an endpoint, ``--base-url``
+                without ``--model`` or without ``http://``/``https://``.
+        """
+        if bool(self.local) == bool(self.base_url):
+            raise BlackboxMIAError("choose the target: --local PATH, or --base-url URL --model NAME")
+        if self.local:
+            return f"local:{self.local}"
+        if not self.model:
+            raise BlackboxMIAError("--base-url needs --model")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise BlackboxMIAError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+        return f"api:{self.model}@{self.base_url}"
+
 
 def build_backends(opts: TargetOptions) -> dict[str, Backend]:
-    """``{"target": ..., "reference": ...}`` from command-line options.
+    """``{"target": ..., "reference": ...}`` from command-line options, through the backend
+    registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``).
 
     Raises:
-        BlackboxMIAError: no target, or both a local model and an endpoint.
+        BlackboxMIAError: no target, both a local model and an endpoint, a bad spec.
     """
-    if bool(opts.local) == bool(opts.base_url):
-        raise BlackboxMIAError("choose the target: --local PATH, or --base-url URL --model NAME")
-    if opts.base_url and not opts.model:
-        raise BlackboxMIAError("--base-url needs --model")
-
-    def local(model: str) -> Backend:
-        from ..backends.local import LocalBackend, LocalConfig
-
-        return LocalBackend(LocalConfig(model, device=opts.device, dtype=opts.dtype, max_batch_tokens=opts.batch_tokens))
-
-    if opts.local:
-        backends = {TARGET: local(opts.local)}
-    else:
-        from ..backends.api import ApiBackend
-        from ..backends.api.client import ApiConfig
-        from ..backends.api.tracker import TrackerConfig
-
-        api = ApiConfig(
-            base_url=opts.base_url,
-            model=opts.model,
-            endpoint=opts.endpoint,
-            concurrency=opts.concurrency,
-            rpm=opts.rpm,
-            tpm=opts.tpm,
-            **({"api_key": opts.api_key} if opts.api_key else {}),
-        )
-        tracker = TrackerConfig(strategy=opts.strategy, epsilon=opts.epsilon, context=opts.context)
-        backends = {
-            TARGET: ApiBackend(
-                api, opts.tokenizer, tracker, opts.cache_dir, opts.reprobe,
-                allow_chat_conditional=opts.allow_chat_conditional,
-            )
-        }
+    backends = {TARGET: build_backend(opts.target_spec(), opts)}
     if opts.ref:
-        backends[REFERENCE] = local(opts.ref)
+        try:
+            backends[REFERENCE] = build_backend(opts.ref, opts)
+        except BaseException:
+            close_all(backends)
+            raise
     return backends
 
 
@@ -191,46 +163,28 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     return "\n".join(lines)
 
 
-def _target_parameters() -> list[inspect.Parameter]:
-    opt = typer.Option
-    specs = [
-        ("local", Optional[str], opt(None, "--local", help="local Hugging Face model (directory or hub name)", rich_help_panel="Target")),
-        ("base_url", Optional[str], opt(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel="Target")),
-        ("model", Optional[str], opt(None, "--model", help="model name at the endpoint", rich_help_panel="Target")),
-        ("api_key", Optional[str], opt(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="API key (never stored or printed)", rich_help_panel="Target")),
-        ("endpoint", str, opt("completions", "--endpoint", help="completions or chat", rich_help_panel="Target")),
-        ("allow_chat_conditional", bool, opt(False, "--allow-chat-conditional", help="with --endpoint chat: accept log-probs that are conditional on the server's chat template (not the text's own log-probs)", rich_help_panel="Target")),
-        ("tokenizer", Optional[str], opt(None, "--tokenizer", help="tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", rich_help_panel="Target")),
-        ("strategy", str, opt("auto", "--strategy", help="auto, prompt, topn, forced, postbias or bisect", rich_help_panel="Tracker")),
-        ("epsilon", float, opt(0.01, "--epsilon", help="bisection precision (nats)", rich_help_panel="Tracker")),
-        ("context", Optional[int], opt(None, "--context-tokens", help="model context in tokens: longer texts go in sliding windows like --local", rich_help_panel="Tracker")),
-        ("concurrency", int, opt(16, "--concurrency", help="requests in flight", rich_help_panel="Tracker")),
-        ("rpm", Optional[float], opt(None, "--rpm", help="requests-per-minute limit", rich_help_panel="Tracker")),
-        ("tpm", Optional[float], opt(None, "--tpm", help="tokens-per-minute limit", rich_help_panel="Tracker")),
-        ("reprobe", bool, opt(False, "--reprobe", help="probe the endpoint's capabilities again", rich_help_panel="Tracker")),
-        ("ref", Optional[str], opt(None, "--ref", help="reference model for the 'ref' scorer (local)", rich_help_panel="Target")),
-        ("device", Optional[str], opt(None, "--device", help="torch device (default: cuda when available)", rich_help_panel="Local model")),
-        ("dtype", str, opt("auto", "--dtype", help="float32, bfloat16, float16 or auto", rich_help_panel="Local model")),
-        ("batch_tokens", int, opt(8192, "--batch-tokens", help="padded tokens per forward pass", rich_help_panel="Local model")),
-        ("cache_dir", Optional[Path], opt(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)")),
-    ]
-    return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in specs]
+TARGET_OPTIONS = {
+    "local": {"flags": ("--local",), "help": "local Hugging Face model (directory or hub name)", "rich_help_panel": "Target"},
+    "base_url": {"flags": ("--base-url",), "help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", "rich_help_panel": "Target"},
+    "model": {"flags": ("--model",), "help": "model name at the endpoint", "rich_help_panel": "Target"},
+    "api_key": {"flags": ("--api-key",), "envvar": "OPENAI_API_KEY", "show_envvar": True, "help": "API key (never stored or printed)", "rich_help_panel": "Target"},
+    "endpoint": {"help": "completions or chat", "rich_help_panel": "Target"},
+    "allow_chat_conditional": {"help": "with --endpoint chat: accept log-probs that are conditional on the server's chat template (not the text's own log-probs)", "rich_help_panel": "Target"},
+    "tokenizer": {"help": "tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", "rich_help_panel": "Target"},
+    "strategy": {"help": "auto, prompt, topn, forced, postbias or bisect", "rich_help_panel": "Tracker"},
+    "epsilon": {"help": "bisection precision (nats)", "rich_help_panel": "Tracker"},
+    "context": {"flags": ("--context-tokens",), "help": "model context in tokens: longer texts go in sliding windows like --local", "rich_help_panel": "Tracker"},
+    "concurrency": {"help": "requests in flight", "rich_help_panel": "Tracker"},
+    "rpm": {"help": "requests-per-minute limit", "rich_help_panel": "Tracker"},
+    "tpm": {"help": "tokens-per-minute limit", "rich_help_panel": "Tracker"},
+    "reprobe": {"help": "probe the endpoint's capabilities again", "rich_help_panel": "Tracker"},
+    "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL", "rich_help_panel": "Target"},
+    "device": {"help": "torch device (default: cuda when available)", "rich_help_panel": "Local model"},
+    "dtype": {"help": "float32, bfloat16, float16 or auto", "rich_help_panel": "Local model"},
+    "batch_tokens": {"help": "padded tokens per forward pass", "rich_help_panel": "Local model"},
+    "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
+}
 
-
-def with_target_options(func):
-    """Add the target-model options (``--local`` or ``--base-url``/``--model`` and friends) to a
-    typer command; the command receives them as one ``target: TargetOptions`` argument."""
-    extra = _target_parameters()
-    names = [p.name for p in extra]
-    signature = inspect.signature(func)
-    params = [p for p in signature.parameters.values() if p.name != "target"]
-
-    @functools.wraps(func)
-    def wrapper(**kwargs):
-        with user_errors():
-            target = TargetOptions(**{name: kwargs.pop(name) for name in names})
-        return func(target=target, **kwargs)
-
-    wrapper.__signature__ = signature.replace(parameters=params + extra)
-    wrapper.__annotations__ = {**{k: v for k, v in func.__annotations__.items() if k != "target"}, **{p.name: p.annotation for p in extra}}
-    return wrapper
+with_target_options = with_dataclass_options(TargetOptions, "target", TARGET_OPTIONS)
+"""Add the target-model options (``--local`` or ``--base-url``/``--model`` and friends) to a
+typer command; the command receives them as one ``target: TargetOptions`` argument."""

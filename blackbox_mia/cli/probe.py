@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ..backends.base import Backend
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors
@@ -76,8 +77,9 @@ def probe(
         texts = gather_texts(text, file, dataset, limit)
         backends = build_backends(target)
         backend = backends["target"]
-        capabilities = getattr(backend, "capabilities", None)
         try:
+            # a black-box backend's configuration holds what its probe found (local: nothing)
+            capabilities = backend.describe().get("capabilities")
             for text_id, content in texts:
                 before = _usage(backend)
                 [(scores, lp)] = score_texts([content], parsed, backends, progress=not json_out and len(content) > 200)
@@ -89,7 +91,7 @@ def probe(
                     "scores": row.scores,
                     **({"nonfinite": row.nonfinite} if row.nonfinite else {}),
                     "usage": usage,
-                    "capabilities": capabilities.to_json() if capabilities else None,
+                    "capabilities": capabilities,
                 }
                 if json_out:
                     echo_json_line(record)
@@ -99,8 +101,9 @@ def probe(
             close_all(backends)
 
 
-def _usage(backend) -> dict:
-    usage = getattr(backend, "usage", None)
+def _usage(backend: Backend) -> dict:
+    """Requests, tokens and cost the backend spent so far ({} for a backend that sends none)."""
+    usage = backend.usage
     if usage is None:
         return {}
     d = usage.to_dict()

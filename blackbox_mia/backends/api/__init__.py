@@ -1,5 +1,8 @@
 """The black-box backend: an OpenAI-compatible endpoint, its capability probe and the tracker."""
 
-from .backend import ApiBackend, load_codec
+from ...tokenizers import (
+    load_codec,  # re-exported: its old home was backends/api/backend.py
+)
+from .backend import ApiBackend
 
 __all__ = ["ApiBackend", "load_codec"]

@@ -2,54 +2,59 @@
 
 A drop-in for :class:`~blackbox_mia.backends.local.LocalBackend`: same input, same
 :class:`~blackbox_mia.types.TokenLogprobs` output, plus [lower, upper] bounds and a strategy per
-token. Every answer is cached on disk as it arrives (JSON), so a rerun makes zero requests.
+token; and :class:`~blackbox_mia.types.Generation` through plain completion requests. Every answer
+is cached on disk as it arrives (JSON), so a rerun makes zero requests.
+
+Constructing the backend sends nothing: the capability probe runs on first use, once (or when
+asked: ``await backend.aprobe()`` / ``backend.probe()``). The HTTP client lives on the backend's
+own event loop (see :mod:`blackbox_mia.backends.base`), so the backend works from scripts, from
+Jupyter, and from other event loops alike.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ...cache import ResponseCache
 from ...config import cache_root
-from ...tokenizers import TIKTOKEN_SHIPPED, HFTokenCodec, TiktokenCodec, TokenCodec
-from ...types import BlackboxMIAError, TokenLogprobs
-from ..base import Backend, OnDone, check_texts
+from ...tokenizers import load_codec
+from ...types import (
+    FINISH_REASONS,
+    BlackboxMIAError,
+    Generation,
+    Provenance,
+    TokenLogprobs,
+)
+from ..base import GENERATE, LOGPROBS, Backend, OnDone, Prompt
+from ..generation import sample_seed, strategy_name
 from .capabilities import Capabilities
 from .client import ApiClient, ApiConfig
 from .endpoint import Endpoint
 from .probe import load_or_probe
 from .tracker import Tracker, TrackerConfig
 
-
-def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
-    """The target model's tokenizer.
-
-    Args:
-        tokenizer: ``None`` (tiktoken's encoding for an OpenAI model name), a tiktoken encoding
-            (``cl100k_base`` or ``tiktoken:cl100k_base``), or a Hugging Face tokenizer
-            directory / hub name.
-        model: the API model name.
-
-    Raises:
-        BlackboxMIAError: no tokenizer can be found for the model.
-    """
-    if tokenizer is None:
-        return TiktokenCodec.for_model(model)
-    name = tokenizer.removeprefix("tiktoken:")
-    if name in TIKTOKEN_SHIPPED:
-        return TiktokenCodec(name)
-    return HFTokenCodec.load(tokenizer)
+if TYPE_CHECKING:
+    from .client import Usage
 
 
 class ApiBackend(Backend):
-    """Per-token log-probs through an OpenAI-compatible API.
+    """Per-token log-probs and generations through an OpenAI-compatible API.
+
+    Features: ``logprobs`` (through the tracker; the first call fails clearly when the endpoint
+    cannot give absolute log-probs) and ``generate``.
+
+    Attributes:
+        codec, client, endpoint: the tokenizer, the HTTP client, the endpoint adapter.
+        tracker_config: the tracker's configuration.
 
     Args:
         api: endpoint, model, key, limits.
-        tokenizer: see :func:`load_codec`.
-        tracker: tracker configuration (strategy, ε).
+        tokenizer: the target's tokenizer (see :func:`blackbox_mia.tokenizers.load_codec`).
+        tracker: tracker configuration (strategy, ε); default ``TrackerConfig()``.
         cache_dir: cache root (responses and capability probes live under it).
         reprobe: probe the endpoint again even when a cached probe exists.
         allow_chat_conditional: accept ``endpoint="chat"``, whose values are log-probs
@@ -57,66 +62,176 @@ class ApiBackend(Backend):
             provenance then says ``condition: "chat-template"``).
 
     Raises:
-        BlackboxMIAError: a chat endpoint without ``allow_chat_conditional`` (before any
-            request); the endpoint is unreachable, refuses the key, does not know the model, or
-            cannot give absolute log-probs.
+        BlackboxMIAError: a chat endpoint without ``allow_chat_conditional``, or no tokenizer
+            for the model (no request is sent). Unreachable endpoints, refused keys, unknown
+            models and endpoints without absolute log-probs are reported by the first call.
+
+    Example:
+        >>> api = ApiConfig(base_url="http://127.0.0.1:8000/v1", model="m")  # doctest: +SKIP
+        >>> backend = ApiBackend(api, tokenizer="gpt2")             # doctest: +SKIP
+        >>> lps = await backend.alogprobs(["Tom has 3 apples."])      # doctest: +SKIP
     """
 
-    provides_vocab_stats = False
+    kind = "api"
+    features = frozenset({LOGPROBS, GENERATE})
 
     def __init__(
         self,
         api: ApiConfig,
         tokenizer: str | None = None,
-        tracker: TrackerConfig = TrackerConfig(),
+        tracker: TrackerConfig | None = None,
         cache_dir: Path | None = None,
         reprobe: bool = False,
         allow_chat_conditional: bool = False,
     ):
+        super().__init__()
         if api.endpoint == "chat" and not allow_chat_conditional:
             raise BlackboxMIAError(
                 "--endpoint chat returns log-probs conditional on the server's chat template, not the "
                 "text's own log-probs, so scores would not be comparable to completions or --local; "
                 "pass --allow-chat-conditional to accept that (results are then labelled chat-template)"
             )
-        root = cache_root(cache_dir)
-        self.loop = asyncio.new_event_loop()
+        self._root = cache_root(cache_dir)
+        self.tracker_config = tracker if tracker is not None else TrackerConfig()
+        self._reprobe = reprobe
         self.codec = load_codec(tokenizer, api.model)
-        self.client = ApiClient(api, cache=ResponseCache(root / "responses"))
+        self.client = ApiClient(api, cache=ResponseCache(self._root / "responses"))
         self.endpoint = Endpoint(self.client, self.codec, api.endpoint, token_id_prompts=True)
-        try:
-            self.capabilities: Capabilities = self.loop.run_until_complete(
-                load_or_probe(self.endpoint, root, tracker, refresh=reprobe)
-            )
-            self.tracker = Tracker(self.endpoint, self.capabilities, tracker)
-        except BaseException:
-            self.close()
-            raise
+        self._capabilities: Capabilities | None = None
+        self._tracker: Tracker | None = None
+        self._probe_lock = asyncio.Lock()  # binds to the backend's loop on first use
+        self._closed = False
+
+    # -- the capability probe ---------------------------------------------------------------
+
+    async def aprobe(self) -> Capabilities:
+        """The endpoint's capabilities: the cached probe, else the probe runs now (a few dozen
+        requests, cached), once per backend however many callers ask at the same time.
+
+        Raises:
+            BlackboxMIAError: the endpoint is unreachable, refuses the key, does not know the
+                model, or the probe failed (nothing is saved then; the next call probes again).
+        """
+        return await self._loop.acall(self._probed())
+
+    def probe(self) -> Capabilities:
+        """Blocking form of :meth:`aprobe`."""
+        return self._call(self.aprobe())
 
     @property
-    def usage(self):
-        """Requests, tokens and estimated cost so far (see :class:`~blackbox_mia.client.Usage`)."""
+    def capabilities(self) -> Capabilities:
+        """The endpoint's capabilities (:meth:`probe` on first access)."""
+        return self.probe()
+
+    async def _probed(self) -> Capabilities:
+        async with self._probe_lock:
+            if self._capabilities is None:
+                self._capabilities = await load_or_probe(
+                    self.endpoint, self._root, self.tracker_config, refresh=self._reprobe
+                )
+        return self._capabilities
+
+    async def _tracking(self) -> Tracker:
+        """The tracker, built once after the probe.
+
+        Raises:
+            BlackboxMIAError: the endpoint cannot give absolute log-probs, or the requested
+                strategy is not available on it.
+        """
+        capabilities = await self._probed()
+        if self._tracker is None:
+            self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config)
+        return self._tracker
+
+    # -- features -----------------------------------------------------------------------------
+
+    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
+        tracker = await self._tracking()
+        return await tracker.track(texts, progress=progress, on_done=on_done)
+
+    async def _agenerate(
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None
+    ) -> list[Generation]:
+        """One request per prompt at temperature 0 (its ``n`` samples are that answer), else one
+        per sample with seed ``seed + j`` (each answer cached under its seed).
+
+        Token ids come from the returned token names (or bytes) when every generated token
+        names exactly one id of the tokenizer, with the reported log-probs; otherwise they are
+        the tokenizer's encoding of the returned text (an end-of-sequence token is then not
+        among them) and ``logprobs`` is None.
+        """
+        capabilities = await self._probed()
+        ids = [self.codec.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        provenance = Provenance(
+            backend="api",
+            model=self.client.config.model,
+            strategy=strategy_name(temperature),
+            bos=self.codec.bos_id is not None and self.endpoint.token_id_prompts,
+            condition=capabilities.condition,
+        )
+        samples = 1 if temperature == 0 else n
+        seeds = [None if temperature == 0 else sample_seed(seed, j) for j in range(samples)]
+        answers = await asyncio.gather(
+            *(
+                self.endpoint.generate(ids[i], max_new_tokens, temperature, seeds[j], top_n=0)
+                for i in range(len(prompts))
+                for j in range(samples)
+            )
+        )
+        return [
+            self._generation(answers[i * samples + (j if samples > 1 else 0)], i, j, provenance)
+            for i in range(len(prompts))
+            for j in range(n)
+        ]
+
+    def _generation(self, answer: dict, prompt_index: int, sample: int, provenance: Provenance) -> Generation:
+        """A :class:`Generation` from one validated answer (see :meth:`_agenerate`)."""
+        if answer["finish_reason"] not in FINISH_REASONS:
+            raise BlackboxMIAError(
+                f"the endpoint ended a generation with finish_reason {answer['finish_reason']!r} "
+                f"(expected one of {', '.join(FINISH_REASONS)})"
+            )
+        entries = answer["tokens"]
+        candidates = [self.endpoint.candidates(e) for e in entries]
+        if entries and all(c is not None and len(c) == 1 for c in candidates):
+            ids = [next(iter(c)) for c in candidates]
+            logprobs = np.asarray([e["logprob"] for e in entries], dtype=np.float64)
+        else:
+            ids, logprobs = self.codec.encode(answer["text"]), None
+        return Generation(
+            text=answer["text"],
+            token_ids=np.asarray(ids, dtype=np.int64),
+            tokens=[self.codec.token_string(i) for i in ids],
+            logprobs=logprobs,
+            finish_reason=answer["finish_reason"],
+            prompt_index=prompt_index,
+            sample=sample,
+            provenance=provenance,
+        )
+
+    @property
+    def usage(self) -> Usage:
+        """Requests, tokens and estimated cost so far (see :class:`~.client.Usage`)."""
         return self.client.usage
 
-    def logprobs(
-        self,
-        texts: Sequence[str],
-        progress: bool = False,
-        on_done: OnDone | None = None,
-    ) -> list[TokenLogprobs]:
-        check_texts(texts)
-        return self.loop.run_until_complete(self.tracker.track(texts, progress=progress, on_done=on_done))
-
     def describe(self) -> dict:
+        """Endpoint, model, tokenizer, the probed ``capabilities`` and the tracker's
+        configuration (runs the probe when it has not run yet).
+
+        Raises:
+            BlackboxMIAError: the probe failed, or the endpoint cannot give absolute log-probs.
+        """
         return {
             "backend": "api",
             **self.client.config.describe(),
             "tokenizer": self.codec.name,
             "capabilities": self.capabilities.to_json(),
-            **self.tracker.describe(),
+            **self._call(self._tracking()).describe(),
         }
 
     def close(self) -> None:
-        if not self.loop.is_closed():
-            self.loop.run_until_complete(self.client.close())
-            self.loop.close()
+        """Close the HTTP connections and the response cache, then the backend's thread."""
+        if not self._closed:
+            self._closed = True
+            self._call(self.client.close())
+        super().close()

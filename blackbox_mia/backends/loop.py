@@ -1,0 +1,133 @@
+"""A backend's private event loop, running in a daemon thread.
+
+Every backend runs its coroutines on its own loop, so its HTTP client (or model) always lives on
+one loop and one thread, whoever calls it: a plain script (sync call), Jupyter (sync call made
+while the notebook's loop is running, or ``await``), or another backend's loop. A sync call waits
+on the coroutine's future; an async call from another loop awaits it without blocking that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from ..types import BlackboxMIAError
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio event loop in a daemon thread, started on first use.
+
+    Args:
+        name: the thread's name (shown in tracebacks and debuggers).
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop, started (with its thread) on first access."""
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def on_this_loop(self) -> bool:
+        """Whether the caller runs on this loop's thread."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> tuple[concurrent.futures.Future, threading.Event]:
+        """Start ``coro`` as a task on the loop; returns its result future and an event set once
+        the task has ended (cancelling the future cancels the task)."""
+        loop = self.loop
+        result: concurrent.futures.Future = concurrent.futures.Future()
+        ended = threading.Event()
+
+        def copy(task: asyncio.Task) -> None:
+            ended.set()
+            if result.done():  # cancelled by the caller: nobody reads it
+                return
+            if task.cancelled():
+                result.cancel()
+            elif task.exception() is not None:
+                result.set_exception(task.exception())
+            else:
+                result.set_result(task.result())
+
+        def start() -> None:
+            if result.cancelled():  # cancelled before it started
+                coro.close()
+                ended.set()
+                return
+            task = loop.create_task(coro)
+            task.add_done_callback(copy)
+            result.add_done_callback(lambda f: f.cancelled() and loop.call_soon_threadsafe(task.cancel))
+
+        loop.call_soon_threadsafe(start)
+        return result, ended
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result in the calling thread.
+
+        Works in any thread but the loop's own, including one whose own event loop is running
+        (Jupyter). On KeyboardInterrupt the coroutine is cancelled and the call waits for it
+        to unwind (a second interrupt stops waiting), then re-raises.
+
+        Raises:
+            BlackboxMIAError: called from the loop's own thread (it would wait for itself: use
+                ``await`` there).
+            whatever ``coro`` raises.
+        """
+        if self.on_this_loop():
+            coro.close()
+            raise BlackboxMIAError(
+                "a blocking backend call from the backend's own thread (e.g. inside on_done) "
+                "would wait for itself: use the async method with await"
+            )
+        result, ended = self._submit(coro)
+        try:
+            return result.result()
+        except KeyboardInterrupt:
+            result.cancel()
+            ended.wait()
+            raise
+
+    async def acall(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the loop from any loop (directly when already on it); cancelling
+        the awaiting task cancels ``coro``."""
+        if self.on_this_loop():
+            return await coro
+        result, _ = self._submit(coro)
+        return await asyncio.wrap_future(result)
+
+    def close(self) -> None:
+        """Stop the loop and its thread (idempotent; nothing to do when never started)."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):  # already closed
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not threading.current_thread():
+            thread.join()
+            loop.close()

@@ -1,0 +1,66 @@
+"""One typer option per field of a dataclass: a command receives the dataclass, built (and so
+checked) before the command body runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Mapping
+
+import typer
+
+from .app import user_errors
+
+
+def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]):
+    """Decorator: give a typer command one option per field of the dataclass ``cls``; the
+    command receives them as one keyword argument ``param`` holding a ``cls`` instance.
+
+    Args:
+        cls: a dataclass whose fields have defaults (the options' defaults).
+        param: the command's keyword-only parameter that receives the instance.
+        options: per field name (every field, in the order the help lists them), keyword
+            arguments of :func:`typer.Option` (``help``, ``envvar``, ``rich_help_panel``...)
+            plus ``flags``: the option's names (default ``--field-name``).
+
+    Errors the dataclass raises on construction (a ``BlackboxMIAError`` from its checks)
+    become one line on stderr and exit code 2, before the command body runs.
+    """
+    hints = typing.get_type_hints(cls)
+    defaults = {field.name: field.default for field in dataclasses.fields(cls)}
+    if set(options) != set(defaults):
+        raise ValueError(f"options must name every field of {cls.__name__}: {sorted(defaults)}")
+    extra = []
+    for name, spec in options.items():
+        settings = dict(spec)
+        flags = settings.pop("flags", ("--" + name.replace("_", "-"),))
+        extra.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=typer.Option(defaults[name], *flags, **settings),
+                annotation=hints[name],
+            )
+        )
+    names = [p.name for p in extra]
+
+    def decorate(func):
+        signature = inspect.signature(func)
+        params = [p for p in signature.parameters.values() if p.name != param]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs):
+            with user_errors():
+                value = cls(**{name: kwargs.pop(name) for name in names})
+            return func(**{param: value}, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params + extra)
+        wrapper.__annotations__ = {
+            **{k: v for k, v in func.__annotations__.items() if k != param},
+            **{p.name: p.annotation for p in extra},
+        }
+        return wrapper
+
+    return decorate
