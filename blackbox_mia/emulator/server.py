@@ -51,7 +51,6 @@ from aiohttp import web
 
 from ..backends.api.wire import DEFAULT_MAX_TOKENS
 from ..backends.local import LocalBackend, LocalConfig
-from ..tokenizers import HFTokenCodec
 from ..types import BlackboxMIAError
 from .batcher import MicroBatcher
 from .config import ServerConfig
@@ -111,8 +110,7 @@ class ValidationServer:
             self._bos = self.backend.tokenizer.bos_token_id
             if self._bos is None:
                 raise BlackboxMIAError(f"text_bos is set but the tokenizer of {self.config.model!r} has no BOS token")
-        self._names = TokenNames(HFTokenCodec(self.backend.tokenizer, name=self.config.name),
-                                 self.config.empty_partial_names)
+        self._names = TokenNames(self.backend.codec, self.config.empty_partial_names)
         self._batcher = MicroBatcher(self.backend, self._executor, self.config.batch_window_ms, self.config.max_batch)
         self._batcher.start()
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=self.config.max_body_bytes)
