@@ -252,3 +252,32 @@ def test_nonfinite_scores_give_no_auc_and_no_bare_nan():
     assert auc_by_scorer(rows, parse_scorers("loss,min_k")) == {"loss": None, "min_k": 0.75}  # 3 of 4 pairs ordered
     with pytest.raises(BlackboxMIAError, match="NaN or Infinity"):
         echo_json_line({"auc": float("nan")})
+
+
+@pytest.mark.parametrize(
+    "spec, parsed",
+    [
+        ("local:gpt2", ("local", "gpt2")),
+        ("EleutherAI/pythia-70m", ("local", "EleutherAI/pythia-70m")),
+        ("api:gpt-4o-mini@https://api.openai.com/v1", ("api", "gpt-4o-mini@https://api.openai.com/v1")),
+    ],
+)
+def test_backend_specs(spec, parsed):
+    from blackbox_mia.backends.registry import parse_spec
+
+    assert parse_spec(spec) == parsed
+
+
+def test_bad_backend_specs(tmp_path, monkeypatch):
+    from blackbox_mia.backends.registry import build_backend, parse_spec, register_backend
+    from blackbox_mia.types import BlackboxMIAError
+
+    for spec, message in [("", "empty backend spec"), ("vllm:m", "unknown backend kind 'vllm'"),
+                          ("api:no-url", "not api:MODEL@URL"), ("local:", "needs a model")]:
+        with pytest.raises(BlackboxMIAError, match=message):
+            build_backend(spec)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run:1").mkdir()  # an existing path that looks like a kind prefix is a local model
+    assert parse_spec("run:1") == ("local", "run:1")
+    with pytest.raises(BlackboxMIAError, match="already registered"):
+        register_backend("local", lambda rest, options: None)

@@ -164,3 +164,14 @@ def test_special_token_strings_are_plain_text(backend):
 def test_bad_device_is_a_clear_error(tiny_model_dir, device, message):
     with pytest.raises(BlackboxMIAError, match=message):
         LocalBackend(LocalConfig(str(tiny_model_dir), device=device))
+
+
+def test_token_strings_follow_the_codec_convention(backend):
+    """Partial UTF-8 tokens are named "bytes:\\x..", as on the API path, never U+FFFD."""
+    text = "Zoë paid 5 € for crème brûlée"
+    lp = backend.logprobs([text])[0]
+    assert lp.tokens == [backend.codec.token_string(i) for i in lp.token_ids]
+    partial = [t for t in lp.tokens if t.startswith("bytes:")]
+    assert partial and not any("\ufffd" in t for t in lp.tokens)
+    raw = b"".join(backend.codec.token_bytes(i) for i in lp.token_ids)
+    assert raw.decode("utf-8") == text

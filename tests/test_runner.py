@@ -321,3 +321,15 @@ def test_a_backend_reporting_a_bad_index_is_an_error():
 
     with pytest.raises(BlackboxMIAError, match="reported text #2 of 2"):
         score_texts(["One", "Two"], parse_scorers("loss"), {"target": Liar()})
+
+
+def test_scorers_are_checked_against_declared_features():
+    class NoScores(StreamingFake):
+        features = frozenset()
+
+    with pytest.raises(BlackboxMIAError, match="backend does not offer 'logprobs'"):
+        score_texts(["One"], parse_scorers("loss"), {"target": NoScores()})
+    with pytest.raises(BlackboxMIAError, match="'min_k_pp' needs the full next-token distribution"):
+        score_texts(["One"], parse_scorers("min_k_pp"), {"target": StreamingFake()})
+    with pytest.raises(BlackboxMIAError, match="'ref' needs a reference model"):
+        score_texts(["One"], parse_scorers("ref"), {"target": StreamingFake()})
