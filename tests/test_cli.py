@@ -269,7 +269,11 @@ def test_backend_specs(spec, parsed):
 
 
 def test_bad_backend_specs(tmp_path, monkeypatch):
-    from blackbox_mia.backends.registry import build_backend, parse_spec, register_backend
+    from blackbox_mia.backends.registry import (
+        build_backend,
+        parse_spec,
+        register_backend,
+    )
     from blackbox_mia.types import BlackboxMIAError
 
     for spec, message in [("", "empty backend spec"), ("vllm:m", "unknown backend kind 'vllm'"),
