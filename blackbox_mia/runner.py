@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend
-from .datasets import Item, read_jsonl
+from .datasets import Item, limit_items, read_jsonl
 from .io import json_line, read_json_object, write_json_atomic, write_text_atomic
 from .scorers import TARGET, Scorer
 from .types import BlackboxMIAError, TokenLogprobs
@@ -82,20 +82,6 @@ class ScoredText:
         if self.condition is not None:
             row["condition"] = self.condition
         return row
-
-
-def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
-    """The first ``limit`` items (all of them when ``limit`` is None).
-
-    Raises:
-        BlackboxMIAError: ``limit`` below 1 (``--limit 0`` must not mean "everything", nor
-            ``--limit -1`` "all but the last").
-    """
-    if limit is None:
-        return list(items)
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise BlackboxMIAError(f"--limit must be an integer >= 1, got {limit!r}")
-    return list(items[:limit])
 
 
 def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) -> None:

@@ -9,17 +9,16 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
-from blackbox_mia.audits import (
-    SweepConfig,
-    dataset_slug,
+from blackbox_mia.audits import SweepConfig, dataset_slug, prepare_sweep
+from blackbox_mia.canary import (
+    CanaryConfig,
     find_canary_manifest,
-    load_items,
-    prepare_sweep,
+    load_manifest,
+    train_canary,
 )
-from blackbox_mia.canary import CanaryConfig, load_manifest, train_canary
 from blackbox_mia.cli import evaluate  # noqa: F401  (registers eval and sweep)
 from blackbox_mia.cli.app import app
-from blackbox_mia.cli.common import load_items as cli_load_items
+from blackbox_mia.datasets import load_items
 from blackbox_mia.types import BlackboxMIAError
 
 # 40 planted members among the 1,319 GSM8K test problems: some fall in the first 120.
@@ -51,7 +50,7 @@ def test_canary_spec_loads_labelled_items_in_both_loaders(canary):
     assert [it.id for it in items] == manifest["member_ids"] + manifest["nonmember_ids"]
     assert [it.label for it in items] == [1] * 40 + [0] * 40
     assert meta["name"] == f"canary:{canary}" and len(meta["sha256"]) == 64
-    assert cli_load_items(f"canary:{canary}", 5) == (items[:5], meta)
+    assert load_items(f"canary:{canary}", 5) == (items[:5], meta)
     with pytest.raises(BlackboxMIAError, match="bbmia canary train"):
         load_items(f"canary:{canary.parent / 'nothing'}")
     assert dataset_slug(meta["name"]) == "canary" and dataset_slug("gsm8k:test") == "gsm8k-test"

@@ -23,14 +23,11 @@ Modules: :mod:`.eval`, :mod:`.sweep`, and :mod:`.common` (what both share: optio
 labels, score columns, the report files).
 """
 
-from ..canary import find_canary_manifest
-from ..datasets import is_canary_spec, load_canary_dataset, load_items
 from .common import AuditResult, dataset_slug, require_labelled
 from .eval import EvalConfig, EvalPlan, default_scorer_specs, prepare_eval, run_eval
 from .sweep import SweepConfig, SweepPlan, prepare_sweep, run_sweep
 
 __all__ = [
     "AuditResult", "EvalConfig", "EvalPlan", "SweepConfig", "SweepPlan", "dataset_slug",
-    "default_scorer_specs", "find_canary_manifest", "is_canary_spec", "load_canary_dataset",
-    "load_items", "prepare_eval", "prepare_sweep", "require_labelled", "run_eval", "run_sweep",
+    "default_scorer_specs", "prepare_eval", "prepare_sweep", "require_labelled", "run_eval", "run_sweep",
 ]

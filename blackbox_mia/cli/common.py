@@ -1,4 +1,5 @@
-"""Pieces shared by the commands: loading items, the target options, AUC tables."""
+"""Pieces shared by the commands: the target options, AUC tables (items come from
+:func:`blackbox_mia.datasets.load_items`)."""
 
 from __future__ import annotations
 
@@ -8,32 +9,9 @@ from dataclasses import dataclass
 
 from ..backends.base import Backend
 from ..backends.registry import BackendOptions, build_backend
-from ..datasets import Item, load_dataset
 from ..scorers import REFERENCE, TARGET, Scorer
 from ..types import BlackboxMIAError
 from .options import with_dataclass_options
-
-
-def load_items(spec: str, limit: int | None = None) -> tuple[list[Item], dict]:
-    """Items of a dataset spec (first ``limit``), and the dataset's metadata for the config.
-
-    Besides the specs of :func:`~blackbox_mia.datasets.load_dataset`, ``canary`` (the default
-    canary, ``canary_dir(CanaryConfig())``) and ``canary:PATH`` give a trained canary's members
-    (label 1) and non-members (label 0); see :func:`blackbox_mia.audit.load_canary_dataset`.
-
-    Raises:
-        BlackboxMIAError: an unreadable dataset, no canary there, ``limit`` < 1.
-    """
-    from ..runner import limit_items
-
-    if spec == "canary" or spec.startswith("canary:"):
-        from ..audits import (
-            load_items as load_canary_items,  # imports the evaluation stack: only when needed
-        )
-
-        return load_canary_items(spec, limit)
-    ds = load_dataset(spec)
-    return limit_items(ds.items, limit), {"name": ds.name, "source": ds.source, "sha256": ds.sha256}
 
 
 def check_number(

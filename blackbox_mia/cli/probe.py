@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..backends.base import Backend
+from ..datasets import load_items
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors
@@ -18,14 +19,15 @@ from .common import (
     check_number,
     close_all,
     format_table,
-    load_items,
     with_target_options,
 )
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
 
 
-def gather_texts(text: str | None, file: Path | None, dataset: str | None, limit: int | None) -> list[tuple[str, str]]:
+def gather_texts(
+    text: str | None, file: Path | None, dataset: str | None, limit: int | None, cache_dir: Path | None = None
+) -> list[tuple[str, str]]:
     """(id, text) pairs from exactly one source: an argument, a file, ``-`` (stdin) or a dataset.
 
     Raises:
@@ -36,7 +38,7 @@ def gather_texts(text: str | None, file: Path | None, dataset: str | None, limit
     if len(sources) != 1:
         raise BlackboxMIAError("give exactly one of: TEXT (or - for stdin), --file PATH, --dataset NAME")
     if dataset is not None:
-        items, _ = load_items(dataset, limit)
+        items, _ = load_items(dataset, limit, cache_dir)
         return [(it.id, it.text) for it in items]
     if file is not None:
         if not file.exists():
@@ -74,7 +76,7 @@ def probe(
 
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
-        texts = gather_texts(text, file, dataset, limit)
+        texts = gather_texts(text, file, dataset, limit, target.cache_dir)
         backends = build_backends(target)
         backend = backends["target"]
         try:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..datasets import load_items
 from ..scorers import DEFAULT_SCORERS, parse_scorers
 from .app import app, echo_json_line, user_errors
 from .common import (
@@ -15,7 +16,6 @@ from .common import (
     check_number,
     close_all,
     format_table,
-    load_items,
     with_target_options,
 )
 
@@ -39,7 +39,7 @@ def score(
     with user_errors():
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
-        items, meta = load_items(dataset, limit)
+        items, meta = load_items(dataset, limit, target.cache_dir)
         backends = build_backends(target)
         try:
             from ..runner import run_config, score_items

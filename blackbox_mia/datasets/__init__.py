@@ -12,6 +12,7 @@ from .items import Dataset, Item, file_sha256
 from .registry import (
     DATA_DIR,
     NAMED,
+    limit_items,
     load_dataset,
     load_items,
     read_jsonl,
@@ -20,6 +21,6 @@ from .registry import (
 
 __all__ = [
     "CANARY", "DATA_DIR", "NAMED", "Dataset", "Item", "aqua_text", "canary_spec_path", "file_sha256",
-    "gsm8k_text", "is_canary_spec", "load_canary_dataset", "load_dataset", "load_items", "read_jsonl",
+    "gsm8k_text", "is_canary_spec", "limit_items", "load_canary_dataset", "load_dataset", "load_items", "read_jsonl",
     "shipped_path",
 ]

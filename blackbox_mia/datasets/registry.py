@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..types import BlackboxMIAError
@@ -136,6 +136,20 @@ def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Datas
     return Dataset(name=name, items=items, source=str(path), sha256=file_sha256(path))
 
 
+def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
+    """The first ``limit`` items (all of them when ``limit`` is None).
+
+    Raises:
+        BlackboxMIAError: ``limit`` below 1 (``--limit 0`` must not mean "everything", nor
+            ``--limit -1`` "all but the last").
+    """
+    if limit is None:
+        return list(items)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise BlackboxMIAError(f"--limit must be an integer >= 1, got {limit!r}")
+    return list(items[:limit])
+
+
 def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None) -> tuple[list[Item], dict]:
     """Items of any dataset spec (the first ``limit``), and the dataset's metadata for the config.
 
@@ -150,7 +164,6 @@ def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike
     Raises:
         BlackboxMIAError: an unreadable dataset, no trained canary there, or ``limit`` < 1.
     """
-    from ..runner import limit_items  # the runner imports the datasets
 
     dataset = load_dataset(spec, cache_dir)
     return limit_items(dataset.items, limit), dataset.metadata()
