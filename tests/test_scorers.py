@@ -2,6 +2,7 @@
 
 import math
 import zlib
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -115,6 +116,47 @@ def test_pac_neighbours_with_the_chars_segmenter_swap_characters():
 
 def test_pac_needs_five_neighbours_by_default():
     assert len(parse_scorer("pac").needs(TEXT)) == 5
+
+
+def _as_permutation(neighbour: str, words: list[str]) -> list[str] | None:
+    """``words`` reordered so that they join to ``neighbour`` (each used once), or None."""
+    if not words:
+        return [] if neighbour == "" else None
+    for i, word in enumerate(words):
+        if neighbour.startswith(word):
+            rest = _as_permutation(neighbour[len(word):], words[:i] + words[i + 1:])
+            if rest is not None:
+                return [word, *rest]
+    return None
+
+
+def test_pac_neighbours_of_japanese_text_permute_mecab_words():
+    text = "東京は日本の首都です。"
+    words = ["東京", "は", "日本", "の", "首都", "です", "。"]  # MeCab (unidic-lite); W = 7 -> m = 2 swaps
+    scorer = parse_scorer("pac:segmenter=japanese")
+    assert scorer.label == "pac:segmenter=japanese" and scorer.params()["segmenter"] == "japanese"
+    neighbours = [need.text for need in scorer.needs(text)]
+    assert neighbours == [  # recorded; the checks below say why they are right
+        "は東京首都の日本です。",
+        "東京はの首都日本です。",
+        "東京はです首都の日本。",
+        "東京です日本のは首都。",
+        "は東京日本の。です首都",
+    ]
+    for neighbour in neighbours:
+        order = _as_permutation(neighbour, words)
+        assert order is not None and Counter(order) == Counter(words)  # same multiset of words
+        assert order != words  # in another order
+    # auto picks the japanese segmenter for this text: the same neighbours
+    assert [need.text for need in parse_scorer("pac:segmenter=auto").needs(text)] == neighbours
+    # the whitespace default sees one word: no swap
+    assert [need.text for need in parse_scorer("pac").needs(text)] == [text] * 5
+
+
+def test_pac_segmenter_default_keeps_label_and_unknown_fails_at_parse():
+    assert parse_scorer("pac").label == "pac" and parse_scorer("pac").segmenter == "whitespace"
+    with pytest.raises(BlackboxMIAError, match="unknown segmenter 'nope'"):
+        parse_scorer("pac:segmenter=nope")
 
 
 def test_parse_specs_and_labels():

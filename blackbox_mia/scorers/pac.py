@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from ..text.segment import DEFAULT_SEGMENTER, get_segmenter
+from ..text.segment import DEFAULT_SEGMENTER, Segmenter, get_segmenter
 from ..types import TokenLogprobs
 from .base import Need, Scorer, mean_largest, mean_smallest
 
@@ -19,20 +20,26 @@ def polarized_distance(logprobs: np.ndarray, k1: float, k2: float) -> float:
     return mean_largest(logprobs, k1) - mean_smallest(logprobs, k2)
 
 
-def swap_neighbours(text: str, n: int, swap_frac: float, seed: int, segmenter: str = DEFAULT_SEGMENTER) -> list[str]:
+def swap_neighbours(
+    text: str, n: int, swap_frac: float, seed: int, segmenter: str | Segmenter = DEFAULT_SEGMENTER
+) -> list[str]:
     """``n`` neighbours of ``text``, each with m = max(1, ⌊swap_frac·W⌋) random swaps of two words.
 
-    Words are the word pieces of the segmenter named ``segmenter`` (W of them; by default the
-    whitespace-separated pieces, see :mod:`blackbox_mia.text.segment`); the pieces between them
-    (whitespace) are kept in place, so every neighbour holds the same multiset of words. The
-    random stream depends only on ``seed`` and the text, so neighbours are reproducible across
-    runs and processes. A text with fewer than two words has no swap: its neighbours equal the
-    text.
+    Words are the word pieces of ``segmenter`` (a :class:`~blackbox_mia.text.segment.Segmenter`
+    or its registry name; W words; by default the whitespace-separated pieces, ``japanese`` for
+    MeCab's words, ``auto`` to choose per text, see :mod:`blackbox_mia.text.segment`); the
+    pieces between them (whitespace) are kept in place, so every neighbour holds the same
+    multiset of words. The random stream depends only on ``seed`` and the text, so neighbours
+    are reproducible across runs and processes. A text with fewer than two words has no swap:
+    its neighbours equal the text.
 
     Raises:
-        BlackboxMIAError: no segmenter is named ``segmenter``.
+        BlackboxMIAError: no segmenter is named ``segmenter``; the ``japanese`` segmenter
+            without its extra ``ja``.
     """
-    segments = get_segmenter(segmenter).segment(text)
+    if isinstance(segmenter, str):
+        segmenter = get_segmenter(segmenter)
+    segments = segmenter.segment(text)
     word_slots = list(segments.words)
     digest = hashlib.sha256(f"{seed}\0{text}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
@@ -62,6 +69,12 @@ class PAC(Scorer):
         n_neighbours: N, number of augmented copies (default 5).
         swap_frac: swaps per neighbour as a fraction of the word count W (default 0.3).
         seed: seed of the word swaps.
+        segmenter: registry name of the segmenter whose words are swapped (default
+            ``whitespace``; ``japanese`` or ``auto`` for Japanese text: spec
+            ``pac:segmenter=japanese``).
+
+    Raises:
+        BlackboxMIAError: no segmenter is named ``segmenter`` (when the scorer is built).
     """
 
     name = "pac"
@@ -70,9 +83,19 @@ class PAC(Scorer):
     n_neighbours: int = 5
     swap_frac: float = 0.3
     seed: int = 0
+    segmenter: str = DEFAULT_SEGMENTER
+
+    def __post_init__(self) -> None:
+        get_segmenter(self.segmenter)  # an unknown name fails here, when the spec is parsed (loads nothing)
+
+    @cached_property
+    def _segmenter(self) -> Segmenter:
+        """The one segmenter instance of this scorer (MeCab's tagger is loaded once, on first use)."""
+        return get_segmenter(self.segmenter)
 
     def needs(self, text: str) -> list[Need]:
-        return [Need(t) for t in swap_neighbours(text, self.n_neighbours, self.swap_frac, self.seed)]
+        neighbours = swap_neighbours(text, self.n_neighbours, self.swap_frac, self.seed, self._segmenter)
+        return [Need(t) for t in neighbours]
 
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         neighbour_pd = [polarized_distance(a.logprobs, self.k1, self.k2) for a in aux]
