@@ -5,7 +5,9 @@ models") show that classifiers that never query the model reach AUC 0.99 on Wiki
 splits differ in vocabulary (dates, recent events), so an MIA score on such a split may measure
 distribution shift rather than membership. Our baseline is their bag-of-words idea with TF-IDF
 word 1–2 grams and a logistic regression, scored out of fold by stratified k-fold
-cross-validation so that no text is scored by a classifier that saw it.
+cross-validation so that no text is scored by a classifier that saw it. Text without spaces
+between words (Japanese) gets character 1–3 grams instead (:func:`blind_analyzer`): a word
+analyser would see whole sentences as single tokens.
 """
 
 from __future__ import annotations
@@ -19,8 +21,36 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 
+from ..text.script import is_japanese
+from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
 from .metrics import auc
+
+WORD_NGRAMS = ("word", (1, 2))
+"""TF-IDF analyser and n-gram range for text segmented at whitespace: word 1–2 grams."""
+CHAR_NGRAMS = ("char", (1, 3))
+"""For unsegmented text (Japanese): character 1–3 grams, which cover most of MeCab's words
+(one to three characters) and the pairs of one-character words, spaces and newlines included."""
+SEGMENTER_NGRAMS = {"whitespace": WORD_NGRAMS, "japanese": CHAR_NGRAMS, "chars": CHAR_NGRAMS}
+"""The analyser each segmenter's texts get; ``auto`` chooses between ``whitespace`` and ``japanese``."""
+_ANALYZER_WORDS = {"word": "word", "char": "character", "char_wb": "character (within words)"}
+
+
+def blind_analyzer(texts: Sequence[str], segmenter: str = "auto") -> tuple[str, tuple[int, int]]:
+    """The TF-IDF analyser and n-gram range for ``texts`` segmented by ``segmenter`` (a name).
+
+    ``whitespace`` → :data:`WORD_NGRAMS`; ``japanese`` and ``chars`` → :data:`CHAR_NGRAMS`;
+    ``auto`` decides once for the whole corpus (one vectorizer serves every text) by the auto
+    segmenter's rule on all texts together: Japanese when more than half of their non-space
+    characters are kana/kanji (:func:`~blackbox_mia.text.script.is_japanese`).
+
+    Raises:
+        BlackboxMIAError: no segmenter is named ``segmenter``.
+    """
+    get_segmenter(segmenter)  # an unknown name raises here
+    if segmenter == "auto":
+        segmenter = "japanese" if is_japanese("\n".join(texts)) else "whitespace"
+    return SEGMENTER_NGRAMS[segmenter]
 
 
 @dataclass(frozen=True)
@@ -33,6 +63,8 @@ class BlindBaseline:
         folds: number of cross-validation folds.
         seed: seed of the fold shuffling.
         n_members, n_nonmembers: class sizes.
+        analyzer: TF-IDF analyser (``"word"``, ``"char"`` or ``"char_wb"``).
+        ngram_range: (smallest, largest) n-gram length, in words or characters.
     """
 
     scores: np.ndarray
@@ -41,11 +73,22 @@ class BlindBaseline:
     seed: int
     n_members: int
     n_nonmembers: int
+    analyzer: str
+    ngram_range: tuple[int, int]
+
+    @property
+    def method(self) -> str:
+        """One line for reports: ``"TF-IDF word 1-2 grams + logistic regression, ..."``."""
+        lo, hi = self.ngram_range
+        return (f"TF-IDF {_ANALYZER_WORDS[self.analyzer]} {lo}-{hi} grams + logistic regression, "
+                "stratified k-fold out-of-fold")
 
     def to_dict(self) -> dict:
         """JSON-ready summary (without the per-text scores)."""
         return {
-            "method": "TF-IDF word 1-2 grams + logistic regression, stratified k-fold out-of-fold",
+            "method": self.method,
+            "analyzer": self.analyzer,
+            "ngram_range": list(self.ngram_range),
             "auc": self.auc,
             "folds": self.folds,
             "seed": self.seed,
@@ -59,31 +102,40 @@ def blind_baseline(
     labels,
     folds: int = 5,
     seed: int = 0,
-    analyzer: str = "word",
-    ngram_range: tuple[int, int] = (1, 2),
+    segmenter: str = "auto",
+    analyzer: str | None = None,
+    ngram_range: tuple[int, int] | None = None,
 ) -> BlindBaseline:
     """Score each text with a text-only classifier trained on the other folds.
 
     Pipeline per fold (fitted on the training folds only): TfidfVectorizer(analyzer,
     ngram_range, sublinear_tf) → LogisticRegression(C=1, lbfgs). Folds come from
     StratifiedKFold(shuffle=True, random_state=seed); scores from sklearn's
-    ``cross_val_predict(method="predict_proba")``. For unsegmented text (Japanese), the
-    default word analyser sees whole runs of characters; pass ``analyzer="char_wb"`` with
-    e.g. ``ngram_range=(2, 4)`` or pre-segment the texts with spaces.
+    ``cross_val_predict(method="predict_proba")``. The analyser follows the texts'
+    segmenter (:func:`blind_analyzer`): word 1–2 grams for text segmented at whitespace
+    (English), character 1–3 grams for Japanese; ``auto`` (default) tells them apart by the
+    share of kana/kanji.
 
     Args:
         texts: n strings.
         labels: shape (n,), 1 = member, 0 = non-member.
         folds: number of folds k ≥ 2; each class needs at least k texts.
         seed: fold-shuffling seed (the classifier itself is deterministic).
-        analyzer, ngram_range: passed to TfidfVectorizer.
+        segmenter: segmenter name that chooses analyser and n-gram range (``auto``,
+            ``whitespace``, ``japanese``, ``chars``).
+        analyzer: explicit TfidfVectorizer analyser (``"word"``, ``"char"``, ``"char_wb"``),
+            overriding the segmenter's choice.
+        ngram_range: explicit (smallest, largest) n-gram length; by default (1, 2) for the
+            word analyser and (1, 3) for the character ones.
 
     Returns:
-        :class:`BlindBaseline` with out-of-fold scores (higher = member) and their AUC.
+        :class:`BlindBaseline` with out-of-fold scores (higher = member), their AUC, and
+        the analyser and n-gram range used.
 
     Raises:
         BlackboxMIAError: lengths differ, labels not 0/1, folds < 2, fewer than ``folds``
-            texts in a class, or no usable token in the texts.
+            texts in a class, no usable token in the texts, an unknown segmenter or
+            analyser, a bad n-gram range.
     """
     texts = list(texts)
     y = np.asarray(labels)
@@ -102,6 +154,16 @@ def blind_baseline(
             f"the blind baseline needs at least {folds} texts per class for {folds}-fold "
             f"cross-validation; got {n1} members and {n0} non-members"
         )
+    if analyzer is None:
+        analyzer, default_range = blind_analyzer(texts, segmenter)
+    elif analyzer in _ANALYZER_WORDS:
+        default_range = WORD_NGRAMS[1] if analyzer == "word" else CHAR_NGRAMS[1]
+    else:
+        raise BlackboxMIAError(f"unknown analyzer {analyzer!r}; known: {', '.join(_ANALYZER_WORDS)}")
+    lo, hi = ngram_range or default_range
+    if not 1 <= lo <= hi:
+        raise BlackboxMIAError(f"ngram_range must be (smallest, largest) with 1 ≤ smallest ≤ largest, got {(lo, hi)}")
+    ngram_range = (lo, hi)
     model = make_pipeline(
         TfidfVectorizer(analyzer=analyzer, ngram_range=ngram_range, sublinear_tf=True),
         LogisticRegression(C=1.0, max_iter=1000),
@@ -116,7 +178,7 @@ def blind_baseline(
             raise BlackboxMIAError(msg) from err
         raise
     scores = proba[:, 1]  # classes_ are sorted: column 1 is label 1 (member)
-    return BlindBaseline(scores, auc(y, scores), folds, seed, n1, n0)
+    return BlindBaseline(scores, auc(y, scores), folds, seed, n1, n0, analyzer, ngram_range)
 
 
 def distribution_shift_verdict(
