@@ -6,6 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+
+from blackbox_mia.backends.api.client import ApiClient
+from blackbox_mia.cache import ResponseCache
+
+from .helpers_client import FakeApi, config
 
 DATA = Path(__file__).resolve().parents[1] / "blackbox_mia" / "data"
 
@@ -38,3 +44,72 @@ def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(30.0)
     return save_model_dir(tmp_path_factory.mktemp("peaked"), model, AutoTokenizer.from_pretrained(tiny_model_dir))
+
+
+# -- ApiClient against the in-test OpenAI-shaped server (tests/test_client*.py) ------------------
+
+
+@pytest.fixture
+async def fake():
+    server = FakeApi()
+    app = web.Application()
+    app.router.add_post("/v1/completions", server.handle)
+    app.router.add_post("/v1/chat/completions", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    server.base_url = f"http://{host}:{port}/v1"
+    yield server
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def make_client(fake, tmp_path):
+    """Clients of the fake server sharing one cache directory (closed at the end)."""
+    clients = []
+
+    def make(**overrides) -> ApiClient:
+        client = ApiClient(config(fake.base_url, **overrides), cache=ResponseCache(tmp_path / "responses"))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+# -- the validation server over the tiny model (tests/test_server*.py) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir):
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+
+    return LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def codec(backend):
+    from blackbox_mia.tokenizers import HFTokenCodec
+
+    return HFTokenCodec(backend.tokenizer, "tiny")
+
+
+@pytest.fixture(scope="module")
+def name(tiny_model_dir):
+    return str(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def raw_url(backend, name):
+    from .helpers_server import _serve
+
+    with _serve(backend, name) as url:
+        yield url
