@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import builtins
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -113,22 +115,33 @@ def test_japanese_tagger_is_lazy_and_reused(monkeypatch):
     assert "_tagger" not in vars(copy) and copy.segment("東京").pieces == ("東京",)
 
 
-def test_missing_extra_names_it(monkeypatch):
+@pytest.mark.parametrize("missing", ["fugashi", "unidic_lite"])
+def test_missing_extra_names_it(monkeypatch, missing):
     real_import = builtins.__import__
 
-    def no_fugashi(name, *args, **kwargs):
-        if name == "fugashi":
-            raise ModuleNotFoundError("No module named 'fugashi'", name="fugashi")
+    def without(name, *args, **kwargs):
+        if name == missing:
+            raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_fugashi)
+    monkeypatch.setattr(builtins, "__import__", without)
     segmenter = get_segmenter("auto")  # building it loads nothing, so it cannot fail
     assert segmenter.segment("plain English text").pieces == ("plain", " ", "English", " ", "text")
-    message = r"japanese segmenter needs fugashi and unidic-lite \(fugashi is missing\): pip install 'blackbox_mia\[ja\]'"
+    message = rf"japanese segmenter needs fugashi and unidic-lite \({missing} is missing\): pip install 'blackbox_mia\[ja\]'"
     with pytest.raises(BlackboxMIAError, match=message):
         segmenter.segment("東京は日本の首都です。")
     with pytest.raises(BlackboxMIAError, match=message):
         JapaneseSegmenter().segment("anything")
+
+
+def test_nothing_loads_mecab_before_a_japanese_text():
+    code = (
+        "import sys; from blackbox_mia.text import get_segmenter; from blackbox_mia.scorers import parse_scorer\n"
+        "parse_scorer('pac:segmenter=auto').needs('an English text'); get_segmenter('auto').segment('English')\n"
+        "assert 'fugashi' not in sys.modules\n"
+        "get_segmenter('auto').segment('東京'); assert 'fugashi' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_kana_kanji_share_by_hand():
