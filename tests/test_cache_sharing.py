@@ -18,7 +18,7 @@ import pytest
 
 from blackbox_mia.cache import CLAIMS_SUBDIR, ResponseCache, request_key
 
-from .test_client import KEY, MODEL, completion_answer
+from .helpers_client import KEY, MODEL, completion_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 N_REQUESTS = 200
