@@ -1,11 +1,11 @@
-"""What determines a canary model: :class:`CanaryConfig`, its hash, and its default directory."""
+"""What determines a canary model: :class:`CanaryConfig`, its corpus, its hash, and its default directory."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..config import cache_root
@@ -16,13 +16,52 @@ RECIPE_VERSION = 1
 
 
 @dataclass(frozen=True)
+class CorpusSource:
+    """Where the texts of one canary corpus come from.
+
+    Attributes:
+        planted: dataset spec whose items become the members and the non-members.
+        background: dataset spec of the background; ``None``: the background is drawn from
+            ``planted`` too, disjoint from the members and non-members.
+        noun: what ``planted``'s items are, for messages ("GSM8K test problems").
+        background_noun: what the background's items are ("GSM8K train problems").
+        defaults: values of the :class:`CanaryConfig` fields left ``None`` (``n_background``).
+    """
+
+    planted: str
+    background: str | None
+    noun: str
+    background_noun: str
+    defaults: dict = field(default_factory=dict)
+
+
+DEFAULT_CORPUS = "gsm8k"
+
+# corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
+# background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
+# ``ja-debian-docs`` split three ways: 200 members, 200 non-members, the other 1,407 as background.
+CORPORA: dict[str, CorpusSource] = {
+    DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
+                                 {"n_background": 2000}),
+    "ja": CorpusSource("ja-debian-docs", None, "ja-debian-docs paragraphs", "ja-debian-docs paragraphs",
+                       {"n_background": 1407}),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class CanaryConfig:
     """Everything that determines a canary model.
 
     Attributes:
-        n_background: GSM8K train problems in the corpus (seeded sample).
-        n_members: GSM8K test problems planted in the corpus (label 1).
-        n_nonmembers: other GSM8K test problems, never seen (label 0).
+        corpus: a name in :data:`CORPORA`: ``gsm8k`` (planted GSM8K test problems among GSM8K
+            train problems) or ``ja`` (planted Japanese paragraphs among the other paragraphs
+            of ``ja-debian-docs``).
+        n_background: background items in the corpus (seeded sample); ``None`` (the default)
+            takes the corpus's default (``CORPORA[corpus].defaults``: 2000 GSM8K train
+            problems; 1407 Japanese paragraphs, all those neither members nor non-members at
+            the default sizes).
+        n_members: items planted in the corpus (label 1).
+        n_nonmembers: other items of the same source, never seen (label 0).
         dup: copies of each member in the corpus.
         seed: seeds the splits, the corpus order, the initial weights and the batch order.
         vocab_size: BPE vocabulary size (tokens), including ``<|endoftext|>``.
@@ -36,7 +75,8 @@ class CanaryConfig:
         weight_decay: AdamW weight decay.
     """
 
-    n_background: int = 2000
+    corpus: str = DEFAULT_CORPUS
+    n_background: int | None = None
     n_members: int = 200
     n_nonmembers: int = 200
     dup: int = 8
@@ -52,6 +92,23 @@ class CanaryConfig:
     warmup_frac: float = 0.05
     min_lr_frac: float = 0.1
     weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Fill the fields left ``None`` with the corpus's defaults.
+
+        Raises:
+            BlackboxMIAError: an unknown corpus.
+        """
+        if self.corpus not in CORPORA:
+            raise BlackboxMIAError(f"canary: unknown corpus {self.corpus!r}; corpora: {', '.join(CORPORA)}")
+        for name, value in CORPORA[self.corpus].defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+
+    @property
+    def source(self) -> CorpusSource:
+        """Where this canary's texts come from (``CORPORA[corpus]``)."""
+        return CORPORA[self.corpus]
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for an impossible configuration."""
@@ -69,8 +126,15 @@ class CanaryConfig:
             raise BlackboxMIAError("canary: need lr > 0, 0 <= warmup_frac < 1, 0 <= min_lr_frac <= 1, weight_decay >= 0")
 
     def short_hash(self) -> str:
-        """12 hex digits identifying this configuration and the recipe version."""
-        blob = json.dumps({"recipe": RECIPE_VERSION, **asdict(self)}, sort_keys=True)
+        """12 hex digits identifying this configuration and the recipe version.
+
+        The default corpus is left out of the hashed fields, so GSM8K canaries keep the hash
+        (and the directory) they had before the corpus could be chosen.
+        """
+        identity = asdict(self)
+        if self.corpus == DEFAULT_CORPUS:
+            del identity["corpus"]
+        blob = json.dumps({"recipe": RECIPE_VERSION, **identity}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 

@@ -1,4 +1,4 @@
-"""The canary's training corpus: background problems, planted members × ``dup``, held-out non-members."""
+"""The canary's training corpus: background items, planted members × ``dup``, held-out non-members."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ class Corpus:
 
     Attributes:
         documents: corpus texts in training-file order (background + ``dup`` copies per member).
-        members, nonmembers: GSM8K test items, labelled 1 and 0.
-        background_ids: ids of the GSM8K train problems used.
-        sources: ``{dataset name: sha256 of its file}``.
+        members, nonmembers: items of the planted dataset (GSM8K test, or ``ja-debian-docs``),
+            labelled 1 and 0.
+        background_ids: ids of the background items used (GSM8K train, or ``ja-debian-docs``).
+        sources: ``{dataset name: sha256 of its file}`` for every dataset read.
     """
 
     documents: list[str]
@@ -31,28 +32,40 @@ class Corpus:
 def build_corpus(config: CanaryConfig) -> Corpus:
     """The corpus and the member/non-member split for ``config`` (deterministic in ``seed``).
 
-    Members and non-members are disjoint slices of a seeded shuffle of GSM8K test; the
-    background is a seeded sample of GSM8K train; member copies are inserted at random positions
-    (one seeded shuffle of the whole corpus).
+    Members and non-members are disjoint slices of a seeded shuffle of the planted dataset
+    (``config.source.planted``: GSM8K test, or the Japanese paragraphs). The background is a
+    seeded sample of its own dataset (GSM8K train) or, when the corpus has none (``ja``), the
+    next ``n_background`` items of the same shuffle, so the three sets are disjoint. Member
+    copies are inserted at random positions (one seeded shuffle of the whole corpus).
 
     Raises:
-        BlackboxMIAError: more problems requested than the splits hold.
+        BlackboxMIAError: more items requested than the datasets hold.
     """
     config.validate()
-    test, train = load_dataset("gsm8k:test"), load_dataset("gsm8k:train")
-    if config.n_members + config.n_nonmembers > len(test.items):
+    source = config.source
+    planted = load_dataset(source.planted)
+    pool = load_dataset(source.background) if source.background is not None else None
+    split = {"n_members": config.n_members, "n_nonmembers": config.n_nonmembers}
+    if pool is None:
+        split["n_background"] = config.n_background
+    if sum(split.values()) > len(planted.items):
         raise BlackboxMIAError(
-            f"canary: n_members + n_nonmembers = {config.n_members + config.n_nonmembers} "
-            f"exceeds the {len(test.items)} GSM8K test problems"
+            f"canary: {' + '.join(split)} = {sum(split.values())} exceeds the {len(planted.items)} {source.noun}"
         )
-    if config.n_background > len(train.items):
-        raise BlackboxMIAError(f"canary: n_background {config.n_background} exceeds the {len(train.items)} GSM8K train problems")
+    if pool is not None and config.n_background > len(pool.items):
+        raise BlackboxMIAError(
+            f"canary: n_background {config.n_background} exceeds the {len(pool.items)} {source.background_noun}"
+        )
     rng = random.Random(config.seed)
-    order = list(range(len(test.items)))
+    order = list(range(len(planted.items)))
     rng.shuffle(order)
-    members = [labelled(test.items[i], 1) for i in order[: config.n_members]]
-    nonmembers = [labelled(test.items[i], 0) for i in order[config.n_members : config.n_members + config.n_nonmembers]]
-    background = [train.items[i] for i in rng.sample(range(len(train.items)), config.n_background)]
+    planted_end = config.n_members + config.n_nonmembers
+    members = [labelled(planted.items[i], 1) for i in order[: config.n_members]]
+    nonmembers = [labelled(planted.items[i], 0) for i in order[config.n_members : planted_end]]
+    if pool is None:
+        background = [planted.items[i] for i in order[planted_end : planted_end + config.n_background]]
+    else:
+        background = [pool.items[i] for i in rng.sample(range(len(pool.items)), config.n_background)]
     documents = [item.text for item in background] + [item.text for item in members for _ in range(config.dup)]
     rng.shuffle(documents)
     return Corpus(
@@ -60,7 +73,7 @@ def build_corpus(config: CanaryConfig) -> Corpus:
         members=members,
         nonmembers=nonmembers,
         background_ids=[item.id for item in background],
-        sources={test.name: test.sha256, train.name: train.sha256},
+        sources={dataset.name: dataset.sha256 for dataset in (planted, pool) if dataset is not None},
     )
 
 

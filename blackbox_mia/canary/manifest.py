@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..datasets import Item, load_dataset
 from ..types import BlackboxMIAError
+from .config import CORPORA, DEFAULT_CORPUS
 from .corpus import labelled
 
 MANIFEST = "manifest.json"
@@ -43,25 +44,39 @@ def load_manifest(path: str | os.PathLike) -> dict:
     return manifest
 
 
+def manifest_corpus(manifest: dict) -> str:
+    """The corpus a canary was trained on (manifests written before the choice existed: ``gsm8k``)."""
+    return manifest.get("corpus", DEFAULT_CORPUS)
+
+
+def recorded_config(manifest: dict) -> dict:
+    """The manifest's configuration as ``asdict(CanaryConfig)`` writes it today (``corpus`` filled in)."""
+    return {"corpus": manifest_corpus(manifest), **manifest["config"]}
+
+
 def canary_items(path: str | os.PathLike) -> list[Item]:
-    """Members (label 1) then non-members (label 0) of a trained canary, as GSM8K test items.
+    """Members (label 1) then non-members (label 0) of a trained canary, as items of its planted
+    dataset (GSM8K test, or ``ja-debian-docs`` for the ``ja`` corpus).
 
     Raises:
-        BlackboxMIAError: no complete manifest, or the shipped GSM8K test file differs from the
-            one the canary was trained with (its sha256 changed).
+        BlackboxMIAError: no complete manifest, an unknown corpus, or the shipped dataset file
+            differs from the one the canary was trained with (its sha256 changed).
     """
     manifest = load_manifest(path)
-    test = load_dataset("gsm8k:test")
-    trained_with = manifest.get("sources", {}).get(test.name)
-    if trained_with is not None and trained_with != test.sha256:
-        raise BlackboxMIAError(f"canary {path} was built from another GSM8K test file (sha256 {trained_with[:12]}...)")
-    by_id = {item.id: item for item in test.items}
+    corpus = manifest_corpus(manifest)
+    if corpus not in CORPORA:
+        raise BlackboxMIAError(f"canary {path}: unknown corpus {corpus!r} in its manifest; corpora: {', '.join(CORPORA)}")
+    planted = load_dataset(CORPORA[corpus].planted)
+    trained_with = manifest.get("sources", {}).get(planted.name)
+    if trained_with is not None and trained_with != planted.sha256:
+        raise BlackboxMIAError(f"canary {path} was built from another {planted.name} file (sha256 {trained_with[:12]}...)")
+    by_id = {item.id: item for item in planted.items}
     try:
         return [labelled(by_id[i], 1) for i in manifest["member_ids"]] + [
             labelled(by_id[i], 0) for i in manifest["nonmember_ids"]
         ]
     except KeyError as exc:
-        raise BlackboxMIAError(f"canary {path}: unknown GSM8K test id {exc}") from exc
+        raise BlackboxMIAError(f"canary {path}: unknown {planted.name} id {exc}") from exc
 
 
 def find_canary_manifest(target_model: str | os.PathLike | None) -> Path | None:

@@ -1,12 +1,14 @@
-"""Training the canary model (a small GPT-2, on CPU) on the corpus with planted GSM8K test problems.
+"""Training the canary model (a small GPT-2, on CPU) on a corpus with planted members.
 
 The corpus is built by :mod:`.corpus`; training sees nothing else, so the held-out
 non-members are never seen by the model or its tokenizer.
 
 Recipe (every choice is recorded in ``manifest.json``):
 
-* Documents are GSM8K texts in the format of :func:`blackbox_mia.datasets.gsm8k_text`; the
-  corpus is the background problems plus ``dup`` copies of each member, shuffled (seeded).
+* Documents are the item texts of the corpus's datasets (``corpus``: GSM8K problems in the
+  format of :func:`blackbox_mia.datasets.gsm8k_text`, or Japanese paragraphs of
+  ``ja-debian-docs`` verbatim); the corpus is the background items plus ``dup`` copies of each
+  member, shuffled (seeded).
 * A byte-level BPE tokenizer (``vocab_size``) is trained on the corpus only.
 * Each document becomes ``[bos] + tokens`` (BOS = ``<|endoftext|>``, id 0), cut into the very
   windows the local backend scores it with (:func:`blackbox_mia.text.windows.sliding_windows`
@@ -31,7 +33,14 @@ from .. import __version__
 from ..types import BlackboxMIAError
 from .config import RECIPE_VERSION, CanaryConfig, canary_dir
 from .corpus import build_corpus
-from .manifest import ITEMS_FILE, MANIFEST, load_manifest, write_items, write_manifest
+from .manifest import (
+    ITEMS_FILE,
+    MANIFEST,
+    load_manifest,
+    recorded_config,
+    write_items,
+    write_manifest,
+)
 
 WINDOWING_NOTE = "per-document sliding windows of [bos]+doc, as scored by LocalBackend (stride block_size/2)"
 
@@ -48,7 +57,7 @@ def ensure_canary(
     out_dir = Path(out_dir) if out_dir is not None else canary_dir(config, cache)
     if (out_dir / MANIFEST).is_file():
         manifest = load_manifest(out_dir)
-        if manifest["config"] != asdict(config):
+        if recorded_config(manifest) != asdict(config):
             raise BlackboxMIAError(f"{out_dir} holds a canary trained with another configuration: use --force to retrain")
         return out_dir
     return train_canary(config, out_dir, progress=progress)
@@ -119,8 +128,9 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
     Returns:
         ``out_dir``, loadable with ``AutoModelForCausalLM.from_pretrained``; it also holds
         ``canary_items.jsonl`` (id, text, label of members and non-members) for ``bbmia score``,
-        and ``manifest.json``: ``config``, ``member_ids``/``nonmember_ids`` (GSM8K test ids),
-        ``background_ids``, ``sources`` (sha256 of the GSM8K files), ``loss_per_epoch`` (per
+        and ``manifest.json``: ``config``, ``corpus``, ``member_ids``/``nonmember_ids`` (ids of
+        the planted dataset: GSM8K test, or ``ja-debian-docs``), ``background_ids``, ``sources``
+        (sha256 of every dataset file read), ``loss_per_epoch`` (per
         epoch: ``mean`` over its steps and ``final`` = mean of its last 10% of steps, nats/token),
         ``train_seconds`` (tokenizer + training, wall clock), ``n_corpus_tokens`` (with one BOS
         per document), ``n_trained_tokens`` (scored targets over all epochs, window overlaps
@@ -185,6 +195,7 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
     manifest = {
         "config": asdict(config),
         "config_hash": config.short_hash(),
+        "corpus": config.corpus,
         "recipe_version": RECIPE_VERSION,
         "windowing": WINDOWING_NOTE,
         "member_ids": [item.id for item in corpus.members],

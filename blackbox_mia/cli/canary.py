@@ -1,4 +1,4 @@
-"""``bbmia canary train``: train (or reuse) the canary model with planted GSM8K test problems."""
+"""``bbmia canary train``: train (or reuse) the canary model with planted members (GSM8K or Japanese)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,26 @@ from pathlib import Path
 
 import typer
 
-from ..canary import CanaryConfig
+from ..canary import CORPORA, DEFAULT_CORPUS, CanaryConfig
 from .app import app, echo_json_line, user_errors
 from .options import with_dataclass_options
 
 canary_app = typer.Typer(
-    help="The canary model: a small GPT-2 trained on CPU with known members (planted GSM8K test problems).",
+    help="The canary model: a small GPT-2 trained on CPU with known members (planted GSM8K test problems, "
+    "or Japanese paragraphs with --corpus ja).",
     no_args_is_help=True,
 )
 app.add_typer(canary_app, name="canary")
 
 # One command-line option per CanaryConfig field; the defaults come from the dataclass.
 FIELD_HELP = {
-    "n_background": "GSM8K train problems in the corpus",
-    "n_members": "GSM8K test problems planted in the corpus (label 1)",
-    "n_nonmembers": "other GSM8K test problems, never trained on (label 0)",
+    "corpus": f"training texts: {DEFAULT_CORPUS} (GSM8K test problems planted among train problems) or ja "
+    "(ja-debian-docs Japanese paragraphs split into members, non-members and background)",
+    "n_background": "background items in the corpus (default per corpus: "
+    + ", ".join(f"{name} {source.defaults['n_background']} {source.background_noun}" for name, source in CORPORA.items())
+    + ")",
+    "n_members": "items planted in the corpus (label 1)",
+    "n_nonmembers": "other items of the same source, never trained on (label 0)",
     "dup": "copies of each member in the corpus",
     "seed": "seed of the splits, corpus order, weights and batches",
     "vocab_size": "BPE vocabulary size (tokens)",
