@@ -258,10 +258,12 @@ def test_claim_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path, ho
 
 
 def test_claim_of_another_host_lasts_until_it_expires(tmp_path):
-    _plant(tmp_path, {"pid": 1, "host": "another-host.example", "token": "t", "time": 0}, ttl_s=0.1)
+    ttl_s = 1.0  # long enough for opening the cache on a loaded machine
+    _plant(tmp_path, {"pid": 1, "host": "another-host.example", "token": "t", "time": 0}, ttl_s=ttl_s)
+    planted = time.monotonic()
     with ResponseCache(tmp_path) as cache:
         assert not cache.claim(KEY_A)
-        time.sleep(0.15)
+        time.sleep(max(0.0, planted + ttl_s + 0.05 - time.monotonic()))
         assert cache.claim(KEY_A)
 
 
