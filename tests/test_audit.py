@@ -9,7 +9,16 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
-from blackbox_mia.audits import SweepConfig, dataset_slug, prepare_sweep
+from blackbox_mia.audits import (
+    EvalConfig,
+    SweepConfig,
+    dataset_slug,
+    prepare_eval,
+    prepare_sweep,
+    run_eval,
+)
+from blackbox_mia.audits.ablation import truncate_tokens
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary import (
     CanaryConfig,
     find_canary_manifest,
@@ -19,6 +28,8 @@ from blackbox_mia.canary import (
 from blackbox_mia.cli import evaluate  # noqa: F401  (registers eval and sweep)
 from blackbox_mia.cli.app import app
 from blackbox_mia.datasets import load_items
+from blackbox_mia.runner import DEFAULT_CHUNK_SIZE
+from blackbox_mia.tokenizers import HFTokenCodec
 from blackbox_mia.types import BlackboxMIAError
 
 # 40 planted members among the 1,319 GSM8K test problems: some fall in the first 120.
@@ -214,3 +225,100 @@ def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):
     assert report["sweep"]["min_k"]["threshold"]["n_calibration_nonmembers"] == 40
     assert report["sweep"]["min_k"]["prevalence"]["tpr_source"].startswith("assumed")
     assert len(report["most_suspicious"]) == 3 and "Most suspicious items" in (out / "sweep.md").read_text()
+
+
+# -- the prompt-length ablation (eval --truncate-tokens) -----------------------------------------
+
+
+class CountingBackend(LocalBackend):
+    """The local model, remembering every text it was asked to score."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.asked: list[str] = []
+
+    async def _alogprobs(self, texts, progress, on_done):
+        self.asked += texts
+        return await super()._alogprobs(texts, progress, on_done)
+
+
+def test_eval_prompt_length_ablation_table_and_heatmap(canary, tmp_path):
+    out = tmp_path / "eval"
+    result = invoke("eval", f"canary:{canary}", "--local", canary, "--scorers", "loss,min_k:k=10",
+                    "--truncate-tokens", "8,16", "--n-boot", 100, "--out-dir", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    ablation = last_json(result)["prompt_length"]
+    assert ablation["lengths"] == [8, 16] and ablation["fpr"] == 0.1
+    for table in ("auc", "tpr_at_fpr"):
+        assert set(ablation[table]) == {"loss", "min_k:k=10"}  # one row per scorer
+        for row in ablation[table].values():
+            assert set(row) == {"8", "16"} and all(0 <= v <= 1 for v in row.values())  # one column per L
+    assert (out / "prompt_length_auc.png").read_bytes()[:4] == b"\x89PNG"
+    codec = HFTokenCodec.load(str(canary))
+    items, _ = load_items(f"canary:{canary}")
+    report = json.loads((out / "eval.json").read_text())
+    for length in (8, 16):
+        rows = [json.loads(line) for line in (out / f"scores_L{length}.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in rows] == [it.id for it in items]
+        whole = sum(len(codec.encode(it.text)) <= length for it in items)
+        assert ablation["counts"][str(length)] == {"n": 80, "truncated": 80 - whole, "whole": whole}
+        labels = [r["label"] for r in rows]
+        for name in ("loss", "min_k:k=10"):
+            expected = roc_auc_score(labels, [r["scores"][name] for r in rows])
+            assert ablation["auc"][name][str(length)] == pytest.approx(expected, abs=1e-12)
+            entry = report["prompt_length"]["scorers"][name][str(length)]
+            assert entry["auc_ci"][0] <= expected <= entry["auc_ci"][1]
+    # the cut texts are 8 and 16 tokens of the canary's tokenizer (or the whole text)
+    assert {r["n_tokens"] for r in map(json.loads, (out / "scores_L8.jsonl").read_text().splitlines())} <= set(range(1, 10))
+    md = (out / "eval.md").read_text()
+    assert "By prompt length" in md and "| loss |" in md and "prompt_length_auc.png" in md
+    assert "length (words)" in md and "Length buckets count words (segmenter 'whitespace')" in md
+    assert "AUC L=8" in result.stdout
+
+
+def test_ablation_beyond_every_text_equals_plain_eval_and_resumes(canary, tmp_path):
+    backend = CountingBackend(LocalConfig(model=str(canary)))
+    try:
+        items, _ = load_items(f"canary:{canary}")
+        longest = max(len(backend.codec.encode(it.text)) for it in items)
+        config = EvalConfig(dataset=f"canary:{canary}", scorers=("loss", "min_k:k=20"), n_boot=0,
+                            truncate_tokens=(8, longest))
+        plan = prepare_eval(config)
+        result = run_eval(plan, {"target": backend}, tmp_path, progress=False)
+        ablation = result.summary["prompt_length"]
+        assert ablation["counts"][str(longest)] == {"n": 80, "truncated": 0, "whole": 80}
+        assert set(result.summary["auc"]) == {"loss", "min_k"}  # min_k:k=20 is labelled min_k (the default k)
+        for name, auc in result.summary["auc"].items():
+            assert ablation["auc"][name][str(longest)] == auc
+        texts = [it.text for it in items]
+        cut8 = [truncate_tokens(backend.codec, text, 8).text for text in texts]
+        # each (text, L) once for both scorers: the full texts, their 8-token cuts (equal cuts in a
+        # chunk of items scored once), the full texts again
+        chunks = [cut8[i : i + DEFAULT_CHUNK_SIZE] for i in range(0, len(cut8), DEFAULT_CHUNK_SIZE)]
+        assert backend.asked == texts + [t for chunk in chunks for t in dict.fromkeys(chunk)] + texts
+        # resume: a run killed after 30 rows of L = 8 scores only the other 50 cut texts
+        path = tmp_path / "scores_L8.jsonl"
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[:30]))
+        backend.asked.clear()
+        again = run_eval(plan, {"target": backend}, tmp_path, progress=False)
+        cut = {json.loads(line)["id"] for line in lines[30:]}
+        expected = {text for it, text in zip(items, cut8) if it.id in cut}
+        assert set(backend.asked) == expected and len(backend.asked) == len(expected)
+        assert again.summary == result.summary
+        backend.asked.clear()
+        run_eval(plan, {"target": backend}, tmp_path, progress=False)
+        assert backend.asked == []  # everything done: nothing scored
+    finally:
+        backend.close()
+
+
+def test_eval_option_errors_for_the_ablation_and_segmenter():
+    with pytest.raises(BlackboxMIAError, match="strictly increasing"):
+        EvalConfig(dataset="x", truncate_tokens=(16, 8)).validate()
+    with pytest.raises(BlackboxMIAError, match="--truncate-tokens must be an integer >= 1"):
+        EvalConfig(dataset="x", truncate_tokens=(0,)).validate()
+    with pytest.raises(BlackboxMIAError, match="unknown segmenter 'klingon'"):
+        EvalConfig(dataset="x", segmenter="klingon").validate()
+    result = invoke("eval", "canary", "--local", "nowhere", "--truncate-tokens", "8,x")
+    assert result.exit_code == 2 and "comma-separated integers" in result.stderr

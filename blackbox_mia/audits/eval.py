@@ -3,7 +3,8 @@
 AUC and TPR at low FPR with bootstrap CIs (Carlini et al. 2022; Duan et al. 2024), results by
 length bucket (WikiMIA's 32/64/128/256 words; Shi et al. 2024), and the blind text-only
 baseline beside them (Das, Zhang & Tramèr 2024), whose verdict says whether the split is
-distribution-shifted.
+distribution-shifted. With ``truncate_tokens`` it adds the prompt-length ablation
+(:mod:`.ablation`: each text cut to its first L tokens, a scorer × L table and heat map).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from ..evaluation import (
 )
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
+from ..text import DEFAULT_SEGMENTER, CharSegmenter, get_segmenter
 from ..types import BlackboxMIAError
+from .ablation import run_prompt_length_ablation
 from .common import (
     SCORES_FILE,
     AuditResult,
@@ -40,6 +43,14 @@ from .common import (
     require_labelled,
     score_column,
 )
+
+# segmenters whose words are single characters: their length buckets count characters
+CHARACTER_SEGMENTERS = frozenset({CharSegmenter.name})
+
+
+def length_unit(segmenter: str) -> str:
+    """What the length buckets of ``segmenter`` count: ``"characters"`` or ``"words"``."""
+    return "characters" if segmenter in CHARACTER_SEGMENTERS else "words"
 
 
 @dataclass(frozen=True)
@@ -53,9 +64,13 @@ class EvalConfig:
         n_boot: bootstrap resamples for every CI (0 = no CI).
         seed: bootstrap seed and blind-baseline fold seed.
         blind_folds: cross-validation folds of the blind baseline.
-        length_edges: word-count bucket edges (WikiMIA: 32, 64, 128, 256).
+        length_edges: length bucket edges, in the segmenter's words (WikiMIA: 32, 64, 128, 256).
+        segmenter: what the length buckets count (:data:`blackbox_mia.text.SEGMENTERS`:
+            ``whitespace`` words, ``chars`` characters, ``japanese`` MeCab words, ``auto``).
+        truncate_tokens: prompt lengths L (target tokens, strictly increasing) of the
+            prompt-length ablation; empty = none.
         limit: only the first ``limit`` items.
-        resume: keep the rows already in the scores file (same configuration).
+        resume: keep the rows already in the scores files (same configuration).
     """
 
     dataset: str
@@ -65,6 +80,8 @@ class EvalConfig:
     seed: int = 0
     blind_folds: int = 5
     length_edges: tuple[int, ...] = WIKIMIA_EDGES
+    segmenter: str = DEFAULT_SEGMENTER
+    truncate_tokens: tuple[int, ...] = ()
     limit: int | None = None
     resume: bool = True
 
@@ -80,6 +97,11 @@ class EvalConfig:
             raise BlackboxMIAError(f"FPR targets must lie in (0, 1), got {list(self.fprs)}")
         if not self.scorers:
             raise BlackboxMIAError("no scorer given")
+        get_segmenter(self.segmenter)
+        for length in self.truncate_tokens:
+            check_int("--truncate-tokens", length, 1)
+        if any(b <= a for a, b in zip(self.truncate_tokens, self.truncate_tokens[1:])):
+            raise BlackboxMIAError(f"--truncate-tokens must be strictly increasing, got {list(self.truncate_tokens)}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +141,9 @@ def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None)
 def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
     """Score, evaluate and report (see the module docstring). Files in ``out_dir``:
     ``scores.jsonl`` (+ ``.config.json``), ``roc_linear.png``, ``roc_log.png``, ``eval.json``,
-    ``eval.md``.
+    ``eval.md``; with ``truncate_tokens`` also ``scores_L{L}.jsonl`` per L and
+    ``prompt_length_auc.png``, the report's ``prompt_length`` section and the summary's
+    ``prompt_length`` entry (:func:`~.ablation.run_prompt_length_ablation`).
 
     Raises:
         BlackboxMIAError: a scorer the backend cannot serve, non-finite scores, a resumed
@@ -134,7 +158,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     scores = {s.label: score_column(rows, s.label) for s in plan.scorers}
     log("metrics with bootstrap CIs")
     metrics = {name: evaluate_scores(labels, s, config.fprs, config.n_boot, config.seed) for name, s in scores.items()}
-    words = [len(it.text.split()) for it in items]
+    segmenter, unit = get_segmenter(config.segmenter), length_unit(config.segmenter)
+    words = [len(segmenter.segment(it.text).words) for it in items]
     buckets = {name: evaluate_by_length(labels, s, words, config.length_edges, config.fprs, config.n_boot, config.seed)
                for name, s in scores.items()}
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
@@ -160,16 +185,24 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         "ROC (linear axes)": plot_roc(curves, out_dir / "roc_linear.png"),
         "ROC (log-log axes, Carlini et al. 2022)": plot_roc(curves, out_dir / "roc_log.png", log_scale=True),
     }
-    notes.append("Length buckets count whitespace-separated words (unsegmented text such as Japanese "
-                 "needs a word segmenter first).")
+    notes.append(f"Length buckets count {unit} (segmenter {config.segmenter!r}).")
+    ablation = None
+    if config.truncate_tokens:
+        log(f"prompt-length ablation: texts cut to {', '.join(map(str, config.truncate_tokens))} tokens")
+        ablation = run_prompt_length_ablation(items, plan.scorers, backends, config.truncate_tokens, out_dir, run_cfg,
+                                              config.fprs, config.n_boot, config.seed, config.resume, progress)
+        plots["AUC by prompt length (scorer × L)"] = ablation.plot
     report = {
         "title": f"Membership inference evaluation: {plan.meta['name']}",
         "config": report_config(run_cfg, "eval", config, len(items), {"bootstrap": config.seed, "blind_folds": config.seed}),
         "scorers": metrics,
         "length_buckets": buckets,
+        "length_unit": unit,
         "plots": plots,
         "notes": notes,
     }
+    if ablation is not None:
+        report["prompt_length"] = ablation.section
     if blind is not None:
         report["blind_baseline"] = blind
         report["distribution_shift"] = verdict
@@ -180,4 +213,6 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         "blind_auc": None if baseline is None else baseline.auc,
         "distribution_shift": None if verdict is None else verdict["distribution_shift"],
     }
+    if ablation is not None:
+        summary["prompt_length"] = ablation.summary
     return publish(report, summary, out_dir, "eval")

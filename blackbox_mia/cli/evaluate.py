@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from ..text import DEFAULT_SEGMENTER
+from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors
 from .common import (
     TargetOptions,
@@ -35,6 +37,12 @@ def eval_command(
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples per confidence interval (0 = none)"),
     seed: int = typer.Option(0, help="seed of the bootstrap and of the blind baseline's folds"),
     blind_folds: int = typer.Option(5, "--blind-folds", help="cross-validation folds of the blind baseline"),
+    segmenter: str = typer.Option(
+        DEFAULT_SEGMENTER, help="what the length buckets count: whitespace (words), chars (characters), japanese "
+        "(MeCab words, extra ja) or auto (japanese for mostly kana/kanji texts, else whitespace)"),
+    truncate_tokens: Optional[str] = typer.Option(
+        None, "--truncate-tokens", help="prompt-length ablation: also score the first L tokens (target's "
+        "tokenizer) of each text for each L, e.g. '32,64,128,256' (Ishihara & Takahashi 2024)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the scores file"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -44,7 +52,8 @@ def eval_command(
     """AUC and TPR at 0.1/1/5/10% FPR with bootstrap 95% CIs, per-length results, ROC plots and a
     blind text-only baseline, on a LABELLED dataset (1 = member, 0 = non-member).
 
-    Writes scores.jsonl (resumable), roc_linear.png, roc_log.png, eval.json and eval.md.
+    Writes scores.jsonl (resumable), roc_linear.png, roc_log.png, eval.json and eval.md; with
+    --truncate-tokens also scores_L<L>.jsonl per length (resumable) and prompt_length_auc.png.
     """
     with user_errors():
         from ..audits import (
@@ -57,8 +66,9 @@ def eval_command(
         from ..scorers import split_specs
 
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
+        lengths = tuple(parse_lengths(truncate_tokens)) if truncate_tokens else ()
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
-                            limit=limit, resume=not overwrite)
+                            segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
         log = (lambda _: None) if quiet else _stderr
@@ -81,9 +91,34 @@ def eval_command(
         shift = result.report.get("distribution_shift")
         if shift:
             typer.echo(shift["message"])
+        if "prompt_length" in s:
+            typer.echo(prompt_length_table(s["prompt_length"]))
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
             echo_json_line(s)
+
+
+def parse_lengths(spec: str) -> list[int]:
+    """``"32,64,128"`` → ``[32, 64, 128]`` (the values are checked by :class:`EvalConfig`).
+
+    Raises:
+        BlackboxMIAError: an entry that is not an integer.
+    """
+    try:
+        return [int(part) for part in spec.split(",")]
+    except ValueError as exc:
+        raise BlackboxMIAError(f"--truncate-tokens takes comma-separated integers, e.g. 32,64,128; got {spec!r}") from exc
+
+
+def prompt_length_table(summary: dict) -> str:
+    """The ablation's AUC and TPR@10%FPR per scorer (rows) and prompt length (columns), as text."""
+    lengths = [str(n) for n in summary["lengths"]]
+    tpr = f"TPR@{100 * summary['fpr']:g}%"
+    header = ["scorer", *[f"AUC L={n}" for n in lengths], *[f"{tpr} L={n}" for n in lengths]]
+    rows = [[name, *[by_length[n] for n in lengths], *[summary["tpr_at_fpr"][name][n] for n in lengths]]
+            for name, by_length in summary["auc"].items()]
+    rows.append(["(texts cut to L)", *[summary["counts"][n]["truncated"] for n in lengths], *([""] * len(lengths))])
+    return format_table(header, rows)
 
 
 @app.command("sweep")

@@ -1,4 +1,4 @@
-"""Figures for reports: ROC curves (linear and log-log) and score histograms.
+"""Figures for reports: ROC curves (linear and log-log), score histograms and heat maps.
 
 Figures are built with ``matplotlib.figure.Figure`` and written by the Agg canvas: no pyplot
 state, no window, safe in threads and on headless machines. The log-log ROC follows Carlini et
@@ -7,7 +7,7 @@ al. 2022, where the low-FPR region that matters for membership inference is visi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +115,56 @@ def plot_histogram(
     ax.set_ylabel("density")
     ax.set_title(title)
     ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_heatmap(
+    values,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    path: str | Path,
+    title: str = "",
+    xlabel: str = "",
+    colorbar: str = "",
+    limits: tuple[float, float] = (0.0, 1.0),
+) -> Path:
+    """A grid of values as coloured cells, each written in its cell (3 decimals; "n/a" for NaN).
+
+    Args:
+        values: shape (n_rows, n_cols), e.g. AUC of each scorer (row) at each prompt length
+            (column).
+        row_labels: n_rows names (y axis, top to bottom).
+        col_labels: n_cols names (x axis, left to right).
+        path: output image; parent folders are created.
+        title, xlabel: figure title and x-axis label.
+        colorbar: the colour bar's label.
+        limits: the colour scale's (low, high) (AUC: 0 to 1).
+
+    Returns:
+        ``path`` as a Path.
+
+    Raises:
+        BlackboxMIAError: ``values`` not 2-D and non-empty, or labels of another count.
+    """
+    grid = np.asarray(values, dtype=np.float64)
+    if grid.ndim != 2 or grid.size == 0:
+        raise BlackboxMIAError(f"a heat map needs a non-empty 2-D grid of values, got shape {grid.shape}")
+    if grid.shape != (len(row_labels), len(col_labels)):
+        raise BlackboxMIAError(f"{grid.shape} values for {len(row_labels)} row and {len(col_labels)} column labels")
+    fig = Figure(figsize=(1.2 + 1.0 * grid.shape[1] + 0.05 * max(map(len, row_labels)), 1.2 + 0.5 * grid.shape[0]))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=limits[0], vmax=limits[1], aspect="auto")
+    middle = (limits[0] + limits[1]) / 2
+    for (i, j), value in np.ndenumerate(grid):
+        text = "n/a" if not np.isfinite(value) else f"{value:.3f}"
+        ax.text(j, i, text, ha="center", va="center", fontsize="small",
+                color="black" if np.isfinite(value) and value > middle else "white")
+    ax.set_xticks(range(len(col_labels)), list(col_labels))
+    ax.set_yticks(range(len(row_labels)), list(row_labels))
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label=colorbar)
     return _save(fig, path)
 
 

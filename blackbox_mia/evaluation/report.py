@@ -10,7 +10,11 @@ keys, each optional, rendered in this order:
 * ``blind_baseline``: ``blind.BlindBaseline.to_dict()`` (optionally with ``auc_ci``), and
   ``distribution_shift``: ``blind.distribution_shift_verdict(...)`` (also accepted as
   ``blind_baseline["verdict"]``).
-* ``length_buckets``: ``{scorer: metrics.evaluate_by_length(...)}``.
+* ``length_buckets``: ``{scorer: metrics.evaluate_by_length(...)}``, with ``length_unit``:
+  what the buckets count (``"words"`` or ``"characters"``; words when absent).
+* ``prompt_length``: the prompt-length ablation (``audits.ablation``): ``{"unit", "tokenizer",
+  "lengths", "fpr", "counts": {L: {"n", "truncated", "whole"}}, "scorers": {scorer: {L:
+  metrics.evaluate_scores(...)}}}``, shown as scorer × L tables of AUC and TPR at ``fpr``.
 * ``plots``: ``{caption: image path}``.
 * ``sweep``: ``{name: {"threshold": calibration.Threshold.to_dict(), "prevalence":
   prevalence.prevalence_with_ci(...), "dataset_test": prevalence.dataset_level_test(...)}}``
@@ -35,7 +39,7 @@ from ..types import BlackboxMIAError
 
 KNOWN_KEYS = (
     "title", "config", "scorers", "blind_baseline", "distribution_shift",
-    "length_buckets", "plots", "sweep", "notes",
+    "length_buckets", "length_unit", "prompt_length", "plots", "sweep", "notes",
 )
 
 
@@ -102,7 +106,9 @@ def render_markdown(report: dict, out_dir: str | Path = ".") -> str:
     if blind or verdict:
         lines += _blind_section(blind, verdict)
     if "length_buckets" in report:
-        lines += _bucket_table(report["length_buckets"])
+        lines += _bucket_table(report["length_buckets"], report.get("length_unit", "words"))
+    if "prompt_length" in report:
+        lines += _prompt_length_tables(report["prompt_length"])
     if "sweep" in report:
         lines += _sweep_table(report["sweep"])
     if "plots" in report:
@@ -151,8 +157,8 @@ def _blind_section(blind: dict, verdict: dict | None) -> list[str]:
     return lines
 
 
-def _bucket_table(buckets: dict) -> list[str]:
-    head = ["scorer", "length (words)", "members", "non-members", "AUC [95% CI]"]
+def _bucket_table(buckets: dict, unit: str) -> list[str]:
+    head = ["scorer", f"length ({unit})", "members", "non-members", "AUC [95% CI]"]
     lines = ["## By length", "", _row(head), _row(["---"] * len(head))]
     for scorer, per_bucket in buckets.items():
         for bucket, m in per_bucket.items():
@@ -163,6 +169,30 @@ def _bucket_table(buckets: dict) -> list[str]:
             lines.append(_row([scorer, f"≤{bucket}" if bucket[0] != ">" else bucket,
                                str(m.get("n_members", "")), str(m.get("n_nonmembers", "")),
                                auc_cell]))
+    return lines + [""]
+
+
+def _prompt_length_tables(section: dict) -> list[str]:
+    lengths = [str(n) for n in section.get("lengths", [])]
+    unit, key = section.get("unit", "tokens"), f"{section.get('fpr', 0.1):g}"
+    head = ["scorer", *[f"L = {n}" for n in lengths]]
+    intro = (f"Each text cut to its first L {unit} ({section.get('tokenizer', 'the target')}'s tokenizer) "
+             "and scored again; texts of at most L tokens are kept whole.")
+    lines = ["## By prompt length (Ishihara & Takahashi 2024, Tables 4 and 6)", "", intro, ""]
+    cells = {
+        "AUC [95% CI]": lambda m: _with_ci(m.get("auc"), m.get("auc_ci")),
+        f"TPR@{_pct(key)} FPR [95% CI]": lambda m: _with_ci((m.get("tpr_at_fpr") or {}).get(key),
+                                                            (m.get("tpr_at_fpr_ci") or {}).get(key)),
+    }
+    for caption, cell in cells.items():
+        lines += [f"**{caption}**", "", _row(head), _row(["---"] * len(head))]
+        for scorer, by_length in section.get("scorers", {}).items():
+            lines.append(_row([scorer, *[cell(by_length.get(n) or {}) for n in lengths]]))
+        lines.append("")
+    counts = section.get("counts", {})
+    lines += ["**Texts per length**", "", _row(["", *head[1:]]), _row(["---"] * len(head))]
+    for label, field in (("texts", "n"), ("cut to L", "truncated"), (f"kept whole (at most L {unit})", "whole")):
+        lines.append(_row([label, *[str((counts.get(n) or {}).get(field, "")) for n in lengths]]))
     return lines + [""]
 
 
