@@ -21,6 +21,7 @@ from ..types import BlackboxMIAError, Generation, TokenLogprobs
 from .loop import LoopThread
 
 if TYPE_CHECKING:  # the client is only imported by the API backend
+    from ..tokenizers import TokenCodec
     from .api.client import Usage
 
 T = TypeVar("T")
@@ -47,17 +48,25 @@ Prompt = str | Sequence[int]
 class Backend(ABC):
     """A source of per-token log-probs and generations (local torch model, or API + tracker).
 
-    Subclasses call ``super().__init__()``, set :attr:`features`, and implement the coroutines
-    :meth:`_alogprobs` / :meth:`_agenerate` of the features they declare (they run on the
-    backend's own loop thread) and :meth:`describe`.
+    Subclasses call ``super().__init__()``, set :attr:`features` and :attr:`codec`, and
+    implement the coroutines :meth:`_alogprobs` / :meth:`_agenerate` of the features they declare
+    (they run on the backend's own loop thread) and :meth:`describe`.
 
     Attributes:
         kind: the backend's kind as the registry names it (``"local"``, ``"api"``).
         features: what this backend offers, a subset of :data:`FEATURES`.
+        codec: the model's tokenizer (:class:`~blackbox_mia.tokenizers.TokenCodec`): the ids
+            of token-id prompts and of :attr:`TokenLogprobs.token_ids` are its ids, so a caller
+            can cut a text into a prompt of N tokens without retokenization drift.
+        context: the most tokens one sequence may hold (the codec's BOS, a prompt and what is
+            generated after it), or ``None`` when unknown (then nothing is checked before
+            sending).
     """
 
     kind: str = "backend"
     features: frozenset[str] = frozenset()
+    codec: TokenCodec
+    context: int | None = None
 
     def __init__(self) -> None:
         self._loop = LoopThread(f"bbmia-{type(self).__name__}")
@@ -157,6 +166,13 @@ class Backend(ABC):
     def describe(self) -> dict:
         """JSON-ready configuration of this backend, saved next to every result; its
         ``"backend"`` key names the kind (``"local"``, ``"api"``)."""
+
+    def describe_generation(self) -> dict:
+        """JSON-ready configuration that determines this backend's generations, saved next to
+        results made of generations only (``bbmia memorize``): :meth:`describe` by default. A
+        backend whose :meth:`describe` needs what generating does not (the API backend's
+        log-prob capability probe, which fails on a generation-only endpoint) overrides it."""
+        return self.describe()
 
     def close(self) -> None:
         """Release resources (connections, the backend's thread); idempotent."""

@@ -155,25 +155,26 @@ class ApiBackend(Backend):
         """One request per prompt at temperature 0 (its ``n`` samples are that answer), else one
         per sample with seed ``seed + j`` (each answer cached under its seed).
 
-        Token ids come from the returned token names (or bytes) when every generated token
-        names exactly one id of the tokenizer, with the reported log-probs; otherwise they are
-        the tokenizer's encoding of the returned text (an end-of-sequence token is then not
-        among them) and ``logprobs`` is None.
+        Generation needs no log-probs: the requests ask for none and the capability probe does
+        not run, so an endpoint that only generates (no ``logprobs`` at all: reasoning models,
+        many chat APIs, ``bbmia serve --no-logprobs``) works. Token ids are the tokenizer's
+        encoding of the returned text (an end-of-sequence token is not among them) and
+        ``logprobs`` is None, unless an answer names its tokens (then each name or byte
+        sequence must denote exactly one id of the tokenizer; their log-probs are kept).
         """
-        capabilities = await self._probed()
         ids = [self.codec.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         provenance = Provenance(
             backend="api",
             model=self.client.config.model,
             strategy=strategy_name(temperature),
             bos=self.codec.bos_id is not None and self.endpoint.token_id_prompts,
-            condition=capabilities.condition,
+            condition=self.endpoint.dialect.condition,
         )
         samples = 1 if temperature == 0 else n
         seeds = [None if temperature == 0 else sample_seed(seed, j) for j in range(samples)]
         answers = await asyncio.gather(
             *(
-                self.endpoint.generate(ids[i], max_new_tokens, temperature, seeds[j], top_n=0)
+                self.endpoint.generate(ids[i], max_new_tokens, temperature, seeds[j], top_n=None)
                 for i in range(len(prompts))
                 for j in range(samples)
             )
@@ -227,6 +228,16 @@ class ApiBackend(Backend):
             "tokenizer": self.codec.name,
             "capabilities": self.capabilities.to_json(),
             **self._call(self._tracking()).describe(),
+        }
+
+    def describe_generation(self) -> dict:
+        """Endpoint, model, tokenizer and the dialect's condition: what determines generations,
+        without the log-prob probe (which a generation-only endpoint fails)."""
+        return {
+            "backend": "api",
+            **self.client.config.describe(),
+            "tokenizer": self.codec.name,
+            "condition": self.endpoint.dialect.condition,
         }
 
     def close(self) -> None:

@@ -1,0 +1,95 @@
+"""``bbmia memorize``: memorization by generation (Ishihara & Takahashi 2024)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..backends.registry import build_backend
+from ..evaluation.memorization import EIDETIC_CHARS
+from ..types import BlackboxMIAError
+from .app import app, echo_json_line, user_errors
+from .common import TargetOptions, format_table, with_target_options
+
+
+def parse_lengths(value: str) -> tuple[int, ...]:
+    """``"32,64,128"`` → ``(32, 64, 128)``.
+
+    Raises:
+        BlackboxMIAError: a part that is not an integer (the range is checked by the config).
+    """
+    try:
+        return tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise BlackboxMIAError(f"--prompt-lengths must be comma-separated integers, e.g. 32,64,128; got {value!r}") from None
+
+
+@app.command()
+@with_target_options
+def memorize(
+    dataset: str = typer.Argument(..., help="canary, canary:PATH, gsm8k, aqua, wikimia64/128/24, or a JSONL path "
+                                  "(labels optional: AUCs need members and non-members)"),
+    prompt_lengths: str = typer.Option("32,64,128", "--prompt-lengths", help="prompt lengths L (in --unit), comma-separated"),
+    reference_tokens: int = typer.Option(50, "--reference-tokens", help="reference length R (in --unit): the next R after "
+                                         "the prompt; at most R tokens are generated"),
+    unit: str = typer.Option("tokens", help="tokens (of the target's tokenizer) or chars (characters)"),
+    limit: int | None = typer.Option(None, help="only the first N items"),
+    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples per confidence interval (0 = none)"),
+    seed: int = typer.Option(0, help="bootstrap seed"),
+    out_dir: Path = typer.Option(None, "--out-dir", help="output folder (default: runs/memorize-<dataset>/)"),
+    overwrite: bool = typer.Option(False, help="generate again instead of resuming the rows file"),
+    quiet: bool = typer.Option(False, help="no progress bar or messages"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    *,
+    target: TargetOptions,
+):
+    """Greedy-continue the first L tokens of every item and count how much of the next R comes out:
+    eidetic (forward-matching characters), approximate (1 - Levenshtein / longer length) and exact
+    memorization, by label and prompt length, and each measure's AUC as a membership score with
+    bootstrap 95% CIs. Needs only generation: works on endpoints without log-probs.
+
+    Writes memorization.jsonl (resumable), memorization.png, memorize.json and memorize.md.
+    """
+    with user_errors():
+        from ..audits.common import dataset_slug
+        from ..audits.memorization import MemorizeConfig, prepare_memorize, run_memorize
+
+        config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_lengths(prompt_lengths),
+                                reference_length=reference_tokens, unit=unit, n_boot=n_boot, seed=seed, limit=limit,
+                                resume=not overwrite)
+        if target.ref:
+            raise BlackboxMIAError("memorize uses no reference model: drop --ref")
+        plan = prepare_memorize(config, cache_dir=target.cache_dir)
+        out = out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}"
+        backend = build_backend(target.target_spec(), target)
+        try:
+            result = run_memorize(plan, backend, out, progress=not quiet,
+                                  log=(lambda _: None) if quiet else (lambda m: typer.echo(m, err=True)))
+        finally:
+            backend.close()
+        s = result.summary
+        rows = []
+        for label, per_length in s["by_label"].items():
+            for length, st in per_length.items():
+                rows.append([label, length, st["n"], st["eidetic"]["mean"], st["eidetic"]["median"],
+                             st["approximate"]["mean"], st[f"share_eidetic_ge_{EIDETIC_CHARS}"], st["share_exact"]])
+        typer.echo(format_table(["label", f"L ({unit})", "n", "eidetic mean", "eidetic median", "approx. mean",
+                                 f"share eid.>={EIDETIC_CHARS}", "share exact"], rows))
+        aucs = []
+        for length, per_measure in [*s["by_length"].items(), ("pooled", None)]:
+            measures = per_measure if length != "pooled" else {m: {"auc": s["auc"][m], "auc_ci": s["auc_ci"][m]}
+                                                                for m in s["auc"]}
+            if measures is None or measures["eidetic"]["auc"] is None:
+                continue
+            aucs.append([length, *(_with_ci(measures[m]) for m in ("eidetic", "approximate"))])
+        if aucs:
+            typer.echo(format_table(["L", "AUC eidetic [95% CI]", "AUC approximate [95% CI]"], aucs))
+        typer.echo(f"report: {result.json_path} and {result.md_path}")
+        if json_out:
+            echo_json_line(s)
+
+
+def _with_ci(metric: dict) -> str:
+    ci = metric["auc_ci"]
+    return f"{metric['auc']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
