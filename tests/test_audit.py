@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from blackbox_mia.canary import (
 from blackbox_mia.cli import evaluate  # noqa: F401  (registers eval and sweep)
 from blackbox_mia.cli.app import app
 from blackbox_mia.datasets import load_items
+from blackbox_mia.evaluation import length_buckets
 from blackbox_mia.runner import DEFAULT_CHUNK_SIZE
 from blackbox_mia.tokenizers import HFTokenCodec
 from blackbox_mia.types import BlackboxMIAError
@@ -309,6 +311,14 @@ def test_ablation_beyond_every_text_equals_plain_eval_and_resumes(canary, tmp_pa
         backend.asked.clear()
         run_eval(plan, {"target": backend}, tmp_path, progress=False)
         assert backend.asked == []  # everything done: nothing scored
+        # length buckets in characters: the resumed scores, bucketed by non-space characters
+        chars = run_eval(prepare_eval(replace(config, segmenter="chars", truncate_tokens=())), {"target": backend},
+                         tmp_path, progress=False)
+        assert backend.asked == [] and chars.report["length_unit"] == "characters"
+        buckets = length_buckets([sum(not c.isspace() for c in text) for text in texts])
+        by_hand = {b: sum(it.label for it, mine in zip(items, buckets) if mine == b) for b in set(buckets)}
+        assert {b: m["n_members"] for b, m in chars.report["length_buckets"]["loss"].items()} == by_hand
+        assert "Length buckets count characters (segmenter 'chars')." in chars.report["notes"]
     finally:
         backend.close()
 
