@@ -40,6 +40,9 @@ DEFAULT_CORPUS = "gsm8k"
 # corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
 # background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
 # ``ja-debian-docs`` split three ways: 200 members, 200 non-members, the other 1,407 as background.
+# Paragraph lengths with the default ja canary's BPE (4096 tokens, BOS included): median 60,
+# 90th percentile 110, max 301 tokens; the 107 paragraphs longer than block_size = 128 are cut
+# into the scoring windows (stride 64, see .train), never truncated.
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
                                  {"n_background": 2000}),

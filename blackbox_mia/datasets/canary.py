@@ -4,7 +4,8 @@
 ``<cache root>/canary/<config hash>`` that ``bbmia canary train`` (and ``bbmia demo``) write,
 where the cache root is ``cache_dir``, else ``$BBMIA_CACHE_DIR``, else ``./cache``
 (:func:`blackbox_mia.config.cache_root`). ``canary:PATH`` names the model directory PATH as
-given (``~`` expanded; a relative PATH is relative to the working directory, not the cache).
+given (``~`` expanded; a relative PATH is relative to the working directory, not the cache),
+a canary of any corpus (``--corpus ja``: its items are ``ja-debian-docs`` paragraphs).
 
 This is the only place that resolves canary specs; :func:`blackbox_mia.datasets.load_items`
 dispatches here.
@@ -56,7 +57,8 @@ def load_canary_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -
 
     Raises:
         BlackboxMIAError: no complete canary there (train it with ``bbmia canary train``), or
-            the shipped GSM8K test file differs from the one it was trained on.
+            the shipped file of its planted dataset (GSM8K test, ``ja-debian-docs``) differs
+            from the one it was trained on.
     """
     from ..canary import MANIFEST, canary_items
 
