@@ -356,5 +356,5 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         "n_rows": len(rows),
     }
     return publish(report, result_summary, out_dir, "memorize", appendix=markdown_tables(summary, config.unit),
-                   hidden=("by_label", "membership"))
+                   hidden=("by_label", "membership", "skipped"))
 

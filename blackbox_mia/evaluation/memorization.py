@@ -127,6 +127,9 @@ def plot_memorization(by_label: Mapping[str, Mapping[str, Mapping]], unit: str, 
             lengths = [int(k) for k in per_length]
             ax.plot(lengths, [per_length[k][measure]["mean"] for k in per_length], marker="o", label=label)
         ax.set_xscale("log", base=2)
+        ticks = sorted({int(k) for per_length in by_label.values() for k in per_length})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel(f"prompt length ({unit})")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize="small")
