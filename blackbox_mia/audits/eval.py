@@ -106,12 +106,18 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """Checked input of :func:`run_eval` (from :func:`prepare_eval`)."""
+    """Checked input of :func:`run_eval` (from :func:`prepare_eval`).
+
+    Attributes:
+        lengths: each item's length in the segmenter's words (characters for ``chars``), which
+            the length buckets count.
+    """
 
     config: EvalConfig
     items: list[Item]
     meta: dict
     scorers: list[Scorer]
+    lengths: list[int]
 
 
 def default_scorer_specs(vocab_stats: bool) -> tuple[str, ...]:
@@ -129,13 +135,15 @@ def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None)
             (:func:`blackbox_mia.datasets.load_items`).
 
     Raises:
-        BlackboxMIAError: bad configuration, unreadable or unlabelled dataset, bad scorer spec.
+        BlackboxMIAError: bad configuration, unreadable or unlabelled dataset, bad scorer spec,
+            a segmenter whose extra is not installed (``japanese``: ``ja``).
     """
     config.validate()
     scorers = parse_scorers(list(config.scorers))
     items, meta = load_items(config.dataset, config.limit, cache_dir)
     require_labelled(items, meta["name"])
-    return EvalPlan(config, items, meta, scorers)
+    segmenter = get_segmenter(config.segmenter)  # a missing extra (japanese) fails before any scoring
+    return EvalPlan(config, items, meta, scorers, [len(segmenter.segment(it.text).words) for it in items])
 
 
 def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
@@ -158,9 +166,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     scores = {s.label: score_column(rows, s.label) for s in plan.scorers}
     log("metrics with bootstrap CIs")
     metrics = {name: evaluate_scores(labels, s, config.fprs, config.n_boot, config.seed) for name, s in scores.items()}
-    segmenter, unit = get_segmenter(config.segmenter), length_unit(config.segmenter)
-    words = [len(segmenter.segment(it.text).words) for it in items]
-    buckets = {name: evaluate_by_length(labels, s, words, config.length_edges, config.fprs, config.n_boot, config.seed)
+    unit = length_unit(config.segmenter)
+    buckets = {name: evaluate_by_length(labels, s, plan.lengths, config.length_edges, config.fprs, config.n_boot, config.seed)
                for name, s in scores.items()}
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
     notes: list[str] = []
