@@ -287,7 +287,7 @@ def generate_rows(
                 chunk = todo[start : start + BATCH_PROMPTS]
                 for budget in sorted({s.max_new_tokens for _, _, s in chunk}):
                     group = [w for w in chunk if w[2].max_new_tokens == budget]
-                    generations = target.generate([s.prompt for _, _, s in group], max_new_tokens=budget)
+                    generations = target.generate([s.prompt for _, _, s in group], max_new_tokens=budget, logprobs=False)
                     for (item, length, split), gen in zip(group, generations):
                         row = measure_row(item, length, split, gen.text, config.unit, config.reference_length)
                         f.write(json_line(row, f"row {item.id!r} L={length}"))

@@ -103,6 +103,7 @@ class Backend(ABC):
         temperature: float = 0.0,
         n: int = 1,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> list[Generation]:
         """``n`` continuations of every prompt, prompt-major: result ``i * n + j`` is sample
         ``j`` of ``prompts[i]``.
@@ -116,6 +117,10 @@ class Backend(ABC):
             n: samples per prompt (>= 1).
             seed: sample ``j`` uses seed ``seed + j``, so a prompt's samples are reproducible
                 whatever the other prompts; ``None`` = fresh randomness.
+            logprobs: ask for the generated tokens' log-probs (and, through an API, their
+                names, hence their exact ids). ``False`` works on endpoints that give no
+                log-probs at all (generation-only APIs); a backend that has them for free (a
+                local model) returns them anyway.
 
         Raises:
             BlackboxMIAError: the backend lacks the ``generate`` feature; an empty prompt, or a
@@ -123,7 +128,9 @@ class Backend(ABC):
         """
         self.require(GENERATE)
         check_generation(prompts, max_new_tokens, temperature, n, seed)
-        return await self._loop.acall(self._agenerate(list(prompts), max_new_tokens, float(temperature), n, seed))
+        return await self._loop.acall(
+            self._agenerate(list(prompts), max_new_tokens, float(temperature), n, seed, logprobs)
+        )
 
     def logprobs(
         self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
@@ -138,9 +145,12 @@ class Backend(ABC):
         temperature: float = 0.0,
         n: int = 1,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> list[Generation]:
         """Blocking form of :meth:`agenerate` (works inside a running event loop too)."""
-        return self._call(self.agenerate(prompts, max_new_tokens, temperature=temperature, n=n, seed=seed))
+        return self._call(
+            self.agenerate(prompts, max_new_tokens, temperature=temperature, n=n, seed=seed, logprobs=logprobs)
+        )
 
     def require(self, feature: str) -> None:
         """Raise unless this backend offers ``feature``.
@@ -191,7 +201,8 @@ class Backend(ABC):
         raise NotImplementedError
 
     async def _agenerate(
-        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None,
+        logprobs: bool,
     ) -> list[Generation]:
         """The ``generate`` feature, on the backend's loop (arguments already checked)."""
         raise NotImplementedError

@@ -336,7 +336,8 @@ class LocalBackend(Backend):
     # -- generation -------------------------------------------------------------------------
 
     async def _agenerate(
-        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None,
+        logprobs: bool,
     ) -> list[Generation]:
         """Continuations (see :meth:`Backend.agenerate`): batched ``generate`` with left padding,
         rows packed by ``max_batch_tokens`` (prompt + new tokens per row). Greedy runs each prompt

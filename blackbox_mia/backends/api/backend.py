@@ -150,17 +150,18 @@ class ApiBackend(Backend):
         return await tracker.track(texts, progress=progress, on_done=on_done)
 
     async def _agenerate(
-        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None
+        self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None,
+        logprobs: bool,
     ) -> list[Generation]:
         """One request per prompt at temperature 0 (its ``n`` samples are that answer), else one
         per sample with seed ``seed + j`` (each answer cached under its seed).
 
-        Generation needs no log-probs: the requests ask for none and the capability probe does
-        not run, so an endpoint that only generates (no ``logprobs`` at all: reasoning models,
-        many chat APIs, ``bbmia serve --no-logprobs``) works. Token ids are the tokenizer's
-        encoding of the returned text (an end-of-sequence token is not among them) and
-        ``logprobs`` is None, unless an answer names its tokens (then each name or byte
-        sequence must denote exactly one id of the tokenizer; their log-probs are kept).
+        Generation needs no capability probe. With ``logprobs`` the requests ask for the chosen
+        tokens' log-probs (``top_n = 0``): their names (or bytes) give the generated ids, each of
+        which must denote exactly one id of the tokenizer. Without it (for endpoints that give no
+        log-probs at all: reasoning models, many chat APIs, ``bbmia serve --no-logprobs``) the
+        requests ask for none; token ids are then the tokenizer's encoding of the returned text
+        (an end-of-sequence token is not among them) and ``logprobs`` is None.
         """
         ids = [self.codec.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         provenance = Provenance(
@@ -174,7 +175,7 @@ class ApiBackend(Backend):
         seeds = [None if temperature == 0 else sample_seed(seed, j) for j in range(samples)]
         answers = await asyncio.gather(
             *(
-                self.endpoint.generate(ids[i], max_new_tokens, temperature, seeds[j], top_n=None)
+                self.endpoint.generate(ids[i], max_new_tokens, temperature, seeds[j], top_n=0 if logprobs else None)
                 for i in range(len(prompts))
                 for j in range(samples)
             )
