@@ -29,7 +29,7 @@ from ..evaluation import (
 )
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
-from ..text import DEFAULT_SEGMENTER, CharSegmenter, get_segmenter
+from ..text import DEFAULT_SEGMENTER, get_segmenter
 from ..types import BlackboxMIAError
 from .ablation import run_prompt_length_ablation
 from .common import (
@@ -44,13 +44,10 @@ from .common import (
     score_column,
 )
 
-# segmenters whose words are single characters: their length buckets count characters
-CHARACTER_SEGMENTERS = frozenset({CharSegmenter.name})
-
 
 def length_unit(segmenter: str) -> str:
     """What the length buckets of ``segmenter`` count: ``"characters"`` or ``"words"``."""
-    return "characters" if segmenter in CHARACTER_SEGMENTERS else "words"
+    return get_segmenter(segmenter).unit
 
 
 @dataclass(frozen=True)

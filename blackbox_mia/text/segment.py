@@ -49,9 +49,11 @@ class Segmenter(ABC):
 
     Class attributes:
         name: registry name (``"whitespace"``).
+        unit: what its words are, for reports that count them: ``"words"`` or ``"characters"``.
     """
 
     name: ClassVar[str]
+    unit: ClassVar[str] = "words"
 
     @abstractmethod
     def segment(self, text: str) -> Segments:
@@ -83,6 +85,7 @@ class CharSegmenter(Segmenter):
     """
 
     name: ClassVar[str] = "chars"
+    unit: ClassVar[str] = "characters"
 
     def segment(self, text: str) -> Segments:
         pieces = tuple(text)
