@@ -52,7 +52,8 @@ def test_default_gsm8k_hash_and_directory_unchanged(tmp_path):
     assert tiny.short_hash() == "d180ba61421e"
     assert canary_dir(CanaryConfig(), tmp_path) == tmp_path / "canary" / "6338e872951d"
     ja = CanaryConfig(corpus="ja")
-    assert ja.n_background == 1407 and ja.n_members == ja.n_nonmembers == 200
+    assert ja.n_background == 1407 and ja.n_members == ja.n_nonmembers == 200 and ja.epochs == 4
+    assert CanaryConfig().epochs == 2
     assert ja.short_hash() not in ("6338e872951d", CanaryConfig(n_background=1407).short_hash())
 
 

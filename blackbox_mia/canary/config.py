@@ -25,7 +25,7 @@ class CorpusSource:
             ``planted`` too, disjoint from the members and non-members.
         noun: what ``planted``'s items are, for messages ("GSM8K test problems").
         background_noun: what the background's items are ("GSM8K train problems").
-        defaults: values of the :class:`CanaryConfig` fields left ``None`` (``n_background``).
+        defaults: values of the :class:`CanaryConfig` fields left ``None`` (``n_background``, ``epochs``).
     """
 
     planted: str
@@ -42,12 +42,13 @@ DEFAULT_CORPUS = "gsm8k"
 # ``ja-debian-docs`` split three ways: 200 members, 200 non-members, the other 1,407 as background.
 # Paragraph lengths with the default ja canary's BPE (4096 tokens, BOS included): median 60,
 # 90th percentile 110, max 301 tokens; the 107 paragraphs longer than block_size = 128 are cut
-# into the scoring windows (stride 64, see .train), never truncated.
+# into the scoring windows (stride 64, see .train), never truncated. ja trains 4 epochs (about 400
+# steps, as GSM8K's 2): after 2 its loss is still 7.0 nats/token and loss AUC 0.60 (0.85 after 4).
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
-                                 {"n_background": 2000}),
+                                 {"n_background": 2000, "epochs": 2}),
     "ja": CorpusSource("ja-debian-docs", None, "ja-debian-docs paragraphs", "ja-debian-docs paragraphs",
-                       {"n_background": 1407}),
+                       {"n_background": 1407, "epochs": 4}),
 }  # fmt: skip
 
 
@@ -70,7 +71,8 @@ class CanaryConfig:
         vocab_size: BPE vocabulary size (tokens), including ``<|endoftext|>``.
         n_layer, n_embd, n_head: GPT-2 shape.
         block_size: tokens per training window, and the model's context (``n_positions``).
-        epochs: passes over the corpus.
+        epochs: passes over the corpus; ``None`` (the default) takes the corpus's default (2
+            for GSM8K, 4 for ja).
         lr: peak AdamW learning rate.
         batch_size: windows per optimisation step.
         warmup_frac: fraction of the steps with a linear warm-up from 0 to ``lr``.
@@ -89,7 +91,7 @@ class CanaryConfig:
     n_embd: int = 128
     n_head: int = 4
     block_size: int = 128
-    epochs: int = 2
+    epochs: int | None = None
     lr: float = 3e-3
     batch_size: int = 32
     warmup_frac: float = 0.05

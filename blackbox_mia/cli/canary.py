@@ -33,7 +33,9 @@ FIELD_HELP = {
     "n_embd": "embedding width",
     "n_head": "attention heads",
     "block_size": "tokens per training window = model context",
-    "epochs": "passes over the corpus",
+    "epochs": "passes over the corpus (default per corpus: "
+    + ", ".join(f"{name} {source.defaults['epochs']}" for name, source in CORPORA.items())
+    + ")",
     "lr": "peak AdamW learning rate",
     "batch_size": "windows per step",
     "warmup_frac": "fraction of steps in linear warm-up",
