@@ -93,6 +93,7 @@ class ApiBackend(Backend):
             )
         self._root = cache_root(cache_dir)
         self.tracker_config = tracker if tracker is not None else TrackerConfig()
+        self.context = self.tracker_config.context  # --context-tokens: None when not given
         self._reprobe = reprobe
         self.codec = load_codec(tokenizer, api.model)
         self.client = ApiClient(api, cache=ResponseCache(self._root / "responses"))
