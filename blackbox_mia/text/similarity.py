@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from rapidfuzz.distance import Levenshtein
 
+from .segment import Segmenter, get_segmenter
+
 
 def eidetic(generation: str, reference: str) -> int:
     """Eidetic memorization: the number of forward-matching characters, i.e. the length of the
@@ -46,3 +48,39 @@ def exact(generation: str, reference: str) -> bool:
     """Exact memorization: the generation starts with the whole reference (what follows it does
     not matter); ``eidetic(generation, reference) == len(reference)``."""
     return generation.startswith(reference)
+
+
+class _SegmenterTokenizer:
+    """The ``tokenize(text) -> list[str]`` object :mod:`rouge_score` takes: the words of a
+    :class:`~blackbox_mia.text.segment.Segmenter`, case-folded (rouge-score's own tokenizer
+    drops every non-ASCII character, so a Japanese text would have no token at all)."""
+
+    def __init__(self, segmenter: Segmenter) -> None:
+        self._segmenter = segmenter
+
+    def tokenize(self, text: str) -> list[str]:
+        segments = self._segmenter.segment(text)
+        return [segments.pieces[i].casefold() for i in segments.words]
+
+
+def rouge_l_recall(generation: str, reference: str, segmenter: str | Segmenter = "auto") -> float:
+    """ROUGE-L recall: the length of the longest common subsequence of words of ``generation``
+    and ``reference`` divided by the reference's number of words, in [0, 1] (:mod:`rouge_score`,
+    the measure Shi et al. 2024 §7 use for sampled answers).
+
+    Words come from ``segmenter``, a :class:`~blackbox_mia.text.segment.Segmenter` or its name
+    (pass an instance to compare many texts: MeCab loads once per instance; default ``auto``: MeCab words for a
+    Japanese text, whitespace-separated words otherwise; punctuation attached to a word stays
+    part of it), case-folded. A reference with no word gives 0.0. Examples:
+    ``("the cat sat", "the cat sat down") -> 0.75``; ``("猫が座った", "猫が座る") -> 2/3`` (words
+    猫|が|座っ|た vs 猫|が|座る).
+
+    Raises:
+        BlackboxMIAError: an unknown segmenter, or ``japanese`` without its extra.
+    """
+    from rouge_score import rouge_scorer
+
+    if isinstance(segmenter, str):
+        segmenter = get_segmenter(segmenter)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_SegmenterTokenizer(segmenter))
+    return float(scorer.score(reference, generation)["rougeL"].recall)
