@@ -1,0 +1,91 @@
+"""``bbmia documents``: per-document contamination rates (Shi et al. 2024, §5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..text import DEFAULT_SEGMENTER
+from .app import app, echo_json_line, user_errors
+from .common import (
+    TargetOptions,
+    build_backends,
+    close_all,
+    format_table,
+    with_target_options,
+)
+
+TOP_SHOWN = 20  # documents listed on the terminal (the report lists all)
+
+
+@app.command("documents")
+@with_target_options
+def documents_command(
+    docs: str = typer.Argument(..., help="a folder of .txt files (doc_id = file stem) or a JSONL with doc_id, text "
+                               "and optional label (1 member, 0 non-member: gives an AUC over documents)"),
+    calibration: str = typer.Option(..., help="labelled validation documents (same formats, label on every one): "
+                                    "the threshold is chosen on their chunks"),
+    scorer: str = typer.Option("min_k", help="one scorer spec, e.g. min_k or 'min_k:k=10'"),
+    chunk_words: int | None = typer.Option(None, "--chunk-words", help="words per chunk (default 512; words of "
+                                              "--segmenter)"),
+    chunk_tokens: int | None = typer.Option(None, "--chunk-tokens", help="tokens per chunk (target's tokenizer) "
+                                               "instead of words"),
+    segmenter: str = typer.Option(DEFAULT_SEGMENTER, help="what a word is: whitespace, chars, japanese (MeCab, "
+                                  "extra ja) or auto"),
+    chunks_per_doc: int | None = typer.Option(None, "--chunks-per-doc", help="score a seeded sample of at most "
+                                                 "K chunks per document (default: all)"),
+    rule: str = typer.Option("fpr", help="threshold rule: fpr (target FPR, conformal), max_accuracy (the paper's) "
+                             "or max_f1"),
+    target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
+    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the AUC-over-documents CI (0 = none)"),
+    seed: int = typer.Option(0, help="seed of the chunk sample and the bootstrap"),
+    out_dir: Path = typer.Option(None, "--out-dir", help="output folder (default: runs/documents-<docs>/)"),
+    overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
+    quiet: bool = typer.Option(False, help="no progress bars or messages"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    *,
+    target: TargetOptions,
+):
+    """Contamination rate of every document: the share of its chunks whose score is above a
+    threshold chosen on labelled validation documents, with a Wilson 95% CI and the rate
+    corrected for the threshold's FPR and TPR; documents ranked, most contaminated first.
+
+    Writes scores.jsonl and calibration_scores.jsonl (resumable), chunks.jsonl, rates.png,
+    documents.json and documents.md.
+    """
+    with user_errors():
+        from ..audits.common import dataset_slug
+        from ..audits.documents import (
+            DEFAULT_CHUNK_WORDS,
+            DocumentsConfig,
+            prepare_documents,
+            run_documents,
+        )
+
+        if chunk_words is None and chunk_tokens is None:
+            chunk_words = DEFAULT_CHUNK_WORDS
+        config = DocumentsConfig(docs=docs, calibration=calibration, scorer=scorer, chunk_words=chunk_words,
+                                 chunk_tokens=chunk_tokens, segmenter=segmenter, chunks_per_doc=chunks_per_doc,
+                                 rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite)
+        plan = prepare_documents(config)
+        out = out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}"
+        log = (lambda _: None) if quiet else (lambda m: typer.echo(m, err=True))
+        backends = build_backends(target)
+        try:
+            result = run_documents(plan, backends, out, progress=not quiet, log=log)
+        finally:
+            close_all(backends)
+        s = result.summary
+        rows = [[r["doc_id"], r.get("label"), f"{r['n_scored']}/{r['n_chunks']}", r["rate"],
+                 f"[{r['rate_ci'][0]:.3f}, {r['rate_ci'][1]:.3f}]", r["corrected"]] for r in s["documents"][:TOP_SHOWN]]
+        typer.echo(format_table(["doc_id", "label", "scored", "rate", "95% CI", "corrected"], rows))
+        if len(s["documents"]) > TOP_SHOWN:
+            typer.echo(f"... {len(s['documents']) - TOP_SHOWN} more documents in the report")
+        typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): FPR {s['threshold_fpr']:.3f}, "
+                   f"TPR {s['threshold_tpr']:.3f} on the validation chunks")
+        if s["auc_documents"] is not None:
+            typer.echo(f"AUC over documents: {s['auc_documents']:.3f}")
+        typer.echo(f"report: {result.json_path} and {result.md_path}")
+        if json_out:
+            echo_json_line(s)
