@@ -8,6 +8,15 @@ import json
 import numpy as np
 import pytest
 
+from blackbox_mia.audits.unlearning import (
+    RATIO_WINDOW,
+    UnlearningConfig,
+    flag_metrics,
+    in_window,
+    prepare_unlearning,
+    run_unlearning,
+    score_ratio,
+)
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary import CanaryConfig, canary_items, load_manifest, train_canary
 from blackbox_mia.canary.unlearn import (
@@ -107,3 +116,63 @@ def test_gradient_ascent_raises_the_forget_loss(canary, unlearned):
     again = unlearn_canary(canary, "10", UnlearnConfig(steps=20, lr=1e-4, seed=0))
     assert again == unlearned
     assert load_manifest(again)["unlearning"]["forget_loss_after"] == pytest.approx(record["forget_loss_after"], abs=1e-6)
+
+
+def test_ratio_window_on_hand_made_scores():
+    # Min-K% scores are negative: after / before
+    assert score_ratio(-2.0, -2.2) == pytest.approx(1.1)
+    assert score_ratio(0.0, -1.0) is None and score_ratio(None, -1.0) is None
+    window = RATIO_WINDOW
+    assert window == pytest.approx((1 / 1.15, 1.15))
+    assert in_window(1.1, window) and in_window(1 / 1.1, window) and in_window(1.0, window)
+    assert not in_window(1.15, window) and not in_window(1 / 1.15, window)  # strictly inside
+    assert not in_window(1.5, window) and not in_window(0.5, window) and not in_window(None, window)
+    scores = {"a": (-2.0, -2.1), "b": (-2.0, -4.0), "c": (-3.0, -2.0), "d": (-1.0, -1.14)}
+    flagged = {i for i, (b, a) in scores.items() if in_window(score_ratio(b, a), window)}
+    assert flagged == {"a", "d"}  # ratios 1.05, 2.0, 0.667, 1.14
+    assert in_window(score_ratio(-2.0, -4.0), (0.4, 2.5))
+    m = flag_metrics({"a", "d"}, {"a", "b"}, ["a", "b", "c", "d"])
+    assert m == {"n_audited": 4, "n_flagged": 2, "n_positive": 2, "true_positives": 1, "precision": 0.5,
+                 "recall": 0.5, "base_rate": 0.5}
+    assert flag_metrics(set(), set(), ["a"])["precision"] is None
+    with pytest.raises(BlackboxMIAError, match="--window"):
+        UnlearningConfig("x", window=(1.2, 1.1)).validate()
+
+
+def test_audit_end_to_end(canary, unlearned, tmp_path):
+    config = UnlearningConfig(dataset=f"canary:{unlearned}", prompt_words=8, samples=3, max_new_tokens=16,
+                              segmenter="whitespace")
+    plan = prepare_unlearning(config)
+    before = LocalBackend(LocalConfig(str(canary), device="cpu"))
+    after = LocalBackend(LocalConfig(str(unlearned), device="cpu"))
+    try:
+        result = run_unlearning(plan, before, after, tmp_path / "out", truth=(unlearned, after), progress=False)
+        again = run_unlearning(plan, before, after, tmp_path / "out", truth=(unlearned, after), progress=False)
+    finally:
+        before.close()
+        after.close()
+    s = result.summary
+    assert again.summary == s  # resumed from the rows files
+    items = [json.loads(line) for line in (tmp_path / "out" / "unlearning_items.jsonl").read_text().splitlines()]
+    assert len(items) == s["n_items"] == 40
+    for row in items:
+        assert row["ratio"] == pytest.approx(row["min_k_after"] / row["min_k_before"])
+        assert row["flagged"] == (1 / 1.15 < row["ratio"] < 1.15)
+    assert s["flagged_ids"] == sorted(r["id"] for r in items if r["flagged"])
+    completions = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert len(completions) == 3 * (40 - len(s["skipped_completion"]))
+    assert all(0 <= r["rouge_l_recall"] <= 1 and 0 <= r["approximate"] <= 1 for r in completions)
+    n_completed = {g: s["completion"][g]["rouge_l_recall"]["n"] for g in ("flagged", "unflagged")}
+    assert sum(n_completed.values()) == 40 - len(s["skipped_completion"])
+    truth = s["truth"]
+    forget = set(load_manifest(unlearned)["unlearning"]["forget_ids"])
+    positives = {r["id"] for r in items if r["still_memorized"]}
+    assert positives <= forget and truth["n_positive"] == len(positives) and truth["n_forget"] == 10
+    assert truth["base_rate"] == pytest.approx(len(positives) / 40)
+    tp = len(positives & set(s["flagged_ids"]))
+    assert truth["true_positives"] == tp
+    if s["flagged_ids"]:
+        assert truth["precision"] == pytest.approx(tp / len(s["flagged_ids"]))
+    report = json.loads(result.json_path.read_text())
+    assert {"window", "ratio", "flagged_ids", "completion", "truth", "notes", "config"} <= set(report)
+    assert result.md_path.exists()

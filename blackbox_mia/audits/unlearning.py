@@ -1,0 +1,336 @@
+"""``bbmia unlearning``: did unlearning fail? (Shi et al. 2024 §7, the machine-unlearning audit).
+
+Every text is scored under the original model ("before") and the unlearned one ("after") with
+Min-K% Prob (the paper's definition, eq. 1: the mean log-probability of the k% least likely
+tokens, nats/token, a negative number) and the loss score (mean log-probability). The ratio
+``min_k(after) / min_k(before)`` of the two negative scores (equivalently, of the two mean
+negative log-likelihoods of the k% tokens) stays near 1 when unlearning left the text as
+likely as before: a text whose ratio lies strictly inside the window (default (1/1.15, 1.15))
+is flagged, unlearning likely failed there. A ratio above the window means the text became
+less likely (forgotten); below, more likely.
+
+Story completion (:mod:`.completion`) then prompts the "after" model with each flagged text's
+first W words and compares sampled continuations with the true one (ROUGE-L recall and
+approximate memorization); the unflagged texts get the same treatment for comparison.
+
+Ground truth, when the "after" model is an unlearned canary (``bbmia canary unlearn``): a
+forgotten member is *still memorized* when its loss score under the unlearned canary (white
+box, computed locally) exceeds the ``1 - truth_fpr`` quantile of the canary's non-members' loss
+scores under the same model; the report gives the precision and recall of the flagged set
+against that label and its base rate (the share of audited texts that are
+forgotten-but-still-memorized).
+
+Files in the output folder: ``scores_before.jsonl``, ``scores_after.jsonl`` (resumable, as
+``bbmia score`` writes them), ``completions.jsonl`` (one row per text and sample, resumable),
+``truth_scores.jsonl`` (with ground truth), ``unlearning_items.jsonl`` (per text: scores,
+ratio, flag, mean similarities, label), ``rouge_l_recall.png``, ``approximate.png``,
+``unlearning.json`` and ``unlearning.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..backends.base import Backend
+from ..canary import canary_items
+from ..canary.unlearn import unlearning_record
+from ..datasets import Item, load_items
+from ..evaluation import to_jsonable
+from ..evaluation.plots import plot_histogram
+from ..io import json_line, write_text_atomic
+from ..runner import run_config, score_items
+from ..scorers import TARGET
+from ..scorers.loss import Loss
+from ..scorers.min_k import MinK
+from ..text.segment import get_segmenter
+from ..types import BlackboxMIAError
+from .common import AuditResult, Log, check_int, publish, quiet
+from .completion import complete, cut_completion
+
+RATIO_WINDOW = (1 / 1.15, 1.15)  # Shi et al. 2024 §7.1
+MEASURES = ("rouge_l_recall", "approximate")
+FLAGGED, UNFLAGGED = "flagged", "unflagged"
+
+
+@dataclass(frozen=True)
+class UnlearningConfig:
+    """Configuration of one unlearning audit (saved in the report).
+
+    Attributes:
+        dataset: dataset spec of the audited texts (labels are not needed).
+        window: (low, high): a text is flagged when low < ratio < high.
+        k: Min-K% percentage of tokens kept.
+        prompt_words: W, the words of the story-completion prompt (segmenter words).
+        samples: sampled continuations per text.
+        temperature: sampling temperature (> 0).
+        max_new_tokens: the most tokens generated (the reference is cut to as many).
+        segmenter: segmenter name for W and ROUGE-L (``auto``: Japanese or whitespace words).
+        unflagged: also complete the unflagged texts (the comparison).
+        truth_fpr: ground truth: the non-member quantile ``1 - truth_fpr`` of the loss score.
+        seed: sampling seed (sample j of a text uses seed + j).
+        limit: only the first ``limit`` texts.
+        resume: keep the rows already in the output files (same configuration).
+    """
+
+    dataset: str
+    window: tuple[float, float] = RATIO_WINDOW
+    k: float = 20.0
+    prompt_words: int = 200
+    samples: int = 20
+    temperature: float = 1.0
+    max_new_tokens: int = 128
+    segmenter: str = "auto"
+    unflagged: bool = True
+    truth_fpr: float = 0.05
+    seed: int = 0
+    limit: int | None = None
+    resume: bool = True
+
+    def validate(self) -> None:
+        """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
+        low, high = self.window
+        if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+            raise BlackboxMIAError(f"--window must be two finite numbers 0 < low < high, got {low}, {high}")
+        if not 0 < self.k <= 100:
+            raise BlackboxMIAError(f"--k must lie in (0, 100] percent, got {self.k}")
+        check_int("--prompt-words", self.prompt_words, 1)
+        check_int("--samples", self.samples, 1)
+        check_int("--max-new-tokens", self.max_new_tokens, 1)
+        check_int("--seed", self.seed, 0)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise BlackboxMIAError(f"--temperature must be > 0 (sampling), got {self.temperature}")
+        if not 0 < self.truth_fpr < 1:
+            raise BlackboxMIAError(f"--truth-fpr must lie in (0, 1), got {self.truth_fpr}")
+        if self.limit is not None:
+            check_int("--limit", self.limit, 1)
+        get_segmenter(self.segmenter)
+
+
+def score_ratio(before: float | None, after: float | None) -> float | None:
+    """``after / before`` of two Min-K% scores (both <= 0, nats/token); None when either is
+    missing or ``before`` is 0 (the ratio is undefined)."""
+    if before is None or after is None or before == 0:
+        return None
+    return after / before
+
+
+def in_window(ratio: float | None, window: tuple[float, float]) -> bool:
+    """Whether ``ratio`` lies strictly inside ``window`` (flagged: unlearning likely failed)."""
+    return ratio is not None and window[0] < ratio < window[1]
+
+
+def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> dict:
+    """Precision, recall and base rate of a flagged set against a label.
+
+    Args:
+        flagged: ids flagged by the audit.
+        positives: ids with label 1 (forgotten but still memorized).
+        audited: every audited id.
+
+    Returns:
+        ``n_audited``, ``n_flagged``, ``n_positive``, ``true_positives``, ``precision``
+        (None without a flagged id), ``recall`` (None without a positive) and ``base_rate``
+        (positives / audited).
+    """
+    audited_set = set(audited)
+    flagged, positives = flagged & audited_set, positives & audited_set
+    tp = len(flagged & positives)
+    return {
+        "n_audited": len(audited_set),
+        "n_flagged": len(flagged),
+        "n_positive": len(positives),
+        "true_positives": tp,
+        "precision": tp / len(flagged) if flagged else None,
+        "recall": tp / len(positives) if positives else None,
+        "base_rate": len(positives) / len(audited_set) if audited_set else None,
+    }
+
+
+def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float, resume: bool) -> dict:
+    """The ground truth of an unlearned canary: its forgotten members whose loss score under
+    the unlearned model (``truth_model``, loaded from ``truth_dir``) exceeds the ``1 - fpr``
+    quantile of its non-members' loss scores (scores saved to ``out``).
+
+    Returns:
+        ``ids`` (the still-memorized forgotten members), ``threshold`` (nats/token),
+        ``n_forget``, ``fpr``, ``canary`` (the directory).
+
+    Raises:
+        BlackboxMIAError: ``truth_dir`` is not an unlearned canary.
+    """
+    record = unlearning_record(truth_dir)
+    if record is None:
+        raise BlackboxMIAError(f"{truth_dir} is a canary that was not unlearned (no 'unlearning' in its manifest)")
+    items = canary_items(truth_dir)
+    scorers = [Loss()]
+    backends = {TARGET: truth_model}
+    meta = {"name": f"canary:{truth_dir}", "n_items": len(items)}
+    rows = score_items(items, scorers, backends, out, run_config(scorers, backends, meta), resume=resume,
+                       progress=False)
+    label = scorers[0].label
+    nonmember = np.array([r.scores[label] for r in rows if r.label == 0 and r.scores[label] is not None])
+    threshold = float(np.quantile(nonmember, 1 - fpr, method="higher"))
+    forget = set(record["forget_ids"])
+    ids = sorted(r.id for r in rows if r.id in forget and r.scores[label] is not None and r.scores[label] > threshold)
+    return {"ids": ids, "threshold": threshold, "n_forget": len(forget), "fpr": fpr, "canary": str(truth_dir)}
+
+
+@dataclass(frozen=True)
+class UnlearningPlan:
+    """Checked input of :func:`run_unlearning` (from :func:`prepare_unlearning`)."""
+
+    config: UnlearningConfig
+    items: list[Item]
+    meta: dict
+
+
+def prepare_unlearning(config: UnlearningConfig, cache_dir: str | os.PathLike | None = None) -> UnlearningPlan:
+    """Check the configuration and load the texts (no model needed).
+
+    Raises:
+        BlackboxMIAError: a bad configuration, an unreadable dataset, duplicate ids.
+    """
+    config.validate()
+    items, meta = load_items(config.dataset, config.limit, cache_dir)
+    if len({it.id for it in items}) != len(items):
+        raise BlackboxMIAError(f"{meta['name']}: item ids repeat; every item needs its own id")
+    return UnlearningPlan(config, items, meta)
+
+
+def _scores(plan: UnlearningPlan, model: Backend, path: Path) -> dict[str, dict[str, float | None]]:
+    """``{id: {"min_k": ..., "loss": ...}}`` of every text under ``model`` (rows saved to ``path``)."""
+    scorers = [MinK(plan.config.k), Loss()]
+    backends = {TARGET: model}
+    rows = score_items(plan.items, scorers, backends, path, run_config(scorers, backends, plan.meta),
+                       resume=plan.config.resume, progress=False)
+    return {r.id: {"min_k": r.scores[scorers[0].label], "loss": r.scores[scorers[1].label]} for r in rows}
+
+
+def _group_stats(values: list[float]) -> dict:
+    """n, mean and median of per-text mean similarities (None when empty)."""
+    if not values:
+        return {"n": 0, "mean": None, "median": None}
+    return {"n": len(values), "mean": float(np.mean(values)), "median": float(np.median(values))}
+
+
+def run_unlearning(
+    plan: UnlearningPlan,
+    before: Backend,
+    after: Backend,
+    out_dir: Path,
+    truth: tuple[Path, Backend] | None = None,
+    progress: bool = True,
+    log: Log = quiet,
+) -> AuditResult:
+    """Score, flag, complete and report (see the module docstring).
+
+    Args:
+        plan: from :func:`prepare_unlearning`.
+        before, after: the original and the unlearned model (``logprobs``; ``after`` also
+            ``generate``).
+        out_dir: the output folder.
+        truth: (directory, local backend) of the unlearned canary that gives the ground
+            truth, or None.
+
+    Returns:
+        The :class:`AuditResult`; its summary holds ``window``, ``n_items``, ``n_flagged``,
+        ``flagged_ids``, ``completion`` (per group ``flagged``/``unflagged`` and measure: n,
+        mean and median of the per-text mean over samples), ``skipped_completion`` and, with
+        ``truth``, ``truth`` (:func:`flag_metrics` plus the label's threshold).
+
+    Raises:
+        BlackboxMIAError: a backend lacking a feature; a resumed file of another configuration.
+    """
+    config = plan.config
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log(f"Min-K% ({config.k:g}%) and loss of {len(plan.items)} texts under the original and the unlearned model")
+    scored = {"before": _scores(plan, before, out_dir / "scores_before.jsonl"),
+              "after": _scores(plan, after, out_dir / "scores_after.jsonl")}
+    per_item = {}
+    for item in plan.items:
+        b, a = scored["before"][item.id], scored["after"][item.id]
+        ratio = score_ratio(b["min_k"], a["min_k"])
+        per_item[item.id] = {"id": item.id, "label": item.label, "min_k_before": b["min_k"], "min_k_after": a["min_k"],
+                             "loss_before": b["loss"], "loss_after": a["loss"], "ratio": ratio,
+                             "flagged": in_window(ratio, config.window)}
+    flagged = {i for i, row in per_item.items() if row["flagged"]}
+    log(f"{len(flagged)} of {len(plan.items)} texts flagged (ratio inside {config.window[0]:.4g}..{config.window[1]:.4g})")
+
+    segmenter = get_segmenter(config.segmenter)
+    chosen = [it for it in plan.items if it.id in flagged or config.unflagged]
+    cuts = [cut_completion(it, config.prompt_words, config.max_new_tokens, segmenter, after) for it in chosen]
+    completions = [c for c in cuts if c is not None]
+    skipped = sorted(it.id for it, c in zip(chosen, cuts) if c is None)
+    log(f"story completion: {config.samples} samples for each of {len(completions)} texts ({len(skipped)} too short)")
+    rows_config = {"package": "blackbox_mia", "version": __version__, "after": after.describe_generation(),
+                   "dataset": plan.meta, "prompt_words": config.prompt_words, "max_new_tokens": config.max_new_tokens,
+                   "segmenter": config.segmenter, "temperature": config.temperature, "seed": config.seed}
+    rows = complete(completions, after, out_dir / "completions.jsonl", to_jsonable(rows_config), config.samples,
+                    config.temperature, config.seed, segmenter, config.resume, progress)
+    for completion in completions:
+        mine = [r for r in rows if r["id"] == completion.item.id]
+        for m in MEASURES:
+            per_item[completion.item.id][m] = float(np.mean([r[m] for r in mine]))
+        per_item[completion.item.id]["reference"] = completion.reference
+    groups = {g: [row for row in per_item.values() if row["flagged"] == (g == FLAGGED) and MEASURES[0] in row]
+              for g in (FLAGGED, UNFLAGGED)}
+    stats = {g: {m: _group_stats([row[m] for row in members]) for m in MEASURES} for g, members in groups.items()}
+    plots = {}
+    if all(groups.values()):
+        for m in MEASURES:
+            path = plot_histogram([row[m] for row in groups[FLAGGED]], [row[m] for row in groups[UNFLAGGED]], None,
+                                  out_dir / f"{m}.png", title=f"Story completion: {m} (mean over samples)",
+                                  labels=(FLAGGED, UNFLAGGED))
+            plots[f"Story completion, {m}"] = path
+
+    truth_summary = None
+    if truth is not None:
+        label = still_memorized(truth[0], truth[1], out_dir / "truth_scores.jsonl", config.truth_fpr, config.resume)
+        positives = set(label["ids"])
+        for row in per_item.values():
+            row["still_memorized"] = row["id"] in positives
+        truth_summary = {**flag_metrics(flagged, positives, list(per_item)),
+                         **{k: label[k] for k in ("threshold", "n_forget", "fpr", "canary")}}
+    write_text_atomic(out_dir / "unlearning_items.jsonl",
+                      "".join(json_line(to_jsonable(row), f"item {i!r}") for i, row in per_item.items()))
+
+    summary = {
+        "window": list(config.window),
+        "ratio": f"min_k(after) / min_k(before), Min-K% at k = {config.k:g}% (mean log-prob of the k% least likely "
+                 "tokens, nats/token, negative)",
+        "n_items": len(plan.items),
+        "n_flagged": len(flagged),
+        "flagged_ids": sorted(flagged),
+        "completion": stats,
+        "skipped_completion": skipped,
+        "truth": truth_summary,
+    }
+    notes = [
+        (f"A text is flagged when the ratio of its Min-K% scores (after / before, both negative) lies strictly inside "
+        f"({config.window[0]:.4g}, {config.window[1]:.4g}): the unlearned model finds it about as likely as the "
+        "original, so unlearning likely failed there (Shi et al. 2024 §7)."),
+        (f"Story completion: the first {config.prompt_words} {segmenter.unit} as the prompt, {config.samples} samples "
+        f"at temperature {config.temperature:g}, at most {config.max_new_tokens} new tokens; similarity per text is "
+        "the mean over its samples (ROUGE-L recall on words; approximate memorization on characters)."),
+    ]
+    if truth_summary is not None:
+        notes.append(f"Ground truth: a forgotten member is still memorized when its loss score under the unlearned canary "
+                     f"exceeds the {1 - config.truth_fpr:.0%} quantile of the non-members' ({label['threshold']:.4f} "
+                     "nats/token); base rate = still-memorized forgotten members / audited texts.")
+    report = {
+        "title": f"Unlearning audit: {plan.meta['name']}",
+        "config": {"package": "blackbox_mia", "version": __version__, "unlearning": asdict(config),
+                   "before": before.describe(), "after": after.describe(), "dataset": plan.meta,
+                   "seeds": {"sampling": config.seed}},
+        "plots": plots,
+        "notes": notes,
+        **summary,
+    }
+    return publish(report, summary, out_dir, "unlearning", hidden=("flagged_ids",))
