@@ -25,7 +25,7 @@ import numpy as np
 
 from ..backends.base import Backend
 from ..datasets import Item
-from ..datasets.formats import _parse_label
+from ..datasets.formats import parse_label
 from ..datasets.registry import read_jsonl
 from ..evaluation import RULES, Threshold, auc, bootstrap_ci, calibrate
 from ..evaluation.documents import document_rate, plot_document_rates, rank_documents
@@ -159,7 +159,7 @@ def load_documents(spec: str) -> tuple[list[Document], dict]:
                 raise BlackboxMIAError(f"{where}: 'doc_id' must be a non-empty string, got {doc_id!r}")
             if not isinstance(text, str):
                 raise BlackboxMIAError(f"{where}: 'text' must be a string, got {type(text).__name__}")
-            docs.append(Document(doc_id, text, _parse_label(obj.get("label"), where)))
+            docs.append(Document(doc_id, text, parse_label(obj.get("label"), where)))
         digest.update(path.read_bytes())
         if not docs:
             raise BlackboxMIAError(f"{path}: no document (every line is blank)")

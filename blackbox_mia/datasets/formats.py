@@ -26,7 +26,7 @@ def aqua_text(question: str, options: list[str], rationale: str, correct: str) -
     return f"Question: {question}\nOptions: {' '.join(options)}\nRationale: {rationale}\nAnswer: {correct}"
 
 
-def _parse_label(value, where: str) -> int | None:
+def parse_label(value, where: str) -> int | None:
     """0, 1 or None from a record's label (0.0, 1.0 and booleans accepted); raises at ``where`` otherwise."""
     if value is None:
         return None
@@ -77,7 +77,7 @@ def wikimia_item(prefix: str) -> ItemMaker:
 
     def make(i: int, obj: dict, where: str) -> Item:
         text = _check_text(_field(obj, "input", where), where)
-        label = _parse_label(_field(obj, "label", where), where)
+        label = parse_label(_field(obj, "label", where), where)
         meta = {k: v for k, v in obj.items() if k not in ("input", "label")}
         return Item(f"{prefix}-{obj.get('hf_index', i)}", text, label, meta)
 
@@ -92,7 +92,7 @@ def user_item(stem: str) -> ItemMaker:
         if key is None:
             raise BlackboxMIAError(f"{where}: no 'text' or 'input' field (keys: {', '.join(obj) or 'none'})")
         text = _check_text(obj[key], where)
-        label = _parse_label(obj.get("label"), where)
+        label = parse_label(obj.get("label"), where)
         item_id = obj.get("id", f"{stem}-{i}")
         if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
             raise BlackboxMIAError(f"{where}: id must be a string or an integer, got {item_id!r}")
