@@ -176,3 +176,29 @@ def test_audit_end_to_end(canary, unlearned, tmp_path):
     report = json.loads(result.json_path.read_text())
     assert {"window", "ratio", "flagged_ids", "completion", "truth", "notes", "config"} <= set(report)
     assert result.md_path.exists()
+
+
+def test_cli_unlearn_then_audit(canary, tmp_path):
+    from typer.testing import CliRunner
+
+    from blackbox_mia.cli import app
+
+    runner = CliRunner()
+    ids = tmp_path / "forget.txt"
+    member_ids = load_manifest(canary)["member_ids"]
+    ids.write_text("\n".join(member_ids[:4]), encoding="utf-8")
+    made = runner.invoke(app, ["canary", "unlearn", str(canary), "--forget", str(ids), "--steps", "5",
+                               "--out", str(tmp_path / "u"), "--json"])
+    assert made.exit_code == 0, made.output
+    summary = json.loads(made.stdout.strip().splitlines()[-1])
+    assert summary["forget_ids"] == member_ids[:4] and summary["path"] == str(tmp_path / "u")
+    audit = runner.invoke(app, ["unlearning", f"canary:{tmp_path / 'u'}", "--before", str(canary),
+                                "--after", f"local:{tmp_path / 'u'}", "--prompt-words", "8", "--samples", "2",
+                                "--max-new-tokens", "8", "--window", "0.9,1.1", "--limit", "10", "--device", "cpu",
+                                "--out-dir", str(tmp_path / "audit"), "--quiet", "--json"])
+    assert audit.exit_code == 0, audit.output
+    s = json.loads(audit.stdout.strip().splitlines()[-1])
+    assert s["window"] == [0.9, 1.1] and s["n_items"] == 10
+    assert s["truth"]["n_forget"] == 4 and s["truth"]["n_audited"] == 10  # --after is an unlearned canary
+    bad = runner.invoke(app, ["unlearning", "gsm8k", "--before", "x", "--after", "y", "--window", "1.2"])
+    assert bad.exit_code == 2 and "--window must be LOW,HIGH" in bad.output

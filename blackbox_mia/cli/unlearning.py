@@ -1,0 +1,171 @@
+"""``bbmia unlearning`` (the machine-unlearning audit, Shi et al. 2024 §7) and ``bbmia canary
+unlearn`` (an unlearned canary to validate it on)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..backends.registry import KIND_PREFIX, BackendOptions, build_backend
+from ..types import BlackboxMIAError
+from .app import app, echo_json_line, user_errors
+from .canary import canary_app
+from .common import TARGET_OPTIONS, TargetOptions, format_table
+from .options import with_dataclass_options
+
+with_backend_options = with_dataclass_options(
+    BackendOptions, "backend", {f.name: TARGET_OPTIONS[f.name] for f in fields(BackendOptions)}
+)
+
+
+def parse_window(value: str | None) -> tuple[float, float] | None:
+    """``"0.87,1.15"`` → ``(0.87, 1.15)``; None stays None (the default window).
+
+    Raises:
+        BlackboxMIAError: not two comma-separated numbers (the range is checked by the config).
+    """
+    if value is None:
+        return None
+    try:
+        low, high = (float(part) for part in value.split(","))
+    except ValueError:
+        raise BlackboxMIAError(f"--window must be LOW,HIGH, e.g. 0.8696,1.15; got {value!r}") from None
+    return low, high
+
+
+def local_path(spec: str) -> Path | None:
+    """The model directory of a local backend spec (``local:PATH`` or a bare path), else None."""
+    match = KIND_PREFIX.match(spec)
+    if match is None:
+        return Path(spec)
+    return Path(match["rest"]) if match["kind"] == "local" else None
+
+
+def default_truth(after: str) -> Path | None:
+    """The "after" model's directory when it is an unlearned canary (its manifest says so)."""
+    from ..canary import MANIFEST
+    from ..canary.unlearn import unlearning_record
+
+    path = local_path(after)
+    if path is None or not (path / MANIFEST).is_file():
+        return None
+    return path if unlearning_record(path) is not None else None
+
+
+@app.command()
+@with_backend_options
+def unlearning(
+    dataset: str = typer.Argument(..., help="the audited texts: canary:PATH, a JSONL path, gsm8k... (labels not needed)"),
+    before: str = typer.Option(..., "--before", help="the original model: a local path, local:PATH or api:MODEL@URL"),
+    after: str = typer.Option(..., "--after", help="the unlearned model (needs generation): a spec as --before"),
+    window: str | None = typer.Option(None, "--window", help="LOW,HIGH: flag a text when LOW < ratio < HIGH "
+                                      "(default 1/1.15,1.15)"),
+    k: float = typer.Option(20.0, "--k", help="Min-K%: percentage of least likely tokens"),
+    prompt_words: int = typer.Option(200, "--prompt-words", help="W: words of the story-completion prompt "
+                                     "(use fewer for short texts such as canary items)"),
+    samples: int = typer.Option(20, "--samples", help="sampled continuations per text"),
+    temperature: float = typer.Option(1.0, "--temperature", help="sampling temperature (> 0)"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="the most tokens per continuation"),
+    segmenter: str = typer.Option("auto", "--segmenter", help="words for W and ROUGE-L: auto, whitespace, japanese, chars"),
+    flagged_only: bool = typer.Option(False, "--flagged-only", help="complete only the flagged texts (no comparison)"),
+    truth: Annotated[Path | None, typer.Option("--truth", help="unlearned canary giving the ground truth (default: "
+                                               "--after when it is one)")] = None,
+    truth_fpr: float = typer.Option(0.05, "--truth-fpr", help="ground truth: non-member quantile 1 - FPR of the loss"),
+    limit: int | None = typer.Option(None, help="only the first N texts"),
+    seed: int = typer.Option(0, help="sampling seed"),
+    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="output folder (default: runs/unlearning-<dataset>/)")] = None,
+    overwrite: bool = typer.Option(False, help="score and sample again instead of resuming"),
+    quiet: bool = typer.Option(False, help="no progress bar or messages"),
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    *,
+    backend: BackendOptions,
+):
+    """Did unlearning fail? Min-K% under the original (--before) and the unlearned (--after)
+    model; a text whose ratio min_k(after) / min_k(before) lies inside the window is flagged.
+    The after model then continues each text's first W words (--samples samples), compared with
+    the true continuation (ROUGE-L recall, approximate memorization), flagged vs unflagged. On an
+    unlearned canary, precision and recall against its still-memorized forgotten members.
+
+    Writes scores_before/after.jsonl and completions.jsonl (resumable), unlearning_items.jsonl,
+    histograms, unlearning.json and unlearning.md.
+    """
+    with user_errors():
+        from ..audits.common import dataset_slug
+        from ..audits.unlearning import (
+            RATIO_WINDOW,
+            UnlearningConfig,
+            prepare_unlearning,
+            run_unlearning,
+        )
+
+        TargetOptions(**asdict(backend))  # checks the numeric options
+        config = UnlearningConfig(
+            dataset=dataset, window=parse_window(window) or RATIO_WINDOW, k=k, prompt_words=prompt_words,
+            samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter,
+            unflagged=not flagged_only, truth_fpr=truth_fpr, seed=seed, limit=limit, resume=not overwrite,
+        )
+        plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
+        truth_dir = truth if truth is not None else default_truth(after)
+        out = out_dir or Path("runs") / f"unlearning-{dataset_slug(plan.meta['name'])}"
+        models = [build_backend(before, backend)]
+        try:
+            models.append(build_backend(after, backend))
+            truth_model = None
+            if truth_dir is not None:
+                same = local_path(after) is not None and local_path(after).resolve() == truth_dir.resolve()
+                truth_model = models[1] if same else build_backend(f"local:{truth_dir}", backend)
+                if not same:
+                    models.append(truth_model)
+            result = run_unlearning(plan, models[0], models[1], out,
+                                    truth=None if truth_dir is None else (truth_dir, truth_model), progress=not quiet,
+                                    log=(lambda _: None) if quiet else (lambda m: typer.echo(m, err=True)))
+        finally:
+            for model in models:
+                model.close()
+        s = result.summary
+        typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts (ratio {s['ratio']} inside "
+                   f"{s['window'][0]:.4g}..{s['window'][1]:.4g})")
+        typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
+                                [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
+                                 for g, st in s["completion"].items()]))
+        if s["truth"] is not None:
+            t = s["truth"]
+            typer.echo(format_table(["precision", "recall", "base rate", "still memorized", "forgotten"],
+                                    [[t["precision"], t["recall"], t["base_rate"], t["n_positive"], t["n_forget"]]]))
+        typer.echo(f"report: {result.json_path} and {result.md_path}")
+        if json_out:
+            echo_json_line(s)
+
+
+@canary_app.command()
+def unlearn(
+    canary: Annotated[Path, typer.Argument(help="a trained canary's directory")],
+    forget: str = typer.Option(..., "--forget", help="N (a seeded sample of N members) or a file of member ids"),
+    steps: int = typer.Option(20, "--steps", help="gradient-ascent steps (batches)"),
+    lr: float = typer.Option(1e-4, "--lr", help="constant AdamW learning rate"),
+    batch_size: int = typer.Option(8, "--batch-size", help="windows per step"),
+    seed: int = typer.Option(0, "--seed", help="seed of the forget sample and the batch order"),
+    out: Annotated[Path | None, typer.Option("--out", help="new directory (default: <canary>-unlearned-<hash>)")] = None,
+    json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+):
+    """Make an "unlearned" canary: fine-tune CANARY by gradient ascent on a forget subset of its
+    members, saved in a new directory with the forget list and settings in its manifest.
+
+    Audit it afterwards with: bbmia unlearning --before CANARY --after NEW canary:NEW
+    """
+    from ..canary.unlearn import UnlearnConfig, unlearn_canary, unlearning_record
+
+    with user_errors():
+        path = unlearn_canary(canary, forget, UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed), out)
+        record = unlearning_record(path)
+        typer.echo(f"unlearned canary: {path}")
+        typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps: forget-set loss "
+                   f"{record['forget_loss_before']:.3f} -> {record['forget_loss_after']:.3f} nats/token")
+        typer.echo(f"audit: bbmia unlearning --before {canary} --after {path} canary:{path}", err=True)
+        if json_out:
+            echo_json_line({"path": str(path), "forget_ids": record["forget_ids"],
+                            "forget_loss_before": record["forget_loss_before"],
+                            "forget_loss_after": record["forget_loss_after"]})
