@@ -36,6 +36,9 @@ class CorpusSource:
 
 
 DEFAULT_CORPUS = "gsm8k"
+DOCUMENTS_CORPUS = "documents"
+# The CanaryConfig fields of the documents corpus only: None (and left out of the hash) for the others.
+DOCUMENT_FIELDS = ("doc_items", "doc_partial", "doc_validation")
 
 # corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
 # background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
@@ -44,11 +47,18 @@ DEFAULT_CORPUS = "gsm8k"
 # 90th percentile 110, max 301 tokens; the 107 paragraphs longer than block_size = 128 are cut
 # into the scoring windows (stride 64, see .train), never truncated. ja trains 4 epochs (about 400
 # steps, as GSM8K's 2): after 2 its loss is still 7.0 nats/token and loss AUC 0.60 (0.85 after 4).
+# documents: "books" of doc_items consecutive GSM8K test problems (see .documents): n_members
+# planted whole, n_nonmembers held out, doc_partial partly planted (the test file), plus
+# doc_validation planted and doc_validation held-out documents (the validation file), among
+# GSM8K train problems.
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
-                                 {"n_background": 2000, "epochs": 2}),
+                                 {"n_background": 2000, "epochs": 2, "n_members": 200, "n_nonmembers": 200}),
     "ja": CorpusSource("ja-debian-docs", None, "ja-debian-docs paragraphs", "ja-debian-docs paragraphs",
-                       {"n_background": 1407, "epochs": 4}),
+                       {"n_background": 1407, "epochs": 4, "n_members": 200, "n_nonmembers": 200}),
+    DOCUMENTS_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
+                                   {"n_background": 1000, "epochs": 2, "n_members": 16, "n_nonmembers": 16,
+                                    "doc_items": 8, "doc_partial": 12, "doc_validation": 8}),
 }  # fmt: skip
 
 
@@ -58,15 +68,19 @@ class CanaryConfig:
 
     Attributes:
         corpus: a name in :data:`CORPORA`: ``gsm8k`` (planted GSM8K test problems among GSM8K
-            train problems) or ``ja`` (planted Japanese paragraphs among the other paragraphs
-            of ``ja-debian-docs``).
+            train problems), ``ja`` (planted Japanese paragraphs among the other paragraphs
+            of ``ja-debian-docs``) or ``documents`` (whole and partly planted multi-problem
+            GSM8K documents, see :mod:`.documents`).
         n_background: background items in the corpus (seeded sample); ``None`` (the default)
             takes the corpus's default (``CORPORA[corpus].defaults``: 2000 GSM8K train
             problems; 1407 Japanese paragraphs, all those neither members nor non-members at
             the default sizes).
-        n_members: items planted in the corpus (label 1).
-        n_nonmembers: other items of the same source, never seen (label 0).
-        dup: copies of each member in the corpus.
+        n_members: items planted in the corpus (label 1); ``documents``: test documents
+            planted whole. ``None`` (the default): the corpus's default (200; 16 documents).
+        n_nonmembers: other items of the same source, never seen (label 0); ``documents``:
+            held-out test documents. ``None``: the corpus's default (200; 16 documents).
+        dup: copies of each member in the corpus; ``documents``: the highest level, planted
+            documents cycle through the levels 1, 2, 4, ... up to ``dup`` (:func:`dup_levels`).
         seed: seeds the splits, the corpus order, the initial weights and the batch order.
         vocab_size: BPE vocabulary size (tokens), including ``<|endoftext|>``.
         n_layer, n_embd, n_head: GPT-2 shape.
@@ -78,12 +92,17 @@ class CanaryConfig:
         warmup_frac: fraction of the steps with a linear warm-up from 0 to ``lr``.
         min_lr_frac: the cosine decay ends at ``min_lr_frac * lr``.
         weight_decay: AdamW weight decay.
+        doc_items: ``documents`` only: consecutive GSM8K test problems per document (default 8).
+        doc_partial: ``documents`` only: test documents with a contiguous part of their
+            problems planted (a quarter, half, three quarters; default 12).
+        doc_validation: ``documents`` only: planted and held-out documents (each) of the
+            validation file, the threshold's calibration set (default 8).
     """
 
     corpus: str = DEFAULT_CORPUS
     n_background: int | None = None
-    n_members: int = 200
-    n_nonmembers: int = 200
+    n_members: int | None = None
+    n_nonmembers: int | None = None
     dup: int = 8
     seed: int = 0
     vocab_size: int = 4096
@@ -97,6 +116,9 @@ class CanaryConfig:
     warmup_frac: float = 0.05
     min_lr_frac: float = 0.1
     weight_decay: float = 0.0
+    doc_items: int | None = None
+    doc_partial: int | None = None
+    doc_validation: int | None = None
 
     def __post_init__(self) -> None:
         """Fill the fields left ``None`` with the corpus's defaults.
@@ -121,6 +143,13 @@ class CanaryConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise BlackboxMIAError(f"canary: {name} must be at least 1, got {getattr(self, name)}")
+        if self.corpus == DOCUMENTS_CORPUS:
+            if self.doc_items < 2 or self.doc_partial < 0 or self.doc_validation < 1:
+                raise BlackboxMIAError("canary: documents need doc_items >= 2, doc_partial >= 0, doc_validation >= 1")
+        else:
+            for name in DOCUMENT_FIELDS:
+                if getattr(self, name) is not None:
+                    raise BlackboxMIAError(f"canary: {name} applies only to --corpus {DOCUMENTS_CORPUS}")
         if self.n_background < 0:
             raise BlackboxMIAError(f"canary: n_background must be >= 0, got {self.n_background}")
         if self.block_size < 2:
@@ -133,12 +162,16 @@ class CanaryConfig:
     def short_hash(self) -> str:
         """12 hex digits identifying this configuration and the recipe version.
 
-        The default corpus is left out of the hashed fields, so GSM8K canaries keep the hash
-        (and the directory) they had before the corpus could be chosen.
+        The default corpus is left out of the hashed fields, and the document fields out of
+        every other corpus's, so GSM8K and ja canaries keep the hash (and the directory) they
+        had before the corpus could be chosen or documents planted.
         """
         identity = asdict(self)
         if self.corpus == DEFAULT_CORPUS:
             del identity["corpus"]
+        if self.corpus != DOCUMENTS_CORPUS:
+            for name in DOCUMENT_FIELDS:
+                del identity[name]
         blob = json.dumps({"recipe": RECIPE_VERSION, **identity}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
@@ -146,6 +179,12 @@ class CanaryConfig:
 def canary_dir(config: CanaryConfig, cache: str | os.PathLike | None = None) -> Path:
     """Default model directory: ``<cache root>/canary/<config.short_hash()>`` (not created)."""
     return cache_root(cache) / "canary" / config.short_hash()
+
+
+def dup_levels(dup: int) -> list[int]:
+    """The dup levels planted documents cycle through: powers of two below ``dup``, then ``dup``
+    (8: ``[1, 2, 4, 8]``; 6: ``[1, 2, 4, 6]``; 1: ``[1]``)."""
+    return [2**i for i in range(dup.bit_length()) if 2**i < dup] + [dup]
 
 
 def config_fields() -> list[str]:

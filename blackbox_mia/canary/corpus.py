@@ -1,13 +1,15 @@
-"""The canary's training corpus: background items, planted members × ``dup``, held-out non-members."""
+"""The canary's training corpus: background items, planted members × ``dup``, held-out non-members
+(for ``corpus = "documents"``: planted documents, see :mod:`.documents`)."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..datasets import Item, load_dataset
 from ..types import BlackboxMIAError
-from .config import CanaryConfig
+from .config import DOCUMENTS_CORPUS, CanaryConfig
+from .documents import CanaryDocument, plan_documents
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,9 @@ class Corpus:
             labelled 1 and 0.
         background_ids: ids of the background items used (GSM8K train, or ``ja-debian-docs``).
         sources: ``{dataset name: sha256 of its file}`` for every dataset read.
+        canary_documents: the documents of a document canary (test, then validation); empty
+            for the other corpora. Its members are the planted problems, its non-members the
+            problems of its documents never planted.
     """
 
     documents: list[str]
@@ -27,6 +32,7 @@ class Corpus:
     nonmembers: list[Item]
     background_ids: list[str]
     sources: dict[str, str]
+    canary_documents: list[CanaryDocument] = field(default_factory=list)
 
 
 def build_corpus(config: CanaryConfig) -> Corpus:
@@ -36,17 +42,20 @@ def build_corpus(config: CanaryConfig) -> Corpus:
     (``config.source.planted``: GSM8K test, or the Japanese paragraphs). The background is a
     seeded sample of its own dataset (GSM8K train) or, when the corpus has none (``ja``), the
     next ``n_background`` items of the same shuffle, so the three sets are disjoint. Member
-    copies are inserted at random positions (one seeded shuffle of the whole corpus).
+    copies are inserted at random positions (one seeded shuffle of the whole corpus). The
+    ``documents`` corpus plants whole and partial documents instead (:mod:`.documents`).
 
     Raises:
-        BlackboxMIAError: more items requested than the datasets hold.
+        BlackboxMIAError: more items (or documents) requested than the datasets hold.
     """
     config.validate()
     source = config.source
     planted = load_dataset(source.planted)
     pool = load_dataset(source.background) if source.background is not None else None
     split = {"n_members": config.n_members, "n_nonmembers": config.n_nonmembers}
-    if pool is None:
+    if config.corpus == DOCUMENTS_CORPUS:
+        split = {}  # documents are counted in blocks of problems by plan_documents
+    elif pool is None:
         split["n_background"] = config.n_background
     if sum(split.values()) > len(planted.items):
         raise BlackboxMIAError(
@@ -57,6 +66,8 @@ def build_corpus(config: CanaryConfig) -> Corpus:
             f"canary: n_background {config.n_background} exceeds the {len(pool.items)} {source.background_noun}"
         )
     rng = random.Random(config.seed)
+    if config.corpus == DOCUMENTS_CORPUS:
+        return _document_corpus(config, planted, pool, rng)
     order = list(range(len(planted.items)))
     rng.shuffle(order)
     planted_end = config.n_members + config.n_nonmembers
@@ -74,6 +85,24 @@ def build_corpus(config: CanaryConfig) -> Corpus:
         nonmembers=nonmembers,
         background_ids=[item.id for item in background],
         sources={dataset.name: dataset.sha256 for dataset in (planted, pool) if dataset is not None},
+    )
+
+
+def _document_corpus(config: CanaryConfig, planted, pool, rng: random.Random) -> Corpus:
+    """The corpus of a document canary: the background (a seeded sample of ``pool``) and every
+    planted copy of :func:`~blackbox_mia.canary.documents.plan_documents`'s documents, shuffled."""
+    documents = plan_documents(config, planted.items, rng)
+    background = [pool.items[i] for i in rng.sample(range(len(pool.items)), config.n_background)]
+    texts = [item.text for item in background] + [text for doc in documents for text in doc.training_texts()]
+    rng.shuffle(texts)
+    pairs = [(item, p) for doc in documents for item, p in zip(doc.items, doc.planted)]
+    return Corpus(
+        documents=texts,
+        members=[labelled(item, 1) for item, p in pairs if p],
+        nonmembers=[labelled(item, 0) for item, p in pairs if not p],
+        background_ids=[item.id for item in background],
+        sources={dataset.name: dataset.sha256 for dataset in (planted, pool)},
+        canary_documents=documents,
     )
 
 

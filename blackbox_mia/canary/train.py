@@ -33,6 +33,7 @@ from .. import __version__
 from ..types import BlackboxMIAError
 from .config import RECIPE_VERSION, CanaryConfig, canary_dir
 from .corpus import build_corpus
+from .documents import write_documents
 from .manifest import (
     ITEMS_FILE,
     MANIFEST,
@@ -134,7 +135,11 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
         epoch: ``mean`` over its steps and ``final`` = mean of its last 10% of steps, nats/token),
         ``train_seconds`` (tokenizer + training, wall clock), ``n_corpus_tokens`` (with one BOS
         per document), ``n_trained_tokens`` (scored targets over all epochs, window overlaps
-        included), ``versions``, ``complete``.
+        included), ``versions``, ``complete``. A document canary also has ``documents.jsonl``
+        and ``documents_validation.jsonl`` (``doc_id``, ``text``, ``label``) for ``bbmia
+        documents``, named by ``documents_file`` and ``validation_file``, and ``documents``:
+        per document its problems, planted problems, ``planted_fraction`` (the truth) and ``dup``
+        (:func:`~blackbox_mia.canary.documents.write_documents`).
 
     Raises:
         BlackboxMIAError: an invalid configuration, or torch/transformers/tokenizers missing.
@@ -192,6 +197,7 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
 
     save_model_dir(out_dir, model, tokenizer)
     write_items(out_dir / ITEMS_FILE, corpus.members + corpus.nonmembers)
+    documents = write_documents(out_dir, corpus.canary_documents) if corpus.canary_documents else {}
     manifest = {
         "config": asdict(config),
         "config_hash": config.short_hash(),
@@ -214,6 +220,7 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
         "torch_threads": torch.get_num_threads(),
         "versions": {"blackbox_mia": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
         "items_file": ITEMS_FILE,
+        **documents,
         "complete": True,
     }
     write_manifest(out_dir, manifest)

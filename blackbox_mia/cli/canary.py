@@ -1,4 +1,5 @@
-"""``bbmia canary train``: train (or reuse) the canary model with planted members (GSM8K or Japanese)."""
+"""``bbmia canary train``: train (or reuse) the canary model with planted members (GSM8K, Japanese,
+or whole multi-problem documents)."""
 
 from __future__ import annotations
 
@@ -6,27 +7,31 @@ from pathlib import Path
 
 import typer
 
-from ..canary import CORPORA, DEFAULT_CORPUS, CanaryConfig
+from ..canary import CORPORA, DEFAULT_CORPUS, DOCUMENTS_CORPUS, CanaryConfig
 from .app import app, echo_json_line, user_errors
 from .options import with_dataclass_options
 
 canary_app = typer.Typer(
     help="The canary model: a small GPT-2 trained on CPU with known members (planted GSM8K test problems, "
-    "or Japanese paragraphs with --corpus ja).",
+    "Japanese paragraphs with --corpus ja, or multi-problem documents with --corpus documents).",
     no_args_is_help=True,
 )
 app.add_typer(canary_app, name="canary")
 
 # One command-line option per CanaryConfig field; the defaults come from the dataclass.
 FIELD_HELP = {
-    "corpus": f"training texts: {DEFAULT_CORPUS} (GSM8K test problems planted among train problems) or ja "
-    "(ja-debian-docs Japanese paragraphs split into members, non-members and background)",
+    "corpus": f"training texts: {DEFAULT_CORPUS} (GSM8K test problems planted among train problems), ja "
+    "(ja-debian-docs Japanese paragraphs split into members, non-members and background) or "
+    f"{DOCUMENTS_CORPUS} (documents of consecutive GSM8K test problems planted whole or in part, for bbmia documents)",
     "n_background": "background items in the corpus (default per corpus: "
     + ", ".join(f"{name} {source.defaults['n_background']} {source.background_noun}" for name, source in CORPORA.items())
     + ")",
-    "n_members": "items planted in the corpus (label 1)",
-    "n_nonmembers": "other items of the same source, never trained on (label 0)",
-    "dup": "copies of each member in the corpus",
+    "n_members": f"items planted in the corpus (label 1); {DOCUMENTS_CORPUS}: test documents planted whole "
+    "(default per corpus: " + ", ".join(f"{name} {source.defaults['n_members']}" for name, source in CORPORA.items()) + ")",
+    "n_nonmembers": f"other items of the same source, never trained on (label 0); {DOCUMENTS_CORPUS}: held-out "
+    "test documents (default per corpus: "
+    + ", ".join(f"{name} {source.defaults['n_nonmembers']}" for name, source in CORPORA.items()) + ")",
+    "dup": f"copies of each member in the corpus; {DOCUMENTS_CORPUS}: the highest level, documents cycle through 1, 2, 4, ... dup",
     "seed": "seed of the splits, corpus order, weights and batches",
     "vocab_size": "BPE vocabulary size (tokens)",
     "n_layer": "transformer layers",
@@ -41,6 +46,9 @@ FIELD_HELP = {
     "warmup_frac": "fraction of steps in linear warm-up",
     "min_lr_frac": "final learning rate as a fraction of --lr (cosine decay)",
     "weight_decay": "AdamW weight decay",
+    "doc_items": f"{DOCUMENTS_CORPUS} only: consecutive GSM8K test problems per document (default 8)",
+    "doc_partial": f"{DOCUMENTS_CORPUS} only: test documents with a quarter, half or three quarters planted (default 12)",
+    "doc_validation": f"{DOCUMENTS_CORPUS} only: planted and held-out validation documents, each (default 8)",
 }
 
 
@@ -64,7 +72,9 @@ def train(
 ):
     """Train the canary model (or reuse a complete one) and print its directory and manifest.
 
-    Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR
+    Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR; audit a document
+    canary (--corpus documents) with: bbmia documents DIR/documents.jsonl --local DIR
+    --calibration DIR/documents_validation.jsonl
     """
     from ..canary import (
         MANIFEST,
@@ -91,5 +101,13 @@ def train(
             f"final loss per epoch: {losses} nats/token"
         )
         typer.echo(f"evaluate: bbmia score {path / manifest['items_file']} --local {path}", err=True)
+        summary = {"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused}
+        if "documents_file" in manifest:
+            summary.update(documents=str(path / manifest["documents_file"]), validation=str(path / manifest["validation_file"]))
+            typer.echo(
+                f"audit the documents: bbmia documents {summary['documents']} --local {path} "
+                f"--calibration {summary['validation']}",
+                err=True,
+            )
         if json_out:
-            echo_json_line({"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused})
+            echo_json_line(summary)
