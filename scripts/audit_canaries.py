@@ -29,25 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
+
+from memorization_study import (
+    bbmia,  # the scripts' runner of `bbmia ... --json` (scripts/ is on sys.path)
+)
 
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 
 UNLEARNING_NOTE = "the unlearning audit is not run by this script yet: its keys are null"
-
-
-def bbmia(*args: str) -> dict:
-    """Run ``bbmia ARGS --json`` and return the JSON object on the last line of its stdout.
-
-    Raises:
-        SystemExit: the command failed (its stderr is shown).
-    """
-    done = subprocess.run(["bbmia", *args, "--json"], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-3000:])
-        raise SystemExit(f"bbmia {' '.join(args)} exited with {done.returncode}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def has_command(name: str) -> bool:

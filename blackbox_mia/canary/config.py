@@ -50,7 +50,9 @@ DOCUMENT_FIELDS = ("doc_items", "doc_partial", "doc_validation")
 # documents: "books" of doc_items consecutive GSM8K test problems (see .documents): n_members
 # planted whole, n_nonmembers held out, doc_partial partly planted (the test file), plus
 # doc_validation planted and doc_validation held-out documents (the validation file), among
-# GSM8K train problems.
+# GSM8K train problems. Defaults: 60 documents of 8 problems (about 800 words each), about 1M
+# trained tokens: 307 s on 2 shared CPU cores; bbmia documents --chunk-words 64 (Min-K%) then
+# ranks the whole planted documents above the held-out ones with AUC 0.88 [0.74, 0.99].
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
                                  {"n_background": 2000, "epochs": 2, "n_members": 200, "n_nonmembers": 200}),
