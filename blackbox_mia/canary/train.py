@@ -88,7 +88,7 @@ def training_windows(documents: list[list[int]], bos_id: int, block_size: int) -
     return windows
 
 
-def _batches(windows: list[list[int]], batch_size: int, rng: random.Random) -> list[list[list[int]]]:
+def training_batches(windows: list[list[int]], batch_size: int, rng: random.Random) -> list[list[list[int]]]:
     """Shuffle, group into batches of similar length (sorted within pools of 50 batches), shuffle batches."""
     order = list(range(len(windows)))
     rng.shuffle(order)
@@ -101,7 +101,7 @@ def _batches(windows: list[list[int]], batch_size: int, rng: random.Random) -> l
     return batches
 
 
-def _pad(batch: list[list[int]]):
+def pad_training_batch(batch: list[list[int]]):
     """Input ids (B, T) right-padded with 0, attention mask (B, T), targets (B, T-1) with -100 at padding."""
     import torch
 
@@ -178,8 +178,8 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
     bar = tqdm(total=total, unit="batch", desc="canary", disable=not progress)
     for epoch in range(config.epochs):
         losses, tail = [], max(1, steps_per_epoch // 10)
-        for batch in _batches(windows, config.batch_size, rng):
-            ids, mask, targets = _pad(batch)
+        for batch in training_batches(windows, config.batch_size, rng):
+            ids, mask, targets = pad_training_batch(batch)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
             optimizer.zero_grad(set_to_none=True)

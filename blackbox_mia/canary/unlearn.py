@@ -122,7 +122,7 @@ def unlearn_canary(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .model import save_model_dir
-    from .train import _batches, _pad, training_windows
+    from .train import pad_training_batch, training_batches, training_windows
 
     config.validate()
     base = Path(base)
@@ -147,7 +147,7 @@ def unlearn_canary(
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
 
     def mean_loss(batch):
-        ids, mask, targets = _pad(batch)
+        ids, mask, targets = pad_training_batch(batch)
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -158,7 +158,7 @@ def unlearn_canary(
     step, batches = 0, []
     while step < config.steps:
         if not batches:
-            batches = _batches(windows, min(config.batch_size, len(windows)), rng)
+            batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
         loss = -mean_loss(batches.pop())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
