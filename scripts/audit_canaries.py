@@ -30,9 +30,7 @@ import argparse
 import json
 import subprocess
 
-from memorization_study import (
-    bbmia,  # the scripts' runner of `bbmia ... --json` (scripts/ is on sys.path)
-)
+from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
 
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci

@@ -23,32 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the file backend
+from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
 
 # model shapes: (layers, embedding width, heads); "small" is the default canary's shape
 SIZES = {"small": (2, 128, 4), "large": (4, 256, 4)}
 SCORERS = ("loss", "min_k", "min_k:k=10")
 MEASURES = ("eidetic", "approximate")
-
-
-def bbmia(*args: str) -> dict:
-    """Run ``bbmia ARGS --json`` and return the JSON object on the last line of its stdout.
-
-    Raises:
-        SystemExit: the command failed (its stderr is shown).
-    """
-    done = subprocess.run(["bbmia", *args, "--json"], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-3000:])
-        raise SystemExit(f"bbmia {' '.join(args)} exited with {done.returncode}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_canary(size: str, dup: int, args: argparse.Namespace) -> dict:
