@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -20,7 +21,11 @@ from blackbox_mia.canary import CanaryConfig, train_canary
 from blackbox_mia.cli import app
 from blackbox_mia.datasets import load_items
 from blackbox_mia.evaluation import Threshold
-from blackbox_mia.evaluation.documents import document_rate, wilson_interval
+from blackbox_mia.evaluation.documents import (
+    CalibrationBootstrap,
+    document_rate,
+    wilson_interval,
+)
 from blackbox_mia.text import get_segmenter
 from blackbox_mia.text.chunk import (
     chunk_tokens,
@@ -106,6 +111,35 @@ def test_document_rate_and_correction():
     assert (row["n_chunks"], row["n_scored"], row["n_flagged"], row["rate"]) == (6, 5, 2, 0.4)
     assert row["corrected"] == pytest.approx((0.4 - 0.1) / (0.6 - 0.1))
     assert row["rate_ci"] == pytest.approx(list(wilson_interval(2, 5))) and row["label"] == 1
+    assert row["corrected_ci"] is None  # no calibration bootstrap given
+    # one validation document per label: FPR 1/10 and TPR 9/10 in every resample, so the CI is the
+    # binomial one mapped through the correction: Binomial(5, 0.4) has 2.5% / 97.5% quantiles 0 and 4
+    # (cdf(0) = 0.078, cdf(3) = 0.913, cdf(4) = 0.990): ((0 - 0.1)/0.8 clipped, (0.8 - 0.1)/0.8)
+    exact = Threshold(value=0.5, rule="fpr", target_fpr=0.1, fpr=0.1, tpr=0.9,
+                      n_calibration_nonmembers=10, n_calibration_members=10)
+    row = document_rate("d", 6, [0.9, 0.2, 0.7, 0.5, 0.1], exact, bootstrap=CalibrationBootstrap([1, 9], [10, 10], [0, 1], 4000))
+    assert row["corrected"] == pytest.approx(0.375) and row["corrected_ci"] == pytest.approx([0.0, 0.875])
+
+
+def test_calibration_bootstrap_hand_values():
+    fixed = CalibrationBootstrap([1, 9], [10, 10], [0, 1], n_boot=20000, seed=1)
+    assert set(fixed.fpr) == {0.1} and set(fixed.tpr) == {0.9}
+    # Binomial(10, 0.5): cdf(1) = 0.011 < 0.025 < cdf(2) = 0.055, so the quantiles are 2 and 8 of 10
+    assert fixed.corrected_ci(5, 10) == pytest.approx([(0.2 - 0.1) / 0.8, (0.8 - 0.1) / 0.8])
+    assert fixed.corrected_ci(0, 10) == [0.0, 0.0] and fixed.corrected_ci(10, 10) == [1.0, 1.0]
+    # documents, not chunks, are resampled, and a resample pools its chunks: non-members 0 of 10 and
+    # 10 of 30 flagged give FPR 0/20, 10/40 or 20/60, with probabilities 1/4, 1/2, 1/4
+    boot = CalibrationBootstrap([0, 10, 10], [10, 30, 10], [0, 0, 1], n_boot=20000, seed=2)
+    values, counts = np.unique(boot.fpr, return_counts=True)
+    assert values == pytest.approx([0.0, 0.25, 1 / 3]) and counts / 20000 == pytest.approx([0.25, 0.5, 0.25], abs=0.015)
+    assert set(boot.tpr) == {1.0}
+    # TPR <= FPR in every resample: no interval
+    assert CalibrationBootstrap([5, 0], [10, 10], [0, 1], n_boot=50).corrected_ci(3, 10) is None
+    for bad in (([1], [10, 10], [0, 1]), ([1, 11], [10, 10], [0, 1]), ([1, 1], [10, 10], [1, 1]), ([0, 0], [0, 1], [0, 1])):
+        with pytest.raises(BlackboxMIAError):
+            CalibrationBootstrap(*bad, n_boot=10)
+    with pytest.raises(BlackboxMIAError):
+        fixed.corrected_ci(3, 2)
 
 
 def test_load_documents_folder_jsonl_and_errors(tmp_path):
@@ -190,6 +224,9 @@ def test_member_documents_rate_above_nonmember_documents_and_resume(local, doc_f
     assert min(members) > max(nonmembers)  # every member document above every non-member document
     assert [r["label"] for r in rows] == [1, 1, 1, 0, 0, 0] and s["auc_documents"] == 1.0
     assert s["threshold_tpr"] > s["threshold_fpr"]
+    for row in rows:
+        lo, hi = row["corrected_ci"]
+        assert 0 <= lo <= hi <= 1
     chunks = [json.loads(line) for line in (tmp_path / "chunks.jsonl").read_text().splitlines()]
     texts = {d.doc_id: d.text for d in load_documents(docs)[0]}
     for row in rows:

@@ -4,8 +4,10 @@ Every document is cut into chunks of N words (or tokens; :mod:`blackbox_mia.text
 chunk is scored once by one scorer (default Min-K%), a threshold is chosen on the chunks of
 labelled validation documents (members / non-members: by target FPR, the conformal rule of
 :func:`~blackbox_mia.evaluation.calibrate`, or the paper's max-accuracy rule), and each document
-gets its contamination rate: the share of its chunks flagged, with a Wilson 95% CI and the rate
-corrected for the threshold's FPR and TPR (Rogan & Gladen 1978). Documents are ranked (the
+gets its contamination rate: the share of its chunks flagged, with a Wilson 95% CI, and the rate
+corrected for the threshold's FPR and TPR (Rogan & Gladen 1978) with a bootstrap 95% CI that
+carries the uncertainty of the document's share and of the FPR and TPR (validation documents
+resampled: :class:`~blackbox_mia.evaluation.documents.CalibrationBootstrap`). Documents are ranked (the
 paper's Table 2) and their rates drawn as a histogram (their Figure 4); when the documents carry
 labels, the AUC of the rate over documents is reported with a bootstrap CI.
 
@@ -28,7 +30,12 @@ from ..datasets import Item
 from ..datasets.formats import parse_label
 from ..datasets.registry import read_jsonl
 from ..evaluation import RULES, Threshold, auc, bootstrap_ci, calibrate
-from ..evaluation.documents import document_rate, plot_document_rates, rank_documents
+from ..evaluation.documents import (
+    CalibrationBootstrap,
+    document_rate,
+    plot_document_rates,
+    rank_documents,
+)
 from ..io import json_line, write_text_atomic
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer
@@ -73,7 +80,8 @@ class DocumentsConfig:
         rule: threshold rule, one of ``evaluation.RULES``.
         target_fpr: the FPR asked for by rule ``fpr`` (fraction).
         seed: seed of the chunk sample and of the bootstrap.
-        n_boot: bootstrap resamples of the AUC-over-documents CI.
+        n_boot: bootstrap resamples of the AUC-over-documents CI and of the corrected rates' CIs
+            (0: neither CI).
         resume: keep the rows already in the score files (same configuration).
     """
 
@@ -275,7 +283,7 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
 
     Returns:
         The :class:`AuditResult`; its summary holds ``documents`` (ranked, most contaminated
-        first: doc_id, n_chunks, n_scored, n_flagged, rate, rate_ci, corrected, mean_score,
+        first: doc_id, n_chunks, n_scored, n_flagged, rate, rate_ci, corrected, corrected_ci, mean_score,
         label when given), ``threshold`` (score units; null when -inf), ``threshold_fpr``,
         ``threshold_tpr`` (on the validation chunks), ``auc_documents`` and its CI (null
         without both labels among the documents), ``n_documents``, ``n_chunks``.
@@ -295,7 +303,11 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     labels = np.concatenate([np.full(len(d.chunks), d.document.label) for d in cal_cut])
     pooled = np.concatenate(cal_scores)
     threshold = calibrate(pooled[labels == 0], pooled[labels == 1], config.rule, config.target_fpr)
-    rows = rank_documents([document_rate(d.document.doc_id, d.n_chunks, s, threshold, d.document.label)
+    boot = None
+    if config.n_boot:
+        boot = CalibrationBootstrap([int(threshold.flag(s).sum()) for s in cal_scores], [s.size for s in cal_scores],
+                                    [d.document.label for d in cal_cut], config.n_boot, config.seed)
+    rows = rank_documents([document_rate(d.document.doc_id, d.n_chunks, s, threshold, d.document.label, boot)
                            for d, s in zip(cut, scores)])
     _write_chunks(out_dir / CHUNKS_FILE, cut, scores, threshold)
     auc_docs, auc_ci = _auc_over_documents(rows, config)
@@ -356,7 +368,11 @@ def _notes(config: DocumentsConfig, threshold: Threshold, n_cal: int, auc_docs: 
         (f"Threshold chosen on {n_cal} validation chunks by {rule}: realised FPR {threshold.fpr:.3f}, TPR {tpr}; "
          "a chunk is flagged when its score > threshold."),
         ("Rate = share of a document's scored chunks flagged, with a Wilson 95% CI; corrected = "
-         "(rate − FPR)/(TPR − FPR) clipped to [0, 1] (Rogan & Gladen 1978), FPR and TPR of the validation chunks."),
+         "(rate − FPR)/(TPR − FPR) clipped to [0, 1] (Rogan & Gladen 1978), FPR and TPR of the validation chunks"
+         + ("." if not config.n_boot else
+            f", with a percentile bootstrap 95% CI ({config.n_boot} resamples): the document's chunks resampled, "
+            "and the validation documents resampled within each label for the FPR and TPR. The TPR is that of "
+            "the validation members' chunks: a document seen less often than they were is under-corrected.")),
     ]
     if threshold.note:
         notes.append(threshold.note)
@@ -369,11 +385,13 @@ def _notes(config: DocumentsConfig, threshold: Threshold, n_cal: int, auc_docs: 
 def _ranked_table(rows: list[dict]) -> str:
     """Markdown table of the documents, most contaminated first (Shi et al. 2024, Table 2)."""
     lines = ["## Documents, most contaminated first", "",
-             "| rank | doc_id | label | chunks scored | flagged | rate [95% CI] | corrected |",
+             "| rank | doc_id | label | chunks scored | flagged | rate [95% CI] | corrected [95% CI] |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for rank, r in enumerate(rows, 1):
         lo, hi = r["rate_ci"]
         corrected = "-" if r["corrected"] is None else f"{r['corrected']:.3f}"
+        if r["corrected_ci"] is not None:
+            corrected += " [{:.3f}, {:.3f}]".format(*r["corrected_ci"])
         doc_id = r["doc_id"].replace("|", "\\|")
         lines.append(f"| {rank} | {doc_id} | {r.get('label', '-')} | {r['n_scored']} of {r['n_chunks']} | "
                      f"{r['n_flagged']} | {r['rate']:.3f} [{lo:.3f}, {hi:.3f}] | {corrected} |")

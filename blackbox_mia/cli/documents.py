@@ -38,7 +38,8 @@ def documents_command(
     rule: str = typer.Option("fpr", help="threshold rule: fpr (target FPR, conformal), max_accuracy (the paper's) "
                              "or max_f1"),
     target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
-    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the AUC-over-documents CI (0 = none)"),
+    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the AUC-over-documents "
+                                "CI and the corrected rates' CIs (0 = neither)"),
     seed: int = typer.Option(0, help="seed of the chunk sample and the bootstrap"),
     out_dir: Path = typer.Option(None, "--out-dir", help="output folder (default: runs/documents-<docs>/)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
@@ -48,8 +49,9 @@ def documents_command(
     target: TargetOptions,
 ):
     """Contamination rate of every document: the share of its chunks whose score is above a
-    threshold chosen on labelled validation documents, with a Wilson 95% CI and the rate
-    corrected for the threshold's FPR and TPR; documents ranked, most contaminated first.
+    threshold chosen on labelled validation documents, with a Wilson 95% CI, and the rate
+    corrected for the threshold's FPR and TPR with a bootstrap 95% CI (the document's chunks and
+    the validation documents resampled); documents ranked, most contaminated first.
 
     Writes scores.jsonl and calibration_scores.jsonl (resumable), chunks.jsonl, rates.png,
     documents.json and documents.md.
@@ -77,9 +79,9 @@ def documents_command(
         finally:
             close_all(backends)
         s = result.summary
-        rows = [[r["doc_id"], r.get("label"), f"{r['n_scored']}/{r['n_chunks']}", r["rate"],
-                 f"[{r['rate_ci'][0]:.3f}, {r['rate_ci'][1]:.3f}]", r["corrected"]] for r in s["documents"][:TOP_SHOWN]]
-        typer.echo(format_table(["doc_id", "label", "scored", "rate", "95% CI", "corrected"], rows))
+        rows = [[r["doc_id"], r.get("label"), f"{r['n_scored']}/{r['n_chunks']}", r["rate"], _interval(r["rate_ci"]),
+                 r["corrected"], _interval(r["corrected_ci"])] for r in s["documents"][:TOP_SHOWN]]
+        typer.echo(format_table(["doc_id", "label", "scored", "rate", "95% CI", "corrected", "95% CI"], rows))
         if len(s["documents"]) > TOP_SHOWN:
             typer.echo(f"... {len(s['documents']) - TOP_SHOWN} more documents in the report")
         typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): FPR {s['threshold_fpr']:.3f}, "
@@ -89,3 +91,8 @@ def documents_command(
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
             echo_json_line(s)
+
+
+def _interval(bounds: list[float] | None) -> str:
+    """``[low, high]`` to 3 decimals, or ``-``."""
+    return "-" if bounds is None else f"[{bounds[0]:.3f}, {bounds[1]:.3f}]"
