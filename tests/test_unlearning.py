@@ -118,6 +118,30 @@ def test_gradient_ascent_raises_the_forget_loss(canary, unlearned):
     assert load_manifest(again)["unlearning"]["forget_loss_after"] == pytest.approx(record["forget_loss_after"], abs=1e-6)
 
 
+def test_target_loss_and_retain_weight(canary, unlearned):
+    record = load_manifest(unlearned)["unlearning"]
+    # a target below every window's loss: nothing is ascended, the weights stay as they were
+    still = unlearn_canary(canary, "10", UnlearnConfig(steps=5, lr=1e-3, seed=0, target_loss=0.01))
+    kept = load_manifest(still)["unlearning"]
+    assert kept["ascended_windows"] == 0 and kept["target_loss"] == 0.01
+    assert kept["forget_loss_after"] == pytest.approx(kept["forget_loss_before"], abs=1e-6)
+    # without a target every window of every batch: whole passes over the forget windows, then part of one
+    n, per_pass = record["n_forget_windows"], -(-record["n_forget_windows"] // 8)
+    assert n * (20 // per_pass) <= record["ascended_windows"] <= n * -(-20 // per_pass)
+    # the KL retain term keeps the kept members closer to the original than pure ascent does
+    items = canary_items(canary)
+    forget = set(record["forget_ids"])
+    before = mean_loss_by_group(canary, items, forget)
+    pure = mean_loss_by_group(unlearned, items, forget)
+    retained = unlearn_canary(canary, "10", UnlearnConfig(steps=20, lr=1e-4, seed=0, retain_weight=1.0))
+    kl = mean_loss_by_group(retained, items, forget)
+    assert kl["kept"] - before["kept"] < pure["kept"] - before["kept"]
+    with pytest.raises(BlackboxMIAError, match="--retain-weight"):
+        UnlearnConfig(retain_weight=-1.0).validate()
+    with pytest.raises(BlackboxMIAError, match="--target-loss"):
+        UnlearnConfig(target_loss=0.0).validate()
+
+
 def test_ratio_window_on_hand_made_scores():
     # Min-K% scores are negative: after / before
     assert score_ratio(-2.0, -2.2) == pytest.approx(1.1)

@@ -15,6 +15,7 @@ work on it as on any canary; ``forget_items.jsonl`` holds the forget set.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -46,12 +47,20 @@ class UnlearnConfig:
         lr: constant AdamW learning rate.
         batch_size: windows per step (fewer when the forget set has fewer).
         seed: seeds the forget sample (``forget`` as a count) and the batch order.
+        retain_weight: weight of a retain term added to the ascent loss: KL(original ||
+            current) per token (nats) on a batch of the kept members' windows each step (the
+            "KL" unlearning baseline); 0 is pure gradient ascent.
+        target_loss: a forget window whose loss (nats/token) already exceeds this is left out
+            of the ascent (it counts in the batch's token total but adds no gradient); None:
+            never.
     """
 
     steps: int = 20
     lr: float = 1e-4
     batch_size: int = 8
     seed: int = 0
+    retain_weight: float = 0.0
+    target_loss: float | None = None
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` naming the option of an impossible value."""
@@ -60,6 +69,10 @@ class UnlearnConfig:
                 raise BlackboxMIAError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise BlackboxMIAError(f"--lr must be > 0, got {self.lr}")
+        if not self.retain_weight >= 0:
+            raise BlackboxMIAError(f"--retain-weight must be >= 0, got {self.retain_weight}")
+        if self.target_loss is not None and not self.target_loss > 0:
+            raise BlackboxMIAError(f"--target-loss must be > 0 nats/token, got {self.target_loss}")
 
     def short_hash(self, forget_ids: list[str]) -> str:
         """12 hex digits identifying these settings and the forget set."""
@@ -122,7 +135,7 @@ def unlearn_canary(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .model import save_model_dir
-    from .train import pad_training_batch, training_batches, training_windows
+    from .train import pad_training_batch, training_batches
 
     config.validate()
     base = Path(base)
@@ -140,33 +153,60 @@ def unlearn_canary(
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
-    encoded = tokenizer([item.text for item in chosen], add_special_tokens=False)["input_ids"]
-    windows = training_windows(encoded, tokenizer.bos_token_id, model.config.n_positions)
+    windows = _windows(tokenizer, model, chosen)
+    retain = _windows(tokenizer, model, [m for m in members if m.id not in set(forget_ids)])
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
+    original = copy.deepcopy(model).eval() if config.retain_weight > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
 
-    def mean_loss(batch):
+    def window_losses(batch):
+        """(B,) mean loss of each window (nats/token) and (B,) its token count."""
         ids, mask, targets = pad_training_batch(batch)
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+        counts = (targets != -100).sum(1)
+        return per_token.sum(1) / counts, counts
+
+    def mean_loss(batch):
+        losses, counts = window_losses(batch)
+        return float((losses * counts).sum() / counts.sum())
+
+    def retain_kl(batch):
+        """KL(original || current) per token on retained members' windows, nats/token."""
+        ids, mask, targets = pad_training_batch(batch)
+        with torch.no_grad():
+            ref = torch.log_softmax(original(input_ids=ids, attention_mask=mask).logits[:, :-1], -1)
+        cur = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1], -1)
+        kl = (ref.exp() * (ref - cur)).sum(-1)
+        keep = targets != -100
+        return kl[keep].mean()
 
     model.eval()
     with torch.no_grad():
-        before = float(mean_loss(windows))
+        before = mean_loss(windows)
     model.train()
-    step, batches = 0, []
+    step, batches, retain_batches, ascended = 0, [], [], 0
     while step < config.steps:
         if not batches:
             batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
-        loss = -mean_loss(batches.pop())
+        losses, counts = window_losses(batches.pop())
+        active = torch.ones_like(counts, dtype=torch.bool)
+        if config.target_loss is not None:
+            active = losses.detach() < config.target_loss
+        loss = -(losses * counts * active).sum() / counts.sum()
+        ascended += int(active.sum())
+        if original is not None and retain:
+            if not retain_batches:
+                retain_batches = training_batches(retain, min(config.batch_size, len(retain)), rng)
+            loss = loss + config.retain_weight * retain_kl(retain_batches.pop())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         step += 1
     model.eval()
     with torch.no_grad():
-        after = float(mean_loss(windows))
+        after = mean_loss(windows)
 
     save_model_dir(out, model, tokenizer)
     write_items(out / ITEMS_FILE, items)
@@ -178,6 +218,7 @@ def unlearn_canary(
         **asdict(config),
         "forget_ids": forget_ids,
         "n_forget_windows": len(windows),
+        "ascended_windows": ascended,
         "forget_loss_before": before,
         "forget_loss_after": after,
         "seconds": round(time.perf_counter() - start, 2),
@@ -195,3 +236,13 @@ def unlearning_record(path: str | Path) -> dict | None:
         BlackboxMIAError: as :func:`~blackbox_mia.canary.manifest.load_manifest`.
     """
     return load_manifest(path).get("unlearning")
+
+
+def _windows(tokenizer, model, items: list[Item]) -> list[list[int]]:
+    """The training windows of ``items`` (as the canary was trained on them)."""
+    from .train import training_windows
+
+    if not items:
+        return []
+    encoded = tokenizer([item.text for item in items], add_special_tokens=False)["input_ids"]
+    return training_windows(encoded, tokenizer.bos_token_id, model.config.n_positions)

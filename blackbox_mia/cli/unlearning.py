@@ -148,6 +148,10 @@ def unlearn(
     lr: float = typer.Option(1e-4, "--lr", help="constant AdamW learning rate"),
     batch_size: int = typer.Option(8, "--batch-size", help="windows per step"),
     seed: int = typer.Option(0, "--seed", help="seed of the forget sample and the batch order"),
+    retain_weight: float = typer.Option(0.0, "--retain-weight", help="weight of KL(original || unlearned) on the "
+                                        "kept members' windows, added to the ascent loss (0: pure gradient ascent)"),
+    target_loss: float | None = typer.Option(None, "--target-loss", help="stop ascending a window once its loss "
+                                             "exceeds this many nats/token (default: never)"),
     out: Annotated[Path | None, typer.Option("--out", help="new directory (default: <canary>-unlearned-<hash>)")] = None,
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
 ):
@@ -159,7 +163,8 @@ def unlearn(
     from ..canary.unlearn import UnlearnConfig, unlearn_canary, unlearning_record
 
     with user_errors():
-        path = unlearn_canary(canary, forget, UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed), out)
+        path = unlearn_canary(canary, forget, UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+                                                             retain_weight=retain_weight, target_loss=target_loss), out)
         record = unlearning_record(path)
         typer.echo(f"unlearned canary: {path}")
         typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps: forget-set loss "
