@@ -113,20 +113,24 @@ def test_document_rate_and_correction():
     assert row["rate_ci"] == pytest.approx(list(wilson_interval(2, 5))) and row["label"] == 1
     assert row["corrected_ci"] is None  # no calibration bootstrap given
     # one validation document per label: FPR 1/10 and TPR 9/10 in every resample, so the CI is the
-    # binomial one mapped through the correction: Binomial(5, 0.4) has 2.5% / 97.5% quantiles 0 and 4
-    # (cdf(0) = 0.078, cdf(3) = 0.913, cdf(4) = 0.990): ((0 - 0.1)/0.8 clipped, (0.8 - 0.1)/0.8)
+    # Jeffreys one mapped through the correction: Beta(2.5, 3.5) has 97.5% quantile 0.790583, so
+    # ((q025 - 0.1)/0.8 clipped to 0, (0.790583 - 0.1)/0.8 = 0.863229)
     exact = Threshold(value=0.5, rule="fpr", target_fpr=0.1, fpr=0.1, tpr=0.9,
                       n_calibration_nonmembers=10, n_calibration_members=10)
-    row = document_rate("d", 6, [0.9, 0.2, 0.7, 0.5, 0.1], exact, bootstrap=CalibrationBootstrap([1, 9], [10, 10], [0, 1], 4000))
-    assert row["corrected"] == pytest.approx(0.375) and row["corrected_ci"] == pytest.approx([0.0, 0.875])
+    boot = CalibrationBootstrap([1, 9], [10, 10], [0, 1], 20000)
+    row = document_rate("d", 6, [0.9, 0.2, 0.7, 0.5, 0.1], exact, bootstrap=boot)
+    assert row["corrected"] == pytest.approx(0.375) and row["corrected_ci"] == pytest.approx([0.0, 0.863229], abs=0.01)
 
 
 def test_calibration_bootstrap_hand_values():
     fixed = CalibrationBootstrap([1, 9], [10, 10], [0, 1], n_boot=20000, seed=1)
     assert set(fixed.fpr) == {0.1} and set(fixed.tpr) == {0.9}
-    # Binomial(10, 0.5): cdf(1) = 0.011 < 0.025 < cdf(2) = 0.055, so the quantiles are 2 and 8 of 10
-    assert fixed.corrected_ci(5, 10) == pytest.approx([(0.2 - 0.1) / 0.8, (0.8 - 0.1) / 0.8])
-    assert fixed.corrected_ci(0, 10) == [0.0, 0.0] and fixed.corrected_ci(10, 10) == [1.0, 1.0]
+    # Jeffreys Beta(5.5, 5.5): 2.5% / 97.5% quantiles 0.223529 / 0.776471, corrected (q - 0.1)/0.8
+    assert fixed.corrected_ci(5, 10) == pytest.approx([0.154411, 0.845589], abs=0.01)
+    # none flagged: Beta(0.5, 10.5) 97.5% quantile 0.217196, so not [0, 0] as a binomial bootstrap gives
+    assert fixed.corrected_ci(0, 10) == pytest.approx([0.0, 0.146495], abs=0.01)
+    # all flagged: Beta(10.5, 0.5) 2.5% quantile 0.782804
+    assert fixed.corrected_ci(10, 10) == pytest.approx([0.853505, 1.0], abs=0.01)
     # documents, not chunks, are resampled, and a resample pools its chunks: non-members 0 of 10 and
     # 10 of 30 flagged give FPR 0/20, 10/40 or 20/60, with probabilities 1/4, 1/2, 1/4
     boot = CalibrationBootstrap([0, 10, 10], [10, 30, 10], [0, 0, 1], n_boot=20000, seed=2)

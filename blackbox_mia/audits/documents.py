@@ -6,8 +6,8 @@ labelled validation documents (members / non-members: by target FPR, the conform
 :func:`~blackbox_mia.evaluation.calibrate`, or the paper's max-accuracy rule), and each document
 gets its contamination rate: the share of its chunks flagged, with a Wilson 95% CI, and the rate
 corrected for the threshold's FPR and TPR (Rogan & Gladen 1978) with a bootstrap 95% CI that
-carries the uncertainty of the document's share and of the FPR and TPR (validation documents
-resampled: :class:`~blackbox_mia.evaluation.documents.CalibrationBootstrap`). Documents are ranked (the
+carries the uncertainty of the document's share (Jeffreys) and of the FPR and TPR (validation
+documents resampled: :class:`~blackbox_mia.evaluation.documents.CalibrationBootstrap`). Documents are ranked (the
 paper's Table 2) and their rates drawn as a histogram (their Figure 4); when the documents carry
 labels, the AUC of the rate over documents is reported with a bootstrap CI.
 
@@ -370,7 +370,8 @@ def _notes(config: DocumentsConfig, threshold: Threshold, n_cal: int, auc_docs: 
         ("Rate = share of a document's scored chunks flagged, with a Wilson 95% CI; corrected = "
          "(rate − FPR)/(TPR − FPR) clipped to [0, 1] (Rogan & Gladen 1978), FPR and TPR of the validation chunks"
          + ("." if not config.n_boot else
-            f", with a percentile bootstrap 95% CI ({config.n_boot} resamples): the document's chunks resampled, "
+            f", with a percentile bootstrap 95% CI ({config.n_boot} resamples): the document's share drawn from "
+            "its Jeffreys Beta(k + ½, n − k + ½), "
             "and the validation documents resampled within each label for the FPR and TPR. The TPR is that of "
             "the validation members' chunks: a document seen less often than they were is under-corrected.")),
     ]

@@ -50,8 +50,8 @@ def documents_command(
 ):
     """Contamination rate of every document: the share of its chunks whose score is above a
     threshold chosen on labelled validation documents, with a Wilson 95% CI, and the rate
-    corrected for the threshold's FPR and TPR with a bootstrap 95% CI (the document's chunks and
-    the validation documents resampled); documents ranked, most contaminated first.
+    corrected for the threshold's FPR and TPR with a bootstrap 95% CI (the document's share and
+    the FPR and TPR of resampled validation documents); documents ranked, most contaminated first.
 
     Writes scores.jsonl and calibration_scores.jsonl (resumable), chunks.jsonl, rates.png,
     documents.json and documents.md.

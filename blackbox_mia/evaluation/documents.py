@@ -19,6 +19,8 @@ from .calibration import Threshold
 from .plots import _save
 from .prevalence import _rogan_gladen, corrected_prevalence
 
+JEFFREYS_PRIOR = 0.5  # Beta(½, ½): the prior of the Jeffreys interval of a proportion
+
 
 def wilson_interval(flagged: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (Wilson 1927, "Probable inference, the law
@@ -89,10 +91,12 @@ class CalibrationBootstrap:
         return flagged[drawn].sum(axis=1) / scored[drawn].sum(axis=1)
 
     def corrected_ci(self, flagged: int, scored: int, alpha: float = 0.05) -> list[float] | None:
-        """Percentile bootstrap interval of one document's corrected rate: each resample draws
-        the document's flagged share as Binomial(scored, flagged/scored)/scored (its chunks
-        resampled with replacement) and pairs it with one calibration resample, Rogan–Gladen
-        clipped to [0, 1]; resamples with TPR <= FPR are dropped.
+        """Percentile interval of one document's corrected rate: each resample draws the
+        document's flagged share from Jeffreys' Beta(flagged + ½, scored − flagged + ½) (not
+        the binomial bootstrap, which is degenerate at 0 or all chunks flagged; the Jeffreys
+        interval covers well at small n: Brown, Cai & DasGupta 2001, §4.1.2), pairs it with
+        one calibration resample, and applies Rogan–Gladen clipped to [0, 1]; resamples with
+        TPR <= FPR are dropped.
 
         Returns:
             ``[low, high]`` covering 1 − alpha, or None when every resample has TPR <= FPR.
@@ -103,7 +107,7 @@ class CalibrationBootstrap:
         if scored < 1 or not 0 <= flagged <= scored or not 0 < alpha < 1:
             raise BlackboxMIAError(f"need 0 <= flagged <= scored, scored >= 1 and alpha in (0, 1); "
                                    f"got {flagged}, {scored}, {alpha}")
-        rate = self._rng.binomial(scored, flagged / scored, self.n_boot) / scored
+        rate = self._rng.beta(flagged + JEFFREYS_PRIOR, scored - flagged + JEFFREYS_PRIOR, self.n_boot)
         boot = _rogan_gladen(rate, self.fpr, self.tpr)
         boot = boot[np.isfinite(boot)]
         if not boot.size:
