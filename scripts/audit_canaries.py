@@ -16,8 +16,24 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   the Wilson 95% CI of their rate, and inside that CI corrected for the threshold's FPR and TPR
   (``(bound - FPR) / (TPR - FPR)`` clipped to [0, 1]; the FPR and TPR themselves taken as known);
   per kind of document in ``by_kind``;
-* ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate``: ``null``, the
-  unlearning audit is not run by this script yet (``unlearning_note`` says so).
+* ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate``: the unlearning
+  audit checked against the unlearned GSM8K canary. The script trains (or reuses) the default
+  GSM8K canary, unlearns a seeded forget set of its members (``bbmia canary unlearn``, the
+  recipe's defaults unless ``--unlearn-args``), and runs ``bbmia unlearning --before CANARY
+  --after UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask
+  about); the label is the white-box one (a forgotten member still memorized: its loss score
+  under the unlearned canary above the non-members' 95% quantile), the base rate is the share of
+  the audited (forgotten) texts that are still memorized. ``unlearning_rouge_l_flagged`` and
+  ``unlearning_rouge_l_unflagged``: mean ROUGE-L recall of sampled continuations of the flagged
+  and the unflagged texts (``unlearning`` holds the whole summary).
+
+  Measured (forget 50, 20 steps, lr 1e-4, --retain-weight 1.0, the paper's window 1/1.15..1.15):
+  forget-set loss 2.67 -> 3.14 nats/token (kept members +0.27, non-members +0.20; pure ascent
+  gives +1.05 / +0.96 / +0.77); 19 of 50 forgotten members still memorized (base rate 0.38);
+  48 flagged, precision 0.375, recall 0.95: on this tiny canary every text's Min-K% ratio stays
+  within 1.04..1.14, the window flags nearly all, and the ratio does not separate still-memorized
+  from forgotten (AUC 0.46); ROUGE-L recall flagged 0.081 vs unflagged 0.087 (2 texts). The
+  audit is NOT validated here: the enrichment that "Done when" asks for is not shown.
 
 Usage:
     python scripts/audit_canaries.py --json
@@ -34,8 +50,6 @@ from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
 
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
-
-UNLEARNING_NOTE = "the unlearning audit is not run by this script yet: its keys are null"
 
 
 def has_command(name: str) -> bool:
@@ -104,6 +118,31 @@ def _mean_abs(rows: list[dict], key: str) -> float | None:
     return sum(errors) / len(errors) if errors else None
 
 
+def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
+    """Train or reuse the GSM8K canary, unlearn ``args.forget`` of its members, audit the forget
+    set with ``bbmia unlearning``; the ``unlearning_*`` keys of the summary."""
+    trained = bbmia("canary", "train", "--quiet", "--seed", str(args.seed), *cache)
+    unlearned = bbmia("canary", "unlearn", trained["path"], "--forget", str(args.forget), "--seed", str(args.seed),
+                      *args.unlearn_args.split())  # fmt: skip
+    out = f"{args.out_dir}/unlearning"
+    audit = bbmia(
+        "unlearning", f"{unlearned['path']}/forget_items.jsonl", "--before", f"local:{trained['path']}",
+        "--after", f"local:{unlearned['path']}", "--prompt-words", str(args.prompt_words),
+        "--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.seed), "--out-dir", out, "--quiet",
+    )  # fmt: skip
+    truth, completion = audit["truth"], audit["completion"]
+    return {
+        "unlearning_precision": truth["precision"],
+        "unlearning_recall": truth["recall"],
+        "unlearning_base_rate": truth["base_rate"],
+        "unlearning_rouge_l_flagged": completion["flagged"]["rouge_l_recall"]["mean"],
+        "unlearning_rouge_l_unflagged": completion["unflagged"]["rouge_l_recall"]["mean"],
+        "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"],
+                       "forget_loss_before": unlearned["forget_loss_before"],
+                       "forget_loss_after": unlearned["forget_loss_after"], **audit, "report": out},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", default=None, help="cache root for the canary (default: bbmia's)")
@@ -114,6 +153,11 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of the AUC CI")
     parser.add_argument("--seed", type=int, default=0, help="seed of the canary and the bootstrap")
     parser.add_argument("--canary-args", default="", help="more `bbmia canary train` options, e.g. '--epochs 3'")
+    parser.add_argument("--forget", type=int, default=50, help="members of the GSM8K canary to unlearn")
+    parser.add_argument("--unlearn-args", default="--retain-weight 1.0",
+                        help="more `bbmia canary unlearn` options (default: the KL retain term)")
+    parser.add_argument("--prompt-words", type=int, default=24, help="story-completion prompt words (GSM8K items are short)")
+    parser.add_argument("--samples", type=int, default=5, help="sampled continuations per forgotten text")
     parser.add_argument("--json", action="store_true", help="one JSON line per document, then the summary, last")
     args = parser.parse_args()
 
@@ -138,8 +182,7 @@ def main() -> None:
                        auc_documents_labelled=audit["auc_documents"], report=args.out_dir)  # fmt: skip
     else:
         summary.update(documents_auc=None, documents_note="this install has no `bbmia documents`: nothing audited")
-    summary.update(unlearning_precision=None, unlearning_recall=None, unlearning_base_rate=None,
-                   unlearning_note=UNLEARNING_NOTE)  # fmt: skip
+    summary.update(audit_unlearning(args, cache))
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
 
 
