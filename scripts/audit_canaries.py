@@ -13,8 +13,9 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   documents planted whole against the held-out ones (partial documents left out);
 * ``truth_in_ci``: the share of the documents whose truth (``planted_word_fraction``: the
   planted share of their whitespace words, what a share of word chunks estimates) lies inside
-  the Wilson 95% CI of their rate, and inside that CI corrected for the threshold's FPR and TPR
-  (``(bound - FPR) / (TPR - FPR)`` clipped to [0, 1]; the FPR and TPR themselves taken as known);
+  the Wilson 95% CI of their raw flagged share, and inside the audit's CI of the rate corrected
+  for the threshold's FPR and TPR (``corrected_ci``: a bootstrap over the validation documents and
+  a Jeffreys Beta for the document's share, so the FPR and TPR are not taken as known);
   per kind of document in ``by_kind``;
 * ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate``: the unlearning
   audit checked against the unlearned GSM8K canary. The script trains (or reuses) the default
@@ -57,28 +58,21 @@ def has_command(name: str) -> bool:
     return subprocess.run(["bbmia", name, "--help"], capture_output=True, check=False).returncode == 0
 
 
-def corrected(value: float, fpr: float, tpr: float) -> float | None:
-    """``(value - fpr) / (tpr - fpr)`` clipped to [0, 1]; ``None`` when ``tpr <= fpr``."""
-    if tpr <= fpr:
-        return None
-    return min(1.0, max(0.0, (value - fpr) / (tpr - fpr)))
-
-
-def compare(rows: list[dict], truth: dict[str, dict], fpr: float, tpr: float) -> list[dict]:
+def compare(rows: list[dict], truth: dict[str, dict]) -> list[dict]:
     """One row per test document: its truth (manifest) beside its estimated rate (audit)."""
     out = []
     for row in rows:
         known = truth[row["doc_id"]]
         lo, hi = row["rate_ci"]
-        clo, chi = corrected(lo, fpr, tpr), corrected(hi, fpr, tpr)
+        ci = row["corrected_ci"]  # the audit's bootstrap: the document's share and the FPR/TPR uncertainty
         share = known["planted_word_fraction"]
         out.append({
             "doc_id": row["doc_id"], "kind": known["kind"], "dup": known["dup"],
             "planted_fraction": known["planted_fraction"], "planted_word_fraction": share,
             "n_chunks": row["n_chunks"], "rate": row["rate"], "rate_ci": [lo, hi], "corrected": row["corrected"],
-            "corrected_ci": None if clo is None else [clo, chi],
+            "corrected_ci": ci,
             "truth_in_rate_ci": lo <= share <= hi,
-            "truth_in_corrected_ci": None if clo is None else clo <= share <= chi,
+            "truth_in_corrected_ci": None if ci is None else ci[0] <= share <= ci[1],
         })  # fmt: skip
     return out
 
@@ -172,7 +166,7 @@ def main() -> None:
             "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out-dir", args.out_dir, "--quiet",
         )
         truth = {r["doc_id"]: r for r in load_manifest(trained["path"])["documents"]}
-        compared = compare(audit["documents"], truth, audit["threshold_fpr"], audit["threshold_tpr"])
+        compared = compare(audit["documents"], truth)
         if args.json:
             for row in compared:
                 print(json.dumps(row))
