@@ -98,6 +98,8 @@ def test_wilson_interval_hand_values():
     assert wilson_interval(5, 10) == pytest.approx((0.236593, 0.763407), abs=2e-6)
     # 0 of 10: (z²/20 ± z sqrt(z²/400)) / 1.384146 = (0.192073 ± 0.192073) / 1.384146
     assert wilson_interval(0, 10) == pytest.approx((0.0, 0.277533), abs=2e-6)
+    # the bounds at 0 and n are exact, so a document with no flagged chunk covers a truth of 0
+    assert wilson_interval(0, 14)[0] == 0.0 and wilson_interval(14, 14)[1] == 1.0
     # 8 of 20: centre 0.4 + z²/40 = 0.496037, half z sqrt(0.012 + z²/1600) = 0.235203, over 1.192073
     assert wilson_interval(8, 20) == pytest.approx((0.218806, 0.613420), abs=2e-6)
     with pytest.raises(BlackboxMIAError):

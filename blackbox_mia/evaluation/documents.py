@@ -46,7 +46,10 @@ def wilson_interval(flagged: int, n: int, alpha: float = 0.05) -> tuple[float, f
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     denom = 1 + z * z / n
-    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
+    # at p̂ = 0 (or 1) the bound is exactly 0 (or 1); floating point leaves ~1e-17 there
+    low = 0.0 if flagged == 0 else max(0.0, (centre - half) / denom)
+    high = 1.0 if flagged == n else min(1.0, (centre + half) / denom)
+    return low, high
 
 
 class CalibrationBootstrap:
