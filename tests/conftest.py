@@ -15,6 +15,13 @@ from .helpers_client import FakeApi, config
 
 DATA = Path(__file__).resolve().parents[1] / "blackbox_mia" / "data"
 
+# members seen 10 times over 3 epochs: a 1-layer model reproduces some of their tokens and their
+# loss is well below the non-members'
+MEMORIZING_CANARY = {
+    "n_background": 60, "n_members": 20, "n_nonmembers": 20, "dup": 10, "vocab_size": 300,
+    "n_layer": 1, "n_embd": 32, "n_head": 2, "block_size": 64, "epochs": 3, "batch_size": 8,
+}  # fmt: skip
+
 
 def gsm8k_questions(n: int, split: str = "train") -> list[str]:
     with open(DATA / "gsm8k" / f"{split}.jsonl", encoding="utf-8") as f:
@@ -113,3 +120,13 @@ def raw_url(backend, name):
 
     with _serve(backend, name) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def memorizing_canary(tmp_path_factory) -> Path:
+    """A tiny canary (:data:`MEMORIZING_CANARY`) trained once for the memorization, document
+    and unlearning tests (tests must not write into it)."""
+    from blackbox_mia.canary import CanaryConfig, train_canary
+
+    config = CanaryConfig(**MEMORIZING_CANARY)
+    return train_canary(config, tmp_path_factory.mktemp("canary") / "model", progress=False)

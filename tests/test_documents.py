@@ -17,7 +17,6 @@ from blackbox_mia.audits.documents import (
     run_documents,
 )
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.canary import CanaryConfig, train_canary
 from blackbox_mia.cli import app
 from blackbox_mia.datasets import load_items
 from blackbox_mia.evaluation import Threshold
@@ -35,10 +34,6 @@ from blackbox_mia.text.chunk import (
 )
 from blackbox_mia.types import BlackboxMIAError
 
-TINY = CanaryConfig(
-    n_background=60, n_members=20, n_nonmembers=20, dup=10, vocab_size=300,
-    n_layer=1, n_embd=32, n_head=2, block_size=64, epochs=3, batch_size=8,
-)  # fmt: skip
 PER_DOC = 4  # canary items per document
 
 runner = CliRunner()
@@ -185,8 +180,8 @@ def test_load_documents_folder_jsonl_and_errors(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def canary(tmp_path_factory):
-    return train_canary(TINY, tmp_path_factory.mktemp("canary") / "model", progress=False)
+def canary(memorizing_canary):
+    return memorizing_canary
 
 
 @pytest.fixture(scope="module")

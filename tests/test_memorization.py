@@ -20,26 +20,20 @@ from blackbox_mia.audits.memorization import (
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.client import ApiConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.canary import CanaryConfig, train_canary
 from blackbox_mia.cli import memorize  # noqa: F401  (registers the command)
 from blackbox_mia.cli.app import app
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.evaluation.memorization import label_stats
 from blackbox_mia.types import BlackboxMIAError
 
-# members seen 10 times over 3 epochs: a 1-layer model reproduces some of their tokens
-TINY = CanaryConfig(
-    n_background=60, n_members=20, n_nonmembers=20, dup=10, vocab_size=300,
-    n_layer=1, n_embd=32, n_head=2, block_size=64, epochs=3, batch_size=8,
-)  # fmt: skip
 LENGTHS, R = (8, 16), 16
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def canary(tmp_path_factory):
-    return train_canary(TINY, tmp_path_factory.mktemp("canary") / "model", progress=False)
+def canary(memorizing_canary):
+    return memorizing_canary
 
 
 @pytest.fixture(scope="module")

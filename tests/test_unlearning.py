@@ -18,7 +18,7 @@ from blackbox_mia.audits.unlearning import (
     score_ratio,
 )
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.canary import CanaryConfig, canary_items, load_manifest, train_canary
+from blackbox_mia.canary import canary_items, load_manifest
 from blackbox_mia.canary.unlearn import (
     FORGET_FILE,
     UnlearnConfig,
@@ -29,16 +29,10 @@ from blackbox_mia.scorers.base import mean_logprob
 from blackbox_mia.text.similarity import rouge_l_recall
 from blackbox_mia.types import BlackboxMIAError
 
-# members seen 10 times over 3 epochs (as in test_memorization): their loss is well below the non-members'
-TINY = CanaryConfig(
-    n_background=60, n_members=20, n_nonmembers=20, dup=10, vocab_size=300,
-    n_layer=1, n_embd=32, n_head=2, block_size=64, epochs=3, batch_size=8,
-)  # fmt: skip
-
 
 @pytest.fixture(scope="module")
-def canary(tmp_path_factory):
-    return train_canary(TINY, tmp_path_factory.mktemp("canary") / "model", progress=False)
+def canary(memorizing_canary):
+    return memorizing_canary
 
 
 @pytest.fixture(scope="module")
