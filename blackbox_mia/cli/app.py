@@ -18,6 +18,11 @@ app = typer.Typer(
 )
 
 
+def messages(quiet: bool):
+    """The ``log`` an audit writes its progress messages to: stderr, or nowhere with ``--quiet``."""
+    return (lambda _: None) if quiet else (lambda message: typer.echo(message, err=True))
+
+
 @contextlib.contextmanager
 def user_errors():
     """Turn toolkit errors, and files that cannot be read or written, into one line on stderr

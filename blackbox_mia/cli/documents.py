@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..text import DEFAULT_SEGMENTER
-from .app import app, echo_json_line, user_errors
+from .app import app, echo_json_line, messages, user_errors
 from .common import (
     TargetOptions,
     build_backends,
@@ -72,7 +72,7 @@ def documents_command(
                                  rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite)
         plan = prepare_documents(config)
         out = out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}"
-        log = (lambda _: None) if quiet else (lambda m: typer.echo(m, err=True))
+        log = messages(quiet)
         backends = build_backends(target)
         try:
             result = run_documents(plan, backends, out, progress=not quiet, log=log)

@@ -9,7 +9,7 @@ import typer
 
 from ..text import DEFAULT_SEGMENTER
 from ..types import BlackboxMIAError
-from .app import app, echo_json_line, user_errors
+from .app import app, echo_json_line, messages, user_errors
 from .common import (
     TargetOptions,
     build_backends,
@@ -19,10 +19,6 @@ from .common import (
 )
 
 DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
-
-
-def _stderr(message: str) -> None:
-    typer.echo(message, err=True)
 
 
 @app.command("eval")
@@ -71,7 +67,7 @@ def eval_command(
                             segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
-        log = (lambda _: None) if quiet else _stderr
+        log = messages(quiet)
         backends = build_backends(target)
         try:
             result = run_eval(plan, backends, out, progress=not quiet, log=log)
@@ -167,7 +163,7 @@ def sweep_command(
             control_config=ControlConfig(seed=control_seed), limit=limit, n_boot=n_boot, seed=seed, top=top,
             resume=not overwrite,
         )
-        log = (lambda _: None) if quiet else _stderr
+        log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local, cache_dir=target.cache_dir, log=log)
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
         backends = build_backends(target)

@@ -9,7 +9,7 @@ import typer
 from ..backends.registry import build_backend
 from ..evaluation.memorization import EIDETIC_CHARS
 from ..types import BlackboxMIAError
-from .app import app, echo_json_line, user_errors
+from .app import app, echo_json_line, messages, user_errors
 from .common import TargetOptions, format_table, with_target_options
 
 
@@ -65,7 +65,7 @@ def memorize(
         backend = build_backend(target.target_spec(), target)
         try:
             result = run_memorize(plan, backend, out, progress=not quiet,
-                                  log=(lambda _: None) if quiet else (lambda m: typer.echo(m, err=True)))
+                                  log=messages(quiet))
         finally:
             backend.close()
         s = result.summary

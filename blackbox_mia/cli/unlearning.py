@@ -11,7 +11,7 @@ import typer
 
 from ..backends.registry import KIND_PREFIX, BackendOptions, build_backend
 from ..types import BlackboxMIAError
-from .app import app, echo_json_line, user_errors
+from .app import app, echo_json_line, messages, user_errors
 from .canary import canary_app
 from .common import TARGET_OPTIONS, TargetOptions, format_table
 from .options import with_dataclass_options
@@ -121,7 +121,7 @@ def unlearning(
                     models.append(truth_model)
             result = run_unlearning(plan, models[0], models[1], out,
                                     truth=None if truth_dir is None else (truth_dir, truth_model), progress=not quiet,
-                                    log=(lambda _: None) if quiet else (lambda m: typer.echo(m, err=True)))
+                                    log=messages(quiet))
         finally:
             for model in models:
                 model.close()
