@@ -122,7 +122,7 @@ def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
     audit = bbmia(
         "unlearning", f"{unlearned['path']}/forget_items.jsonl", "--before", f"local:{trained['path']}",
         "--after", f"local:{unlearned['path']}", "--prompt-words", str(args.prompt_words),
-        "--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.seed), "--out-dir", out, "--quiet",
+        "--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.seed), "--out", out, "--quiet",
     )  # fmt: skip
     truth, completion = audit["truth"], audit["completion"]
     return {
@@ -163,7 +163,7 @@ def main() -> None:
         audit = bbmia(
             "documents", trained["documents"], "--calibration", trained["validation"], "--local", trained["path"],
             *cache, "--chunk-words", str(args.chunk_words), "--scorer", args.scorer, "--rule", args.rule,
-            "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out-dir", args.out_dir, "--quiet",
+            "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out", args.out_dir, "--quiet",
         )
         truth = {r["doc_id"]: r for r in load_manifest(trained["path"])["documents"]}
         compared = compare(audit["documents"], truth)

@@ -50,11 +50,11 @@ def run_canary(size: str, dup: int, args: argparse.Namespace) -> dict:
     out = Path(args.out_dir) / f"{size}-dup{dup}"
     memorized = bbmia(
         "memorize", f"canary:{model}", "--local", model, *cache, "--prompt-lengths", args.prompt_lengths,
-        "--reference-tokens", str(args.reference_tokens), "--out-dir", str(out / "memorize"),
+        "--reference-tokens", str(args.reference_tokens), "--out", str(out / "memorize"),
     )
     evaluated = bbmia(
         "eval", f"canary:{model}", "--local", model, *cache, "--scorers", ",".join(SCORERS),
-        "--truncate-tokens", args.truncate_tokens, "--out-dir", str(out / "eval"), "--quiet",
+        "--truncate-tokens", args.truncate_tokens, "--out", str(out / "eval"), "--quiet",
     )
     by_label = memorized["by_label"]
     return {

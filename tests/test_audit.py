@@ -72,7 +72,7 @@ def test_canary_spec_loads_labelled_items_in_both_loaders(canary):
 def test_eval_end_to_end(canary, tmp_path):
     out = tmp_path / "eval"
     result = invoke("eval", canary / "canary_items.jsonl", "--local", canary, "--scorers", "loss,min_k:k=10",
-                    "--n-boot", 200, "--out-dir", out, "--quiet", "--json")
+                    "--n-boot", 200, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert set(summary) >= {"auc", "auc_ci", "tpr_at_fpr", "blind_auc", "report"}
@@ -104,7 +104,7 @@ def test_eval_end_to_end(canary, tmp_path):
 
 
 def test_eval_refuses_an_unlabelled_dataset(tiny_model_dir, tmp_path):
-    result = invoke("eval", "gsm8k", "--local", tiny_model_dir, "--out-dir", tmp_path / "e")
+    result = invoke("eval", "gsm8k", "--local", tiny_model_dir, "--out", tmp_path / "e")
     assert result.exit_code == 2
     assert "needs a labelled dataset" in result.stderr and "bbmia sweep" in result.stderr
     assert "Traceback" not in result.output and not (tmp_path / "e").exists()
@@ -113,7 +113,7 @@ def test_eval_refuses_an_unlabelled_dataset(tiny_model_dir, tmp_path):
 def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
     out = tmp_path / "sweep"
     result = invoke("sweep", "gsm8k", "--local", canary, "--calibration", f"canary:{canary}",
-                    "--limit", LIMIT, "--n-boot", 300, "--out-dir", out, "--quiet", "--json")
+                    "--limit", LIMIT, "--n-boot", 300, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert set(summary) >= {"flag_rate", "fpr", "tpr", "prevalence", "p_value", "planted", "report"}
@@ -149,7 +149,7 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
 
 def test_sweep_with_control_only_reports_prevalence_unavailable(canary, tmp_path):
     result = invoke("sweep", "gsm8k", "--local", canary, "--limit", 30, "--n-boot", 100,
-                    "--out-dir", tmp_path / "s", "--quiet", "--json")
+                    "--out", tmp_path / "s", "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert summary["tpr"] is None and summary["prevalence"] == {"estimate": None, "ci": [None, None]}
@@ -176,7 +176,7 @@ def test_sweep_option_errors(options, message):
 def test_sweep_without_any_nonmembers_is_a_clear_error(tmp_path, tiny_model_dir):
     path = tmp_path / "bench.jsonl"
     path.write_text("".join(json.dumps({"text": f"text number {i}"}) + "\n" for i in range(5)))
-    result = invoke("sweep", path, "--local", tiny_model_dir, "--out-dir", tmp_path / "o")
+    result = invoke("sweep", path, "--local", tiny_model_dir, "--out", tmp_path / "o")
     assert result.exit_code == 2 and "no known non-members" in result.stderr and "Traceback" not in result.output
 
 
@@ -199,7 +199,7 @@ def test_eval_finds_the_default_canary_in_the_cache_dir(canary, tmp_path):
     default = cache / "canary" / CanaryConfig().short_hash()
     shutil.copytree(canary, default)
     out = tmp_path / "eval"
-    args = ("eval", "canary", "--local", default, "--scorers", "loss", "--n-boot", 0, "--out-dir", out, "--quiet", "--json")
+    args = ("eval", "canary", "--local", default, "--scorers", "loss", "--n-boot", 0, "--out", out, "--quiet", "--json")
     result = invoke(*args, "--cache-dir", cache)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
@@ -217,7 +217,7 @@ def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):
     nonmembers.write_text("".join(json.dumps(r) + "\n" for r in rows if r["label"] == 0))
     out = tmp_path / "s"
     result = invoke("sweep", "aqua", "--local", canary, "--nonmembers", nonmembers, "--assumed-tpr", 0.5,
-                    "--limit", 20, "--n-boot", 200, "--top", 3, "--out-dir", out, "--quiet", "--json")
+                    "--limit", 20, "--n-boot", 200, "--top", 3, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert summary["tpr"] == 0.5 and "planted" in summary and summary["planted"] == 0  # no GSM8K member in AQuA
@@ -247,7 +247,7 @@ class CountingBackend(LocalBackend):
 def test_eval_prompt_length_ablation_table_and_heatmap(canary, tmp_path):
     out = tmp_path / "eval"
     result = invoke("eval", f"canary:{canary}", "--local", canary, "--scorers", "loss,min_k:k=10",
-                    "--truncate-tokens", "8,16", "--n-boot", 100, "--out-dir", out, "--quiet", "--json")
+                    "--truncate-tokens", "8,16", "--n-boot", 100, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     ablation = last_json(result)["prompt_length"]
     assert ablation["lengths"] == [8, 16] and ablation["fpr"] == 0.1

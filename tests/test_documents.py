@@ -250,7 +250,7 @@ def test_member_documents_rate_above_nonmember_documents_and_resume(local, doc_f
 def test_cli_json_last_line_and_sampled_chunks(canary, doc_files, tmp_path):
     docs, cal = doc_files
     result = runner.invoke(app, ["documents", docs, "--calibration", cal, "--local", str(canary), "--chunk-tokens", "32",
-                                 "--chunks-per-doc", "2", "--out-dir", str(tmp_path), "--quiet", "--json",
+                                 "--chunks-per-doc", "2", "--out", str(tmp_path), "--quiet", "--json",
                                  "--device", "cpu", "--n-boot", "50"])
     assert result.exit_code == 0, result.output
     s = json.loads(result.output.strip().splitlines()[-1])

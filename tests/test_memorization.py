@@ -145,7 +145,7 @@ def test_label_stats_on_hand_rows():
 def test_cli_json_line_and_clear_errors(canary, tmp_path):
     base = ["memorize", f"canary:{canary}", "--local", str(canary), "--limit", "6", "--prompt-lengths", "8,16",
             "--reference-tokens", "16", "--n-boot", "50", "--quiet"]
-    result = runner.invoke(app, [*base, "--out-dir", str(tmp_path / "m"), "--json"])
+    result = runner.invoke(app, [*base, "--out", str(tmp_path / "m"), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(summary["auc"]) == {"eidetic", "approximate"} and summary["n_rows"] == 12
@@ -157,5 +157,5 @@ def test_cli_json_line_and_clear_errors(canary, tmp_path):
         (["--reference-tokens", "0"], "--reference-tokens must be an integer >= 1"),
         (["--unit", "words"], "--unit must be one of tokens, chars"),
     ):
-        result = runner.invoke(app, [*base, *bad, "--out-dir", str(tmp_path / "bad")])
+        result = runner.invoke(app, [*base, *bad, "--out", str(tmp_path / "bad")])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

@@ -213,7 +213,7 @@ def test_cli_unlearn_then_audit(canary, tmp_path):
     audit = runner.invoke(app, ["unlearning", f"canary:{tmp_path / 'u'}", "--before", str(canary),
                                 "--after", f"local:{tmp_path / 'u'}", "--prompt-words", "8", "--samples", "2",
                                 "--max-new-tokens", "8", "--window", "0.9,1.1", "--limit", "10", "--device", "cpu",
-                                "--out-dir", str(tmp_path / "audit"), "--quiet", "--json"])
+                                "--out", str(tmp_path / "audit"), "--quiet", "--json"])
     assert audit.exit_code == 0, audit.output
     s = json.loads(audit.stdout.strip().splitlines()[-1])
     assert s["window"] == [0.9, 1.1] and s["n_items"] == 10

@@ -51,6 +51,12 @@ class BackendOptions:
         concurrency, rpm, tpm: requests in flight, requests and tokens per minute.
         cache_dir: cache root of responses and capability probes.
         reprobe: probe the endpoint's capabilities again.
+        threads: torch CPU threads of local models (``None``: a default that does not
+            oversubscribe the machine).
+        max_memory_gb: memory budget (GiB) of one local forward pass (``None``: from the device).
+        local_engine: engine of local models: ``torch`` or ``vllm``.
+        chat_template: with ``endpoint="chat"``: ``continuation`` or a template file.
+        max_cost: stop before the request that would take the spend past this many USD.
     """
 
     device: str | None = None
@@ -68,6 +74,11 @@ class BackendOptions:
     tpm: float | None = None
     cache_dir: Path | None = None
     reprobe: bool = False
+    threads: int | None = None
+    max_memory_gb: float | None = None
+    local_engine: str = "torch"
+    chat_template: str | None = None
+    max_cost: float | None = None
 
 
 Builder = Callable[[str, BackendOptions], Backend]

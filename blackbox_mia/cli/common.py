@@ -63,6 +63,7 @@ class TargetOptions(BackendOptions):
     ref: str | None = None
     base_url: str | None = None
     model: str | None = None
+    dry_run: bool = False
 
     def __post_init__(self) -> None:
         check_number("--epsilon", self.epsilon, above=0)
@@ -160,6 +161,12 @@ TARGET_OPTIONS = {
     "device": {"help": "torch device (default: cuda when available)", "rich_help_panel": "Local model"},
     "dtype": {"help": "float32, bfloat16, float16 or auto", "rich_help_panel": "Local model"},
     "batch_tokens": {"help": "padded tokens per forward pass", "rich_help_panel": "Local model"},
+    "threads": {"help": "torch CPU threads (default: one per core, never more)", "rich_help_panel": "Local model"},
+    "max_memory_gb": {"flags": ("--max-memory",), "help": "memory budget of one forward pass in GiB (default: from the device)", "rich_help_panel": "Local model"},
+    "local_engine": {"help": "torch, or vllm (extra 'vllm')", "rich_help_panel": "Local model"},
+    "chat_template": {"help": "with --endpoint chat: 'continuation' or a template file", "rich_help_panel": "Target"},
+    "max_cost": {"help": "stop cleanly before the request that would take the spend past this many USD", "rich_help_panel": "Tracker"},
+    "dry_run": {"help": "print the expected requests, billed tokens and USD, and stop before scoring", "rich_help_panel": "Tracker"},
     "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
 }
 

@@ -28,7 +28,7 @@ def eval_command(
     scorers: Optional[str] = typer.Option(
         None, help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac' (default: every default "
         "scorer the target supports; min_k_pp needs --local)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="output folder (default: runs/eval-<dataset>/)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/eval-<dataset>/)"),
     limit: Optional[int] = typer.Option(None, help="evaluate only the first N items"),
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples per confidence interval (0 = none)"),
     seed: int = typer.Option(0, help="seed of the bootstrap and of the blind baseline's folds"),
@@ -140,7 +140,7 @@ def sweep_command(
     top: int = typer.Option(10, help="list this many highest-scoring items"),
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the prevalence CI"),
     seed: int = typer.Option(0, help="bootstrap seed"),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="output folder (default: runs/sweep-<dataset>/)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),

@@ -37,7 +37,7 @@ def memorize(
     limit: int | None = typer.Option(None, help="only the first N items"),
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples per confidence interval (0 = none)"),
     seed: int = typer.Option(0, help="bootstrap seed"),
-    out_dir: Path = typer.Option(None, "--out-dir", help="output folder (default: runs/memorize-<dataset>/)"),
+    out_dir: Path = typer.Option(None, "--out", help="output folder (default: runs/memorize-<dataset>/)"),
     overwrite: bool = typer.Option(False, help="generate again instead of resuming the rows file"),
     quiet: bool = typer.Option(False, help="no progress bar or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),

@@ -76,7 +76,7 @@ def unlearning(
     truth_fpr: float = typer.Option(0.05, "--truth-fpr", help="ground truth: non-member quantile 1 - FPR of the loss"),
     limit: int | None = typer.Option(None, help="only the first N texts"),
     seed: int = typer.Option(0, help="sampling seed"),
-    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="output folder (default: runs/unlearning-<dataset>/)")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/unlearning-<dataset>/)")] = None,
     overwrite: bool = typer.Option(False, help="score and sample again instead of resuming"),
     quiet: bool = typer.Option(False, help="no progress bar or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
