@@ -117,3 +117,50 @@ def read_json_object(path: str | Path, what: str) -> dict:
     if not isinstance(obj, dict):
         raise BlackboxMIAError(f"{path}: {what} must be a JSON object, got {type(obj).__name__}")
     return obj
+
+
+def config_mismatch(old, new) -> str | None:
+    """The first setting in which two run configurations differ, for a refusal to resume.
+
+    Both are compared as they read back from JSON (tuples are lists; ``1 == 1.0`` as in
+    Python), key by key in sorted order, depth first, so the message names the innermost
+    differing setting.
+
+    Args:
+        old: the configuration saved beside earlier results (a JSON value).
+        new: the configuration of this run.
+
+    Returns:
+        ``None`` when they are equal, else one line such as
+        ``"backends.target.model: 'cache/canary/a' before, 'cache/canary/b' now"`` (a setting
+        present on one side only shows ``absent`` on the other).
+
+    Raises:
+        TypeError: a value JSON cannot hold (a programming error).
+
+    Example:
+        >>> config_mismatch({"k": 1, "s": {"w": 2}}, {"k": 1, "s": {"w": 3}})
+        's.w: 2 before, 3 now'
+    """
+    return _first_difference(json.loads(json.dumps(old)), json.loads(json.dumps(new)), "")
+
+
+def _first_difference(old, new, where: str) -> str | None:
+    """:func:`config_mismatch` of two JSON values found at the dotted path ``where``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            inner = f"{where}.{key}" if where else key
+            if key not in old or key not in new:
+                shown = ["absent" if key not in side else repr(side[key]) for side in (old, new)]
+                return f"{inner}: {shown[0]} before, {shown[1]} now"
+            found = _first_difference(old[key], new[key], inner)
+            if found is not None:
+                return found
+        return None
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            found = _first_difference(a, b, f"{where}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return None if old == new else f"{where or 'configuration'}: {old!r} before, {new!r} now"

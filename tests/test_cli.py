@@ -14,7 +14,8 @@ runner = CliRunner()
 
 
 def invoke(*args, env=None):
-    return runner.invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+    """Run bbmia; the SDK's OPENAI_BASE_URL of the calling shell is not the target of a test."""
+    return runner.invoke(app, [str(a) for a in args], env={"OPENAI_BASE_URL": None, **(env or {})}, catch_exceptions=False)
 
 
 @pytest.fixture()

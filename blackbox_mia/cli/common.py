@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..backends.api.config import display_url
 from ..backends.base import Backend
-from ..backends.registry import BackendOptions, build_backend
+from ..backends.registry import BackendOptions, build_backend, parse_spec
 from ..scorers import REFERENCE, TARGET, Scorer
 from ..types import BlackboxMIAError
 from .options import with_dataclass_options
@@ -45,6 +48,10 @@ def check_number(
         raise BlackboxMIAError(f"{option} must be {kind} {wanted}, got {value!r}")
 
 
+BASE_URL_ENV = "OPENAI_BASE_URL"
+"""The environment variable the OpenAI SDK reads its endpoint from (the key: ``OPENAI_API_KEY``)."""
+
+
 @dataclass(frozen=True)
 class TargetOptions(BackendOptions):
     """Command-line choice of the target model (``--local`` or ``--base-url``/``--model``) and
@@ -73,22 +80,54 @@ class TargetOptions(BackendOptions):
         check_number("--context-tokens", self.context, at_least=2)
         check_number("--batch-tokens", self.batch_tokens, at_least=1)
 
-    def target_spec(self) -> str:
+    def target_spec(self, env: Mapping[str, str] | None = None) -> str:
         """The target as a backend spec: ``local:PATH`` or ``api:MODEL@URL``.
+
+        Like the OpenAI SDK, the endpoint defaults to ``OPENAI_BASE_URL`` from the environment,
+        but only when neither ``--local`` nor ``--base-url`` is given. A local path is
+        normalised (:func:`local_model_path`), so ``cache/canary/X/`` and ``cache/canary/X``
+        make the same configuration.
+
+        Args:
+            env: the environment to read ``OPENAI_BASE_URL`` from (default ``os.environ``).
 
         Raises:
             BlackboxMIAError: no target, both a local model and an endpoint, ``--base-url``
                 without ``--model`` or without ``http://``/``https://``.
         """
-        if bool(self.local) == bool(self.base_url):
-            raise BlackboxMIAError("choose the target: --local PATH, or --base-url URL --model NAME")
+        if self.local and self.base_url:
+            raise BlackboxMIAError("choose one target: --local PATH, or --base-url URL --model NAME, not both")
         if self.local:
-            return f"local:{self.local}"
+            return f"local:{local_model_path(self.local)}"
+        env = os.environ if env is None else env
+        base_url, source = (self.base_url, "--base-url") if self.base_url else (env.get(BASE_URL_ENV), BASE_URL_ENV)
+        if not base_url:
+            raise BlackboxMIAError(
+                f"choose the target: --local PATH, or --base-url URL --model NAME (or {BASE_URL_ENV} and --model)"
+            )
         if not self.model:
-            raise BlackboxMIAError("--base-url needs --model")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise BlackboxMIAError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
-        return f"api:{self.model}@{self.base_url}"
+            raise BlackboxMIAError(f"{source} needs --model (the model name at {display_url(base_url)})")
+        if not base_url.startswith(("http://", "https://")):
+            raise BlackboxMIAError(f"{source} must start with http:// or https://, got {display_url(base_url)!r}")
+        return f"api:{self.model}@{base_url}"
+
+
+def local_model_path(model: str) -> str:
+    """A local model as one spelling: an existing path normalised (``cache/canary/X/``,
+    ``./cache/canary/X`` → ``cache/canary/X``; relative stays relative), a hub name as given.
+    Results record this spelling, so resuming does not depend on how the path was typed."""
+    return os.path.normpath(model) if Path(model).exists() else model
+
+
+def normalized_spec(spec: str) -> str:
+    """A backend spec with its local model path normalised (:func:`local_model_path`); other
+    kinds as given.
+
+    Raises:
+        BlackboxMIAError: a malformed spec (see :func:`~blackbox_mia.backends.registry.parse_spec`).
+    """
+    kind, rest = parse_spec(spec)
+    return f"local:{local_model_path(rest)}" if kind == "local" and rest else spec
 
 
 def build_backends(opts: TargetOptions) -> dict[str, Backend]:
@@ -101,7 +140,7 @@ def build_backends(opts: TargetOptions) -> dict[str, Backend]:
     backends = {TARGET: build_backend(opts.target_spec(), opts)}
     if opts.ref:
         try:
-            backends[REFERENCE] = build_backend(opts.ref, opts)
+            backends[REFERENCE] = build_backend(normalized_spec(opts.ref), opts)
         except BaseException:
             close_all(backends)
             raise
@@ -144,7 +183,8 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
 
 TARGET_OPTIONS = {
     "local": {"flags": ("--local",), "help": "local Hugging Face model (directory or hub name)", "rich_help_panel": "Target"},
-    "base_url": {"flags": ("--base-url",), "help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", "rich_help_panel": "Target"},
+    "base_url": {"flags": ("--base-url",), "help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+                 "(default: $OPENAI_BASE_URL when no --local is given, as in the OpenAI SDK)", "rich_help_panel": "Target"},
     "model": {"flags": ("--model",), "help": "model name at the endpoint", "rich_help_panel": "Target"},
     "api_key": {"flags": ("--api-key",), "envvar": "OPENAI_API_KEY", "show_envvar": True, "help": "API key (never stored or printed)", "rich_help_panel": "Target"},
     "endpoint": {"help": "completions or chat", "rich_help_panel": "Target"},

@@ -1,0 +1,97 @@
+"""The conventions users bring from other tools: the SDK's environment variables, one spelling of
+a model path, refusals that name the differing setting."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from blackbox_mia.cli import app
+from blackbox_mia.cli.common import TargetOptions, local_model_path, normalized_spec
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.io import config_mismatch
+from blackbox_mia.types import BlackboxMIAError
+
+runner = CliRunner()
+NO_ENV = {"OPENAI_BASE_URL": None, "OPENAI_API_KEY": None}
+
+
+def invoke(*args, env=None):
+    return runner.invoke(app, [str(a) for a in args], env={**NO_ENV, **(env or {})}, catch_exceptions=False)
+
+
+# -- OPENAI_BASE_URL / OPENAI_API_KEY ---------------------------------------------------------
+
+
+def test_base_url_from_the_environment_only_without_local(tmp_path):
+    env = {"OPENAI_BASE_URL": "https://api.example.com/v1"}
+    assert TargetOptions(model="m").target_spec(env) == "api:m@https://api.example.com/v1"
+    assert TargetOptions(model="m", base_url="http://127.0.0.1:9/v1").target_spec(env) == "api:m@http://127.0.0.1:9/v1"
+    assert TargetOptions(local="gpt2").target_spec(env) == "local:gpt2"  # --local wins over the env
+    with pytest.raises(BlackboxMIAError, match="OPENAI_BASE_URL needs --model"):
+        TargetOptions().target_spec(env)
+    with pytest.raises(BlackboxMIAError, match="OPENAI_BASE_URL must start with http"):
+        TargetOptions(model="m").target_spec({"OPENAI_BASE_URL": "api.example.com/v1"})
+    with pytest.raises(BlackboxMIAError, match="choose the target.*OPENAI_BASE_URL"):
+        TargetOptions(model="m").target_spec({})
+    with pytest.raises(BlackboxMIAError, match="not both"):
+        TargetOptions(local="gpt2", base_url="http://127.0.0.1:9/v1", model="m").target_spec({})
+
+
+def test_probe_takes_endpoint_and_key_from_the_sdk_variables(tiny_model_dir, tmp_path):
+    key = "sk-test-ENV-1717"
+    with serve_in_background(ServerConfig(str(tiny_model_dir), api_key=key, echo=False)) as url:
+        args = ["probe", "Tom has 3 red apples.", "--model", tiny_model_dir, "--tokenizer", tiny_model_dir, "--json"]
+        result = invoke(*args, "--cache-dir", tmp_path / "cache", env={"OPENAI_BASE_URL": url, "OPENAI_API_KEY": key})
+        assert result.exit_code == 0, result.output
+        record = json.loads(result.stdout.strip().splitlines()[-1])
+        assert record["usage"]["requests"] > 0 and "".join(t["token"] for t in record["tokens"]) == "Tom has 3 red apples."
+        refused = invoke(*args, "--cache-dir", tmp_path / "other", env={"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-wrong"})
+    assert refused.exit_code == 2 and "401" in refused.output and key not in result.output + refused.output
+
+
+def test_help_names_the_environment_variables():
+    text = " ".join(invoke("score", "--help", env={"COLUMNS": "200"}).output.split())
+    assert "$OPENAI_BASE_URL when no --local is given" in text and "OPENAI_API_KEY" in text
+
+
+# -- model paths, one spelling; refusals name the setting --------------------------------------
+
+
+def test_local_paths_are_normalised(tmp_path, monkeypatch):
+    (tmp_path / "cache" / "canary" / "x").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    for typed in ("cache/canary/x/", "./cache/canary/x", "cache//canary/x"):
+        assert local_model_path(typed) == "cache/canary/x"
+        assert TargetOptions(local=typed).target_spec({}) == "local:cache/canary/x"
+        assert normalized_spec(typed) == normalized_spec(f"local:{typed}") == "local:cache/canary/x"
+    assert local_model_path("openai-community/gpt2") == "openai-community/gpt2"  # a hub name as given
+    assert normalized_spec("api:m@http://127.0.0.1:9/v1/") == "api:m@http://127.0.0.1:9/v1/"
+
+
+def test_score_resumes_whatever_the_spelling_of_the_model_path(tiny_model_dir, tmp_path):
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps({"id": f"t{i}", "text": f"Question: Tom has {i} apples."}) + "\n" for i in range(3)))
+    out = tmp_path / "scores.jsonl"
+    first = invoke("score", items, "--local", tiny_model_dir, "--scorers", "loss", "--out", out)
+    assert first.exit_code == 0, first.output
+    again = invoke("score", items, "--local", f"{tiny_model_dir}/", "--scorers", "loss", "--out", out)
+    assert again.exit_code == 0, again.output
+    assert len(out.read_text().splitlines()) == 3
+    config = json.loads((tmp_path / "scores.jsonl.config.json").read_text())
+    assert config["backends"]["target"]["model"] == str(tiny_model_dir)
+
+
+def test_config_mismatch_names_the_first_differing_setting():
+    old = {"backends": {"target": {"model": "a", "dtype": "auto"}}, "scorers": {"loss": {}}, "ks": [1, 2]}
+    assert config_mismatch(old, json.loads(json.dumps(old))) is None
+    assert config_mismatch({"ks": (1, 2), "x": 1}, {"ks": [1, 2], "x": 1.0}) is None  # as read back from JSON
+    new = {"backends": {"target": {"model": "b", "dtype": "float32"}}, "scorers": {"loss": {}}, "ks": [1, 2]}
+    assert config_mismatch(old, new) == "backends.target.dtype: 'auto' before, 'float32' now"
+    assert config_mismatch(old, {**old, "ks": [1, 3]}) == "ks[1]: 2 before, 3 now"
+    assert config_mismatch(old, {**old, "ks": [1]}) == "ks: [1, 2] before, [1] now"
+    assert config_mismatch(old, {**old, "seed": 0}) == "seed: absent before, 0 now"
+    assert config_mismatch(old, {"backends": old["backends"], "ks": [1, 2]}) == "scorers: {'loss': {}} before, absent now"
+    assert config_mismatch([1], {"a": 1}) == "configuration: [1] before, {'a': 1} now"
