@@ -47,6 +47,12 @@ class ServerConfig:
         chat_template: text a chat prompt is wrapped in, with ``{content}`` replaced by the
             concatenated message contents (e.g. :data:`DEFAULT_CHAT_TEMPLATE`); chat log-probs
             are then conditional on the template. ``None``: contents concatenated as is.
+        vllm: answer as vLLM's OpenAI-compatible server (:mod:`.vllm`): the ``prompt_logprobs``
+            request field (capped by ``max_logprobs_completions``, vLLM's ``max_logprobs``) on
+            both endpoints, echo built from the prompt log-probs, ``stop_reason`` and
+            ``prompt_logprobs`` in every completions choice, one completion token billed for
+            echo with ``max_tokens: 0``, and ``/tokenize`` adding special tokens unless told
+            otherwise. False: ``prompt_logprobs`` is ignored, as OpenAI-style servers do.
         text_bos: prepend the tokenizer's BOS token to TEXT prompts (completions strings and
             chat prompts, as vLLM / llama.cpp for Llama-family models); ``usage.prompt_tokens``
             counts it. False: no BOS. Token-id prompts are never changed.
@@ -76,6 +82,7 @@ class ServerConfig:
     empty_partial_names: bool = False
     zero_max_tokens_unlimited: bool = False
     chat_template: str | None = None
+    vllm: bool = False
     text_bos: bool = False
     max_body_bytes: int = MAX_BODY_BYTES
     batch_window_ms: float = 2.0

@@ -46,12 +46,13 @@ class Step:
 class Continuation:
     """What one request generated (the server's view; :class:`blackbox_mia.types.Generation` is
     what a backend returns): every step (the stop token included), the text (without the
-    EOS token, cut before a stop sequence) and OpenAI's ``finish_reason`` (``"stop"`` after EOS or
-    a stop sequence, else ``"length"``)."""
+    EOS token, cut before a stop sequence), OpenAI's ``finish_reason`` (``"stop"`` after EOS or
+    a stop sequence, else ``"length"``) and the stop sequence that ended it (``None``: none did)."""
 
     steps: list[Step]
     text: str
     finish_reason: str
+    stop_reason: str | None = None
 
 
 def top_n(logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:

@@ -24,6 +24,9 @@ provider behaviours that matter to the tracker (``docs/design.md`` §4):
 * ``max_tokens: 0`` means "prompt only" (echo), or "to the end of the context" with
   ``zero_max_tokens_unlimited`` (as some servers do).
 * echoed prompt log-probs always ignore ``logit_bias`` (the bias only acts on sampling).
+* ``vllm``: vLLM's shapes (:mod:`.vllm`): ``prompt_logprobs`` (one request gives every prompt
+  token's log-prob and rank), echo derived from them, ``stop_reason``, vLLM's billing of echo
+  with ``max_tokens: 0`` and its ``/tokenize`` defaults.
 * every field the server reads is validated: a bad one gets a 400 with OpenAI's error JSON
   ``{"error": {"message", "type", "param", "code"}}``; a body over ``max_body_bytes`` gets 413.
 
@@ -60,6 +63,7 @@ from .names import TokenNames
 from .params import bool_field, chat_prompt, int_field, parse_sampling
 from .render import chat_entry, envelope, legacy_logprobs
 from .sampling import Continuation, Sampling, choose
+from .vllm import RankedPosition, echo_positions, prompt_logprobs, ranked_positions
 
 LOG = logging.getLogger(__name__)
 TOKENIZE_WORKERS = 2  # threads of the tokenization pool (separate from the single model thread)
@@ -272,9 +276,10 @@ class ValidationServer:
                 return Continuation(steps, text + decoder.decode(b"", final=True), "stop")
             start = max(0, len(text) - longest)
             text += decoder.decode(self._names(step.token)[1])
-            hits = [i for i in (text.find(s, start) for s in sampling.stop) if i >= 0]
+            hits = [(i, s) for i, s in ((text.find(s, start), s) for s in sampling.stop) if i >= 0]
             if hits:
-                return Continuation(steps, text[: min(hits)], "stop")
+                at, stop = min(hits)
+                return Continuation(steps, text[:at], "stop", stop)
         return Continuation(steps, text + decoder.decode(b"", final=True), "length")
 
     async def _respond(self, build: Callable[[], dict], size: int) -> web.Response:
@@ -335,12 +340,17 @@ class ValidationServer:
         self._check_length(len(prompt), max_tokens)
         sampling = replace(sampling, max_tokens=max_tokens, top_n=top)
         want_logprobs = top is not None and self.config.logprobs
-        if echo and want_logprobs and len(prompt) > 1:
+        ranked = await self._ranked(body, prompt, echo and want_logprobs, top)
+        if not (echo and want_logprobs and len(prompt) > 1):
+            positions = []
+        elif ranked is not None:
+            positions = echo_positions(ranked, top)
+        else:
             positions = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self.backend.prompt_top_logprobs, prompt, top)
-        else:
-            positions = []
         generated = await self._generate(prompt, sampling)
+        # vLLM runs one decoding step for echo with max_tokens 0, and bills it
+        billed = 1 if self.config.vllm and max_tokens == 0 else len(generated.steps)
 
         def build() -> dict:
             echoed = "" if not echo else prompt_text if prompt_text is not None else self._names.text(prompt)
@@ -349,9 +359,38 @@ class ValidationServer:
             if want_logprobs:
                 choice["logprobs"] = legacy_logprobs(
                     self._names, prompt if echo else [], added if echo else 0, positions, generated.steps)
-            return envelope("text_completion", self.config.name, choice, len(prompt), len(generated.steps))
+            if self.config.vllm:
+                choice["stop_reason"] = generated.stop_reason
+                choice["prompt_logprobs"] = self._prompt_logprobs(body, ranked)
+            return envelope("text_completion", self.config.name, choice, len(prompt), billed)
 
-        return await self._respond(build, (len(prompt) if echo else 0) + len(generated.steps))
+        return await self._respond(build, (len(prompt) if echo or ranked else 0) + len(generated.steps))
+
+    async def _ranked(self, body: dict, prompt: list[int], echo_logprobs: bool,
+                      top: int | None) -> list[RankedPosition] | None:
+        """vLLM mode: the prompt's ranked positions when the request asks for ``prompt_logprobs``
+        (k of them) or for echoed log-probs (``top`` of them, as vLLM derives those from the
+        prompt log-probs); else ``None``.
+
+        Raises:
+            HttpError: 400 for a ``prompt_logprobs`` that is not an integer in
+                [0, ``max_logprobs_completions``].
+        """
+        if not self.config.vllm:
+            return None
+        k = int_field(body, "prompt_logprobs", None, lo=0, hi=self.config.max_logprobs_completions)
+        if k is None and echo_logprobs:
+            k = top
+        if k is None or not self.config.logprobs:
+            return None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, ranked_positions, self.backend, prompt, k)
+
+    def _prompt_logprobs(self, body: dict, ranked: list[RankedPosition] | None) -> list | None:
+        """The ``prompt_logprobs`` field: ``None`` unless the request asked for it."""
+        if ranked is None or body.get("prompt_logprobs") is None:
+            return None
+        return prompt_logprobs(self._names, ranked)
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await self._body(request, require_model=True)
@@ -366,6 +405,7 @@ class ValidationServer:
         max_tokens = self._max_tokens(body, names, len(prompt), lo=1)
         self._check_length(len(prompt), max_tokens)
         sampling = replace(sampling, max_tokens=max_tokens, top_n=(top or 0) if logprobs else None)
+        ranked = await self._ranked(body, prompt, False, None)
         generated = await self._generate(prompt, sampling)
         choice = {
             "index": 0,
@@ -375,11 +415,17 @@ class ValidationServer:
         }
         if logprobs and self.config.logprobs:
             choice["logprobs"] = {"content": [chat_entry(self._names, s) for s in generated.steps]}
-        return web.json_response(envelope("chat.completion", self.config.name, choice, len(prompt), len(generated.steps)))
+        if self.config.vllm:
+            choice["stop_reason"] = generated.stop_reason
+        response = envelope("chat.completion", self.config.name, choice, len(prompt), len(generated.steps))
+        if self.config.vllm:
+            response["prompt_logprobs"] = self._prompt_logprobs(body, ranked)
+        return await self._respond(lambda: response, len(ranked or ()) + len(generated.steps))
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM's ``/tokenize``: ids of ``prompt`` (or of ``messages``, templated as chat prompts
-        are); ``add_special_tokens`` prepends BOS exactly when the server does (``text_bos``)."""
+        are); ``add_special_tokens`` prepends BOS exactly when the server does (``text_bos``). Its
+        default is vLLM's in vLLM mode (True for a prompt, False for messages), else False."""
         body = await self._body(request, require_model=False)
         if "messages" in body:
             text = chat_prompt(body["messages"], self.config.chat_template)
@@ -387,7 +433,8 @@ class ValidationServer:
             text = body["prompt"]
         else:
             raise bad_request("'prompt' must be a string (or give 'messages')", "prompt", "invalid_type")
-        special = bool_field(body, "add_special_tokens", False)
+        # vLLM adds special tokens to a text prompt unless told not to (never to chat messages)
+        special = bool_field(body, "add_special_tokens", self.config.vllm and "messages" not in body)
         strs = bool_field(body, "return_token_strs", False)
         ids = await self._sized(len(text), INLINE_CHARS, self.backend.encode, text)
         if special and self._bos is not None:
