@@ -4,6 +4,7 @@ a model path, refusals that name the differing setting."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from blackbox_mia.cli import app
 from blackbox_mia.cli.common import TargetOptions, local_model_path, normalized_spec
 from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.emulator.listen import check_bindable
 from blackbox_mia.io import config_mismatch
 from blackbox_mia.types import BlackboxMIAError
 
@@ -95,3 +97,32 @@ def test_config_mismatch_names_the_first_differing_setting():
     assert config_mismatch(old, {**old, "seed": 0}) == "seed: absent before, 0 now"
     assert config_mismatch(old, {"backends": old["backends"], "ks": [1, 2]}) == "scorers: {'loss': {}} before, absent now"
     assert config_mismatch([1], {"a": 1}) == "configuration: [1] before, {'a': 1} now"
+
+
+# -- bbmia serve on a busy port ---------------------------------------------------------------
+
+
+@pytest.fixture()
+def busy_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_serve_on_a_busy_port_is_one_clear_line_before_the_model_loads(busy_port):
+    result = invoke("serve", "--model", "/nonexistent/model", "--port", busy_port)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip() == (
+        f"error: cannot listen on 127.0.0.1:{busy_port}: the port is in use (another server?); "
+        "choose another port, or port 0 for a free one"
+    )
+
+
+def test_a_busy_port_found_at_bind_time_says_the_same(tiny_model_dir, busy_port):
+    in_use = f"cannot listen on 127.0.0.1:{busy_port}: the port is in use"
+    with pytest.raises(BlackboxMIAError, match=in_use), serve_in_background(ServerConfig(str(tiny_model_dir), port=busy_port)):
+        pass
+    check_bindable("127.0.0.1", 0)  # port 0 always passes
+    with pytest.raises(BlackboxMIAError, match="unknown host"):
+        check_bindable("no-such-host.invalid", 8000)

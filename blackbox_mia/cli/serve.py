@@ -76,6 +76,7 @@ def serve(
     """
     with user_errors():
         from ..emulator import ServerConfig, is_loopback, load_chat_template
+        from ..emulator.listen import check_bindable
 
         config = ServerConfig(
             model=model, host=host, port=port, api_key=api_key, served_name=served_name,
@@ -88,6 +89,7 @@ def serve(
             **{name: value for name, value in (("token_id_refusal_status", token_id_refusal_status),
                                                ("max_body_bytes", max_body_bytes)) if value is not None},
         )
+        check_bindable(host, port)  # a busy port fails now, not after the model has loaded
         if not is_loopback(host):
             typer.secho(
                 f"warning: binding {host} exposes the model to the network"
