@@ -20,6 +20,7 @@ from blackbox_mia.evaluation import (
     prevalence_with_ci,
     write_report,
 )
+from blackbox_mia.evaluation.plots import roc_figure, roc_title
 from blackbox_mia.types import BlackboxMIAError
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -40,6 +41,28 @@ def test_plot_roc_writes_png(tmp_path, scored, log_scale):
     path = plot_roc(scored, tmp_path / "figs" / "roc.png", log_scale=log_scale)
     assert path == tmp_path / "figs" / "roc.png"
     assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
+
+
+@pytest.mark.parametrize("log_scale", [False, True])
+def test_roc_names_what_it_shows_and_keeps_a_perfect_curve_inside_the_frame(log_scale):
+    labels = np.array([1, 1, 0, 0, 0, 0])
+    fig = roc_figure({"loss": (labels, np.array([6.0, 5, 4, 3, 2, 1]))}, log_scale=log_scale,
+                     dataset="wikimia64", model="cache/canary/x")
+    ax = fig.axes[0]
+    kind = "ROC (log-log)" if log_scale else "ROC"
+    assert ax.get_title() == f"{kind}: loss\nwikimia64 · cache/canary/x"
+    curve = ax.get_lines()[0]
+    assert curve.get_label() == "loss (AUC 1.000)"
+    x, y = np.asarray(curve.get_xdata()), np.asarray(curve.get_ydata())
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert y.max() == 1.0 and x1 == y1 == pytest.approx(1.25 if log_scale else 1.02)  # TPR 1 below the top
+    if log_scale:  # lo = half of min(1/4 non-members, 0.001); FPR 0 and TPR 0 drawn there, inside the frame
+        assert (x0, y0) == (pytest.approx(4e-4), pytest.approx(4e-4))
+        assert list(x) == pytest.approx([5e-4, 5e-4, 5e-4, 0.25, 0.5, 0.75, 1.0])
+        assert list(y) == pytest.approx([5e-4, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0])
+    else:
+        assert (x0, y0) == (pytest.approx(-0.02), pytest.approx(-0.02)) and x.min() == 0.0 > x0
+    assert roc_title(["loss", "min_k"]) == "ROC: loss, min_k"
 
 
 def test_plot_histogram_writes_png(tmp_path):

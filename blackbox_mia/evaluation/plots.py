@@ -17,22 +17,91 @@ from matplotlib.figure import Figure
 from ..types import BlackboxMIAError
 from .metrics import auc, check_binary, roc
 
+ROC_MARGIN = 0.02
+"""Room around the unit square on linear ROC axes (a fraction of it), so a perfect curve (AUC
+1.0), which runs along FPR = 0 and TPR = 1, is drawn inside the frame, not on it."""
+
+ROC_LOG_MARGIN = 1.25
+"""The same room on log-log ROC axes, as a factor: the axes run from the lowest drawn rate
+divided by it to 1 times it."""
+
+
+def roc_title(scorers: Sequence[str], dataset: str | None = None, model: str | None = None,
+              log_scale: bool = False) -> str:
+    """A ROC figure's title naming what it shows: ``"ROC (log-log): loss, min_k"`` and, on a
+    second line when given, ``"wikimia64 · cache/canary/x"`` (dataset · model)."""
+    kind = "ROC (log-log)" if log_scale else "ROC"
+    audited = " · ".join(part for part in (dataset, model) if part)
+    return f"{kind}: {', '.join(scorers)}" + (f"\n{audited}" if audited else "")
+
+
+def roc_figure(
+    curves: Mapping[str, tuple],
+    log_scale: bool = False,
+    title: str | None = None,
+    *,
+    dataset: str | None = None,
+    model: str | None = None,
+) -> Figure:
+    """One ROC curve per scorer, with its AUC in the legend and the chance line.
+
+    Args:
+        curves: ``{name: (labels, scores)}``, each of shape (n,) (1 = member; higher score =
+            member).
+        log_scale: False → linear axes on [0, 1]; True → log-log axes (Carlini et al. 2022),
+            rates from ``lo`` = half of min(1/(largest non-member count), 0.001) to 1. Points at
+            FPR or TPR 0 are drawn at ``lo``, so a curve's rise from 0 stays visible.
+        title: the figure's title (default :func:`roc_title` of the curves, ``dataset`` and
+            ``model``).
+        dataset, model: what was audited, named in the default title.
+
+    The axes leave room around the drawn rates (:data:`ROC_MARGIN`, :data:`ROC_LOG_MARGIN`): a
+    curve at AUC 1.0 is drawn inside the frame, not on it.
+
+    Raises:
+        BlackboxMIAError: no curves, or bad labels/scores (see metrics.check_binary).
+    """
+    if not curves:
+        raise BlackboxMIAError("plot_roc needs at least one curve")
+    checked = {name: check_binary(labels, scores) for name, (labels, scores) in curves.items()}
+    fig = Figure(figsize=(5, 5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    lo = min(min(1.0 / int((y == 0).sum()) for y, _ in checked.values()), 1e-3) / 2
+    for name, (y, s) in checked.items():
+        fpr, tpr, _ = roc(y, s)
+        if log_scale:
+            fpr, tpr = np.maximum(fpr, lo), np.maximum(tpr, lo)
+        ax.plot(fpr, tpr, lw=1.5, label=f"{name} (AUC {auc(y, s):.3f})")
+    if log_scale:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo / ROC_LOG_MARGIN, ROC_LOG_MARGIN)
+        ax.set_ylim(lo / ROC_LOG_MARGIN, ROC_LOG_MARGIN)
+        grid = np.logspace(np.log10(lo), 0, 100)
+        ax.plot(grid, grid, "k--", lw=0.8, label="chance")
+    else:
+        ax.set_xlim(-ROC_MARGIN, 1 + ROC_MARGIN)
+        ax.set_ylim(-ROC_MARGIN, 1 + ROC_MARGIN)
+        ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="chance")
+    ax.set_xlabel("False positive rate")
+    ax.set_ylabel("True positive rate")
+    ax.set_title(title or roc_title(list(curves), dataset, model, log_scale), fontsize="medium")
+    ax.legend(loc="lower right", fontsize="small")
+    return fig
+
 
 def plot_roc(
     curves: Mapping[str, tuple],
     path: str | Path,
     log_scale: bool = False,
     title: str | None = None,
+    *,
+    dataset: str | None = None,
+    model: str | None = None,
 ) -> Path:
-    """Plot one ROC curve per scorer, with its AUC in the legend and the chance line.
-
-    Args:
-        curves: ``{name: (labels, scores)}``, each of shape (n,) (1 = member; higher score =
-            member).
-        path: output image (PNG by extension); parent folders are created.
-        log_scale: False → linear axes on [0, 1]; True → log-log axes (Carlini et al. 2022),
-            FPR from 1/(largest non-member count) to 1. FPR = 0 points are not drawn there.
-        title: figure title (default "ROC" or "ROC (log scale)").
+    """Write :func:`roc_figure` (same arguments) to ``path`` (PNG by extension; parent folders
+    are created).
 
     Returns:
         ``path`` as a Path.
@@ -40,34 +109,7 @@ def plot_roc(
     Raises:
         BlackboxMIAError: no curves, or bad labels/scores (see metrics.check_binary).
     """
-    if not curves:
-        raise BlackboxMIAError("plot_roc needs at least one curve")
-    fig = Figure(figsize=(5, 5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    min_fpr = 1.0
-    for name, (labels, scores) in curves.items():
-        y, s = check_binary(labels, scores)
-        fpr, tpr, _ = roc(y, s)
-        min_fpr = min(min_fpr, 1.0 / int((y == 0).sum()))
-        ax.plot(fpr, tpr, lw=1.5, label=f"{name} (AUC {auc(y, s):.3f})")
-    if log_scale:
-        lo = min(min_fpr, 1e-3) / 2
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, 1)
-        ax.set_ylim(lo, 1)
-        grid = np.logspace(np.log10(lo), 0, 100)
-        ax.plot(grid, grid, "k--", lw=0.8, label="chance")
-    else:
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="chance")
-    ax.set_xlabel("False positive rate")
-    ax.set_ylabel("True positive rate")
-    ax.set_title(title or ("ROC (log scale)" if log_scale else "ROC"))
-    ax.legend(loc="lower right", fontsize="small")
-    return _save(fig, path)
+    return _save(roc_figure(curves, log_scale, title, dataset=dataset, model=model), path)
 
 
 def plot_histogram(
