@@ -18,18 +18,22 @@ The API key is never part of a key or a value.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import logging
 import os
+import queue
 import socket
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
@@ -229,7 +233,11 @@ class ResponseCache:
         directory: where the cache lives; default ``cache_root() / "responses"``.
 
     Nothing is ever evicted (no size limit), and every :meth:`put` is committed with SQLite
-    ``synchronous=FULL`` before it returns (a value stored in a file is fsynced first). Several
+    ``synchronous=FULL`` before it returns (a value stored in a file is fsynced first).
+    :meth:`put_soon` hands the row to a writer thread instead, which commits every row waiting
+    in one transaction (one fsync for many answers) and completes the returned future once the
+    row is on disk: an event loop awaits it without blocking, and reports the answer only
+    then. Several
     processes may share one directory; :meth:`claim` and :meth:`release` let them agree on who
     asks the API for each request (claims live in ``<directory>/claims``).
 
@@ -250,6 +258,9 @@ class ResponseCache:
         self.misses = 0
         self._held: dict[str, str] = {}  # request key -> token of the claim this instance holds
         self._claims_db: diskcache.Cache | None = None  # opened on the first claim
+        self._writer: threading.Thread | None = None  # started by the first put_soon
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future) rows, or None: stop
+        self._writer_lock = threading.Lock()
         with self._guard("opening it"):
             self._cache = _open(self.directory, SQLITE_FULL_SYNC)
 
@@ -288,6 +299,73 @@ class ResponseCache:
             raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
         with self._guard("writing a row"):
             self._cache.set(key, value)
+
+    def put_many(self, rows: Sequence[tuple[str, dict]]) -> None:
+        """Store every ``(key, value)`` of ``rows`` in one transaction (one commit, so one fsync);
+        all on disk when this returns, or none.
+
+        Raises:
+            BlackboxMIAError: a value is not a JSON-serialisable dict, or the cache is unusable.
+        """
+        for _, value in rows:
+            if not isinstance(value, dict):
+                raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
+        with self._guard("writing rows"), self._cache.transact():
+            for key, value in rows:
+                self._cache.set(key, value)
+
+    def put_soon(self, key: str, value: dict) -> concurrent.futures.Future:
+        """Queue ``value`` under ``key`` for the writer thread; the future completes (``None``)
+        once the row is committed to disk, or with the :class:`BlackboxMIAError` :meth:`put`
+        would raise. Rows queued together are committed in one transaction; a row that makes
+        its batch fail is retried alone, so one bad value fails only its own future.
+
+        Await it from asyncio with ``asyncio.wrap_future``. Rows queued before :meth:`close`
+        are all written before it returns.
+        """
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_rows, name="bbmia-cache-writer", daemon=True)
+                self._writer.start()
+            self._pending.put((key, value, future))
+        return future
+
+    def _write_rows(self) -> None:
+        """The writer thread: commit whatever is queued, batch by batch, until told to stop."""
+        stop = False
+        while not stop:
+            batch = [self._pending.get()]
+            while True:
+                try:
+                    batch.append(self._pending.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in batch
+            rows = [row for row in batch if row is not None]
+            try:
+                self.put_many([(key, value) for key, value, _ in rows])
+            except BaseException:  # noqa: BLE001 - each row's own outcome goes to its future below
+                for key, value, future in rows:
+                    try:
+                        self.put(key, value)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(None)
+            else:
+                for *_, future in rows:
+                    future.set_result(None)
+        with self._guard("closing"):
+            self._cache.close()  # this thread's own SQLite connection
+
+    def _stop_writer(self) -> None:
+        """Write every queued row, then stop the writer thread (nothing when none started)."""
+        with self._writer_lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            self._pending.put(None)
+            writer.join()
 
     def delete(self, key: str) -> bool:
         """Remove ``key``; whether it was present."""
@@ -373,7 +451,9 @@ class ResponseCache:
         return self._claims_db
 
     def close(self) -> None:
-        """Release the claims this instance holds and close the databases (idempotent)."""
+        """Write the rows queued by :meth:`put_soon`, release the claims this instance holds and
+        close the databases (idempotent)."""
+        self._stop_writer()
         for key in list(self._held):
             self.release(key)
         with self._guard("closing"):
@@ -381,7 +461,7 @@ class ResponseCache:
             if self._claims_db is not None:
                 self._claims_db.close()
 
-    def __enter__(self) -> ResponseCache:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -220,3 +220,44 @@ def test_puts_are_on_disk_before_put_returns(tmp_path, monkeypatch):
         (file,) = list(tmp_path.rglob("*.val"))
         # the value file and the directories that name it are fsynced before the row is committed
         assert str(file) in synced and str(file.parent) in synced and str(tmp_path) in synced
+
+
+# -- put_soon: the writer thread commits queued rows in batches ---------------------------------
+
+
+def test_put_soon_commits_waiting_rows_in_one_transaction_and_fails_only_a_bad_row(tmp_path, monkeypatch):
+    import threading
+
+    batches, gate = [], threading.Event()
+    cache = ResponseCache(tmp_path)
+    original = cache.put_many
+
+    def recording(rows):
+        batches.append([k for k, _ in rows])
+        gate.wait(10)  # hold the first batch so the next rows queue up behind it
+        original(rows)
+
+    monkeypatch.setattr(cache, "put_many", recording)
+    keys = [request_key("http://h/v1", "m", "completions", {"prompt": [i]}) for i in range(5)]
+    first = cache.put_soon(keys[0], {"i": 0})
+    while not batches:  # the writer took the first row
+        pass
+    later = [cache.put_soon(k, {"i": i}) for i, k in enumerate(keys[1:4], 1)]
+    bad = cache.put_soon(keys[4], {"x": float("nan")})
+    gate.set()
+    assert first.result(10) is None and [f.result(10) for f in later] == [None] * 3
+    with pytest.raises(BlackboxMIAError, match="not JSON-serialisable"):
+        bad.result(10)
+    assert batches == [keys[:1], keys[1:]]  # the four waiting rows went as one batch (then one by one)
+    with ResponseCache(tmp_path) as other:  # another connection: the rows are committed
+        assert [other.get(k) for k in keys] == [{"i": 0}, {"i": 1}, {"i": 2}, {"i": 3}, None]
+    cache.close()
+
+
+def test_close_writes_every_queued_row_first(tmp_path):
+    cache = ResponseCache(tmp_path)
+    futures = [cache.put_soon(request_key("http://h/v1", "m", "chat", {"n": i}), {"n": i}) for i in range(50)]
+    cache.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    with ResponseCache(tmp_path) as again:
+        assert len(again) == 50

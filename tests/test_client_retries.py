@@ -10,7 +10,7 @@ import time
 import pytest
 
 from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.backends.api.faults import FAULTS, ApiError
+from blackbox_mia.backends.api.faults import FAULTS, ApiError, connection_refused
 from blackbox_mia.types import BlackboxMIAError
 
 from .helpers_client import KEY, config
@@ -125,11 +125,26 @@ async def test_unreachable_base_url():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
-    async with ApiClient(config(f"http://user:pw@127.0.0.1:{port}/v1", max_retries=2)) as client:
-        with pytest.raises(ApiError, match=rf"cannot reach http://127.0.0.1:{port}/v1: ") as err:
+    # a refused connection is retried once, not max_retries times: a wrong port fails in seconds
+    async with ApiClient(config(f"http://user:pw@127.0.0.1:{port}/v1", max_retries=6, backoff_base_s=0.2,
+                                backoff_max_s=60.0)) as client:
+        started = time.monotonic()
+        with pytest.raises(ApiError, match=rf"connection refused by http://127.0.0.1:{port}/v1: nothing listens") as err:
             await client.complete([1])
-    assert str(err.value).endswith("(transient: gave up after 3 attempts)") and err.value.fault == "transient"
-    assert err.value.status_code is None and client.usage.retries == 2 and "pw" not in str(err.value)
+        waited = time.monotonic() - started
+    assert str(err.value).endswith("(transient: gave up after 2 attempts)") and err.value.fault == "transient"
+    assert err.value.status_code is None and client.usage.retries == 1 and "pw" not in str(err.value)
+    assert client.usage.requests == 2 and waited < 2.0  # one backoff of 0.2-0.6 s, not six up to 60 s
+
+
+def test_connection_refused_is_found_through_the_sdk_wrapping():
+    import errno
+
+    inner = OSError(errno.ECONNREFUSED, "Connection refused")
+    outer = RuntimeError("connect failed")
+    outer.__cause__ = inner
+    assert connection_refused(outer) and connection_refused(ConnectionRefusedError())
+    assert not connection_refused(RuntimeError("reset")) and not connection_refused(OSError(errno.ECONNRESET, "reset"))
 
 
 async def test_timeout(make_client, fake):

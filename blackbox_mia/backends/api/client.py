@@ -7,13 +7,17 @@ retries off) and adds what an audit needs:
   every number finite, lengths consistent (see :mod:`.answers`). An answer that fails it is
   never cached: it is retried, and a cached row that fails it is dropped and asked again;
 * a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), written as
-  soon as an answer has passed validation, before anything else happens, so a rerun makes zero
-  requests; processes sharing a cache directory claim each request so none is paid for twice;
+  soon as an answer has passed validation, before the answer is returned, so a rerun makes zero
+  requests; the rows go to the cache's writer thread, which commits many in one transaction,
+  so the event loop never waits on a disk flush; processes sharing a cache directory claim
+  each request so none is paid for twice;
 * retries with tenacity by fault class (:mod:`.faults`, carried by :class:`ApiError`):
   transient faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off
   exponentially with jitter, never less than the server's ``Retry-After``; invalid 200s are
   retried after a short linear wait; final faults (other 4xx, 501, a 500 repeating the same
-  body) fail at once;
+  body) fail at once; a refused connection (nothing listens at the URL) is retried once;
+* an optional spending cap (``ApiConfig.max_cost``, :class:`~.usage.Budget`): the request that
+  could take the spend past it is not sent (:class:`~.usage.BudgetExceeded`);
 * at most ``concurrency`` requests in flight, optional requests-per-minute and
   tokens-per-minute limits (:mod:`.usage`);
 * request bodies built and checked by the endpoint kind's :class:`~.dialect.Dialect`, and a
@@ -31,6 +35,7 @@ import asyncio
 import json
 import logging
 from types import TracebackType
+from typing import Self
 
 import openai
 from tenacity import (
@@ -38,6 +43,7 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
+    stop_any,
 )
 
 from ...cache import CLAIM_REFRESH_S, ResponseCache, request_key
@@ -45,10 +51,10 @@ from ...types import BlackboxMIAError
 from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect, estimate_tokens
-from .faults import ApiError, Backoff, fault_of
-from .usage import RateLimiter, Usage
+from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
+from .usage import Budget, BudgetExceeded, RateLimiter, Usage, request_cost
 
-__all__ = ["ApiClient", "ApiConfig", "ApiError", "Usage", "display_url"]
+__all__ = ["ApiClient", "ApiConfig", "ApiError", "BudgetExceeded", "Usage", "display_url"]
 
 LOG = logging.getLogger(__name__)
 CLAIM_POLL_S = 0.02  # first wait (seconds) for another process's answer to a claimed request; doubles
@@ -81,6 +87,7 @@ class ApiClient:
         self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
+        self._budget = Budget(config.max_cost) if config.max_cost is not None else None
 
     def __repr__(self) -> str:
         return f"ApiClient({self.config!r})"
@@ -196,7 +203,7 @@ class ApiClient:
         if self.cache is not None:
             self.cache.close()
 
-    async def __aenter__(self) -> ApiClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -268,7 +275,8 @@ class ApiClient:
             if found is not None:
                 return *found, False
             raw, result = await self._fetch(dialect, payload)
-            self.cache.put(key, raw)  # validated and paid for: on disk before anything else
+            # validated and paid for: on disk (the writer thread's next commit) before it is returned
+            await asyncio.wrap_future(self.cache.put_soon(key, raw))
             return raw, result, True
         finally:
             self.cache.release(key)
@@ -300,7 +308,7 @@ class ApiClient:
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda exc: fault_of(exc) != "final"),
             wait=Backoff(self.config.backoff_base_s, self.config.backoff_max_s),
-            stop=stop_after_attempt(self.config.max_retries + 1),
+            stop=stop_any(stop_after_attempt(self.config.max_retries + 1), refused_too_often),
             before_sleep=self._note_retry,
             reraise=True,
         )
@@ -329,6 +337,7 @@ class ApiClient:
         Raises:
             openai.APIError: the request failed.
             Malformed: the answer is not a JSON object or fails validation.
+            BudgetExceeded: sending it could take the spend past ``max_cost``.
         """
         if self._rpm is not None:
             await self._rpm.acquire(1)
@@ -337,11 +346,16 @@ class ApiClient:
         first, resource = dialect.prompt_field, dialect.resource(self._sdk)
         body = {k: v for k, v in payload.items() if k != first}
         async with self._slots:
-            self.usage.requests += 1
-            # The whole payload goes as the body, so what is sent is exactly what is hashed.
-            response = await resource.with_raw_response.create(
-                model=self.config.model, **{first: payload[first]}, extra_body=body
-            )
+            worst = self._reserve(payload, tokens)
+            try:
+                self.usage.requests += 1
+                # The whole payload goes as the body, so what is sent is exactly what is hashed.
+                response = await resource.with_raw_response.create(
+                    model=self.config.model, **{first: payload[first]}, extra_body=body
+                )
+            finally:
+                if self._budget is not None:
+                    self._budget.settle(worst)
         http = response.http_response
         try:
             raw = decode_answer(http.content)
@@ -351,6 +365,19 @@ class ApiClient:
             self.usage.invalid_answers += 1
             exc.status = http.status_code
             raise
+
+    def _reserve(self, payload: dict, tokens: int) -> float:
+        """Reserve the worst-case cost (USD) of one request under the budget (0 without one).
+
+        Raises:
+            BudgetExceeded: the request could take the spend past ``max_cost``.
+        """
+        if self._budget is None:
+            return 0.0
+        completion = int(payload.get("max_tokens") or 0)
+        worst = request_cost(tokens - completion, completion, self.config.price())
+        self._budget.reserve(self.usage.cost_usd, worst)
+        return worst
 
     def _note_retry(self, state: RetryCallState) -> None:
         self.usage.retries += 1
@@ -402,6 +429,9 @@ class ApiClient:
             return exc.status, f"invalid {dialect.name} answer from {url}: {exc.describe(self._masked)}"
         if isinstance(exc, openai.APITimeoutError):
             return None, f"no answer from {url} within {self.config.timeout_s:g} s"
+        if connection_refused(exc):
+            return None, (f"connection refused by {url}: nothing listens there; check the host and port, "
+                          "and that the server is running")
         if isinstance(exc, openai.APIConnectionError):
             return None, f"cannot reach {url}: {self._scrub(str(exc.__cause__ or exc))}"
         if not isinstance(exc, openai.APIStatusError):

@@ -55,9 +55,12 @@ class ApiConfig:
             :data:`MAX_RETRY_AFTER_S`).
         prices: model → (USD per 1M prompt tokens, USD per 1M completion tokens); replaces
             :data:`DEFAULT_PRICES` (extend it with ``{**DEFAULT_PRICES, name: (p, c)}``).
+        max_cost: stop before the request that could take the spend past this many USD
+            (prompt tokens + ``max_tokens`` at the model's price; the requests in flight count);
+            ``None``: no cap. Needs a price for the model.
 
     Raises:
-        BlackboxMIAError: an invalid value.
+        BlackboxMIAError: an invalid value, or ``max_cost`` for a model without a price.
     """
 
     base_url: str
@@ -72,6 +75,7 @@ class ApiConfig:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     prices: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    max_cost: float | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -93,6 +97,14 @@ class ApiConfig:
                 raise BlackboxMIAError(f"{name} must be positive (or unset), got {value}")
         if not self.timeout_s > 0 or self.max_retries < 0 or self.backoff_base_s < 0 or self.backoff_max_s < 0:
             raise BlackboxMIAError("timeout_s must be positive; max_retries and backoff times non-negative")
+        if self.max_cost is not None:
+            if not self.max_cost >= 0:
+                raise BlackboxMIAError(f"max_cost must be a number of USD >= 0, got {self.max_cost}")
+            if self.price() is None:
+                raise BlackboxMIAError(
+                    f"--max-cost needs the price of model {self.model!r}, which is not in the price table "
+                    f"(known: {', '.join(sorted(self.prices))})"
+                )
 
     def price(self) -> tuple[float, float] | None:
         """(USD per 1M prompt tokens, USD per 1M completion tokens) of the model, or ``None``.

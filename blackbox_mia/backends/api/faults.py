@@ -10,6 +10,7 @@ fails for good raises :class:`ApiError`, which carries its class.
 from __future__ import annotations
 
 import email.utils
+import errno
 import math
 from datetime import datetime, timezone
 
@@ -22,6 +23,7 @@ from .answers import Malformed
 
 FAULTS = ("final", "transient", "invalid")
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
+REFUSED_ATTEMPTS = 2  # a refused connection is tried this many times (one retry), then the request fails
 QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by the backoff base)
 
 
@@ -85,6 +87,26 @@ def retry_after_s(exc: BaseException | None) -> float | None:
     if seconds is None or math.isnan(seconds):
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def connection_refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is a refused TCP connection: nothing
+    listens at that host and port, so waiting rarely helps (a wrong port, a server not up)."""
+    seen = 0
+    while exc is not None and seen < 16:  # the SDK wraps it 3-4 levels deep
+        if isinstance(exc, ConnectionRefusedError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def refused_too_often(retry_state: RetryCallState) -> bool:
+    """A tenacity stop condition: the last attempt's connection was refused and
+    :data:`REFUSED_ATTEMPTS` attempts were made (a wrong port fails in seconds, not after the
+    whole backoff schedule)."""
+    outcome = retry_state.outcome
+    refused = outcome is not None and outcome.failed and connection_refused(outcome.exception())
+    return refused and retry_state.attempt_number >= REFUSED_ATTEMPTS
 
 
 def fault_of(exc: BaseException | None) -> str:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from ...types import BlackboxMIAError
 from .answers import token_count
 
 # List prices in USD per 1M tokens (prompt, completion), as published by OpenAI in 2025. Prices
@@ -75,8 +76,51 @@ class Usage:
         prompt, completion = (token_count(reported.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
         self.prompt_tokens += prompt
         self.completion_tokens += completion
-        if price is not None:
-            self.cost_usd += (prompt * price[0] + completion * price[1]) / 1e6
+        self.cost_usd += request_cost(prompt, completion, price)
+
+
+class BudgetExceeded(BlackboxMIAError):
+    """The next request could take the spend past the cap: nothing more is sent (everything paid
+    so far is cached, so a rerun with a higher cap resumes where this run stopped)."""
+
+
+class Budget:
+    """A spending cap in USD: a request reserves its worst-case cost before it is sent, and the
+    reservation is replaced by the billed cost when its answer comes.
+
+    Args:
+        max_usd: the cap (USD, >= 0).
+    """
+
+    def __init__(self, max_usd: float):
+        self.max_usd = float(max_usd)
+        self.reserved = 0.0  # worst-case USD of the requests in flight
+
+    def reserve(self, spent: float, cost: float) -> None:
+        """Reserve ``cost`` USD for a request about to be sent, ``spent`` USD being billed already.
+
+        Raises:
+            BudgetExceeded: ``spent`` + the requests in flight + ``cost`` would pass the cap.
+        """
+        if spent + self.reserved + cost > self.max_usd:
+            raise BudgetExceeded(
+                f"stopped before a request that could take the spend past --max-cost ${self.max_usd:g}: "
+                f"${spent:.4f} spent, ${self.reserved:.4f} in flight, this request up to ${cost:.4f}. "
+                "Every answer paid for is cached: rerun with a higher --max-cost to continue"
+            )
+        self.reserved += cost
+
+    def settle(self, cost: float) -> None:
+        """Release the reservation of a request that ended (its billed cost is in the usage)."""
+        self.reserved = max(0.0, self.reserved - cost)
+
+
+def request_cost(prompt_tokens: int, completion_tokens: int, price: tuple[float, float] | None) -> float:
+    """USD of ``prompt_tokens`` + ``completion_tokens`` at ``price`` (USD per 1M prompt /
+    completion tokens; ``None``: 0)."""
+    if price is None:
+        return 0.0
+    return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6
 
 
 class RateLimiter:
