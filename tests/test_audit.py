@@ -116,46 +116,95 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
                     "--limit", LIMIT, "--n-boot", 300, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
-    assert set(summary) >= {"flag_rate", "fpr", "tpr", "prevalence", "p_value", "planted", "report"}
-    members = set(load_manifest(canary)["member_ids"])
-    hand = sum(f"gsm8k-test-{i}" in members for i in range(LIMIT))
-    assert hand > 0 and summary["planted"] == hand / LIMIT
-    assert 0 <= summary["flag_rate"] <= 1 and 0 <= summary["fpr"] <= 0.05 and 0 <= summary["tpr"] <= 1
-    assert 0 < summary["p_value"] < 1
+    assert set(summary) >= {"flag_rate", "fpr", "fpr_ci", "tpr", "prevalence", "p_value", "planted", "report", "roles"}
+    manifest = load_manifest(canary)
+    calibration_ids = set(manifest["member_ids"] + manifest["nonmember_ids"])
+    in_bench = sum(f"gsm8k-test-{i}" in calibration_ids for i in range(LIMIT))
+    assert in_bench > 0
+    # disjoint roles: the calibration items found in the benchmark are not swept
+    roles = summary["roles"]
+    assert roles["benchmark_items"] == LIMIT and roles["dropped_calibration_overlap"] == in_bench
+    assert roles["swept"] == LIMIT - in_bench and roles["disjoint"] is True
+    assert roles["calibration_members"] == 40 and roles["calibration_nonmembers"] == 40
+    # every planted member is a calibration member, so none is left among the swept items
+    assert summary["planted"] == 0.0
     for name in ("sweep.json", "sweep.md", "histogram.png", "scores.jsonl", "control_scores.jsonl"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     report = json.loads((out / "sweep.json").read_text())
     entry = report["sweep"]["min_k"]
-    bench = np.array([json.loads(line)["scores"]["min_k"] for line in (out / "scores.jsonl").read_text().splitlines()])
-    assert len(bench) == LIMIT
-    assert summary["flag_rate"] == pytest.approx(np.mean(bench > entry["threshold"]["value"]))
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(rows) == LIMIT
+    bench = np.array([r["scores"]["min_k"] for r in rows if r["id"] not in calibration_ids])
+    threshold = entry["threshold"]["value"]
+    assert summary["flag_rate"] == pytest.approx(np.mean(bench > threshold))
     assert entry["threshold"]["rule"] == "fpr" and entry["threshold"]["n_calibration_members"] == 40
     assert entry["dataset_test"]["against"].startswith("control") and entry["dataset_test"]["p_value"] == summary["p_value"]
     assert report["control"]["n_source"] == LIMIT and report["control"]["n_kept"] > LIMIT / 2
+    assert 0 <= report["control"]["contamination"]["share_sources_flagged"] <= 1
     top = report["most_suspicious"]
     assert len(top) == 10 and top[0]["score"] == pytest.approx(bench.max()) and len(top[0]["text"]) <= 80
-    assert report["planted"]["n_members"] == hand
+    assert report["planted"]["n_members"] == 0 and report["planted"]["n_scored"] == LIMIT - in_bench
     # calibration texts that are in the benchmark reuse its scores: only the rest were scored
-    in_bench = sum(int(i.split("-")[-1]) < LIMIT for i in load_manifest(canary)["member_ids"] + load_manifest(canary)["nonmember_ids"])
     cal_rows = (out / "calibration_scores.jsonl").read_text().splitlines()
     assert len(cal_rows) == 80 - in_bench
-    # the estimate is (flag − FPR)/(TPR − FPR), clipped
+    # the realised FPR: k of the 40 non-members above the threshold, with its Clopper-Pearson CI
+    cal = {json.loads(line)["id"]: json.loads(line)["scores"]["min_k"] for line in cal_rows}
+    cal.update({r["id"]: r["scores"]["min_k"] for r in rows})
+    neg = np.array([cal[i] for i in manifest["nonmember_ids"]])
+    k = int(np.sum(neg > threshold))
+    assert summary["fpr"] == k / 40 and summary["fpr_ci"][0] <= k / 40 <= summary["fpr_ci"][1]
+    # the lower bound: Clopper-Pearson lower flag rate against upper FPR, each at 97.5%
+    from scipy.stats import beta
+
+    flagged = int(np.sum(bench > threshold))
+    flag_lo = 0.0 if flagged == 0 else beta.ppf(0.025, flagged, len(bench) - flagged + 1)
+    fpr_hi = beta.ppf(0.975, k + 1, 40 - k)
     p = summary["prevalence"]
-    if summary["tpr"] > summary["fpr"]:
-        raw = (summary["flag_rate"] - summary["fpr"]) / (summary["tpr"] - summary["fpr"])
+    assert p["lower_bound"] == pytest.approx(max(0.0, (flag_lo - fpr_hi) / (1 - fpr_hi)))
+    assert p["lower_bound"] == 0.0  # no member is swept: the bound must not claim one
+    # the estimate is (flag − FPR)/(TPR − FPR), clipped, with the FPR of a conformal threshold (k + 1)/(n + 1)
+    if summary["identifiable"]:
+        fpr = (k + 1) / 41
+        raw = (summary["flag_rate"] - fpr) / (summary["tpr"] - fpr)
         assert p["estimate"] == pytest.approx(min(1, max(0, raw)))
         assert p["ci"][0] <= p["estimate"] <= p["ci"][1]
+    else:
+        assert p["estimate"] is None and "not identifiable" in summary["headline"].lower()
+    assert summary["headline"] in result.stdout and "realised FPR" in result.stdout
 
 
-def test_sweep_with_control_only_reports_prevalence_unavailable(canary, tmp_path):
-    result = invoke("sweep", "gsm8k", "--local", canary, "--limit", 30, "--n-boot", 100,
+def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_path):
+    result = invoke("sweep", "gsm8k", "--local", canary, "--limit", 80, "--n-boot", 100,
                     "--out", tmp_path / "s", "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
-    assert summary["tpr"] is None and summary["prevalence"] == {"estimate": None, "ci": [None, None]}
+    assert summary["tpr"] is None and summary["identifiable"] is None
+    assert summary["prevalence"]["estimate"] is None and summary["prevalence"]["ci"] is None
+    assert summary["prevalence"]["lower_bound_confidence"] == 0.95 and 0 <= summary["prevalence"]["lower_bound"] <= 1
+    assert summary["headline"].startswith("No known member: at least") and "lower bound" in summary["headline"]
+    assert summary["roles"]["dropped_calibration_overlap"] == 0 and summary["roles"]["swept"] == 80
     assert summary["p_value"] is not None and "planted" in summary  # --local names the canary
     report = json.loads((tmp_path / "s" / "sweep.json").read_text())
-    assert any("TPR of the threshold is unknown" in n for n in report["notes"])
+    assert report["notes"][0] == summary["headline"]
+    assert any(n.startswith("Control contamination") and "lower bound" in n for n in report["notes"])
+    # the control's contamination: the share of control items whose source scores above the threshold
+    rows = {json.loads(line)["id"]: json.loads(line)["scores"]["min_k"]
+            for line in (tmp_path / "s" / "scores.jsonl").read_text().splitlines()}
+    control_ids = [json.loads(line)["id"] for line in (tmp_path / "s" / "control_scores.jsonl").read_text().splitlines()]
+    sources = np.array([rows[i.removesuffix("-control")] for i in control_ids])
+    share = np.mean(sources > summary["threshold"])
+    assert summary["control_contamination"] == pytest.approx(share)
+    assert report["control"]["contamination"]["share_sources_flagged"] == pytest.approx(share)
+
+
+def test_sweep_refuses_a_control_too_small_for_the_target_fpr(tmp_path):
+    with pytest.raises(BlackboxMIAError, match=r"kept only 4 of 254 .*need >= 39.*--calibration.*--nonmembers"):
+        prepare_sweep(SweepConfig(dataset="aqua"))
+    # with known non-members the tiny control only feeds the t-test
+    nonmembers = tmp_path / "non.jsonl"
+    nonmembers.write_text("".join(json.dumps({"text": f"text {i}", "label": 0}) + "\n" for i in range(5)))
+    plan = prepare_sweep(SweepConfig(dataset="aqua", nonmembers=str(nonmembers)))
+    assert len(plan.control.items) == 4
 
 
 @pytest.mark.parametrize(
@@ -221,11 +270,16 @@ def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert summary["tpr"] == 0.5 and "planted" in summary and summary["planted"] == 0  # no GSM8K member in AQuA
-    raw = (summary["flag_rate"] - summary["fpr"]) / (0.5 - summary["fpr"])
-    assert summary["prevalence"]["estimate"] == pytest.approx(min(1, max(0, raw)))
     report = json.loads((out / "sweep.json").read_text())
-    assert report["sweep"]["min_k"]["threshold"]["n_calibration_nonmembers"] == 40
-    assert report["sweep"]["min_k"]["prevalence"]["tpr_source"].startswith("assumed")
+    entry = report["sweep"]["min_k"]
+    assert entry["threshold"]["n_calibration_nonmembers"] == 40
+    assert entry["prevalence"]["tpr_source"].startswith("assumed")
+    k = entry["prevalence"]["n_false_positives"]
+    assert summary["fpr"] == k / 40
+    if summary["identifiable"]:
+        fpr = (k + 1) / 41
+        raw = (summary["flag_rate"] - fpr) / (0.5 - fpr)
+        assert summary["prevalence"]["estimate"] == pytest.approx(min(1, max(0, raw)))
     assert len(report["most_suspicious"]) == 3 and "Most suspicious items" in (out / "sweep.md").read_text()
 
 

@@ -7,7 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from blackbox_mia.evaluation.calibration import calibrate
+from blackbox_mia.evaluation.calibration import (
+    calibrate,
+    conformal_rank,
+    min_nonmembers,
+)
 from blackbox_mia.types import BlackboxMIAError
 
 
@@ -88,3 +92,16 @@ def test_errors():
         calibrate([])
     with pytest.raises(BlackboxMIAError):
         calibrate([0.1, float("nan")])
+
+
+def test_conformal_rank_and_the_fewest_nonmembers_that_estimate_an_fpr():
+    assert conformal_rank(200, 0.05) == 191 and conformal_rank(19, 0.05) == 19 and conformal_rank(4, 0.05) == 4
+    assert conformal_rank(39, 0.05) == 38  # ceil(40 * 0.95) = 38: one non-member above
+    assert min_nonmembers(0.05) == 39 and conformal_rank(38, 0.05) == 38  # 38: none above
+    assert min_nonmembers(0.01) == 199 and min_nonmembers(0.5) == 3
+    neg = np.arange(39.0)
+    assert calibrate(neg).value == 37.0 and calibrate(neg).fpr == 1 / 39
+    with pytest.raises(BlackboxMIAError):
+        conformal_rank(0, 0.05)
+    with pytest.raises(BlackboxMIAError):
+        min_nonmembers(1.0)

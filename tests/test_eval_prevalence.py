@@ -9,8 +9,10 @@ import pytest
 
 from blackbox_mia.evaluation.calibration import calibrate
 from blackbox_mia.evaluation.prevalence import (
+    clopper_pearson,
     corrected_prevalence,
     dataset_level_test,
+    prevalence_lower_bound,
     prevalence_with_ci,
 )
 from blackbox_mia.types import BlackboxMIAError
@@ -107,3 +109,26 @@ def test_dataset_level_test():
     assert dataset_level_test(control - 0.01, control)["p_value"] > 0.05
     with pytest.raises(BlackboxMIAError):
         dataset_level_test([1.0], control)
+
+
+def test_clopper_pearson_closed_forms():
+    # k = 0: upper end solves (1 - p)^n = alpha/2; k = n: lower end solves p^n = alpha/2
+    assert clopper_pearson(0, 10) == (0.0, pytest.approx(1 - 0.025 ** (1 / 10)))
+    assert clopper_pearson(10, 10) == (pytest.approx(0.025 ** (1 / 10)), 1.0)
+    lo, hi = clopper_pearson(3, 20, 0.1)
+    mirror = clopper_pearson(17, 20, 0.1)
+    assert (lo, hi) == (pytest.approx(1 - mirror[1]), pytest.approx(1 - mirror[0]))
+    for bad in ((-1, 5), (6, 5), (0, 0)):
+        with pytest.raises(BlackboxMIAError):
+            clopper_pearson(*bad)
+
+
+def test_lower_bound_by_hand():
+    # every one of 10 items flagged, none of 10 non-members: (0.025^(1/10) - u) / (1 - u), u = 1 - 0.025^(1/10)
+    flag_lo = 0.025 ** (1 / 10)
+    fpr_hi = 1 - 0.025 ** (1 / 10)
+    out = prevalence_lower_bound(10, 10, 0, 10)
+    assert out["flag_rate_lower"] == pytest.approx(flag_lo) and out["fpr_upper"] == pytest.approx(fpr_hi)
+    assert out["lower_bound"] == pytest.approx((flag_lo - fpr_hi) / (1 - fpr_hi)) and out["confidence"] == 0.95
+    assert prevalence_lower_bound(0, 100, 0, 100)["lower_bound"] == 0.0  # never negative
+    assert prevalence_lower_bound(5, 5, 3, 3)["lower_bound"] == 0.0  # FPR bound 1: nothing can be said

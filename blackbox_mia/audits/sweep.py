@@ -1,11 +1,17 @@
 """``bbmia sweep``: how much of an UNLABELLED benchmark leaked into a model.
 
-One scorer, a threshold calibrated on known non-members for a target FPR, the flag rate
-corrected for that FPR and the TPR measured on known members (Rogan & Gladen 1978,
-docs/design.md §5), and a one-sided Welch t-test of the benchmark against a non-member control
-built from the benchmark itself (:mod:`blackbox_mia.controls`; Maini et al. 2024). When the
+One scorer, a threshold calibrated on known non-members for a target FPR, and the member
+fraction of the swept items estimated with every source of uncertainty carried
+(:func:`~blackbox_mia.evaluation.estimate_prevalence`, docs/design.md §5): the calibration and
+the swept items are disjoint by construction (a calibration text found in the benchmark is
+dropped from the swept items, and the report counts each role), the whole procedure is
+bootstrapped, the realised FPR comes with its Clopper–Pearson CI, an estimate whose TPR − FPR is
+not clearly above 0 is reported as not identifiable, and the one-sided lower bound, valid
+without any known member, is the headline when no member is known. A one-sided Welch t-test
+compares the benchmark with a non-member control built from the benchmark itself
+(:mod:`blackbox_mia.controls`; Maini et al. 2024), whose own contamination is measured. When the
 target is a canary (:func:`~blackbox_mia.canary.find_canary_manifest`), the true member
-fraction of the scored items is reported beside the estimate.
+fraction of the swept items is reported beside the estimate.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from ..controls import ControlConfig, ControlSet, build_control, control_kind
 from ..datasets import Item, load_items
 from ..evaluation import (
     RULES,
-    calibrate,
     dataset_level_test,
+    estimate_prevalence,
+    min_nonmembers,
     plot_histogram,
-    prevalence_with_ci,
 )
 from ..runner import ScoredText, run_config, score_items
 from ..scorers import Scorer, parse_scorer
@@ -172,84 +178,163 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
             "no known non-members to calibrate on: give --calibration (a labelled set, or canary / "
             "canary:PATH) or --nonmembers PATH, or sweep GSM8K/AQuA problems (a control is then built)"
         )
-    if not calibration and not nonmembers and len(control.items) < 2:
-        raise BlackboxMIAError(f"the control kept only {len(control.items)} items: too few to calibrate on; "
-                               "give --calibration or --nonmembers")
+    need = min_nonmembers(config.target_fpr)
+    if not calibration and not nonmembers and len(control.items) < need:
+        raise BlackboxMIAError(
+            f"the control kept only {len(control.items)} of {control.n_source} items: too few to estimate an FPR "
+            f"at the target {config.target_fpr:g} (need >= {need}, so that at least one non-member lies above the "
+            "threshold); give known non-members with --calibration (a labelled set) or --nonmembers PATH"
+        )
     manifest = find_canary_manifest(target_model)
     return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest)
 
 
 def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
-    """Score the benchmark (and control, calibration), calibrate, estimate, test and report.
+    """Score the benchmark (and control, calibration), split the roles, estimate, test and report.
 
     Files in ``out_dir``: ``scores.jsonl``, ``control_scores.jsonl``, ``calibration_scores.jsonl``
     (each with ``.config.json``; only those needed), ``histogram.png``, ``sweep.json``,
-    ``sweep.md``. Calibration texts already in the benchmark reuse its scores.
+    ``sweep.md``. Calibration texts already in the benchmark reuse its scores, and are then
+    dropped from the swept items (the roles are disjoint: ``roles`` in the report).
 
     Raises:
         BlackboxMIAError: the scorer cannot run on the backend, non-finite scores, a resumed
-            scores file of another configuration.
+            scores file of another configuration, no benchmark item left once the calibration
+            items are dropped.
     """
     config, scorer = plan.config, plan.scorer
     out_dir = Path(out_dir)
     run_cfg = run_config([scorer], backends, plan.meta)
     log(f"scoring {len(plan.items)} benchmark items with {scorer.label}")
     rows = score_items(plan.items, [scorer], backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
-    bench = score_column(rows, scorer.label)
-    known = {it.text: r.scores[scorer.label] for it, r in zip(plan.items, rows)}
+    scores = score_column(rows, scorer.label)
+    known = {it.text: s for it, s in zip(plan.items, scores)}
     control = _control_scores(plan, backends, out_dir, progress, log)
-    neg, pos, source = _calibration_scores(plan, known, control, backends, out_dir, progress, log)
-
-    threshold = calibrate(neg, pos, config.rule, config.target_fpr)
-    if pos is not None:
-        prevalence = prevalence_with_ci(bench, threshold.value, neg, pos, config.n_boot, config.seed)
-    elif config.assumed_tpr is not None:
-        prevalence = prevalence_with_ci(bench, threshold.value, neg, None, config.n_boot, config.seed, tpr=config.assumed_tpr)
-        prevalence["tpr_source"] = "assumed (--assumed-tpr)"
-    else:
-        prevalence = _prevalence_unavailable(bench, threshold.value, neg)
+    neg, pos, source, calibration_texts = _calibration_scores(plan, known, control, backends, out_dir, progress, log)
+    swept = np.array([it.text not in calibration_texts for it in plan.items])
+    if not swept.any():
+        raise BlackboxMIAError(f"every item of {plan.meta['name']} is in the calibration set: nothing is left to sweep "
+                               "(the calibration and the swept items must be disjoint)")
+    bench, swept_items = scores[swept], [it for it, keep in zip(plan.items, swept) if keep]
+    prevalence = estimate_prevalence(bench, neg, pos, rule=config.rule, target_fpr=config.target_fpr,
+                                     tpr=None if pos is not None else config.assumed_tpr,
+                                     n_boot=config.n_boot, seed=config.seed)
+    threshold = prevalence.pop("threshold")
+    roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control)
+    contamination = None if control is None else _control_contamination(plan, rows, scores, control, threshold["value"])
     dataset_test = None
     if control is not None:
         dataset_test = {**dataset_level_test(bench, control), "against": "control built from the benchmark"}
     elif len(neg) >= 2:
         dataset_test = {**dataset_level_test(bench, neg), "against": "calibration non-members"}
-    planted = _planted(plan.planted_manifest, rows)
-    top = sorted(zip(plan.items, bench), key=lambda pair: -pair[1])[: config.top]
+    planted = _planted(plan.planted_manifest, [r for r, keep in zip(rows, swept) if keep])
+    top = sorted(zip(swept_items, bench), key=lambda pair: -pair[1])[: config.top]
     suspicious = [{"id": it.id, "score": float(s), "text": it.text[:TEXT_PREVIEW]} for it, s in top]
     reference, ref_label = (control, "control") if control is not None else (neg, "calibration non-members")
-    plots = {f"{scorer.label} scores: benchmark vs {ref_label}, threshold dashed": plot_histogram(
-        bench, reference, threshold.value, out_dir / "histogram.png",
-        title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark", ref_label))}
+    plots = {f"{scorer.label} scores: swept benchmark vs {ref_label}, threshold dashed": plot_histogram(
+        bench, reference, threshold["value"], out_dir / "histogram.png",
+        title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark (swept)", ref_label))}
+    headline = _headline(prevalence, roles["swept"])
 
     report = {
         "title": f"Contamination sweep: {plan.meta['name']}",
+        "headline": headline,
         "config": report_config(run_cfg, "sweep", config, len(plan.items),
                                 {"bootstrap": config.seed, "control": config.control_config.seed},
                                 calibration=plan.calibration[1] if plan.calibration else None,
                                 nonmembers=plan.nonmembers[1] if plan.nonmembers else None),
-        "sweep": {scorer.label: {"threshold": threshold.to_dict(), "prevalence": prevalence,
+        "roles": roles,
+        "sweep": {scorer.label: {"threshold": threshold, "prevalence": prevalence,
                                  **({"dataset_test": dataset_test} if dataset_test else {})}},
         "plots": plots,
         "most_suspicious": suspicious,
-        "notes": _sweep_notes(plan, source, pos is not None, dataset_test, planted),
+        "notes": [headline, *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
     }
     if plan.control is not None:
-        report["control"] = plan.control.to_dict()
+        report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
     if planted is not None:
         report["planted"] = planted
     summary = {
+        "headline": headline,
+        "roles": roles,
         "flag_rate": prevalence["flag_rate"],
-        "fpr": prevalence["fpr"],
+        "fpr": prevalence["fpr_in_sample"],
+        "fpr_ci": prevalence["fpr_ci"],
+        "target_fpr": prevalence["target_fpr"],
         "tpr": prevalence["tpr"],
-        "prevalence": {"estimate": prevalence["estimate"], "ci": prevalence["ci"]},
+        "tpr_minus_fpr_lower": prevalence["youden_j_lower"],
+        "identifiable": prevalence["identifiable"],
+        "prevalence": {"estimate": prevalence["estimate"], "ci": prevalence["ci"],
+                       "lower_bound": prevalence["lower_bound"]["lower_bound"],
+                       "lower_bound_confidence": prevalence["lower_bound"]["confidence"]},
+        "control_contamination": None if contamination is None else contamination["share_sources_flagged"],
         "p_value": None if dataset_test is None else dataset_test["p_value"],
-        "threshold": threshold.value,
+        "threshold": threshold["value"],
         "n": len(plan.items),
     }
     if planted is not None:
         summary["planted"] = planted["fraction"]
     # the Markdown lists the suspicious items as a table rather than as JSON
     return publish(report, summary, out_dir, "sweep", appendix=_suspicious_table(suspicious), hidden=("most_suspicious",))
+
+
+def _headline(prevalence: dict, n_swept: int) -> str:
+    """The one sentence to quote: the estimate with its CI when identifiable, else the lower bound."""
+    bound = prevalence["lower_bound"]
+    lower = (f"at least {bound['lower_bound']:.3f} of the {n_swept} swept items are members "
+             f"(one-sided {100 * bound['confidence']:g}% lower bound, valid whatever the TPR)")
+    if prevalence["estimate"] is not None:
+        lo, hi = prevalence["ci"]
+        return (f"Estimated member fraction {prevalence['estimate']:.3f}, {100 * prevalence['ci_level']:g}% CI "
+                f"[{lo:.3f}, {hi:.3f}] of the {n_swept} swept items; {lower}.")
+    if prevalence["identifiable"] is False:
+        return (f"Not identifiable at this signal (TPR - FPR lower bound {prevalence['youden_j_lower']:.3f}): no "
+                f"point estimate; {lower}.")
+    return f"No known member: {lower}; the member fraction itself needs a TPR (--calibration with members)."
+
+
+def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_members: int | None,
+           control: np.ndarray | None) -> dict:
+    """How many items each role had; the calibration and the swept items are disjoint."""
+    if plan.calibration is not None:
+        source = f"--calibration {plan.calibration[1]['name']}"
+    elif plan.nonmembers is not None:
+        source = f"--nonmembers {plan.nonmembers[1]['name']}"
+    else:
+        source = "the control built from the benchmark"
+    return {
+        "benchmark_items": n_items,
+        "swept": n_swept,
+        "dropped_calibration_overlap": n_items - n_swept,
+        "calibration_source": source,
+        "calibration_nonmembers": n_nonmembers,
+        "calibration_members": n_members or 0,
+        "control_items": 0 if control is None else len(control),
+        "disjoint": True,
+        "rule": "a calibration text found in the benchmark is dropped from the swept items (matched by text); "
+                "the estimate is the member fraction of the swept items only",
+    }
+
+
+def _control_contamination(plan: SweepPlan, rows: Sequence[ScoredText], scores: np.ndarray, control: np.ndarray,
+                           threshold: float) -> dict:
+    """How contaminated the control looks: the share of control items whose source (benchmark)
+    item scores above the threshold, and the control's flag rate by its sources' flags (a
+    control that inherits its sources' membership is flagged more where they are)."""
+    by_id = {r.id: s for r, s in zip(rows, scores)}
+    sources = np.array([by_id[it.meta["source_id"]] for it in plan.control.items]) > threshold
+    flagged = control > threshold
+    out = {
+        "share_sources_flagged": float(sources.mean()),
+        "control_flag_rate": float(flagged.mean()),
+        "flag_rate_source_flagged": float(flagged[sources].mean()) if sources.any() else None,
+        "flag_rate_source_not_flagged": float(flagged[~sources].mean()) if (~sources).any() else None,
+        "n_control": len(control),
+        "meaning": "share_sources_flagged: control items whose source benchmark item scores above the threshold; "
+                   "a control item is a near-duplicate of its source, so where the source was memorised the control "
+                   "may be flagged too (compare the two conditional flag rates)",
+    }
+    return out
 
 
 def _control_scores(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool, log: Log) -> np.ndarray | None:
@@ -266,26 +351,39 @@ def _control_scores(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path
 
 def _calibration_scores(plan: SweepPlan, known: dict[str, float], control: np.ndarray | None,
                         backends: dict[str, Backend], out_dir: Path, progress: bool,
-                        log: Log) -> tuple[np.ndarray, np.ndarray | None, str]:
-    """``(non-member scores, member scores or None, description)`` of the calibration source:
-    ``--calibration``, else ``--nonmembers``, else the control."""
+                        log: Log) -> tuple[np.ndarray, np.ndarray | None, str, set[str]]:
+    """``(non-member scores, member scores or None, description, calibration texts)`` of the
+    calibration source: ``--calibration``, else ``--nonmembers``, else the control (whose texts
+    are new, so none of them is in the benchmark)."""
     path = out_dir / "calibration_scores.jsonl"
     if plan.calibration is not None:
         items, meta = plan.calibration
         scores = _scores_reusing(items, known, plan, backends, path, meta, progress, log)
         labels = np.array([it.label for it in items])
         neg, pos = scores[labels == 0], scores[labels == 1]
-        return neg, pos, f"calibration set {meta['name']} ({len(pos)} members, {len(neg)} non-members)"
+        return neg, pos, f"calibration set {meta['name']} ({len(pos)} members, {len(neg)} non-members)", {it.text for it in items}
     if plan.nonmembers is not None:
         items, meta = plan.nonmembers
         neg = _scores_reusing(items, known, plan, backends, path, meta, progress, log)
-        return neg, None, f"known non-members {meta['name']} ({len(neg)})"
-    return control, None, f"the benchmark's own control ({len(control)} items with new numbers)"
+        return neg, None, f"known non-members {meta['name']} ({len(neg)})", {it.text for it in items}
+    return control, None, f"the benchmark's own control ({len(control)} items with new numbers)", set()
 
 
-def _sweep_notes(plan: SweepPlan, source: str, has_members: bool, dataset_test: dict | None, planted: dict | None) -> list[str]:
-    """The report's notes: calibration source, control caveats, missing TPR, t-test, planted."""
-    notes = [f"Threshold calibrated on {source}; a text is flagged when its score > threshold."]
+def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, contamination: dict | None,
+                 dataset_test: dict | None, planted: dict | None) -> list[str]:
+    """The report's notes: roles, calibration source, realised FPR, control caveats, t-test, planted."""
+    notes = [
+        (f"Roles (disjoint): {roles['swept']} of {roles['benchmark_items']} benchmark items swept, "
+        f"{roles['dropped_calibration_overlap']} dropped because they are calibration items; calibration: "
+        f"{roles['calibration_members']} members, {roles['calibration_nonmembers']} non-members."),
+        f"Threshold calibrated on {source}; a text is flagged when its score > threshold.",
+    ]
+    lo, hi = prevalence["fpr_ci"]
+    target = "" if prevalence["target_fpr"] is None else f" (target {prevalence['target_fpr']:g})"
+    notes.append(f"Realised FPR {prevalence['fpr_in_sample']:.4f}{target}: {prevalence['n_false_positives']} of "
+                 f"{prevalence['n_cal_nonmembers']} calibration non-members above the threshold, "
+                 f"{100 * prevalence['ci_level']:g}% Clopper-Pearson CI [{lo:.4f}, {hi:.4f}].")
+    notes += prevalence["notes"]
     control = plan.control
     if control is not None:
         notes.append(f"Control: {len(control.items)} of {control.n_source} items kept "
@@ -294,16 +392,21 @@ def _sweep_notes(plan: SweepPlan, source: str, has_members: bool, dataset_test: 
                      "score its control high too, which under-estimates contamination.")
         if len(control.items) < 2:
             notes.append("The control is too small for the t-test.")
-    if not has_members and plan.config.assumed_tpr is None:
-        notes.append("No known members: the TPR of the threshold is unknown, so the corrected prevalence "
-                     "is not available (give --calibration with members, or --assumed-tpr). The flag rate "
-                     "minus the FPR is a lower bound on prevalence × TPR only.")
+    if contamination is not None:
+        cond = ", ".join(f"{rate:.3f} {what}" for rate, what in (
+            (contamination["flag_rate_source_flagged"], "where the source is flagged"),
+            (contamination["flag_rate_source_not_flagged"], "where it is not")) if rate is not None)
+        used = plan.calibration is None and plan.nonmembers is None
+        notes.append(f"Control contamination: {100 * contamination['share_sources_flagged']:.1f}% of control items have a "
+                     f"flagged source item; the control is flagged at {cond}."
+                     + (" The control is the calibration here: where it inherits its sources' membership its FPR is "
+                        "over-estimated, which lowers the lower bound (it stays valid, but conservative)." if used else ""))
     if dataset_test is not None:
         notes.append(f"t-test ({dataset_test['test']}) against the {dataset_test['against']}: mean score "
                      f"{dataset_test['mean_benchmark']:.4g} vs {dataset_test['mean_control']:.4g} "
                      f"(difference {dataset_test['mean_difference']:+.4g}), p = {dataset_test['p_value']:.3g}.")
     if planted is not None:
-        notes.append(f"Planted (canary manifest): {planted['n_members']} of {planted['n_scored']} scored items "
+        notes.append(f"Planted (canary manifest): {planted['n_members']} of {planted['n_scored']} swept items "
                      f"are members, fraction {planted['fraction']:.4f}.")
     return notes
 
@@ -329,25 +432,8 @@ def _suspicious_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _prevalence_unavailable(bench: np.ndarray, threshold: float, nonmembers: np.ndarray) -> dict:
-    """The prevalence entry when the TPR is unknown: flag rate and FPR only."""
-    return {
-        "flag_rate": float(np.mean(bench > threshold)),
-        "fpr": float(np.mean(nonmembers > threshold)),
-        "tpr": None,
-        "estimate": None,
-        "ci": [None, None],
-        "threshold": float(threshold),
-        "n_benchmark": len(bench),
-        "n_cal_nonmembers": len(nonmembers),
-        "n_cal_members": 0,
-        "tpr_source": None,
-        "notes": ["TPR unknown (no known members): corrected prevalence not available."],
-    }
-
-
 def _planted(manifest_path: Path | None, rows: Sequence[ScoredText]) -> dict | None:
-    """The true member fraction of the scored items under a canary manifest."""
+    """The true member fraction of the swept items under a canary manifest."""
     if manifest_path is None:
         return None
     members = set(load_manifest(manifest_path)["member_ids"])

@@ -172,21 +172,39 @@ def sweep_command(
         finally:
             close_all(backends)
         s = result.summary
-        prevalence = s["prevalence"]
-        ci = prevalence["ci"]
-        rows = [
-            ["items scored", s["n"]],
-            ["threshold", s["threshold"]],
-            ["flag rate", s["flag_rate"]],
-            ["FPR (calibration)", s["fpr"]],
-            ["TPR (calibration)", s["tpr"]],
-            ["corrected prevalence", prevalence["estimate"]],
-            ["95% CI", "n/a" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"],
-            ["t-test p-value", "n/a" if s["p_value"] is None else f"{s['p_value']:.3g}"],
-        ]
-        if "planted" in s:
-            rows.append(["planted member fraction", s["planted"]])
-        typer.echo(format_table(["", plan.scorer.label], rows))
+        typer.echo(s["headline"])
+        typer.echo(format_table(["", plan.scorer.label], sweep_rows(s)))
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
             echo_json_line(s)
+
+
+def sweep_rows(summary: dict) -> list[list]:
+    """The console table of a sweep summary: roles, threshold, rates with their CIs, the
+    estimate (or why there is none), the lower bound, the control's contamination, the t-test."""
+    roles, prevalence = summary["roles"], summary["prevalence"]
+    fpr_lo, fpr_hi = summary["fpr_ci"]
+    target = "" if summary["target_fpr"] is None else f" (target {summary['target_fpr']:g})"
+    if prevalence["estimate"] is not None:
+        lo, hi = prevalence["ci"]
+        estimate = f"{prevalence['estimate']:.3f} [{lo:.3f}, {hi:.3f}]"
+    elif summary["identifiable"] is False:
+        estimate = "not identifiable at this signal"
+    else:
+        estimate = "n/a (no known member: TPR unknown)"
+    rows = [
+        ["benchmark items / swept", f"{roles['benchmark_items']} / {roles['swept']}"],
+        ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
+        ["threshold", summary["threshold"]],
+        ["flag rate (swept)", summary["flag_rate"]],
+        [f"realised FPR [95% CI]{target}", f"{summary['fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
+        ["TPR (calibration members)", summary["tpr"]],
+        ["TPR - FPR, 95% lower bound", summary["tpr_minus_fpr_lower"]],
+        ["member fraction [95% CI]", estimate],
+        [f"lower bound ({100 * prevalence['lower_bound_confidence']:g}%, one-sided)", prevalence["lower_bound"]],
+        ["control items with a flagged source", summary["control_contamination"]],
+        ["t-test p-value", "n/a" if summary["p_value"] is None else f"{summary['p_value']:.3g}"],
+    ]
+    if "planted" in summary:
+        rows.append(["planted member fraction (swept)", summary["planted"]])
+    return rows

@@ -5,7 +5,8 @@ Convention everywhere: scores are "higher = more likely a member"; labels 1 = me
 """
 
 from .blind import BlindBaseline, blind_baseline, distribution_shift_verdict
-from .calibration import RULES, Threshold, calibrate
+from .calibration import RULES, Threshold, calibrate, conformal_rank, min_nonmembers
+from .estimate import IDENTIFIABILITY_MARGIN, estimate_prevalence
 from .metrics import (
     DEFAULT_FPRS,
     WIKIMIA_EDGES,
@@ -19,11 +20,18 @@ from .metrics import (
     tpr_at_fpr,
 )
 from .plots import plot_histogram, plot_roc
-from .prevalence import corrected_prevalence, dataset_level_test, prevalence_with_ci
+from .prevalence import (
+    clopper_pearson,
+    corrected_prevalence,
+    dataset_level_test,
+    prevalence_lower_bound,
+    prevalence_with_ci,
+)
 from .report import render_markdown, to_jsonable, write_report
 
 __all__ = [
     "DEFAULT_FPRS",
+    "IDENTIFIABILITY_MARGIN",
     "RULES",
     "WIKIMIA_EDGES",
     "BlindBaseline",
@@ -33,14 +41,19 @@ __all__ = [
     "bootstrap_ci",
     "bootstrap_roc_stats",
     "calibrate",
+    "clopper_pearson",
+    "conformal_rank",
     "corrected_prevalence",
     "dataset_level_test",
     "distribution_shift_verdict",
+    "estimate_prevalence",
     "evaluate_by_length",
     "evaluate_scores",
     "length_buckets",
+    "min_nonmembers",
     "plot_histogram",
     "plot_roc",
+    "prevalence_lower_bound",
     "prevalence_with_ci",
     "render_markdown",
     "roc",

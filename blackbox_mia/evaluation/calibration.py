@@ -99,18 +99,14 @@ def calibrate(
         raise BlackboxMIAError(f"unknown threshold rule {rule!r}; choose from {RULES}")
     note = None
     if rule == "fpr":
-        if not 0 < target_fpr < 1:
-            raise BlackboxMIAError(f"target_fpr must be in (0, 1), got {target_fpr}")
         n = len(neg)
-        # Rounding guard: (n+1)(1-α) = 95.0000000001 must give 95, not 96.
-        j = math.ceil((n + 1) * (1 - target_fpr) - 1e-9)
-        if j > n:
+        j = conformal_rank(n, target_fpr)
+        if (n + 1) * (1 - target_fpr) - 1e-9 > n:  # no rank guarantees the target
             need = math.ceil(1 / target_fpr - 1 - 1e-9)
             note = (
                 f"{n} non-members are too few to guarantee FPR ≤ {target_fpr:g} out of sample "
                 f"(need ≥ {need}); threshold = largest non-member score"
             )
-            j = n
         value = float(np.sort(neg)[j - 1])
         target = float(target_fpr)
     else:
@@ -137,6 +133,41 @@ def calibrate(
         f1=f1,
         note=note,
     )
+
+
+def conformal_rank(n: int, target_fpr: float) -> int:
+    """The rank j (1-based, in ascending order) of the non-member score that rule ``"fpr"``
+    uses as threshold: j = min(n, ⌈(n + 1)(1 − α)⌉) (see :func:`calibrate`).
+
+    With continuous scores exactly n − j calibration non-members lie above it, and the
+    threshold's true FPR is distributed Beta(n − j + 1, j) over calibration draws (Vovk 2012,
+    "Conditional validity of inductive conformal predictors"; Angelopoulos & Bates 2021 §3.2).
+
+    Raises:
+        BlackboxMIAError: ``target_fpr`` outside (0, 1) or n < 1.
+    """
+    if not 0 < target_fpr < 1:
+        raise BlackboxMIAError(f"target_fpr must be in (0, 1), got {target_fpr}")
+    if n < 1:
+        raise BlackboxMIAError("need at least one calibration non-member")
+    # Rounding guard: (n+1)(1-α) = 95.0000000001 must give 95, not 96.
+    return min(n, math.ceil((n + 1) * (1 - target_fpr) - 1e-9))
+
+
+def min_nonmembers(target_fpr: float) -> int:
+    """The fewest calibration non-members for which rule ``"fpr"`` leaves at least one of them
+    above the threshold, so that the FPR is estimated rather than only bounded:
+    the smallest n with n − ⌈(n + 1)(1 − α)⌉ ≥ 1 (39 at α = 5%, 199 at 1%).
+
+    Raises:
+        BlackboxMIAError: ``target_fpr`` outside (0, 1).
+    """
+    if not 0 < target_fpr < 1:
+        raise BlackboxMIAError(f"target_fpr must be in (0, 1), got {target_fpr}")
+    n = max(1, math.floor(2 / target_fpr - 1) - 1)
+    while n - conformal_rank(n, target_fpr) < 1:
+        n += 1
+    return n
 
 
 def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> float:

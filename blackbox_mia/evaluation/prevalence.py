@@ -45,6 +45,61 @@ def corrected_prevalence(flag_rate: float, fpr: float, tpr: float) -> float:
     return float(_rogan_gladen(np.float64(flag_rate), np.float64(fpr), np.float64(tpr)))
 
 
+def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Exact two-sided (1 − alpha) confidence interval of a binomial proportion from k of n
+    (Clopper & Pearson 1934): ``(Beta(alpha/2; k, n−k+1), Beta(1−alpha/2; k+1, n−k))``, with 0
+    and 1 at k = 0 and k = n. Each end alone is a one-sided (1 − alpha/2) bound.
+
+    Raises:
+        BlackboxMIAError: n < 1, k outside [0, n], alpha outside (0, 1).
+    """
+    if n < 1 or not 0 <= k <= n or not 0 < alpha < 1:
+        raise BlackboxMIAError(f"Clopper-Pearson needs 0 <= k <= n, n >= 1, alpha in (0, 1); got {k}, {n}, {alpha}")
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+def prevalence_lower_bound(n_flagged: int, n_benchmark: int, n_false_positives: int, n_nonmembers: int,
+                           alpha: float = 0.05) -> dict:
+    """One-sided (1 − alpha) lower confidence bound on the member fraction, needing no member.
+
+    Whatever the TPR, the expected flag rate is p·TPR + (1 − p)·FPR ≤ p + (1 − p)·FPR, so
+    p ≥ (flag − FPR)/(1 − FPR). The bound plugs in a lower bound of the flag rate and an upper
+    bound of the FPR, each an exact one-sided (1 − alpha/2) Clopper–Pearson bound (Bonferroni:
+    the two fail together with probability ≤ alpha):
+
+        lower = max(0, (flag_lower − FPR_upper) / (1 − FPR_upper)).
+
+    The FPR bound stays exact when the threshold is the conformal order statistic of the same
+    non-members (rule ``fpr``): the threshold's true FPR is then Beta(k + 1, n − k) with k the
+    non-members above it (:func:`~blackbox_mia.evaluation.calibration.conformal_rank`). On a
+    benchmark without members the bound is > 0 with probability ≤ alpha.
+
+    Args:
+        n_flagged: benchmark items with score > threshold, of ``n_benchmark`` (items).
+        n_false_positives: calibration non-members with score > threshold, of ``n_nonmembers``.
+        alpha: the bound holds with probability ≥ 1 − alpha.
+
+    Returns:
+        ``{"lower_bound", "confidence", "flag_rate_lower", "fpr_upper", "method"}`` (fractions).
+
+    Raises:
+        BlackboxMIAError: counts outside [0, n], empty sets, alpha outside (0, 1).
+    """
+    flag_lower = clopper_pearson(n_flagged, n_benchmark, alpha)[0]
+    fpr_upper = clopper_pearson(n_false_positives, n_nonmembers, alpha)[1]
+    bound = 0.0 if fpr_upper >= 1 else max(0.0, (flag_lower - fpr_upper) / (1 - fpr_upper))
+    return {
+        "lower_bound": bound,
+        "confidence": 1 - alpha,
+        "flag_rate_lower": flag_lower,
+        "fpr_upper": fpr_upper,
+        "method": "(flag_lower - FPR_upper) / (1 - FPR_upper), one-sided Clopper-Pearson bounds at "
+        f"{1 - alpha / 2:g} each (Bonferroni); valid whatever the TPR",
+    }
+
+
 def prevalence_with_ci(
     benchmark_scores,
     threshold_value: float,
