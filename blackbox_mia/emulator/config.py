@@ -1,4 +1,4 @@
-"""Configuration of the validation server: :class:`ServerConfig`, chat templates, loopback check."""
+"""Configuration of the validation server: :class:`ServerConfig`, loopback check."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 
 from ..backends.api.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
 from ..types import BlackboxMIAError
+from .templates import check_chat_template
 
 LOGPROBS_MODES = ("raw", "processed")
 MAX_BODY_BYTES = 2**20  # default request-body limit (1 MiB)
-CONTENT_FIELD = "{content}"  # where a chat template puts the concatenated message contents
-DEFAULT_CHAT_TEMPLATE = "<|user|>\n" + CONTENT_FIELD + "\n<|assistant|>\n"
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,12 @@ class ServerConfig:
             False (default): OpenAI's ``"bytes:\\xNN"`` names.
         zero_max_tokens_unlimited: ``max_tokens: 0`` (both endpoints) means "generate to the end
             of the context" instead of "prompt only" (completions with echo; 400 otherwise).
-        chat_template: text a chat prompt is wrapped in, with ``{content}`` replaced by the
-            concatenated message contents (e.g. :data:`DEFAULT_CHAT_TEMPLATE`); chat log-probs
-            are then conditional on the template. ``None``: contents concatenated as is.
+        chat_template: how chat messages become the prompt (:mod:`.templates`): ``"model"``
+            applies the served tokenizer's own chat template (ChatML when it has none), a Jinja
+            source applies that template, both as a chat model's server does (roles and
+            assistant turn included); a text with ``{content}`` (e.g.
+            :data:`~.templates.DEFAULT_CHAT_TEMPLATE`) gets the concatenated contents. Chat
+            log-probs are then conditional on the template. ``None``: contents concatenated as is.
         vllm: answer as vLLM's OpenAI-compatible server (:mod:`.vllm`): the ``prompt_logprobs``
             request field (capped by ``max_logprobs_completions``, vLLM's ``max_logprobs``) on
             both endpoints, echo built from the prompt log-probs, ``stop_reason`` and
@@ -64,7 +66,7 @@ class ServerConfig:
 
     Raises:
         BlackboxMIAError: an invalid value (mode, window, top-n caps, refusal status, template
-            without ``{content}``, body limit below 1 byte).
+            of no known kind, body limit below 1 byte).
     """
 
     model: str
@@ -100,8 +102,7 @@ class ServerConfig:
         if not 400 <= self.token_id_refusal_status <= 599:
             raise BlackboxMIAError(f"token_id_refusal_status must be an HTTP error status in 400..599, "
                                    f"got {self.token_id_refusal_status}")
-        if self.chat_template is not None and CONTENT_FIELD not in self.chat_template:
-            raise BlackboxMIAError(f"chat_template must contain {CONTENT_FIELD!r}")
+        check_chat_template(self.chat_template)
         if self.max_body_bytes < 1:
             raise BlackboxMIAError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
 
@@ -109,25 +110,6 @@ class ServerConfig:
     def name(self) -> str:
         """The model name clients must send."""
         return self.served_name or self.model
-
-
-def load_chat_template(spec: str) -> str:
-    """The chat template ``spec`` names: ``"default"`` is :data:`DEFAULT_CHAT_TEMPLATE`, anything
-    else a UTF-8 file holding the template (with ``{content}``).
-
-    Raises:
-        BlackboxMIAError: the file cannot be read, or it has no ``{content}``.
-    """
-    if spec == "default":
-        return DEFAULT_CHAT_TEMPLATE
-    try:
-        with open(spec, encoding="utf-8") as f:
-            template = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BlackboxMIAError(f"cannot read chat template {spec!r}: {exc}") from exc
-    if CONTENT_FIELD not in template:
-        raise BlackboxMIAError(f"chat template {spec!r} has no {CONTENT_FIELD!r}")
-    return template
 
 
 def is_loopback(host: str) -> bool:

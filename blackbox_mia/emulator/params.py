@@ -11,7 +11,6 @@ from ..backends.api.wire import (
     MAX_STOP_SEQUENCES,
     MAX_TEMPERATURE,
 )
-from .config import CONTENT_FIELD
 from .errors import bad_request
 from .sampling import Sampling
 
@@ -116,12 +115,9 @@ def parse_stop(raw) -> tuple[str, ...]:
     return tuple(items)
 
 
-def chat_prompt(messages, template: str | None = None) -> str:
-    """The text a chat request is continued from: every message's content concatenated as is,
-    then put in ``template`` at ``{content}`` when one is given.
-
-    Roles are checked but otherwise ignored. Content may be a string or a list of
-    ``{"type": "text", "text": ...}`` parts.
+def chat_messages(messages) -> list[dict[str, str]]:
+    """The validated messages of a chat request as ``{"role", "content"}`` with string contents
+    (a content given as a list of ``{"type": "text", "text": ...}`` parts is joined).
 
     Raises:
         HttpError: 400 (param ``messages``) unless ``messages`` is a non-empty list of objects, each
@@ -129,7 +125,7 @@ def chat_prompt(messages, template: str | None = None) -> str:
     """
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty array", "messages", "invalid_type")
-    parts = []
+    out = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise bad_request(f"'messages[{i}]' must be an object", "messages", "invalid_type")
@@ -146,9 +142,8 @@ def chat_prompt(messages, template: str | None = None) -> str:
         if not isinstance(content, str):
             raise bad_request(f"'messages[{i}].content' must be a string or a list of text parts", "messages",
                               "invalid_type")
-        parts.append(content)
-    text = "".join(parts)
-    return template.replace(CONTENT_FIELD, text) if template is not None else text
+        out.append({"role": message["role"], "content": content})
+    return out
 
 
 def parse_sampling(body: dict, vocab_size: int) -> Sampling:

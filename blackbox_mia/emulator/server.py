@@ -17,8 +17,10 @@ provider behaviours that matter to the tracker (``docs/design.md`` §4):
   that crashes on them, with the same body every time).
 * text prompts are tokenized WITHOUT a BOS token unless ``text_bos`` (as vLLM and llama.cpp
   do for Llama-family models); token-id prompts are used as given, so the client controls BOS.
-  Chat messages are concatenated as is unless ``chat_template`` wraps them (real chat models
-  wrap messages in a template, which changes the log-probs).
+  Chat messages are concatenated as is unless ``chat_template`` wraps them: a ``{content}``
+  text, or a real chat template (the tokenizer's own, ChatML by default, or a Jinja file)
+  rendered with roles as chat models' servers do (:mod:`.templates`); the template changes the
+  log-probs.
 * token names: OpenAI's (``"bytes:\\xNN"`` for a token that is not valid UTF-8 on its own), or
   ``""`` with ``empty_partial_names`` (vLLM and OpenAI chat); chat ``bytes`` are always exact.
 * ``max_tokens: 0`` means "prompt only" (echo), or "to the end of the context" with
@@ -60,9 +62,10 @@ from .config import ServerConfig
 from .errors import HttpError, bad_request, server_error, too_large
 from .listen import listen
 from .names import TokenNames
-from .params import bool_field, chat_prompt, int_field, parse_sampling
+from .params import bool_field, chat_messages, int_field, parse_sampling
 from .render import chat_entry, envelope, legacy_logprobs
 from .sampling import Continuation, Sampling, choose
+from .templates import ChatFormatter
 from .vllm import RankedPosition, echo_positions, prompt_logprobs, ranked_positions
 
 LOG = logging.getLogger(__name__)
@@ -93,6 +96,7 @@ class ValidationServer:
         self._batcher: MicroBatcher | None = None
         self._names: TokenNames | None = None
         self._bos: int | None = None
+        self._chat_prompt: ChatFormatter | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -115,6 +119,7 @@ class ValidationServer:
             if self._bos is None:
                 raise BlackboxMIAError(f"text_bos is set but the tokenizer of {self.config.model!r} has no BOS token")
         self._names = TokenNames(self.backend.codec, self.config.empty_partial_names)
+        self._chat_prompt = ChatFormatter(self.config.chat_template, self.backend.tokenizer)
         self._batcher = MicroBatcher(self.backend, self._executor, self.config.batch_window_ms, self.config.max_batch)
         self._batcher.start()
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=self.config.max_body_bytes)
@@ -401,7 +406,7 @@ class ValidationServer:
             raise bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs", "invalid_value")
         names = ("max_completion_tokens", "max_tokens")
         self._max_tokens(body, names, 0, lo=1)  # validated before tokenizing
-        prompt, _ = await self._encode(chat_prompt(body.get("messages"), self.config.chat_template), "messages")
+        prompt, _ = await self._encode(self._chat_prompt(chat_messages(body.get("messages"))), "messages")
         max_tokens = self._max_tokens(body, names, len(prompt), lo=1)
         self._check_length(len(prompt), max_tokens)
         sampling = replace(sampling, max_tokens=max_tokens, top_n=(top or 0) if logprobs else None)
@@ -428,7 +433,7 @@ class ValidationServer:
         default is vLLM's in vLLM mode (True for a prompt, False for messages), else False."""
         body = await self._body(request, require_model=False)
         if "messages" in body:
-            text = chat_prompt(body["messages"], self.config.chat_template)
+            text = self._chat_prompt(chat_messages(body["messages"]))
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:

@@ -5,14 +5,25 @@ One :class:`Dialect` per endpoint kind (:data:`DIALECTS`), chosen once from the 
 kind (:func:`dialect_named`); nothing else branches on the kind. Request bodies are checked
 before anything is sent: a bad argument is an :class:`~.faults.ApiError` with fault
 ``"final"``.
+
+A chat request puts the prefix into messages through a :class:`MessageTemplate`: by default
+(:data:`PLAIN`) one user message holding the prefix; :data:`CONTINUATION` (``--chat-template
+continuation``) a system message asking to continue the text verbatim, then the prefix as the
+user's text, so the assistant's first tokens are the targets; or a user's template file
+(:func:`load_message_template`). The template is part of the dialect's ``condition``, which
+every result row records: values from different templates are never mixed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import numbers
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -23,10 +34,87 @@ from .wire import MAX_BIAS, MAX_BIAS_ENTRIES
 
 BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the tokens-per-minute limit
 CLIENT_FIELDS = frozenset({"model", "stream", "prompt", "messages"})  # body fields extras may not set
+TEXT_FIELD = "{text}"  # where a message template puts the prefix
+CHAT_CONDITION = "chat-template"  # the condition of every chat value: the server's chat template
+CONTINUATION_SYSTEM = "Continue the text verbatim."  # short: every request pays its tokens
+MESSAGE_ROLES = ("system", "developer", "user", "assistant")
+CHAT_NOTE = (
+    "chat endpoint: the server wraps every prefix in its chat template, so values are log-probs "
+    "conditional on that template, not the text's own log-probs"
+)
+
+
+@dataclass(frozen=True)
+class MessageTemplate:
+    """How a chat request carries the prefix: messages, one of which holds :data:`TEXT_FIELD`.
+
+    Attributes:
+        name: short name, part of the condition (``plain``, ``continuation``, ``file:NAME@HASH``).
+        messages: ``(role, content)`` pairs; exactly one content holds :data:`TEXT_FIELD` once,
+            and the last message is the user's (the assistant answers next).
+
+    Raises:
+        BlackboxMIAError: the messages break those rules or use an unknown role.
+    """
+
+    name: str
+    messages: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        for role, content in self.messages:
+            if role not in MESSAGE_ROLES or not isinstance(content, str):
+                raise BlackboxMIAError(f"message template {self.name!r}: role {role!r} is not one of "
+                                       f"{', '.join(MESSAGE_ROLES)}, or its content is not a string")
+        if not self.messages or self.messages[-1][0] != "user":
+            raise BlackboxMIAError(f"message template {self.name!r}: the last message must be the user's")
+        if sum(content.count(TEXT_FIELD) for _, content in self.messages) != 1:
+            raise BlackboxMIAError(f"message template {self.name!r}: exactly one {TEXT_FIELD} must say where the "
+                                   "text goes")
+
+    @property
+    def condition(self) -> str:
+        """What chat values under this template are conditional on: :data:`CHAT_CONDITION`,
+        followed by ``+`` and the template's name unless it is :data:`PLAIN`."""
+        return CHAT_CONDITION if self.name == PLAIN_NAME else f"{CHAT_CONDITION}+{self.name}"
+
+    def render(self, text: str) -> list[dict[str, str]]:
+        """The request's ``messages`` with ``text`` in place of :data:`TEXT_FIELD`."""
+        return [{"role": role, "content": content.replace(TEXT_FIELD, text)} for role, content in self.messages]
+
+
+PLAIN_NAME = "plain"
+PLAIN = MessageTemplate(PLAIN_NAME, (("user", TEXT_FIELD),))
+CONTINUATION = MessageTemplate("continuation", (("system", CONTINUATION_SYSTEM), ("user", TEXT_FIELD)))
+MESSAGE_TEMPLATES: Mapping[str, MessageTemplate] = MappingProxyType({t.name: t for t in (PLAIN, CONTINUATION)})
+
+
+def load_message_template(spec: str | None) -> MessageTemplate:
+    """The message template ``spec`` names: ``None`` or ``"plain"`` (:data:`PLAIN`),
+    ``"continuation"`` (:data:`CONTINUATION`), else a JSON file holding ``{"messages": [{"role",
+    "content"}, ...]}`` (one content with ``{text}``; the last message the user's), named
+    ``file:NAME@`` and the first 12 hex digits of its sha256.
+
+    Raises:
+        BlackboxMIAError: the file cannot be read, is not such JSON, or breaks the template rules.
+    """
+    if spec is None or spec in MESSAGE_TEMPLATES:
+        return MESSAGE_TEMPLATES[spec or PLAIN_NAME]
+    path = Path(spec)
+    try:
+        raw = path.read_bytes()
+        messages = json.loads(raw)["messages"]
+        pairs = tuple((m["role"], m["content"]) for m in messages)
+    except OSError as exc:
+        raise BlackboxMIAError(f"cannot read chat template {spec!r} (not {' or '.join(MESSAGE_TEMPLATES)} either): "
+                               f"{exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BlackboxMIAError(f"chat template {spec!r} must be JSON {{\"messages\": [{{\"role\", \"content\"}}, ...]}} "
+                               f"with {TEXT_FIELD} in one content: {exc!r}") from None
+    return MessageTemplate(f"file:{path.name}@{hashlib.sha256(raw).hexdigest()[:12]}", pairs)
 
 
 class Dialect(ABC):
-    """One endpoint kind of an OpenAI-compatible API (stateless; use the :data:`DIALECTS`).
+    """One endpoint kind of an OpenAI-compatible API (immutable; use :func:`dialect_named`).
 
     Attributes:
         name: ``"completions"`` or ``"chat"``: the configured kind, and part of every cache key.
@@ -43,8 +131,8 @@ class Dialect(ABC):
     prompt_field: ClassVar[str]
     token_id_prompts: ClassVar[bool]
     echo: ClassVar[bool]
-    condition: ClassVar[str | None] = None
-    notes: ClassVar[tuple[str, ...]] = ()
+    condition: str | None = None
+    notes: tuple[str, ...] = ()
     reasons: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     @abstractmethod
@@ -115,24 +203,31 @@ class Completions(Dialect):
 
 
 class Chat(Dialect):
-    """``/v1/chat/completions`` with one user message: text only, no echo, values conditional
-    on the server's chat template."""
+    """``/v1/chat/completions``: the prefix put into messages by a :class:`MessageTemplate`;
+    text only, no echo, values conditional on the server's chat template and on the message
+    template (:attr:`condition`).
+
+    Args:
+        template: how the prefix becomes messages (default :data:`PLAIN`: one user message).
+    """
 
     name = "chat"
     prompt_field = "messages"
     token_id_prompts = False
     echo = False
-    condition = "chat-template"
-    notes = (
-        (
-            "chat endpoint: the server wraps every prefix in its chat template, so values are log-probs "
-            "conditional on that template, not the text's own log-probs"
-        ),
-    )
     reasons = MappingProxyType({
         "prompt": "echo (prompt log-probs) exists only on /v1/completions",
         "token_id_prompts": "chat messages are text",
     })
+
+    def __init__(self, template: MessageTemplate = PLAIN):
+        self.template = template
+        self.condition = template.condition
+        self.notes = (CHAT_NOTE,) if template is PLAIN else (CHAT_NOTE, (
+            f"chat template {template.name!r}: the prefix is sent inside these messages, so values are also "
+            "conditional on them; calibrate (members and non-members) through the same template, or the "
+            "threshold and TPR/FPR do not apply"
+        ))
 
     def payload(self, prompt, *, max_tokens, temperature, top_n, bias=None, echo=False, extra=None) -> dict:
         if not isinstance(prompt, str):
@@ -140,7 +235,7 @@ class Chat(Dialect):
         if echo:
             raise ApiError(None, self.reasons["prompt"])
         body: dict = {
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": self.template.render(prompt),
             "max_tokens": check_int(max_tokens, "max_tokens", 1),
             "temperature": float(temperature),
         }
@@ -162,15 +257,21 @@ COMPLETIONS, CHAT = Completions(), Chat()
 DIALECTS: Mapping[str, Dialect] = MappingProxyType({d.name: d for d in (COMPLETIONS, CHAT)})
 
 
-def dialect_named(kind: str) -> Dialect:
-    """The dialect of endpoint ``kind``.
+def dialect_named(kind: str, chat_template: str | None = None) -> Dialect:
+    """The dialect of endpoint ``kind``; for ``"chat"`` with the message template
+    ``chat_template`` names (see :func:`load_message_template`).
 
     Raises:
-        BlackboxMIAError: an unknown kind.
+        BlackboxMIAError: an unknown kind, a ``chat_template`` with another kind than chat, or
+            a template that cannot be loaded.
     """
     if kind not in DIALECTS:
         raise BlackboxMIAError(f"unknown endpoint {kind!r}: choose {' or '.join(DIALECTS)}")
-    return DIALECTS[kind]
+    if chat_template is None:
+        return DIALECTS[kind]
+    if kind != CHAT.name:
+        raise BlackboxMIAError(f"--chat-template needs --endpoint chat (the endpoint is {kind!r})")
+    return Chat(load_message_template(chat_template))
 
 
 # -- request checks ----------------------------------------------------------------------------
