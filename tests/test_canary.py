@@ -138,12 +138,91 @@ def test_ensure_canary_reuses_complete_model(trained, monkeypatch):
 
 def test_ensure_canary_trains_when_manifest_missing(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(train_mod, "train_canary", lambda config, out, progress: calls.append(out) or out)
+    monkeypatch.setattr(train_mod, "train_canary", lambda config, out, progress, log: calls.append(out) or out)
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")  # a half-trained directory
     assert ensure_canary(TINY, progress=False, out_dir=tmp_path / "half") == tmp_path / "half"
     assert ensure_canary(TINY, progress=False, cache=tmp_path / "cache") == canary_dir(TINY, tmp_path / "cache")
     assert calls == [tmp_path / "half", tmp_path / "cache" / "canary" / TINY.short_hash()]
+
+
+TWO_EPOCHS = dataclasses.replace(TINY, epochs=2)
+
+
+def interrupt_after(monkeypatch, n_batches: int) -> None:
+    """Make the next training run raise KeyboardInterrupt when it builds its batch n_batches + 1."""
+    calls = []
+
+    def pad(batch):
+        calls.append(1)
+        if len(calls) > n_batches:
+            raise KeyboardInterrupt
+        return real_pad(batch)
+
+    real_pad = train_mod.pad_training_batch
+    monkeypatch.setattr(train_mod, "pad_training_batch", pad)
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory):
+    return train_canary(TWO_EPOCHS, tmp_path_factory.mktemp("canary2") / "model", progress=False)
+
+
+def assert_same_weights(a, b):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    wa, wb = (AutoModelForCausalLM.from_pretrained(p).state_dict() for p in (a, b))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_interrupted_training_resumes_to_the_very_same_model(two_epochs, tmp_path, monkeypatch):
+    full = load_manifest(two_epochs)
+    per_epoch = full["n_steps"] // 2
+    assert full["resumed_at_steps"] == [] and per_epoch > 6
+    out, said = tmp_path / "m", []
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 4)  # mid first epoch; a checkpoint after every batch
+        with pytest.raises(KeyboardInterrupt):
+            train_canary(TWO_EPOCHS, out, progress=False, log=said.append, checkpoint_seconds=0)
+    assert (out / "checkpoint" / "state.pt").is_file() and not (out / MANIFEST).exists()
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, per_epoch)  # from step 4 into the second epoch; epoch-end checkpoint only
+        with pytest.raises(KeyboardInterrupt):
+            train_canary(TWO_EPOCHS, out, progress=False, log=said.append)
+    train_canary(TWO_EPOCHS, out, progress=False, log=said.append)
+    assert said == [
+        f"resuming the canary from {out / 'checkpoint'}: step 4 of {2 * per_epoch} (epoch 1 of 2) already trained",
+        f"resuming the canary from {out / 'checkpoint'}: step {per_epoch} of {2 * per_epoch} (epoch 2 of 2) already trained",
+    ]
+    resumed = load_manifest(out)
+    assert resumed["resumed_at_steps"] == [4, per_epoch] and not (out / "checkpoint").exists()
+    for key in ("loss_per_epoch", "n_trained_tokens", "n_steps", "member_ids"):
+        assert resumed[key] == full[key], key
+    assert_same_weights(out, two_epochs)
+
+
+def test_force_or_another_configuration_starts_over(two_epochs, tmp_path, monkeypatch):
+    out, said = tmp_path / "m", []
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 3)
+        with pytest.raises(KeyboardInterrupt):
+            train_canary(TWO_EPOCHS, out, progress=False, checkpoint_seconds=0)
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            train_canary(dataclasses.replace(TWO_EPOCHS, lr=0.01), out, progress=False, log=said.append, checkpoint_seconds=0)
+    starts_over = f"{out / 'checkpoint'} is of another configuration or unreadable: training starts from the beginning"
+    assert said == [starts_over]
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 3)
+        with pytest.raises(KeyboardInterrupt):
+            train_canary(TWO_EPOCHS, out, progress=False, resume=False, log=said.append, checkpoint_seconds=0)
+    assert len(said) == 1  # --force: the lr=0.01 checkpoint was discarded without a word
+    (out / "checkpoint" / "state.pt").write_bytes(b"cut")  # a damaged checkpoint is not an error
+    train_canary(TWO_EPOCHS, out, progress=False, log=said.append)
+    assert said == [starts_over, starts_over] and load_manifest(out)["resumed_at_steps"] == []
+    assert_same_weights(out, two_epochs)
 
 
 def test_load_manifest_errors(tmp_path):
@@ -199,8 +278,14 @@ def test_cli_train_then_reuse(tmp_path):
     args = ["canary", "train", "--out", str(tmp_path / "m"), "--quiet", "--n-background", "30", "--n-members", "4",
             "--n-nonmembers", "4", "--dup", "2", "--vocab-size", "280", "--n-layer", "1", "--n-embd", "16",
             "--n-head", "2", "--block-size", "32", "--epochs", "1", "--batch-size", "8"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, 0)
+        cut = runner.invoke(app, args)
+    assert cut.exit_code == 130 and "Traceback" not in cut.output
+    assert f"interrupted: training is checkpointed in {tmp_path / 'm' / 'checkpoint'}" in cut.output
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
+    assert "resuming" not in first.output and "starts from the beginning" not in first.output  # nothing was saved
     assert f"manifest: {tmp_path / 'm' / MANIFEST}" in first.output and "training time:" in first.output
     m = load_manifest(tmp_path / "m")
     assert m["config"]["n_members"] == 4 and m["config"]["block_size"] == 32

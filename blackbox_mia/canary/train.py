@@ -26,11 +26,22 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from .. import __version__
 from ..types import BlackboxMIAError
+from .checkpoint import (
+    CHECKPOINT_SECONDS,
+    TrainingProgress,
+    checkpoint_dir,
+    discard_checkpoint,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_tokenizer,
+)
 from .config import RECIPE_VERSION, CanaryConfig, canary_dir
 from .corpus import build_corpus
 from .documents import write_documents
@@ -47,9 +58,15 @@ WINDOWING_NOTE = "per-document sliding windows of [bos]+doc, as scored by LocalB
 
 
 def ensure_canary(
-    config: CanaryConfig, progress: bool = True, cache: str | os.PathLike | None = None, out_dir: Path | None = None
+    config: CanaryConfig,
+    progress: bool = True,
+    cache: str | os.PathLike | None = None,
+    out_dir: Path | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Path:
-    """The directory of a trained canary for ``config``; trains it only when no complete manifest exists.
+    """The directory of a trained canary for ``config``; trains it only when no complete
+    manifest exists (resuming an interrupted training: :func:`train_canary`, whose ``log``
+    says so).
 
     Raises:
         BlackboxMIAError: ``out_dir`` holds a complete canary trained with another configuration
@@ -61,7 +78,7 @@ def ensure_canary(
         if recorded_config(manifest) != asdict(config):
             raise BlackboxMIAError(f"{out_dir} holds a canary trained with another configuration: use --force to retrain")
         return out_dir
-    return train_canary(config, out_dir, progress=progress)
+    return train_canary(config, out_dir, progress=progress, log=log)
 
 
 def _lr_factor(step: int, total: int, warmup: int, min_frac: float) -> float:
@@ -116,7 +133,15 @@ def pad_training_batch(batch: list[list[int]]):
     return ids, mask, targets
 
 
-def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bool = True) -> Path:
+def train_canary(
+    config: CanaryConfig,
+    out_dir: Path | None = None,
+    progress: bool = True,
+    *,
+    resume: bool = True,
+    log: Callable[[str], None] | None = None,
+    checkpoint_seconds: float = CHECKPOINT_SECONDS,
+) -> Path:
     """Train the canary model and save it as a Hugging Face directory plus ``manifest.json``.
 
     Args:
@@ -125,6 +150,13 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
             removed first, and the new one is written last (atomically), so a directory without
             a manifest is recognisably incomplete.
         progress: show a tqdm bar (batches).
+        resume: continue from the checkpoint an interrupted run of the same configuration left
+            in ``out_dir`` (:mod:`.checkpoint`); the model is the one an uninterrupted run
+            trains. False: start from the beginning (the checkpoint is discarded).
+        log: where to say that training resumes (and from which step), or that it starts over
+            because the checkpoint was of another configuration; None: silent.
+        checkpoint_seconds: training seconds between checkpoints inside an epoch (one is also
+            written at every epoch's end); the checkpoint is removed when the canary is complete.
 
     Returns:
         ``out_dir``, loadable with ``AutoModelForCausalLM.from_pretrained``; it also holds
@@ -133,16 +165,19 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
         the planted dataset: GSM8K test, or ``ja-debian-docs``), ``background_ids``, ``sources``
         (sha256 of every dataset file read), ``loss_per_epoch`` (per
         epoch: ``mean`` over its steps and ``final`` = mean of its last 10% of steps, nats/token),
-        ``train_seconds`` (tokenizer + training, wall clock), ``n_corpus_tokens`` (with one BOS
-        per document), ``n_trained_tokens`` (scored targets over all epochs, window overlaps
-        included), ``versions``, ``complete``. A document canary also has ``documents.jsonl``
-        and ``documents_validation.jsonl`` (``doc_id``, ``text``, ``label``) for ``bbmia
-        documents``, named by ``documents_file`` and ``validation_file``, and ``documents``:
-        per document its problems, planted problems, ``planted_fraction`` (the truth) and ``dup``
+        ``train_seconds`` (tokenizer + training, wall clock, summed over resumed runs),
+        ``resumed_at_steps`` (the step each resumed run started at; [] when trained in one go),
+        ``n_corpus_tokens`` (with one BOS per document), ``n_trained_tokens`` (scored targets
+        over all epochs, window overlaps included), ``versions``, ``complete``. A document
+        canary also has ``documents.jsonl`` and ``documents_validation.jsonl`` (``doc_id``,
+        ``text``, ``label``) for ``bbmia documents``, named by ``documents_file`` and
+        ``validation_file``, and ``documents``: per document its problems, planted problems,
+        ``planted_fraction`` (the truth) and ``dup``
         (:func:`~blackbox_mia.canary.documents.write_documents`).
 
     Raises:
-        BlackboxMIAError: an invalid configuration, or torch/transformers/tokenizers missing.
+        BlackboxMIAError: an invalid configuration, torch/transformers/tokenizers missing, the
+            checkpoint cannot be written.
     """
     try:
         import torch
@@ -153,13 +188,21 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise BlackboxMIAError("training the canary needs torch, transformers and tokenizers: pip install 'blackbox_mia[local]'") from exc
 
+    log = log or (lambda _: None)
     corpus = build_corpus(config)
     out_dir = Path(out_dir) if out_dir is not None else canary_dir(config)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
 
     start = time.perf_counter()
-    tokenizer = train_tokenizer(corpus.documents, config.vocab_size)
+    saved = load_checkpoint(out_dir, config) if resume else None
+    if saved is None:
+        if resume and has_checkpoint(out_dir):
+            log(f"{checkpoint_dir(out_dir)} is of another configuration or unreadable: training starts from the beginning")
+        tokenizer = train_tokenizer(corpus.documents, config.vocab_size)
+        save_tokenizer(out_dir, tokenizer)
+    else:
+        tokenizer, state = saved
     encoded = tokenizer(corpus.documents, add_special_tokens=False)["input_ids"]
     windows = training_windows(encoded, tokenizer.bos_token_id, config.block_size)
     model = build_gpt2(len(tokenizer), config.n_layer, config.n_embd, config.n_head, config.block_size, config.seed)
@@ -173,12 +216,29 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: _lr_factor(step, total, warmup, config.min_lr_frac)
     )
+    if saved is None:
+        so_far = TrainingProgress(epoch=0, step_in_epoch=0, epoch_rng=rng.getstate())
+    else:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        so_far = state["progress"]
+        done = so_far.epoch * steps_per_epoch + so_far.step_in_epoch
+        so_far.resumed_at_steps.append(done)
+        log(f"resuming the canary from {checkpoint_dir(out_dir)}: step {done} of {total} "
+            f"(epoch {so_far.epoch + 1} of {config.epochs}) already trained")
+    rng.setstate(so_far.epoch_rng)
+    previous_seconds = so_far.seconds
     model.train()
-    loss_per_epoch, trained_tokens = [], 0
-    bar = tqdm(total=total, unit="batch", desc="canary", disable=not progress)
-    for epoch in range(config.epochs):
-        losses, tail = [], max(1, steps_per_epoch // 10)
-        for batch in training_batches(windows, config.batch_size, rng):
+    bar = tqdm(total=total, initial=so_far.epoch * steps_per_epoch + so_far.step_in_epoch,
+               unit="batch", desc="canary", disable=not progress)
+    last_save = time.perf_counter()
+    for epoch in range(so_far.epoch, config.epochs):
+        so_far.epoch, so_far.epoch_rng = epoch, rng.getstate()
+        tail = max(1, steps_per_epoch // 10)
+        for step, batch in enumerate(training_batches(windows, config.batch_size, rng)):
+            if step < so_far.step_in_epoch:
+                continue  # trained before the interruption
             ids, mask, targets = pad_training_batch(batch)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -186,14 +246,24 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
             loss.backward()
             optimizer.step()
             scheduler.step()
-            losses.append(loss.item())
-            trained_tokens += int((targets != -100).sum())
+            so_far.losses.append(loss.item())
+            so_far.trained_tokens += int((targets != -100).sum())
+            so_far.step_in_epoch = step + 1
             bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{losses[-1]:.3f}")
-        loss_per_epoch.append({"epoch": epoch + 1, "mean": sum(losses) / len(losses), "final": sum(losses[-tail:]) / tail})
+            bar.set_postfix(epoch=epoch + 1, loss=f"{so_far.losses[-1]:.3f}")
+            if time.perf_counter() - last_save >= checkpoint_seconds and so_far.step_in_epoch < steps_per_epoch:
+                so_far.seconds = previous_seconds + time.perf_counter() - start
+                save_checkpoint(out_dir, config, so_far, model, optimizer, scheduler)
+                last_save = time.perf_counter()
+        losses = so_far.losses
+        so_far.loss_per_epoch.append({"epoch": epoch + 1, "mean": sum(losses) / len(losses), "final": sum(losses[-tail:]) / tail})
+        so_far.epoch, so_far.step_in_epoch, so_far.epoch_rng, so_far.losses = epoch + 1, 0, rng.getstate(), []
+        so_far.seconds = previous_seconds + time.perf_counter() - start
+        save_checkpoint(out_dir, config, so_far, model, optimizer, scheduler)
+        last_save = time.perf_counter()
     bar.close()
     model.eval()
-    train_seconds = time.perf_counter() - start
+    train_seconds = previous_seconds + time.perf_counter() - start
 
     save_model_dir(out_dir, model, tokenizer)
     write_items(out_dir / ITEMS_FILE, corpus.members + corpus.nonmembers)
@@ -213,10 +283,11 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
         "n_documents": len(corpus.documents),
         "n_corpus_tokens": sum(len(doc) + 1 for doc in encoded),
         "n_windows": len(windows),
-        "n_trained_tokens": trained_tokens,
+        "n_trained_tokens": so_far.trained_tokens,
         "n_steps": total,
-        "loss_per_epoch": loss_per_epoch,
+        "loss_per_epoch": so_far.loss_per_epoch,
         "train_seconds": round(train_seconds, 2),
+        "resumed_at_steps": so_far.resumed_at_steps,
         "torch_threads": torch.get_num_threads(),
         "versions": {"blackbox_mia": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
         "items_file": ITEMS_FILE,
@@ -224,6 +295,7 @@ def train_canary(config: CanaryConfig, out_dir: Path | None = None, progress: bo
         "complete": True,
     }
     write_manifest(out_dir, manifest)
+    discard_checkpoint(out_dir)
     return out_dir
 
 

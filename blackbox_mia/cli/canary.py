@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..canary import CORPORA, DEFAULT_CORPUS, DOCUMENTS_CORPUS, CanaryConfig
-from .app import app, echo_json_line, user_errors
+from .app import app, echo_json_line, messages, user_errors
 from .options import with_dataclass_options
 
 canary_app = typer.Typer(
@@ -63,7 +63,9 @@ with_config_options = with_dataclass_options(
 @with_config_options
 def train(
     out: Path | None = typer.Option(None, "--out", help="model directory (default: <cache>/canary/<config hash>)"),
-    force: bool = typer.Option(False, "--force", help="retrain even when a complete canary exists"),
+    force: bool = typer.Option(
+        False, "--force", help="retrain from the beginning, even when a complete canary or an interrupted training's checkpoint exists"
+    ),
     cache_dir: Path | None = typer.Option(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -71,6 +73,10 @@ def train(
     config: CanaryConfig,
 ):
     """Train the canary model (or reuse a complete one) and print its directory and manifest.
+
+    Interrupted (Ctrl-C, a killed process), training is checkpointed in DIR/checkpoint at every
+    epoch's end and every 30 s: the same command resumes from there and trains the very model
+    an uninterrupted run would have (--force starts over).
 
     Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR; audit a document
     canary (--corpus documents) with: bbmia documents DIR/documents.jsonl --local DIR
@@ -83,15 +89,25 @@ def train(
         load_manifest,
         train_canary,
     )
+    from ..canary.checkpoint import CHECKPOINT_SECONDS, checkpoint_dir
 
     with user_errors():
         config.validate()
         target = out if out is not None else canary_dir(config, cache_dir)
         reused = not force and (target / MANIFEST).is_file()
-        if force:
-            path = train_canary(config, target, progress=not quiet)
-        else:
-            path = ensure_canary(config, progress=not quiet, out_dir=target)
+        log = messages(quiet=False)
+        try:
+            if force:
+                path = train_canary(config, target, progress=not quiet, resume=False, log=log)
+            else:
+                path = ensure_canary(config, progress=not quiet, out_dir=target, log=log)
+        except KeyboardInterrupt:
+            typer.secho(
+                f"interrupted: training is checkpointed in {checkpoint_dir(target)} at every epoch's end and every "
+                f"{CHECKPOINT_SECONDS:g} s; rerun the same command to resume from there (--force starts over)",
+                err=True,
+            )
+            raise typer.Exit(130) from None
         manifest = load_manifest(path)
         losses = ", ".join(f"{e['final']:.3f}" for e in manifest["loss_per_epoch"])
         typer.echo(f"canary model: {path}" + (" (already trained, reused; --force retrains)" if reused else ""))
