@@ -197,6 +197,19 @@ def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_p
     assert report["control"]["contamination"]["share_sources_flagged"] == pytest.approx(share)
 
 
+def test_calibration_fraction_is_a_seeded_stratified_share(canary):
+    spec = f"canary:{canary}"
+    plans = [prepare_sweep(SweepConfig(dataset="gsm8k", limit=5, calibration=spec, calibration_fraction=0.5, seed=seed))
+             for seed in (0, 0, 1)]
+    items, meta = plans[0].calibration
+    assert sum(it.label == 1 for it in items) == 20 and sum(it.label == 0 for it in items) == 20
+    assert meta["fraction"] == 0.5 and meta["n_used"] == 40
+    assert [it.id for it in items] == [it.id for it in plans[1].calibration[0]]
+    assert [it.id for it in items] != [it.id for it in plans[2].calibration[0]]
+    everything = [it.id for it in load_items(spec)[0]]
+    assert [it.id for it in items] == [i for i in everything if i in {it.id for it in items}]  # input order
+
+
 def test_sweep_refuses_a_control_too_small_for_the_target_fpr(tmp_path):
     with pytest.raises(BlackboxMIAError, match=r"kept only 4 of 254 .*need >= 39.*--calibration.*--nonmembers"):
         prepare_sweep(SweepConfig(dataset="aqua"))
@@ -215,6 +228,8 @@ def test_sweep_refuses_a_control_too_small_for_the_target_fpr(tmp_path):
         ({"rule": "max_f1"}, "needs labelled members"),
         ({"nonmembers": "wikimia64"}, "labelled 1"),
         ({"target_fpr": 1.5}, "target-fpr"),
+        ({"calibration_fraction": 0.5}, "needs --calibration"),
+        ({"calibration": "wikimia64", "calibration_fraction": 0.0}, "calibration-fraction"),
     ],
 )
 def test_sweep_option_errors(options, message):

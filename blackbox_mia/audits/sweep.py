@@ -63,6 +63,9 @@ class SweepConfig:
         rule: threshold rule, one of ``evaluation.RULES`` (``max_*`` need labelled members).
         target_fpr: FPR asked for by rule ``fpr`` (fraction).
         calibration: a labelled calibration spec (JSONL with labels, ``canary``, ``canary:PATH``).
+        calibration_fraction: calibrate on a seeded (``seed``), label-stratified share of the
+            calibration items; the others are not calibration items, so those in the benchmark
+            stay among the swept items, unlabelled (1 = all calibrate).
         nonmembers: a spec of known non-members only (labels must be 0 or absent).
         assumed_tpr: the threshold's TPR to assume when no members are known (fraction).
         control: build the non-member control from the benchmark: None = whenever the items are
@@ -80,6 +83,7 @@ class SweepConfig:
     rule: str = "fpr"
     target_fpr: float = 0.05
     calibration: str | None = None
+    calibration_fraction: float = 1.0
     nonmembers: str | None = None
     assumed_tpr: float | None = None
     control: bool | None = None
@@ -104,6 +108,10 @@ class SweepConfig:
             if self.calibration:
                 raise BlackboxMIAError("--assumed-tpr is for calibrations without members; "
                                        "with --calibration the TPR is measured on its members")
+        if not 0 < self.calibration_fraction <= 1:
+            raise BlackboxMIAError(f"--calibration-fraction must be in (0, 1], got {self.calibration_fraction}")
+        if self.calibration_fraction < 1 and not self.calibration:
+            raise BlackboxMIAError("--calibration-fraction needs --calibration")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
         check_int("--n-boot", self.n_boot, 1)
@@ -166,6 +174,9 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
     if config.calibration:
         cal_items, cal_meta = load_items(config.calibration, cache_dir=cache_dir)
         require_labelled(cal_items, cal_meta["name"], "--calibration")
+        if config.calibration_fraction < 1:
+            cal_items = _stratified_share(cal_items, config.calibration_fraction, config.seed)
+            cal_meta = {**cal_meta, "fraction": config.calibration_fraction, "n_used": len(cal_items)}
         calibration = (cal_items, cal_meta)
     elif config.nonmembers:
         non_items, non_meta = load_items(config.nonmembers, cache_dir=cache_dir)
@@ -187,6 +198,21 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
         )
     manifest = find_canary_manifest(target_model)
     return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest)
+
+
+def _stratified_share(items: list[Item], fraction: float, seed: int) -> list[Item]:
+    """A seeded share of ``items``: round(fraction · n) of each label (at least one), in input order.
+
+    Raises:
+        BlackboxMIAError: a label left with no item.
+    """
+    rng = np.random.default_rng(seed)
+    keep = set()
+    for label in (0, 1):
+        index = [i for i, it in enumerate(items) if it.label == label]
+        n = max(1, round(fraction * len(index)))
+        keep.update(rng.choice(index, n, replace=False).tolist())
+    return [it for i, it in enumerate(items) if i in keep]
 
 
 def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:

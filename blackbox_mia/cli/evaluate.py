@@ -128,6 +128,9 @@ def sweep_command(
     calibration: Optional[str] = typer.Option(
         None, help="labelled calibration set: JSONL with labels, canary, or canary:PATH (known members and "
         "non-members of a canary model)"),
+    calibration_fraction: float = typer.Option(
+        1.0, "--calibration-fraction", help="calibrate on this seeded, label-stratified share of --calibration; "
+        "the rest stay in the swept benchmark, unlabelled (a held-out check on a canary)"),
     nonmembers: Optional[str] = typer.Option(None, help="known non-members only (JSONL); TPR then unknown"),
     assumed_tpr: Optional[float] = typer.Option(
         None, "--assumed-tpr", help="TPR to assume without known members (else the prevalence is reported "
@@ -139,7 +142,7 @@ def sweep_command(
     limit: Optional[int] = typer.Option(None, help="sweep only the first N benchmark items"),
     top: int = typer.Option(10, help="list this many highest-scoring items"),
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the prevalence CI"),
-    seed: int = typer.Option(0, help="bootstrap seed"),
+    seed: int = typer.Option(0, help="seed of the bootstrap and of --calibration-fraction's draw"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
@@ -159,7 +162,7 @@ def sweep_command(
 
         config = SweepConfig(
             dataset=dataset, scorer=scorer, rule=rule, target_fpr=target_fpr, calibration=calibration,
-            nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
+            calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, n_boot=n_boot, seed=seed, top=top,
             resume=not overwrite,
         )
