@@ -118,7 +118,7 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         cal_neg = rng.choice(labelled_non, len(labelled_non) // 2, replace=False)
         swept = np.ones(len(s), bool)
         swept[cal_pos] = swept[cal_neg] = False
-        truth = float(member[swept]._mean())
+        truth = float(member[swept].mean())
         est = estimate_prevalence(s[swept], s[cal_neg], s[cal_pos], target_fpr=target_fpr, n_boot=n_boot, seed=split)
         t = est["threshold"]["value"]
         fresh = s[swept & ~member]
