@@ -126,3 +126,29 @@ def test_a_busy_port_found_at_bind_time_says_the_same(tiny_model_dir, busy_port)
     check_bindable("127.0.0.1", 0)  # port 0 always passes
     with pytest.raises(BlackboxMIAError, match="unknown host"):
         check_bindable("no-such-host.invalid", 8000)
+
+
+# -- the demo's black-box stage is paid once --------------------------------------------------
+
+
+def test_demo_blackbox_stage_is_paid_once_and_its_port_is_stable(tiny_model_dir, tmp_path, busy_port):
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+    from blackbox_mia.cli.demo import blackbox_agreement, demo_server
+    from blackbox_mia.datasets import Item
+
+    local = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu"))
+    items = [Item(id=f"t{i}", text=f"Question: Tom has {i} red apples.", label=i % 2) for i in range(4)]
+    with socket.socket() as probe:  # a port free now, standing in for the demo's fixed one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    first = blackbox_agreement(tiny_model_dir, local, items, "raw", False, tmp_path / "cache", False, port=port)
+    again = blackbox_agreement(tiny_model_dir, local, items, "raw", False, tmp_path / "cache", False, port=port)
+    assert first["requests"] > 0 and again["requests"] == 0  # a rerun pays nothing
+    assert again["auc"] == first["auc"] and again["max_abs_diff_nats"] == first["max_abs_diff_nats"]
+    said = []
+    with demo_server(tiny_model_dir, local, "raw", False, busy_port, said.append) as url:
+        assert url.startswith("http://127.0.0.1:") and url != f"http://127.0.0.1:{busy_port}/v1"
+    assert said == [f"cannot listen on 127.0.0.1:{busy_port}: the port is in use (another server?); choose another "
+                    f"port, or port 0 for a free one; serving on a free port instead (black-box answers cached for "
+                    f"port {busy_port} are not reused)"]
+    local.close()

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import typer
 
 from ..scorers import DEFAULT_SCORERS, parse_scorers
 from ..types import BlackboxMIAError
-from .app import app, echo_json_line, user_errors
+from .app import app, echo_json_line, messages, user_errors
 from .common import auc_by_scorer, check_number, format_table
 
 BLACKBOX_DEMO_SCORERS = "loss,zlib,min_k,min_k:k=10"
+DEMO_PORT = 18273
+"""Loopback port the demo serves the canary on. The API cache keys every answer by its base URL,
+so a port that stays the same between runs lets a rerun reuse the black-box stage's answers
+(the 2,905 requests of the default demo) instead of paying them again; when the port is taken,
+a free one is used and that run pays again."""
 
 
 @app.command()
@@ -27,7 +34,7 @@ def demo(
     """Train the canary (once, cached), score its planted GSM8K members vs held-out non-members.
 
     Prints each scorer's AUC. With --blackbox (default) the canary is also served on a free
-    loopback port as an OpenAI-compatible endpoint that, like current providers, returns top-5
+    loopback port (18273, else a free one) as an OpenAI-compatible endpoint that, like current providers, returns top-5
     log-probs that ignore logit_bias and no prompt log-probs; the tracker recovers every token's
     log-prob and the demo reports black-box vs white-box agreement.
     """
@@ -41,7 +48,7 @@ def demo(
         from ..canary import CanaryConfig, canary_items, ensure_canary
         from ..runner import ScoredText, score_texts
 
-        path = ensure_canary(CanaryConfig(), progress=not json_out, cache=cache_dir)
+        path = ensure_canary(CanaryConfig(), progress=not json_out, cache=cache_dir, log=messages(quiet=json_out))
         items = canary_items(path)
         scorers = parse_scorers(",".join(DEFAULT_SCORERS) + ",min_k:k=10")
         local = LocalBackend(LocalConfig(str(path)))
@@ -57,9 +64,9 @@ def demo(
         table = {name: [value] for name, value in aucs.items()}
         if blackbox:
             subset = items[: blackbox_n // 2] + [it for it in items if it.label == 0][: blackbox_n - blackbox_n // 2]
-            summary["blackbox"] = _blackbox(path, local, subset, mode, echo, cache_dir, not json_out)
-            for name in table:
-                table[name].append(summary["blackbox"]["auc"].get(name))
+            summary["blackbox"] = blackbox_agreement(path, local, subset, mode, echo, cache_dir, not json_out)
+            for name, values in table.items():
+                values.append(summary["blackbox"]["auc"].get(name))
         header = ["scorer", f"AUC white-box (n={len(items)})"]
         if blackbox:
             header.append(f"AUC black-box (n={len(summary['blackbox']['ids'])})")
@@ -76,19 +83,53 @@ def demo(
             echo_json_line(summary)
 
 
-def _blackbox(path, local, items, mode: str, echo: bool, cache_dir, progress: bool) -> dict:
-    """Serve the canary, track the subset's log-probs, compare with the white-box values."""
+@contextlib.contextmanager
+def demo_server(path, local, mode: str, echo: bool, port: int = DEMO_PORT, log=None) -> Iterator[str]:
+    """Serve the loaded canary ``local`` on loopback ``port`` (else, when it is taken, a free
+    one, said through ``log``); yields the base URL.
+
+    Raises:
+        BlackboxMIAError: the server cannot start.
+    """
+    from ..emulator import ServerConfig, serve_in_background
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(
+                serve_in_background(ServerConfig(str(path), port=port, logprobs_mode=mode, echo=echo), backend=local)
+            )
+        except BlackboxMIAError as exc:
+            if log is not None:
+                log(f"{exc}; serving on a free port instead (black-box answers cached for port {port} are not reused)")
+            url = stack.enter_context(
+                serve_in_background(ServerConfig(str(path), port=0, logprobs_mode=mode, echo=echo), backend=local)
+            )
+        yield url
+
+
+def blackbox_agreement(path, local, items, mode: str, echo: bool, cache_dir, progress: bool, port: int = DEMO_PORT) -> dict:
+    """Serve the canary (:func:`demo_server`), track the items' log-probs through the API path,
+    compare them with the white-box values of ``local``.
+
+    Returns:
+        The summary's ``blackbox`` section: ``ids``, ``auc`` per scorer, ``n_tokens``,
+        ``max_abs_diff_nats``, ``upper_bound_only``, ``within_bounds`` (share of tokens),
+        ``requests`` paid this run (0 when every answer came from the cache),
+        ``requests_per_token``, ``wall_seconds``, ``strategies``, ``capabilities``, ``server_mode``.
+
+    Raises:
+        BlackboxMIAError: the server cannot start, or the API path fails.
+    """
     from ..backends.api import ApiBackend
     from ..backends.api.client import ApiConfig
     from ..backends.api.tracker import TrackerConfig
-    from ..emulator import ServerConfig, serve_in_background
     from ..runner import ScoredText, score_texts
 
     scorers = parse_scorers(BLACKBOX_DEMO_SCORERS)
     texts = [it.text for it in items]
     white = local.logprobs(texts)
     start = time.perf_counter()
-    with serve_in_background(ServerConfig(str(path), logprobs_mode=mode, echo=echo), backend=local) as url:
+    with demo_server(path, local, mode, echo, port, messages(quiet=not progress)) as url:
         api = ApiBackend(
             ApiConfig(base_url=url, model=str(path), api_key="demo-no-key"),
             tokenizer=str(path),
