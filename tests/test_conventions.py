@@ -148,7 +148,7 @@ def test_demo_blackbox_stage_is_paid_once_and_its_port_is_stable(tiny_model_dir,
     said = []
     with demo_server(tiny_model_dir, local, "raw", False, busy_port, said.append) as url:
         assert url.startswith("http://127.0.0.1:") and url != f"http://127.0.0.1:{busy_port}/v1"
-    assert said == [f"cannot listen on 127.0.0.1:{busy_port}: the port is in use (another server?); choose another "
+    assert said == [(f"cannot listen on 127.0.0.1:{busy_port}: the port is in use (another server?); choose another "
                     f"port, or port 0 for a free one; serving on a free port instead (black-box answers cached for "
-                    f"port {busy_port} are not reused)"]
+                    f"port {busy_port} are not reused)")]
     local.close()
