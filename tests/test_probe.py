@@ -29,15 +29,15 @@ def url(peaked_model_dir):
 
 @pytest.fixture
 def bisections(monkeypatch):
-    """Every estimate :class:`strategies.Bisect` returns, in order (the real code runs)."""
+    """Every estimate :meth:`strategies.Bisect.measure` returns, in order (the real code runs)."""
     seen: list[Estimate] = []
-    real = strategies.Bisect.resolve
+    real = strategies.Bisect.measure
 
     async def recorded(self, position):
         seen.append(await real(self, position))
         return seen[-1]
 
-    monkeypatch.setattr(strategies.Bisect, "resolve", recorded)
+    monkeypatch.setattr(strategies.Bisect, "measure", recorded)
     return seen
 
 
@@ -62,10 +62,9 @@ def test_the_probe_bisects_with_the_users_epsilon(url, peaked_model_dir, tmp_pat
     assert caps.evidence["bias"]["max_bias"] == 100.0
     bracketed = [e for e in bisections if e.strategy == "bisect" and e.lower < e.upper]
     assert len(bracketed) == 2  # the two known positions the probe checks bisection on
-    # the bracket is halved until it is at most ε wide: from a 2^k-nat gallop step it ends at ε
-    # exactly for ε = 0.5, at 2^-7 = 0.0078 nats for ε = 0.01
-    want = 0.5 if epsilon == 0.5 else 2.0**-7
-    assert [e.upper - e.lower for e in bracketed] == pytest.approx([want, want], abs=1e-6)
+    # the bracket is halved until it is at most ε wide: the gallop's steps are ε·2^m nats (1 nat
+    # for ε = 0.5, 1.28 for ε = 0.01), so it ends at ε exactly
+    assert [e.upper - e.lower for e in bracketed] == pytest.approx([epsilon, epsilon], abs=1e-6)
     assert capabilities_path(tmp_path, url, str(peaked_model_dir), "completions", epsilon, 100.0).exists()
 
 
@@ -75,8 +74,9 @@ def test_the_probe_and_the_tracker_run_the_same_bisection(url, peaked_model_dir,
     probed = len(bisections)
     assert caps.bisect and probed == 2  # the probe's trial
     again, [tracked] = run(url, peaked_model_dir, tmp_path, config, text="Natalia sold")  # the saved record
-    assert again == caps and len(bisections) - probed == tracked.n_tokens  # one call per tracked token
-    assert sorted(e.value for e in bisections[probed:]) == sorted(tracked.logprobs)  # positions run concurrently
+    unlisted = [lp for lp, s in zip(tracked.logprobs, tracked.strategies) if s != "topn"]  # listed: read from the top-n
+    assert again == caps and len(unlisted) > 0 and len(bisections) - probed == len(unlisted)  # one call per bisected token
+    assert sorted(e.value for e in bisections[probed:]) == sorted(unlisted)  # positions run concurrently
     assert all(math.isfinite(e.lower) for e in bisections)
 
 
@@ -84,7 +84,7 @@ def test_a_broken_bisection_is_disabled_by_the_probe(url, peaked_model_dir, tmp_
     async def off_by_one(self, position):
         return Estimate.exact((await self.unbiased(position)).top_logprob - 1.0, "bisect")
 
-    monkeypatch.setattr(strategies.Bisect, "resolve", off_by_one)
+    monkeypatch.setattr(strategies.Bisect, "measure", off_by_one)
     caps, _ = run(url, peaked_model_dir, tmp_path, TrackerConfig())
     assert not caps.bisect and "bisect missed known log-probs" in caps.reasons["bisect"]
     assert caps.forced_readout  # the other strategies are untouched

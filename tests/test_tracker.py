@@ -21,10 +21,10 @@ from blackbox_mia.types import BlackboxMIAError
 from .conftest import gsm8k_questions
 
 MODES = {  # (logprobs_mode, echo) -> strategies the mode allows
-    ("raw", True): ["auto", "prompt", "topn", "forced", "bisect"],
-    ("processed", True): ["auto", "prompt", "topn", "postbias", "bisect"],
-    ("raw", False): ["auto", "topn", "forced", "bisect"],
-    ("processed", False): ["auto", "topn", "postbias", "bisect"],
+    ("raw", True): ["auto", "prompt", "run", "topn", "forced", "bisect"],
+    ("processed", True): ["auto", "prompt", "run", "topn", "postbias", "bisect"],
+    ("raw", False): ["auto", "run", "topn", "forced", "bisect"],
+    ("processed", False): ["auto", "run", "topn", "postbias", "bisect"],
 }
 EXACT = 1e-4  # nats, exact strategies
 EPSILON = 0.01  # nats, bisection
@@ -58,6 +58,7 @@ def test_probe_identifies_mode(server, peaked_model_dir, tmp_path):
     caps = backend.capabilities
     backend.close()
     assert caps.top_n == 5 and caps.token_id_prompts and caps.bias_forces and caps.bisect
+    assert caps.run_reading and caps.flips_reproducible and caps.evidence["run"]["max_abs_diff"] == 0.0
     assert caps.echo is echo
     assert caps.reported == ("pre-bias" if mode == "raw" else "post-bias")
     assert caps.forced_readout is (mode == "raw")
@@ -79,7 +80,7 @@ def test_every_strategy_within_bounds(server, local, peaked_model_dir, texts, tm
             assert np.all(b.lower - EXACT <= w.logprobs) and np.all(w.logprobs <= b.upper + EXACT), strategy
             finite = np.isfinite(b.lower)
             width = (b.upper - b.lower)[finite]
-            if strategy in ("prompt", "forced", "postbias"):
+            if strategy in ("prompt", "run", "forced", "postbias"):
                 assert finite.all() and np.all(np.abs(b.logprobs - w.logprobs) <= EXACT)
             if strategy == "bisect":
                 assert finite.all() and np.all(width <= EPSILON + 1e-9)
@@ -122,7 +123,7 @@ def test_no_logprobs_endpoint_is_refused(local, peaked_model_dir, tmp_path):
 
 
 def test_bad_endpoints_give_clear_errors(local, peaked_model_dir, tmp_path):
-    first_use_fails(make_backend("http://127.0.0.1:9/v1", peaked_model_dir, tmp_path), "cannot reach")
+    first_use_fails(make_backend("http://127.0.0.1:9/v1", peaked_model_dir, tmp_path), "cannot reach|connection refused")
     with serve_in_background(ServerConfig(str(peaked_model_dir), api_key="right-key"), backend=local) as url:
         first_use_fails(make_backend(url, peaked_model_dir, tmp_path, api_key="wrong-key"), "refused")
         config = ApiConfig(base_url=url, model="no-such-model", api_key="right-key", max_retries=0)
@@ -133,28 +134,43 @@ def test_bad_endpoints_give_clear_errors(local, peaked_model_dir, tmp_path):
 
 
 class SyntheticEndpoint:
-    """Greedy answers from fixed log-probs, with Gaussian noise on every request's logits."""
+    """Greedy answers from fixed log-probs, with Gaussian noise on every request's logits; counts
+    requests. ``logprobs``: the (V,) distribution after every prefix, or a function of the
+    prefix's last token giving it (then ``next_tokens`` continues greedily, the bias on every step).
+    Reports are pre-bias."""
 
     token_id_prompts = True
 
     def sendable(self, prefix):
         return True
 
-    def __init__(self, logprobs: np.ndarray, noise: float, seed: int = 0):
-        self.logprobs = logprobs  # (V,) the same distribution after every prefix
+    def __init__(self, logprobs, noise: float = 0.0, seed: int = 0):
+        self.logprobs = logprobs
         self.noise = noise
         self.rng = np.random.default_rng(seed)
+        self.calls = 0
         self.codec = type("Codec", (), {"bos_id": 0, "token_string": staticmethod(str), "encode": None})()
-        self.client = type("Client", (), {"config": type("C", (), {"model": "synthetic"})()})()
+        self.client = type("Client", (), {"config": type("C", (), {"model": "synthetic", "concurrency": 2})()})()
+
+    def row(self, last: int) -> np.ndarray:
+        return self.logprobs(last) if callable(self.logprobs) else self.logprobs
 
     async def next_token(self, prefix, top_n, bias=None):
-        noisy = self.logprobs + self.rng.normal(0, self.noise, self.logprobs.shape)
-        for token, b in (bias or {}).items():
-            noisy[token] += b
-        order = np.argsort(-self.logprobs)[:top_n]
-        top = tuple(Listed(frozenset({int(i)}), float(self.logprobs[i])) for i in order)
-        sampled = int(np.argmax(noisy))
-        return NextToken(frozenset({sampled}), float(self.logprobs[sampled]), top)
+        return (await self.next_tokens(prefix, 1, top_n, bias))[0]
+
+    async def next_tokens(self, prefix, k, top_n, bias=None):
+        self.calls += 1
+        out, last = [], prefix[-1]
+        for _ in range(k):
+            lp = self.row(last)
+            noisy = lp + self.rng.normal(0, self.noise, lp.shape) if self.noise else lp.copy()
+            for token, b in (bias or {}).items():
+                noisy[token] += b
+            order = np.argsort(-lp)[:top_n]
+            top = tuple(Listed(frozenset({int(i)}), float(lp[i])) for i in order)
+            last = int(np.argmax(noisy))
+            out.append(NextToken(frozenset({last}), float(lp[last]), top))
+        return out
 
 
 CAPS = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True)

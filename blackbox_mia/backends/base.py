@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -43,6 +44,35 @@ OnDone = Callable[[int, TokenLogprobs], None]
 
 Prompt = str | Sequence[int]
 """A generation prompt: a text, or the token ids of a text (no BOS: the backend adds its own)."""
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """What scoring some texts is expected to cost, before anything is sent.
+
+    Attributes:
+        requests: HTTP requests expected (0 for a local model).
+        prompt_tokens, completion_tokens: tokens expected to be billed.
+        usd: their cost at the model's price (0 when unpriced or local).
+        relative_uncertainty: the estimate may be off by this fraction either way (0: exact,
+            for strategies whose request count depends only on the texts).
+        strategy: what the estimate assumes (e.g. ``"forced"``, ``"bisect"``); ``None`` local.
+        unpriced: the model has no price, so ``usd`` is 0.
+        notes: what the figure leaves out or assumes.
+    """
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usd: float = 0.0
+    relative_uncertainty: float = 0.0
+    strategy: str | None = None
+    unpriced: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict."""
+        return {**asdict(self), "notes": list(self.notes)}
 
 
 class Backend(ABC):
@@ -166,6 +196,22 @@ class Backend(ABC):
                 f"(it offers: {', '.join(sorted(self.features)) or 'nothing'})"
             )
 
+    async def aestimate_cost(self, texts: Sequence[str]) -> CostEstimate:
+        """What :meth:`alogprobs` on ``texts`` is expected to cost, sending nothing for the texts
+        (an API backend may run its capability probe once, which is cached).
+
+        The default (a backend that sends no requests): zeros.
+
+        Raises:
+            BlackboxMIAError: an empty or non-string text; for an API backend, a failed probe.
+        """
+        check_texts(texts)
+        return await self._loop.acall(self._aestimate_cost(list(texts)))
+
+    def estimate_cost(self, texts: Sequence[str]) -> CostEstimate:
+        """Blocking form of :meth:`aestimate_cost`."""
+        return self._call(self.aestimate_cost(texts))
+
     @property
     def usage(self) -> Usage | None:
         """Requests, tokens and estimated cost so far; ``None`` for a backend that sends no
@@ -206,6 +252,10 @@ class Backend(ABC):
     ) -> list[Generation]:
         """The ``generate`` feature, on the backend's loop (arguments already checked)."""
         raise NotImplementedError
+
+    async def _aestimate_cost(self, texts: list[str]) -> CostEstimate:
+        """:meth:`aestimate_cost` on the backend's loop (texts already checked): zeros."""
+        return CostEstimate()
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine of this backend to completion from synchronous code."""

@@ -29,10 +29,11 @@ from ...types import (
     Provenance,
     TokenLogprobs,
 )
-from ..base import GENERATE, LOGPROBS, Backend, OnDone, Prompt
+from ..base import GENERATE, LOGPROBS, Backend, CostEstimate, OnDone, Prompt
 from ..generation import sample_seed, strategy_name
 from .capabilities import Capabilities
 from .client import ApiClient, ApiConfig
+from .costs import estimate
 from .endpoint import Endpoint
 from .probe import load_or_probe
 from .tracker import Tracker, TrackerConfig
@@ -149,6 +150,12 @@ class ApiBackend(Backend):
     async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
         tracker = await self._tracking()
         return await tracker.track(texts, progress=progress, on_done=on_done)
+
+    async def _aestimate_cost(self, texts: list[str]) -> CostEstimate:
+        """Requests, billed tokens and USD of scoring ``texts`` (:mod:`.costs`: exact for echo and
+        forced read-out, measured rates for postbias and bisection), from the capability probe
+        (run now when it is not cached) and the tokenizer; no request for the texts."""
+        return estimate(await self._tracking(), texts, self.client.config.price())
 
     async def _agenerate(
         self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None,

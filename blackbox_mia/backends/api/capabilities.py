@@ -16,7 +16,7 @@ from pathlib import Path
 from ...io import read_json_object, write_json_atomic
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 3  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 4  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
@@ -47,6 +47,13 @@ class Capabilities:
         tolerance: nats by which two reports of the same log-prob may differ on this endpoint:
             the probe measures repeated requests and keeps 10× their largest difference (at
             least :data:`MIN_TOLERANCE_NATS`).
+        flips_reproducible: repeated requests gave the same answers (same values, and the probe's
+            bisection trial saw no flip that did not reproduce). ``False`` makes the tracker
+            re-check every bisection bracket; ``True`` only a sample of them.
+        run_reading: a ``max_tokens = K`` request without bias returns, at each generated
+            position, the top-n of the conditional after the prompt plus the tokens generated
+            so far (checked on the probe's greedy path): generated tokens that equal the text's
+            give the text's own log-probs.
     """
 
     endpoint: str
@@ -63,6 +70,8 @@ class Capabilities:
     reasons: dict[str, str] = field(default_factory=dict)
     evidence: dict[str, dict] = field(default_factory=dict)
     tolerance: float = MIN_TOLERANCE_NATS
+    flips_reproducible: bool = True
+    run_reading: bool = False
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -70,6 +79,7 @@ class Capabilities:
             return []
         flags = [
             ("prompt", self.echo),
+            ("run", self.run_reading),
             ("topn", True),
             ("forced", self.forced_readout),
             ("postbias", self.postbias_solve),
@@ -95,7 +105,7 @@ class Capabilities:
             "endpoint": str, "top_n": int, "token_id_prompts": bool, "echo": bool, "bias_forces": bool,
             "reported": str, "forced_readout": bool, "postbias_solve": bool, "bisect": bool,
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
-            "tolerance": (int, float),
+            "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
         }
         values = {}
         for f in fields(cls):

@@ -150,12 +150,29 @@ class Endpoint:
         Raises:
             ApiError: the request failed or the answer stayed invalid (see the client).
         """
+        return (await self.next_tokens(prefix, 1, top_n, bias))[0]
+
+    async def next_tokens(
+        self, prefix: Sequence[int], k: int, top_n: int, bias: dict[int, float] | None = None
+    ) -> list[NextToken]:
+        """The greedy continuation of ``prefix`` (temperature 0, up to ``k`` tokens), one answer
+        per generated token: answer ``j`` is the next-token answer after ``prefix`` + the ``j``
+        tokens generated before it (what the server reports there; the probe checks that it is
+        that conditional before the tracker relies on it). Fewer than ``k`` when generation
+        stops early (an end-of-text token).
+
+        Raises:
+            ApiError: the request failed or the answer stayed invalid (see the client).
+        """
         result = await self.client.request(
-            self.dialect, self._prompt(prefix), max_tokens=1, temperature=0.0, top_n=top_n, bias=bias
+            self.dialect, self._prompt(prefix), max_tokens=k, temperature=0.0, top_n=top_n, bias=bias
         )
-        first = result["tokens"][0]
-        sampled, value = self.candidates(first), float(first["logprob"])
-        top = tuple(Listed(self.candidates(e), float(e["logprob"])) for e in first.get("top") or [])
+        return [self._answer(entry) for entry in result["tokens"]]
+
+    def _answer(self, entry: dict) -> NextToken:
+        """One generated entry as a :class:`NextToken` (the sampled token listed too)."""
+        sampled, value = self.candidates(entry), float(entry["logprob"])
+        top = tuple(Listed(self.candidates(e), float(e["logprob"])) for e in entry.get("top") or [])
         if not any(e.ids == sampled and e.logprob == value for e in top):
             top = top + (Listed(sampled, value),)
         return NextToken(sampled, value, top)

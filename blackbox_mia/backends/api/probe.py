@@ -36,6 +36,7 @@ AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or
 GREEDY_STEPS = 6  # known positions on the model's greedy path
 TOP_N_TRIES = (20, 5, 1)
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
+NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
 
 
 async def load_or_probe(
@@ -157,6 +158,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     tolerance = await _measure_tolerance(p, path, top_n)
     agree = max(AGREE_NATS, tolerance)
     echo = dialect.echo and await _check_echo(p, path, top_n, agree)
+    runs = await _check_runs(p, path, top_n, agree)
 
     forces, reported = False, "unknown"
     non_argmax = [c for c in checks if not surely(c[3].sampled, c[1])]
@@ -194,7 +196,10 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
             enabled[strategy] = False
         else:
             enabled[strategy] = await _trial(p, strategy, non_argmax, base, agree)
-    caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"])
+    reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
+                    and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
+    caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
+                  flips_reproducible=reproducible, run_reading=runs)
     await _check_partial_tokens(p, seq, caps)
     return caps
 
@@ -278,6 +283,37 @@ async def _check_echo(p: _Probe, path, top_n: int, agree: float) -> bool:
     return True
 
 
+async def _check_runs(p: _Probe, path, top_n: int, agree: float) -> bool:
+    """Whether one ``max_tokens = len(path)`` request from the greedy path's first prefix gives,
+    at every generated position, the path's token and the per-prefix answer there (every listed
+    value within ``agree`` nats): the semantics run reading relies on."""
+    if len(path) < 2:
+        p.reasons["run"] = "the probe's greedy path is too short to check run reading"
+        return False
+    before = p.spent()
+    steps, error = await _attempt(p.endpoint.next_tokens(path[0][0], len(path), top_n))
+    if error is not None:
+        p.reasons["run"] = f"a {len(path)}-token request failed: {error}"
+        return False
+    worst, compared, same_path = 0.0, 0, len(steps) == len(path)
+    for step, (_, answer) in zip(steps, path):
+        same_path &= step.sampled == answer.sampled
+        for entry in answer.top:
+            if entry.ids is not None and len(entry.ids) == 1:
+                value = step.find(next(iter(entry.ids)))
+                if value is None:
+                    same_path = False
+                else:
+                    worst, compared = max(worst, abs(value - entry.logprob)), compared + 1
+    p.evidence["run"] = {"requests": p.spent() - before, "positions": len(steps), "values": compared,
+                         "max_abs_diff": worst, "same_path": same_path}
+    if not same_path or compared == 0 or worst > agree:
+        p.reasons["run"] = (f"a {len(path)}-token greedy continuation did not reproduce the per-prefix answers "
+                            f"(same path: {same_path}; values differ by up to {worst:.3g} nats)")
+        return False
+    return True
+
+
 async def _trial(p: _Probe, strategy: str, checks, base: dict, agree: float) -> bool:
     """Run the tracker's ``strategy`` object (:mod:`.strategies`, with the tracker's ε, bias cap
     and re-checks) on known positions; whether it reproduced every value (to ε + the agreement
@@ -287,17 +323,19 @@ async def _trial(p: _Probe, strategy: str, checks, base: dict, agree: float) -> 
         return False
     flags = {"forced_readout": strategy == "forced", "postbias_solve": strategy == "postbias", "bisect": strategy == "bisect"}
     trial_caps = Capabilities(p.endpoint.kind, base["top_n"], base["token_id_prompts"], False,
-                              base["bias_forces"], base["reported"], **flags, tolerance=base["tolerance"])
+                              base["bias_forces"], base["reported"], **flags, tolerance=base["tolerance"],
+                              flips_reproducible=False)  # every bracket the trial bisects is re-checked
     run = strategy_set(p.endpoint, trial_caps, p.config)[strategy]
     eps = p.config.epsilon + agree if strategy == "bisect" else agree
     before, worst, positions = p.spent(), 0.0, checks[: 2 if strategy == "bisect" else 3]
-    ok = True
+    ok, widened = True, 0
     for prefix, target, lp, _ in positions:
-        estimate = await run.resolve(Position(prefix, target))
+        estimate = await run.measure(Position(prefix, target))  # the mechanism, though the target is listed
+        widened += estimate.strategy == "bisect~"
         worst = max(worst, abs(estimate.value - lp))
         ok &= estimate.lower - eps <= lp <= estimate.upper + eps and abs(estimate.value - lp) <= eps
     p.evidence[strategy] = {"requests": p.spent() - before, "positions": len(positions), "max_abs_diff": worst,
-                            **({"epsilon": p.config.epsilon} if strategy == "bisect" else {})}
+                            **({"epsilon": p.config.epsilon, "unreproduced_flips": widened} if strategy == "bisect" else {})}
     if not ok:
         p.reasons[strategy] = f"{strategy} missed known log-probs by up to {worst:.3g} nats on the probe text"
     return ok

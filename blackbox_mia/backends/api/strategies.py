@@ -13,6 +13,7 @@ Build a set with :func:`strategy_set`; every per-position strategy has
 from __future__ import annotations
 
 import math
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
 FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
+CHECK_LEADING = 2  # bisection re-checks every bracket whose prefix is at most this many tokens
 
 
 @dataclass
@@ -116,6 +118,10 @@ class _Unknown(Exception):
 class Strategy(ABC):
     """One way to recover lp of a position's target.
 
+    :meth:`resolve` reads a target listed in the unbiased top-n from the list (exact, strategy
+    ``topn``) and measures the others with :meth:`measure`, the strategy's own mechanism (the
+    capability probe runs :meth:`measure` on listed targets, whose value it knows).
+
     Args:
         endpoint: where requests go.
         caps: the probe's record (top-n, tolerance, whether reports are pre-bias).
@@ -129,9 +135,22 @@ class Strategy(ABC):
         self.caps = caps
         self.config = config
 
-    @abstractmethod
     async def resolve(self, position: Position) -> Estimate:
-        """lp of ``position.target`` (nats) with bounds.
+        """lp of ``position.target`` (nats) with bounds: the listed value when the unbiased top-n
+        lists the target, else :meth:`measure`.
+
+        Raises:
+            BlackboxMIAError: a request failed (see the client).
+        """
+        listed = (await self.unbiased(position)).find(position.target)
+        if listed is not None:
+            return Estimate.exact(listed, "topn")
+        return await self.measure(position)
+
+    @abstractmethod
+    async def measure(self, position: Position) -> Estimate:
+        """lp of ``position.target`` (nats) with bounds by this strategy's own mechanism, even
+        when the target is listed.
 
         Raises:
             BlackboxMIAError: a request failed (see the client).
@@ -157,7 +176,7 @@ class TopN(Strategy):
 
     name = "topn"
 
-    async def resolve(self, position: Position) -> Estimate:
+    async def measure(self, position: Position) -> Estimate:
         answer = await self.unbiased(position)
         listed = answer.find(position.target)
         if listed is not None:
@@ -166,11 +185,16 @@ class TopN(Strategy):
 
 
 class Forced(Strategy):
-    """Bias the target by the cap; read the pre-bias log-prob reported for the sampled token."""
+    """Bias the target by the cap; read the pre-bias log-prob reported for the sampled token.
+
+    One request whether or not the target is listed (:meth:`resolve` is :meth:`measure`)."""
 
     name = "forced"
 
     async def resolve(self, position: Position) -> Estimate:
+        return await self.measure(position)
+
+    async def measure(self, position: Position) -> Estimate:
         target = position.target
         biased = await self.biased(position, self.config.max_bias)
         hit = self.is_target(biased, target, None)
@@ -195,7 +219,7 @@ class PostBias(Strategy):
 
     name = "postbias"
 
-    async def resolve(self, position: Position) -> Estimate:
+    async def measure(self, position: Position) -> Estimate:
         target, bias = position.target, self.config.max_bias
         unbiased = await self.unbiased(position)
         listed = unbiased.find(target)
@@ -219,17 +243,61 @@ class PostBias(Strategy):
         return Estimate.at_most(upper, "ambiguous")
 
 
+def first_step(epsilon: float) -> float:
+    """The galloping search's first step (nats): the smallest ε·2^m (m ≥ 0) of at least 1 nat, so
+    every bracket the search ends with halves down to exactly ε (1.28 nats at ε = 0.01)."""
+    return epsilon * 2.0 ** max(0, math.ceil(math.log2(1.0 / epsilon) - 1e-12))
+
+
+class FlipChecks:
+    """Which bisection brackets :class:`Bisect` re-checks with fresh requests.
+
+    Every bracket once flips were seen not to reproduce: by the probe
+    (``caps.flips_reproducible`` false) or earlier in this run. Otherwise a sample that depends
+    only on the position, so a rerun asks the same questions (and finds them in the cache): the
+    text's first :data:`CHECK_LEADING` positions (after a window's first token) and one position
+    in ``config.verify_every``, picked by a hash of (prefix, target).
+
+    Args:
+        always: re-check every bracket from the start.
+        every: the sample's period (1: every bracket).
+    """
+
+    def __init__(self, always: bool, every: int):
+        self.always = always
+        self.every = every
+
+    def wanted(self, position: Position) -> bool:
+        """Whether to re-check this position's bracket."""
+        if self.always or self.every == 1 or len(position.prefix) <= CHECK_LEADING:
+            return True
+        key = zlib.crc32(np.asarray(position.prefix + [position.target], dtype=np.int64).tobytes())
+        return key % self.every == 0
+
+    def saw_unreproducible(self) -> None:
+        """A re-checked flip did not reproduce: re-check every later bracket."""
+        self.always = True
+
+
 class Bisect(Strategy):
     """Smallest bias b* that flips the greedy token to the target; lp_i = lp_top − b*.
 
-    A galloping search (1, 2, 4, ... nats up to the cap) finds the upper end of the bracket,
-    bisection narrows it to ε, and (``verify_flips``) both ends are asked again; a flip that does
-    not reproduce widens the bounds (``bisect~``) instead of moving the value.
+    The top-n bound gives b* > lo = lp_top − upper. A galloping search (steps of
+    :func:`first_step`, doubling: 1.28, 2.56, 5.12, ... nats at ε = 0.01, up to the cap) from lo
+    finds the upper end of the bracket, and bisection narrows it to ε. A listed target is read
+    from the list instead (:meth:`Strategy.resolve`). Re-checks (``verify_flips``; which
+    brackets: :class:`FlipChecks`) ask both ends again; a flip that does not reproduce widens the
+    bounds (``bisect~``) instead of moving the value, and turns re-checks on for every later
+    bracket.
     """
 
     name = "bisect"
 
-    async def resolve(self, position: Position) -> Estimate:
+    def __init__(self, endpoint: Endpoint, caps: Capabilities, config: TrackerConfig):
+        super().__init__(endpoint, caps, config)
+        self.checks = FlipChecks(not caps.flips_reproducible, config.verify_every)
+
+    async def measure(self, position: Position) -> Estimate:
         unbiased = await self.unbiased(position)
         listed = unbiased.find(position.target)
         # a listed target is bracketed by the argmax alone, not by its value
@@ -251,23 +319,25 @@ class Bisect(Strategy):
         if surely(unbiased.sampled, position.target):  # already the argmax: nothing to flip
             return Estimate.exact(top, "bisect")
         lo = max(0.0, top - upper)  # b* lies in (lo, hi]
-        # galloping search: gaps are usually a few nats, so double a 1-nat step up to the cap
-        step, hi = 1.0, min(cap, lo + 1.0)
+        step = first_step(eps)
+        hi = min(cap, round(lo + step, 6))
         while not await self._flips(position, hi, unbiased):
             if hi >= cap:
                 return Estimate.at_most(min(upper, top - cap), "bisect>cap")
             lo, step = hi, step * 2
             hi = min(cap, round(lo + step, 6))
-        while hi - lo > eps:
+        while hi - lo > eps + 1e-9:
             mid = round((lo + hi) / 2, 6)
             if await self._flips(position, mid, unbiased):
                 hi = mid
             else:
                 lo = mid
         strategy = "bisect"
-        if self.config.verify_flips:
+        if self.config.verify_flips and self.checks.wanted(position):
             lo, hi, consistent = await self._verify(position, lo, hi, unbiased)
-            strategy = "bisect" if consistent else "bisect~"  # widened by a non-reproducible flip
+            if not consistent:
+                strategy = "bisect~"  # widened by a non-reproducible flip
+                self.checks.saw_unreproducible()
         return Estimate(top - (lo + hi) / 2, top - hi, top - lo, strategy)
 
     async def _verify(self, position: Position, lo: float, hi: float, unbiased: NextToken) -> tuple[float, float, bool]:
@@ -320,11 +390,11 @@ class Auto(Strategy):
     async def resolve(self, position: Position) -> Estimate:
         if "forced" in self.available:
             return await self.parts["forced"].resolve(position)
-        fallback = next((s for s in FALLBACKS if s in self.available), None)
-        answer = await self.unbiased(position)
-        if fallback is None or answer.find(position.target) is not None:
-            return await self.parts["topn"].resolve(position)
-        return await self.parts[fallback].resolve(position)
+        return await super().resolve(position)
+
+    async def measure(self, position: Position) -> Estimate:
+        fallback = next((s for s in FALLBACKS if s in self.available), "topn")
+        return await self.parts[fallback].measure(position)
 
 
 class Prompt:

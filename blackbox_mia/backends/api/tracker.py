@@ -6,6 +6,9 @@ target token is x_i. Strategies, cheapest first (docs/blackbox.md); each is an o
 
 ``prompt``    echo + logprobs returns every prompt token's log-prob: 1 request per text (per
               window), exact.
+``run``       run reading (:mod:`.runs`): the greedy continuation of a prefix, while it equals
+              the text, gives the text's own top-n at every generated position: one request
+              for a run of positions, per-position read-out (``auto``) where runs do not pay.
 ``topn``      request the prefix (max_tokens = 1, temperature 0, top-n log-probs); when x_i is
               listed its value is read, exact. Otherwise it bounds lp_i from above by the n-th
               listed value and by log(1 − Σ listed p) (``topn-bound``).
@@ -52,10 +55,11 @@ from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .capabilities import Capabilities
 from .endpoint import Endpoint, with_bos
-from .strategies import Estimate, Position, Prompt, strategy_set
+from .runs import RunReader
+from .strategies import FALLBACKS, Estimate, Position, Prompt, strategy_set
 from .wire import MAX_BIAS
 
-STRATEGIES = ("auto", "prompt", "topn", "forced", "postbias", "bisect")
+STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,17 @@ class TrackerConfig:
 
     Attributes:
         strategy: ``"auto"`` (cheapest the probe allows) or one strategy forced for every
-            position: prompt, topn, forced, postbias, bisect.
+            position: prompt, run (runs, else ``auto`` per position), topn, forced, postbias,
+            bisect.
         epsilon: bisection stops when the bracket is at most this wide (nats), > 0; the probe
             validates bisection with it.
         max_bias: the largest |logit_bias| sent (nats), at most the API's
             :data:`~.wire.MAX_BIAS`; the probe validates the strategies with it.
-        verify_flips: re-ask a bisection bracket's ends with fresh requests and widen the
-            bounds when a flip does not reproduce.
-        verify_repeats: fresh requests per bracket end (2 × this many per bisected token).
+        verify_flips: re-ask bisection brackets' ends with fresh requests and widen the bounds
+            when a flip does not reproduce (which brackets: :class:`~.strategies.FlipChecks`).
+        verify_repeats: fresh requests per bracket end (2 × this many per re-checked token).
+        verify_every: while no flip has been seen not to reproduce, re-check the brackets of a
+            text's first positions and one bisected position in this many (1: every one).
         context: the model's context in tokens (≥ 2); longer texts use the local backend's
             sliding windows (stride = half the context). ``None``: whole prefixes.
         pending: most positions (or echo windows) in progress at once; ``None`` = twice the
@@ -87,6 +94,7 @@ class TrackerConfig:
     max_bias: float = MAX_BIAS
     verify_flips: bool = True
     verify_repeats: int = 2
+    verify_every: int = 16
     context: int | None = None
     pending: int | None = None
 
@@ -99,6 +107,8 @@ class TrackerConfig:
             raise BlackboxMIAError(f"max_bias must be in (0, {MAX_BIAS:g}], got {self.max_bias}")
         if self.verify_repeats < 0:
             raise BlackboxMIAError(f"verify_repeats must be >= 0, got {self.verify_repeats}")
+        if self.verify_every < 1:
+            raise BlackboxMIAError(f"verify_every must be >= 1, got {self.verify_every}")
         if self.context is not None and self.context < 2:
             raise BlackboxMIAError(f"the context must be at least 2 tokens, got {self.context}")
         if self.pending is not None and self.pending < 1:
@@ -136,6 +146,7 @@ class Tracker:
         self.available = available
         self.strategies = strategy_set(endpoint, capabilities, config)
         self.prompt = Prompt(endpoint, capabilities.top_n)
+        self.runs = RunReader(endpoint, capabilities.top_n, self.strategies["auto"].resolve)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -176,10 +187,12 @@ class Tracker:
         async def run(job: tuple[int, int, int, int]) -> None:
             t, start, end, first = job
             seq = sequences[t]
-            if self._mode() == "prompt":
+            if self.mode() == "prompt":
                 found = await self._window(seq, start, end, first)
+            elif self.mode() == "run":
+                found = await self.runs.read(seq, start, first, end)
             else:  # one position: target seq[first] after the window's prefix
-                found = [await self._position(seq[start:first], seq[first], self._mode())]
+                found = [await self._position(seq[start:first], seq[first], self.mode())]
             estimates[t][first - 1 : end - 1] = found
             remaining[t] -= len(found)
             bar.update(len(found))
@@ -206,7 +219,7 @@ class Tracker:
         for t, seq in enumerate(sequences):
             windows = sliding_windows(len(seq), self.config.context) if self.config.context else [(0, len(seq), 1)]
             for start, end, first in windows:
-                if self._mode() == "prompt":
+                if self.mode() in ("prompt", "run"):
                     yield t, start, end, first
                 else:
                     for j in range(first, end):
@@ -238,11 +251,20 @@ class Tracker:
         if failures:
             raise failures[0]
 
-    def _mode(self) -> str:
-        """The forced strategy, or "prompt" / "auto" for the automatic choice."""
+    def mode(self) -> str:
+        """The strategy every text runs with: the configured one, or for ``auto`` "prompt" where
+        echo is available, else "auto" (per position: :meth:`per_position_strategy`)."""
         if self.config.strategy == "auto" and "prompt" in self.available:
             return "prompt"
         return self.config.strategy
+
+    def per_position_strategy(self) -> str:
+        """What ``auto`` does per position: forced read-out where available, else a listed
+        target's value and the first fallback available for the others (``postbias``,
+        ``bisect``), else the top-n bound (``topn``)."""
+        if "forced" in self.available:
+            return "forced"
+        return next((s for s in FALLBACKS if s in self.available), "topn")
 
     # -- one echo window ------------------------------------------------------------------------
 

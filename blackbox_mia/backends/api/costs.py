@@ -1,0 +1,84 @@
+"""What tracking texts through an endpoint is expected to cost, from the probe and the tokenizer.
+
+Exact where the request count depends only on the texts: ``prompt`` (echo: one request per window,
+the window as prompt), ``forced`` and ``topn`` (one request per position, its prefix as prompt).
+A request's prompt is billed in full, so per-position strategies bill Σ prefix lengths: N(N−1)/2
+prompt tokens for a text of N tokens (BOS included). Measured rates, with a stated uncertainty,
+for strategies whose request count depends on the model's answers:
+
+``postbias``  1 request for a target listed in the top-n, 2 otherwise: 1.5 ± 0.5 per position.
+``bisect``    1 for a listed target, else 1 + the flip search: about log2(first step / ε) + 2
+              requests (galloping, then halving to ε) plus the sampled re-checks;
+              :data:`LISTED_SHARE` of targets listed (measured on the GSM8K canary by
+              ``scripts/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`.
+``run``       never more than forced read-out: the forced figure, an upper bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...text.windows import sliding_windows
+from ..base import CostEstimate
+from .strategies import CHECK_LEADING, first_step
+from .tracker import Tracker
+
+LISTED_SHARE = 0.4  # share of a text's targets listed in the top-5 (GSM8K canary: 0.34 non-members, 0.48 members)
+GALLOP_REQUESTS = 2.0  # mean galloping requests before the halving starts (canary gaps: median ~1.5-2.5 nats)
+RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (postbias, bisect)
+
+
+def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int]]:
+    """Per window of every text: ``(prompt lengths of per-position requests, echo prompt lengths)``,
+    in tokens: the prefix length of every target, and the prompt an echo request sends per window."""
+    prefixes, windows = [], []
+    context = tracker.config.context
+    for text in texts:
+        seq = tracker.sequence(text)
+        for start, end, first in sliding_windows(len(seq), context) if context else [(0, len(seq), 1)]:
+            prefixes.extend(j - start for j in range(first, end))
+            full = context is None or end - start < context
+            windows.append(end - start if full else end - start - 1)
+    return prefixes, windows
+
+
+def per_position_rate(tracker: Tracker, strategy: str) -> tuple[float, float]:
+    """(expected requests per position, relative uncertainty) of a per-position strategy."""
+    if strategy in ("forced", "topn", "run"):
+        return 1.0, 0.0
+    if strategy == "postbias":
+        return 1.5, 1 / 3
+    config = tracker.config
+    search = math.log2(first_step(config.epsilon) / config.epsilon) + GALLOP_REQUESTS
+    checks = 2 * config.verify_repeats * (1.0 if not tracker.caps.flips_reproducible else 1 / config.verify_every)
+    return 1.0 + (1 - LISTED_SHARE) * (search + checks * config.verify_flips), RATE_UNCERTAINTY
+
+
+def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | None) -> CostEstimate:
+    """The expected requests, billed tokens and USD of ``tracker.track(texts)``.
+
+    Args:
+        tracker: the tracker (probe done, configuration set).
+        texts: the texts to score.
+        price: USD per 1M prompt / completion tokens; ``None``: unpriced (USD 0).
+    """
+    prefixes, windows = positions(tracker, texts)
+    mode = tracker.mode()
+    notes = ["answers already in the response cache are counted as if paid",
+             "the capability probe's requests (once per endpoint and model) are not counted"]
+    if mode == "prompt":
+        requests, prompt, completion, spread = len(windows), sum(windows), len(windows), 0.0
+        strategy = "prompt"
+    else:
+        strategy = mode if mode != "auto" else tracker.per_position_strategy()
+        rate, spread = per_position_rate(tracker, strategy)
+        requests = round(rate * len(prefixes))
+        prompt, completion = round(rate * sum(prefixes)), requests
+        if strategy == "run":
+            notes.append("run reading: never more than forced read-out; the figure is forced read-out's")
+        if strategy == "bisect":
+            notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
+                         f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
+    usd = 0.0 if price is None else (prompt * price[0] + completion * price[1]) / 1e6
+    return CostEstimate(requests=requests, prompt_tokens=prompt, completion_tokens=completion, usd=usd,
+                        relative_uncertainty=spread, strategy=strategy, unpriced=price is None, notes=tuple(notes))

@@ -1,0 +1,100 @@
+"""Run reading: a text's own log-probs from the server's greedy continuation of its prefix.
+
+A request with ``max_tokens = K``, temperature 0 and no bias returns the top-n at every generated
+position. While the generated tokens equal the text's, those positions ARE the text's positions:
+the answer at generated step k is the conditional after x_<j+k, so every target up to the first
+mismatch is read exactly (it is the sampled token, hence listed), and the mismatching target too
+when it is listed there. One request then covers m + 1 positions (m matching tokens). The capability
+probe enables this only after a run request reproduced its greedy path's per-prefix answers
+(``Capabilities.run_reading``).
+
+Never dearer than forced read-out, in requests, by construction of the switch (per text): a run
+request costs one request for m + 1 positions, plus one per-position request (forced read-out,
+or whatever ``auto`` does) when the mismatching target is not listed. It loses against forced
+read-out only when the very first generated token mismatches (m = 0) and the target is not listed:
+one request lost. So a text starts with per-position read-out (in chunks of :data:`CHUNK`
+positions asked at once), tries a run only after :data:`STREAK` consecutive targets proven to be
+the argmax (exact value above log 1/2: more than half the mass), i.e. where the model is
+reproducing the text, stays with runs while they match at least one token, and goes back to
+per-position read-out after a run that matched none. Each such failed attempt costs at most one
+request more than forced read-out, and follows a streak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+
+from .endpoint import Endpoint, surely
+from .strategies import Estimate, Position
+
+RUN_FIRST_TOKENS = 4  # max_tokens of a text's first run request; doubles after a run that matched throughout
+RUN_MAX_TOKENS = 64  # the most tokens one run request generates
+STREAK = 2  # proven-argmax targets in a row after which per-position read-out tries a run again
+ARGMAX_LOGPROB = math.log(0.5)  # an exact log-prob above this is the argmax's (nats)
+CHUNK = 4  # per-position read-outs of one text asked at once between two looks at the streak
+
+
+class RunReader:
+    """Reads the targets of one window by runs where they pay, per position elsewhere.
+
+    Args:
+        endpoint: where requests go.
+        top_n: alternatives per generated position (the probe's top-n).
+        one: resolves one position (prefix, target, its unbiased answer when known) per position:
+            the tracker's ``auto`` (forced read-out where the probe allows it).
+    """
+
+    name = "run"
+
+    def __init__(self, endpoint: Endpoint, top_n: int, one: Callable[[Position], Awaitable[Estimate]]):
+        self.endpoint = endpoint
+        self.top_n = top_n
+        self.one = one
+
+    async def read(self, seq: list[int], start: int, first: int, end: int) -> list[Estimate]:
+        """Estimates of targets ``seq[first:end]``, each after its prefix ``seq[start:j]``.
+
+        Raises:
+            BlackboxMIAError: a request failed (see the client).
+        """
+        found: list[Estimate] = []
+        j, k, running = first, RUN_FIRST_TOKENS, False
+        while j < end:
+            if running:
+                estimates, matched = await self._run(seq, start, j, min(k, end - j))
+                found += estimates
+                j += len(estimates)
+                running = matched > 0
+                k = min(RUN_MAX_TOKENS, 2 * k) if matched == len(estimates) else RUN_FIRST_TOKENS
+            else:
+                chunk = range(j, min(end, j + CHUNK))
+                estimates = await asyncio.gather(*(self.one(Position(seq[start:i], seq[i])) for i in chunk))
+                found += estimates
+                j += len(estimates)
+                running = len(found) >= STREAK and all(_argmax(e) for e in found[-STREAK:])
+        return found
+
+    async def _run(self, seq: list[int], start: int, j: int, k: int) -> tuple[list[Estimate], int]:
+        """One run request at position ``j`` (``k`` tokens): the estimates it gives (from ``j`` on,
+        at least one) and how many generated tokens matched the text."""
+        if not self.endpoint.sendable(seq[start:j]):
+            return [await self.one(Position(seq[start:j], seq[j]))], 0
+        steps = await self.endpoint.next_tokens(seq[start:j], k, self.top_n)
+        out: list[Estimate] = []
+        for step in steps:
+            i = j + len(out)
+            listed = step.find(seq[i])
+            if listed is None:  # not listed at the first mismatch: read it on its own
+                out.append(await self.one(Position(seq[start:i], seq[i], unbiased=step)))
+                return out, len(out) - 1
+            out.append(Estimate.exact(listed, self.name))
+            if not surely(step.sampled, seq[i]):  # the continuation left the text here
+                return out, len(out) - 1
+        return out, len(out)
+
+
+def _argmax(estimate: Estimate) -> bool:
+    """Whether an estimate proves its target was the argmax (an exact value above log 1/2)."""
+    return estimate.lower == estimate.upper and estimate.value > ARGMAX_LOGPROB

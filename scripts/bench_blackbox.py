@@ -1,0 +1,173 @@
+"""Requests and billed tokens per scored token of the black-box tracker, and its honesty, per strategy.
+
+How it measures (all on loopback): the emulator (``bbmia serve``'s server, in this process) serves
+a GSM8K canary; an :class:`ApiBackend` with a fresh response cache probes it (the probe's
+requests are not counted), then tracks the texts with one strategy; the white-box log-probs of
+the same windows (:class:`LocalBackend`) are the truth.
+
+Lines (one JSON object each, ``--json``): ``forced`` (raw log-probs), ``postbias`` (processed
+log-probs), ``bisect`` (raw, ε = 0.01), ``run`` (run reading, raw) on the canary texts (members
+and non-members alternating), ``run-memorized`` on members only, each with ``requests``,
+``requests_per_token``, ``billed_tokens_per_token`` (prompt + completion tokens the server
+reported, per scored token), ``max_abs_diff`` (nats, over tokens with finite bounds),
+``within_bounds`` (share of tokens whose white-box value lies in [lower, upper] ± 1e-4 nats) and
+the strategies used; then ``concurrency-64`` / ``concurrency-256`` from
+``scripts/bench_throughput.py``'s ``concurrency_lines`` (the client's throughput through the CLI).
+
+``--before REV`` measures REV's package first (``git archive`` into a temporary directory, the
+same script run on it), every line tagged ``"version": "before"`` / ``"after"``.
+
+Usage: python scripts/bench_blackbox.py [--canary DIR] [--texts 10] [--before 753b155] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.types import BlackboxMIAError
+
+ROOT = Path(__file__).resolve().parents[1]
+EPSILON = 0.01  # nats: the bisection width measured
+SLACK = 1e-4  # nats: reported values are rounded by the server's JSON floats
+MEASURES = (  # (line's strategy, tracker strategy, emulator log-probs mode, members only)
+    ("forced", "forced", "raw", False),
+    ("postbias", "postbias", "processed", False),
+    ("bisect", "bisect", "raw", False),
+    ("run", "run", "raw", False),
+    ("run-memorized", "run", "raw", True),
+)
+CONCURRENCIES = (64, 256)
+
+
+def default_canary() -> Path:
+    """The first complete GSM8K canary with dup 16 under ``cache/canary``."""
+    for manifest in sorted((ROOT / "cache" / "canary").glob("*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        if m.get("corpus", "gsm8k") == "gsm8k" and m.get("dup") == 16 and m.get("complete"):
+            return manifest.parent
+    raise SystemExit("no dup-16 GSM8K canary in cache/canary: train one with "
+                     "`nice -n 10 bbmia canary train --dup 16` or pass --canary")
+
+
+def canary_texts(canary: Path, n: int, members_only: bool) -> list[str]:
+    """``n`` canary items: members only, or members and non-members alternating."""
+    items = [json.loads(line) for line in (canary / "canary_items.jsonl").read_text().splitlines()]
+    members = [it["text"] for it in items if it["label"] == 1]
+    if members_only:
+        return members[:n]
+    others = [it["text"] for it in items if it["label"] == 0]
+    return [t for pair in zip(members, others) for t in pair][:n]
+
+
+def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalBackend, canary: Path,
+            white: list, cache: Path) -> dict:
+    """One line: track ``texts`` with ``strategy`` through the emulator in ``mode``."""
+    server = ServerConfig(str(canary), logprobs_mode=mode, echo=False)
+    with serve_in_background(server, backend=local) as url:
+        api = ApiConfig(base_url=url, model=str(canary), api_key="none", max_retries=2, concurrency=32)
+        tracker = TrackerConfig(strategy=strategy, epsilon=EPSILON, context=local.context)
+        backend = ApiBackend(api, tokenizer=str(canary), tracker=tracker, cache_dir=cache / name)
+        try:
+            backend.probe()
+            before = dict(backend.usage.to_dict())
+            start = time.perf_counter()
+            black = backend.logprobs(texts)
+            wall = time.perf_counter() - start
+            after = backend.usage.to_dict()
+        except BlackboxMIAError as exc:
+            return {"strategy": name, "skipped": str(exc)}
+        finally:
+            backend.close()
+    tokens = sum(w.n_tokens for w in white)
+    requests = after["requests"] - before["requests"]
+    billed = sum(after[k] - before[k] for k in ("prompt_tokens", "completion_tokens"))
+    inside, worst, used = 0, 0.0, {}
+    for b, w in zip(black, white):
+        assert b.token_ids.tolist() == w.token_ids.tolist()
+        inside += int(np.sum((b.lower - SLACK <= w.logprobs) & (w.logprobs <= b.upper + SLACK)))
+        finite = np.isfinite(b.lower)
+        if finite.any():
+            worst = max(worst, float(np.max(np.abs(b.logprobs - w.logprobs)[finite])))
+        for s in b.strategies:
+            used[s] = used.get(s, 0) + 1
+    return {"strategy": name, "tracker_strategy": strategy, "logprobs_mode": mode, "texts": len(texts),
+            "tokens": tokens, "requests": requests, "requests_per_token": round(requests / tokens, 4),
+            "billed_tokens_per_token": round(billed / tokens, 2), "max_abs_diff": worst,
+            "within_bounds": inside / tokens, "strategies": used, "wall_s": round(wall, 1)}
+
+
+def concurrency(client_tree: Path | None) -> list[dict]:
+    """The ``concurrency-64/256`` lines from ``scripts/bench_throughput.py``, or a note when it
+    (or its ``concurrency_lines``) is not there yet."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from bench_throughput import concurrency_lines
+    except ImportError as exc:
+        return [{"strategy": f"concurrency-{c}", "skipped": f"scripts/bench_throughput.py: {exc}"} for c in CONCURRENCIES]
+    return concurrency_lines(CONCURRENCIES, client_tree=client_tree)
+
+
+def run_before(rev: str, args: argparse.Namespace) -> None:
+    """This script on ``rev``'s package (lines tagged ``before``), printed as they come."""
+    with tempfile.TemporaryDirectory() as tree:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "blackbox_mia"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        cmd = [sys.executable, __file__, "--canary", str(args.canary), "--texts", str(args.texts),
+               "--label", "before", "--tree", tree] + (["--json"] if args.json else [])
+        if args.no_concurrency:
+            cmd.append("--no-concurrency")
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": tree})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--canary", type=Path, default=None, help="GSM8K canary directory (default: a dup-16 one)")
+    parser.add_argument("--texts", type=int, default=10, help="canary texts per line")
+    parser.add_argument("--only", default=None, help="comma-separated line names (default: all)")
+    parser.add_argument("--before", default=None, help="also measure this git revision first")
+    parser.add_argument("--no-concurrency", action="store_true", help="skip the concurrency lines")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--label", default="after", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.canary = args.canary or default_canary()
+    if args.before:
+        run_before(args.before, args)
+    local = LocalBackend(LocalConfig(str(args.canary)))
+    only = set(args.only.split(",")) if args.only else None
+    lines = []
+    with tempfile.TemporaryDirectory() as cache:
+        for name, strategy, mode, members in MEASURES:
+            if only and name not in only:
+                continue
+            texts = canary_texts(args.canary, args.texts, members)
+            white = local.logprobs(texts)
+            lines.append(measure(name, strategy, mode, texts, local, args.canary, white, Path(cache)))
+            emit(lines[-1], args)
+    if not args.no_concurrency and not only:
+        for line in concurrency(args.tree):
+            emit(line, args)
+
+
+def emit(line: dict, args: argparse.Namespace) -> None:
+    line = {**line, "version": args.label}
+    print(json.dumps(line) if args.json else "  ".join(f"{k}={v}" for k, v in line.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Run reading: the greedy continuation's top-n read the text's own log-probs while it equals the
+text; per-text switching keeps it within one request of forced read-out per failed attempt.
+Hand-counted on a synthetic endpoint, exact against the white-box model through `bbmia serve`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.capabilities import Capabilities
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+from .conftest import gsm8k_questions
+from .test_tracker import SyntheticEndpoint
+
+V = 10
+RUNS = Capabilities("completions", 2, True, False, True, "pre-bias", True, False, False, run_reading=True)
+
+
+def row(last: int) -> np.ndarray:
+    """After a prefix ending in ``last``: (last + 1) % V with p 0.7, (last + 2) % V with 0.2."""
+    p = np.full(V, 0.1 / (V - 2))
+    p[(last + 1) % V], p[(last + 2) % V] = 0.7, 0.2
+    return np.log(p)
+
+
+def track(seq: list[int], strategy: str) -> tuple[list, int]:
+    endpoint = SyntheticEndpoint(row)
+    tracker = Tracker(endpoint, RUNS, TrackerConfig(strategy=strategy))
+    tracker.sequence = lambda text: seq  # the synthetic texts are token ids already
+    [result] = asyncio.run(tracker.track(["x"]))
+    return result, endpoint.calls
+
+
+def truth(seq):
+    return [row(seq[j - 1])[seq[j]] for j in range(1, len(seq))]
+
+
+def test_a_reproduced_text_costs_a_few_requests():
+    """14 targets, each the argmax: 4 forced (the streak), then a 4-token run (all match) and a
+    6-token run to the end: 6 requests instead of 14."""
+    seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
+    result, calls = track(seq, "run")
+    assert calls == 6 and track(seq, "forced")[1] == 14
+    assert result.strategies == ["forced"] * 4 + ["run"] * 10
+    np.testing.assert_allclose(result.logprobs, truth(seq))
+    np.testing.assert_array_equal(result.lower, result.upper)
+
+
+def test_a_run_that_leaves_the_text_at_once_costs_one_request_more_then_switches():
+    """After the streak 1..4 the run's first token is 5, the text's 8 is not listed: that position
+    costs the run request and a forced one; the rest is forced read-out (no further attempt: no
+    second streak): 4 + 2 + 3 = 9 requests for 8 targets."""
+    seq = [0, 1, 2, 3, 4, 8, 0, 5, 1]
+    result, calls = track(seq, "run")
+    assert calls == 9 and result.strategies == ["forced"] * 8
+    np.testing.assert_allclose(result.logprobs, truth(seq))
+
+
+def test_a_listed_mismatch_is_read_from_the_run():
+    """The run's first token is 5 and the text's 6 is listed there (p 0.2): exact from the run,
+    then back to forced read-out: 4 + 1 + 1 = 6 requests for 6 targets."""
+    seq = [0, 1, 2, 3, 4, 6, 0]
+    result, calls = track(seq, "run")
+    assert calls == 6 and result.strategies == ["forced"] * 4 + ["run", "forced"]
+    np.testing.assert_allclose(result.logprobs, truth(seq))
+
+
+# -- through `bbmia serve`: the probe checks the semantics, values are the white-box ones -----------
+
+
+@pytest.fixture(scope="module")
+def local(peaked_model_dir):
+    return LocalBackend(LocalConfig(str(peaked_model_dir)))
+
+
+def test_run_reading_through_the_emulator(local, peaked_model_dir, tmp_path):
+    question = gsm8k_questions(1, split="test")[0][:20]
+    memorized = question + local.generate([question], max_new_tokens=30)[0].text  # the model reproduces its tail
+    texts = [memorized, gsm8k_questions(2, split="test")[1][:60]]
+    white = local.logprobs(texts)
+    with serve_in_background(ServerConfig(str(peaked_model_dir), echo=False), backend=local) as url:
+        used = {}
+        for strategy in ("run", "forced"):
+            config = ApiConfig(base_url=url, model=str(peaked_model_dir), max_retries=1)
+            backend = ApiBackend(config, tokenizer=str(peaked_model_dir), tracker=TrackerConfig(strategy=strategy),
+                                 cache_dir=tmp_path / strategy)
+            assert backend.capabilities.run_reading
+            before = backend.usage.requests
+            black = backend.logprobs(texts)
+            used[strategy] = backend.usage.requests - before
+            backend.close()
+            for b, w in zip(black, white):
+                assert b.token_ids.tolist() == w.token_ids.tolist()
+                np.testing.assert_allclose(b.logprobs, w.logprobs, atol=1e-4)
+                np.testing.assert_array_equal(b.lower, b.upper)
+    tokens = sum(w.n_tokens for w in white)
+    assert used["forced"] == tokens
+    assert used["run"] < 0.8 * used["forced"]  # the memorized text's tail is read by runs
