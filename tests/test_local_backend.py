@@ -96,7 +96,7 @@ def test_bad_input(tiny_model_dir, backend):
     with pytest.raises(BlackboxMIAError, match="empty"):
         backend.logprobs(["fine", "   "])
     with pytest.raises(BlackboxMIAError, match="cannot load model"):
-        LocalBackend(LocalConfig(str(tiny_model_dir / "missing"), local_files_only=True))
+        LocalBackend(LocalConfig(str(tiny_model_dir.parent), local_files_only=True))  # a directory, no model
     nobos = LocalBackend(LocalConfig(str(tiny_model_dir), bos=False))
     one_token = next(t for t in ["a", "T", "1"] if len(backend.encode(t)) == 1)
     with pytest.raises(BlackboxMIAError, match="single token"):
@@ -116,9 +116,9 @@ def test_on_done_reports_each_text_after_its_last_batch(tiny_model_dir):
     forwards = []
     real_forward = small._forward
 
-    def counting_forward(rows):
+    def counting_forward(rows, vocab_stats):
         forwards.append(len(rows))
-        return real_forward(rows)
+        return real_forward(rows, vocab_stats)
 
     small._forward = counting_forward
     reported = []

@@ -40,7 +40,8 @@ class BackendOptions:
     Attributes:
         device: torch device of local models (``None``: CUDA when available).
         dtype: weights' dtype of local models (``float32``, ``bfloat16``, ``float16``, ``auto``).
-        batch_tokens: padded tokens per forward pass of local models.
+        batch_tokens: padded tokens per forward pass of local models, at most (the memory
+            budget usually binds first).
         api_key: the API key (never stored or printed); ``None``: the client's default
             (``OPENAI_API_KEY``).
         endpoint: ``completions`` or ``chat``.
@@ -54,7 +55,8 @@ class BackendOptions:
         threads: torch CPU threads of local models (``None``: a default that does not
             oversubscribe the machine).
         max_memory_gb: memory budget (GiB) of one local forward pass (``None``: from the device).
-        local_engine: engine of local models: ``torch`` or ``vllm``.
+        local_engine: engine of local models: ``torch`` (:mod:`.local`) or ``vllm``
+            (:mod:`.vllm_engine`, extra ``vllm``).
         chat_template: with ``endpoint="chat"``: ``continuation`` or a template file.
         max_cost: stop before the request that would take the spend past this many USD.
     """
@@ -85,13 +87,32 @@ Builder = Callable[[str, BackendOptions], Backend]
 """``builder(rest_of_spec, options) -> Backend`` for one kind."""
 
 
-def _local(model: str, options: BackendOptions) -> Backend:
-    from .local import LocalBackend, LocalConfig
+LOCAL_ENGINES = ("torch", "vllm")
+"""Engines of ``local:`` models (``BackendOptions.local_engine``)."""
 
+
+def _local(model: str, options: BackendOptions) -> Backend:
     if not model:
         raise BlackboxMIAError("local: needs a model directory or hub name, e.g. local:gpt2")
+    if options.local_engine == "vllm":
+        from .vllm_engine import VllmBackend, VllmConfig
+
+        return VllmBackend(
+            VllmConfig(model, dtype=options.dtype, max_memory_gb=options.max_memory_gb)
+        )
+    if options.local_engine != "torch":
+        raise BlackboxMIAError(f"unknown --local-engine {options.local_engine!r}: use {' or '.join(LOCAL_ENGINES)}")
+    from .local import LocalBackend, LocalConfig
+
     return LocalBackend(
-        LocalConfig(model, device=options.device, dtype=options.dtype, max_batch_tokens=options.batch_tokens)
+        LocalConfig(
+            model,
+            device=options.device,
+            dtype=options.dtype,
+            max_batch_tokens=options.batch_tokens,
+            threads=options.threads,
+            max_memory_gb=options.max_memory_gb,
+        )
     )
 
 

@@ -1,11 +1,13 @@
-"""White-box backend: any Hugging Face causal LM through torch (CUDA when present, else CPU).
+"""The local backend: per-token log-probs and generations from a Hugging Face causal LM.
 
 It is the drop-in for the black-box API backend and the ground truth the tracker is validated
-against. One forward pass per text (per window, for texts longer than the context) serves every
-scorer: it yields lp_i and, for Min-K%++, the per-position vocabulary mean μ_i and standard
-deviation σ_i of log p. Generation is batched Hugging Face ``generate`` with left padding.
+against. Texts are cut into windows (texts longer than the context), packed longest first into
+forward passes sized by a memory budget (:mod:`.resources`), and each pass's last hidden states
+are reduced to lp_i, and μ_i, σ_i only when a call asks for them, a chunk of positions at a time
+(:mod:`.reduce`): the logits of a whole batch are never held at once. Generation is batched
+Hugging Face ``generate`` with left padding.
 
-The model computes on the backend's own thread (see :mod:`.base`), so ``await`` never blocks the
+The model computes on the backend's own thread (see :mod:`..base`), so ``await`` never blocks the
 caller's event loop; a cancelled call stops after the forward batch in progress.
 """
 
@@ -13,46 +15,42 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..text.windows import sliding_windows
-from ..tokenizers import HFTokenCodec
-from ..types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
-from .base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
-from .generation import build_generation, sample_seed, seeded_sampler, strategy_name
+from ...text.windows import sliding_windows
+from ...tokenizers import HFTokenCodec
+from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
+from ..base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
+from ..generation import build_generation, sample_seed, seeded_sampler, strategy_name
+from .config import SPEED_FIELDS, LocalConfig
+from .reduce import reduce_chunks
+from .resources import (
+    GIB,
+    ForwardBudget,
+    ModelShape,
+    check_budget,
+    default_budget_bytes,
+    default_threads,
+)
 
 SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 """``(lp, mu, sigma)`` of one id sequence, each of shape (L-1,) (``mu``/``sigma`` may be None)."""
 
+SPLIT_CHECK_TOKENS = 8
+"""Tokens of the probe that checks, at load, that logits = output embedding(last hidden state)."""
 
-@dataclass(frozen=True)
-class LocalConfig:
-    """Configuration of :class:`LocalBackend`.
 
-    Attributes:
-        model: local directory or Hugging Face hub name.
-        device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
-        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
-            float32 on CPU). Log-softmax is always taken in float32.
-        max_batch_tokens: padded tokens per forward pass (batch size × longest row).
-        max_length: context length in tokens; ``None`` reads it from the model config.
-        bos: prepend the tokenizer's BOS token (then every text token is scored);
-            ``None`` = when the tokenizer has one.
-        vocab_stats: compute μ_i, σ_i for Min-K%++.
-        local_files_only: never contact the hub (also set by ``HF_HUB_OFFLINE=1``).
-    """
-
-    model: str
-    device: str | None = None
-    dtype: str = "auto"
-    max_batch_tokens: int = 8192
-    max_length: int | None = None
-    bos: bool | None = None
-    vocab_stats: bool = True
-    local_files_only: bool = False
+def check_model_path(model: str) -> None:
+    """Raise :class:`BlackboxMIAError` when ``model`` is written as a filesystem path (absolute,
+    ``./``, ``../``, ``~``, or more than one ``/``: a hub name has at most one) that does not
+    exist, instead of letting the hub reject it as a repository id."""
+    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+    if looks_like_path and not Path(model).expanduser().exists():
+        raise BlackboxMIAError(f"local model path {model!r} does not exist")
 
 
 class LocalBackend(Backend):
@@ -70,9 +68,12 @@ class LocalBackend(Backend):
         context: the context length in tokens.
         vocab_size: rows of the output embedding (log-prob vectors have this length).
         device, dtype: where and in which precision the model runs.
+        threads: torch CPU threads of the compute thread.
+        budget: the :class:`~.resources.ForwardBudget` that shapes forward passes.
 
     Raises:
-        BlackboxMIAError: torch/transformers missing, or the model cannot be loaded.
+        BlackboxMIAError: torch/transformers missing, a model path that does not exist, a
+            model that cannot be loaded, a bad ``threads`` or ``max_memory_gb``.
 
     Example:
         >>> backend = LocalBackend(LocalConfig("gpt2"))            # doctest: +SKIP
@@ -91,8 +92,12 @@ class LocalBackend(Backend):
             raise BlackboxMIAError(
                 "the local backend needs torch and transformers: pip install 'blackbox_mia[local]'"
             ) from exc
+        check_budget(config.max_memory_gb, config.threads)
+        check_model_path(config.model)
         self.config = config
         self._torch = torch
+        self.threads = config.threads or default_threads()
+        self._call(self._set_threads())
         self.device = self._resolve_device(config.device)
         dtype_name = config.dtype
         if dtype_name == "auto":
@@ -116,7 +121,32 @@ class LocalBackend(Backend):
         if config.bos and self.codec.bos_id is None:
             raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
         self.features = frozenset({LOGPROBS, GENERATE} | ({FULL_DISTRIBUTION} if config.vocab_stats else set()))
-        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self._head = self.model.get_output_embeddings()
+        self.vocab_size = int(self._head.weight.shape[0])
+        budget = int(config.max_memory_gb * GIB) if config.max_memory_gb else default_budget_bytes(torch, self.device)
+        shape = ModelShape.of(self.model, self.vocab_size, self._head.weight.element_size())
+        self.budget = ForwardBudget(budget, config.max_batch_tokens, shape)
+        self._split = self._call(self._head_is_last_step())
+
+    async def _set_threads(self) -> None:
+        """Set the torch CPU threads on the backend's own thread, where the model computes
+        (threads started later inherit the value)."""
+        self._torch.set_num_threads(self.threads)
+
+    async def _head_is_last_step(self) -> bool:
+        """Whether the model's logits are exactly its output embedding applied to its base
+        model's last hidden state (no logit scaling or soft-capping after the head): then
+        passes keep hidden states and compute logits a chunk at a time; otherwise they reduce
+        the model's own logits. Checked once on a short probe."""
+        torch = self._torch
+        ids = torch.arange(min(SPLIT_CHECK_TOKENS, self.context), device=self.device).unsqueeze(0) % self.vocab_size
+        with torch.inference_mode():
+            want = self.model(input_ids=ids).logits
+            try:
+                got = self._head(self.model.base_model(input_ids=ids).last_hidden_state)
+            except (AttributeError, TypeError, RuntimeError):
+                return False
+        return got.shape == want.shape and torch.allclose(got.float(), want.float(), rtol=1e-4, atol=1e-4)
 
     def _resolve_device(self, name: str | None):
         """The torch device named ``name`` (``None``: CUDA when available, else CPU).
@@ -166,14 +196,26 @@ class LocalBackend(Backend):
 
     # -- log-probs ---------------------------------------------------------------------------
 
-    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
+    async def _alogprobs(
+        self, texts: list[str], progress: bool, on_done: OnDone | None, vocab_stats: bool | None = None
+    ) -> list[TokenLogprobs]:
         """Log-probs of every text (see :meth:`Backend.alogprobs`); ``on_done`` is called for
         the texts whose windows all lie in a forward batch as soon as that batch is done
         (texts run longest first).
 
+        Args:
+            vocab_stats: compute μ and σ (Min-K%++); ``None``: when the backend offers the
+                ``full_distribution`` feature. ``False`` skips their cost (about half of the
+                logits' reduction).
+
         Raises:
-            BlackboxMIAError: a single-token text when the model has no BOS.
+            BlackboxMIAError: a single-token text when the model has no BOS; ``vocab_stats``
+                asked of a backend configured without them.
         """
+        if vocab_stats is None:
+            vocab_stats = FULL_DISTRIBUTION in self.features
+        elif vocab_stats:
+            self.require(FULL_DISTRIBUTION)
         provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
         sequences = [self.full_ids(self.encode(t)) for t in texts]
         for i, seq in enumerate(sequences):
@@ -183,7 +225,7 @@ class LocalBackend(Backend):
                 )
         results: list[SequenceResult | None] = [None] * len(sequences)
         out: list[TokenLogprobs | None] = [None] * len(texts)
-        for finished in self._sequence_batches(sequences, results, progress):
+        for finished in self._sequence_batches(sequences, results, vocab_stats, progress):
             for s in finished:
                 lp, mu, sigma = results[s]
                 seq = sequences[s]
@@ -202,16 +244,20 @@ class LocalBackend(Backend):
         return out  # type: ignore[return-value]  (every sequence finished in some batch)
 
     def _sequence_batches(
-        self, sequences: Sequence[Sequence[int]], results: list[SequenceResult | None], progress: bool = False
+        self,
+        sequences: Sequence[Sequence[int]],
+        results: list[SequenceResult | None],
+        vocab_stats: bool,
+        progress: bool = False,
     ) -> Iterator[list[int]]:
         """lp_j = log p(seq[j] | seq[:j]) for j = 1..L-1 of every id sequence (float64, nats),
         one forward batch per step: yields the indices of the sequences finished by that batch,
         after storing ``results[s] = (lp, mu, sigma)``, each of shape (L-1,) (``mu``/``sigma``
         ``None`` unless ``vocab_stats``).
 
-        Long sequences are split by :func:`sliding_windows`; windows are packed into batches of
-        at most ``max_batch_tokens`` padded tokens, longest sequence first, each sequence's
-        windows together, so a long text finishes as soon as its own windows ran.
+        Long sequences are split by :func:`sliding_windows`; windows are packed into batches
+        that fit the :attr:`budget`, longest sequence first, each sequence's windows together,
+        so a long text finishes as soon as its own windows ran.
         """
         rows = []  # (sequence index, start, end, first_target)
         for s, seq in enumerate(sequences):
@@ -220,40 +266,40 @@ class LocalBackend(Backend):
         for s, *_ in rows:
             remaining[s] += 1
         out_lp = [np.empty(len(seq) - 1) for seq in sequences]
-        stats = self.config.vocab_stats
-        out_mu = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
-        out_sd = [np.empty(len(seq) - 1) for seq in sequences] if stats else None
+        out_mu = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
+        out_sd = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
         first_width = [min(len(seq), self.context) for seq in sequences]
         order = sorted(range(len(rows)), key=lambda r: (-first_width[rows[r][0]], rows[r][0], rows[r][1]))
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
         try:
             for batch in self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))]):
                 windows = [rows[r] for r in batch]
-                lp, mu, sd = self._forward([sequences[s][a:b] for s, a, b, _ in windows])
+                computed = self._forward([sequences[s][a:b] for s, a, b, _ in windows], vocab_stats)
                 finished = []
-                for row, (s, a, b, first) in enumerate(windows):
-                    # column c of the window predicts absolute target a + c + 1
+                for (s, a, b, first), (lp, mu, sd) in zip(windows, computed):
+                    # entry c of the window's arrays predicts absolute target a + c + 1
                     cols = slice(first - a - 1, b - a - 1)
-                    out_lp[s][first - 1 : b - 1] = lp[row, cols]
-                    if stats:
-                        out_mu[s][first - 1 : b - 1] = mu[row, cols]
-                        out_sd[s][first - 1 : b - 1] = sd[row, cols]
+                    out_lp[s][first - 1 : b - 1] = lp[cols]
+                    if vocab_stats:
+                        out_mu[s][first - 1 : b - 1] = mu[cols]
+                        out_sd[s][first - 1 : b - 1] = sd[cols]
                     bar.update(b - first)
                     remaining[s] -= 1
                     if remaining[s] == 0:
-                        results[s] = (out_lp[s], out_mu[s], out_sd[s]) if stats else (out_lp[s], None, None)
+                        results[s] = (out_lp[s], out_mu[s], out_sd[s]) if vocab_stats else (out_lp[s], None, None)
                         finished.append(s)
                 yield finished
         finally:
             bar.close()
 
     def _pack(self, order: list[int], lengths: list[int]):
-        """Greedy packing of rows, in ``order``, into batches whose padded size (rows × widest
-        row) stays within ``max_batch_tokens`` (a single row may exceed it)."""
+        """Greedy packing of rows, in ``order``, into batches that :meth:`ForwardBudget.fits`
+        (rows × widest row within the token cap and the memory budget; a single row always
+        runs, even past them)."""
         batch: list[int] = []
         width = 0
         for r in order:
-            if batch and (len(batch) + 1) * max(width, lengths[r]) > self.config.max_batch_tokens:
+            if batch and not self.budget.fits(len(batch) + 1, max(width, lengths[r])):
                 yield batch
                 batch, width = [], 0
             batch.append(r)
@@ -272,28 +318,33 @@ class LocalBackend(Backend):
             mask[i, : len(r)] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _forward(self, rows: list[Sequence[int]]):
-        """One padded forward pass; returns float64 arrays (B, T-1): lp, mu, sigma."""
+    def _states(self, ids, mask):
+        """The tensor the logits are reduced from, (B, T, ·), and the map from it to logits:
+        the last hidden states and the output embedding when :meth:`_head_is_last_step`, else
+        the model's own logits and the identity."""
+        if self._split:
+            return self.model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state, self._head
+        return self.model(input_ids=ids, attention_mask=mask).logits, _identity
+
+    def _forward(self, rows: list[Sequence[int]], vocab_stats: bool) -> list[SequenceResult]:
+        """One padded forward pass; per row of L ids, float64 arrays of shape (L-1,): lp, and
+        mu, sigma when ``vocab_stats`` (else None). Padding positions are never reduced."""
         torch = self._torch
         ids, mask = self._pad(rows)
         with torch.inference_mode():
-            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-            logp = torch.log_softmax(logits, dim=-1)
-            lp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-            mu = sd = None
-            if self.config.vocab_stats:
-                p = logp.exp()
-                logp_c = logp.clamp_min(-1e4)  # 0 · (-inf) would give NaN
-                mu = (p * logp_c).sum(-1)
-                # centred form: E[x²] − μ² cancels catastrophically in float32
-                sd = (p * (logp_c - mu.unsqueeze(-1)).square()).sum(-1).sqrt()
-                mu, sd = mu.double().cpu().numpy(), sd.double().cpu().numpy()
-        return lp.double().cpu().numpy(), mu, sd
+            states, head = self._states(ids, mask)
+            scored = mask[:, 1:].bool()  # position c predicts ids[:, c + 1]
+            reduced = reduce_chunks(torch, states[:, :-1][scored], ids[:, 1:][scored], head, self.budget.chunk, vocab_stats)
+            arrays = [t.double().cpu().numpy() if t is not None else None for t in (reduced.lp, reduced.mu, reduced.sigma)]
+        bounds = np.cumsum([len(r) - 1 for r in rows])[:-1]
+        parts = [np.split(a, bounds) if a is not None else [None] * len(rows) for a in arrays]
+        return list(zip(*parts))
 
     def next_token_logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """log p(v | prefix) over the whole vocabulary for each prefix: float32 array (B, V), nats.
 
-        Prefixes longer than the context keep their last ``context`` tokens.
+        Prefixes longer than the context keep their last ``context`` tokens. Only the last
+        position of each prefix goes through the output embedding.
 
         Raises:
             BlackboxMIAError: an empty prefix.
@@ -308,8 +359,8 @@ class LocalBackend(Backend):
             ids, mask = self._pad([rows[r] for r in batch])
             last = torch.as_tensor([len(rows[r]) - 1 for r in batch], device=self.device)
             with torch.inference_mode():
-                logits = self.model(input_ids=ids, attention_mask=mask).logits
-                picked = logits[torch.arange(len(batch), device=self.device), last].float()
+                states, head = self._states(ids, mask)
+                picked = head(states[torch.arange(len(batch), device=self.device), last]).float()
                 out[batch] = torch.log_softmax(picked, dim=-1).cpu().numpy()
         return out
 
@@ -340,7 +391,7 @@ class LocalBackend(Backend):
         logprobs: bool,
     ) -> list[Generation]:
         """Continuations (see :meth:`Backend.agenerate`): batched ``generate`` with left padding,
-        rows packed by ``max_batch_tokens`` (prompt + new tokens per row). Greedy runs each prompt
+        rows packed by the :attr:`budget` (prompt + new tokens per row). Greedy runs each prompt
         once (its ``n`` samples are equal); sampling gives row (i, j) its own generator seeded
         with ``seed + j``. Per-token log-probs are log-softmax of the raw logits (nats).
 
@@ -415,9 +466,13 @@ class LocalBackend(Backend):
     def describe(self) -> dict:
         return {
             "backend": "local",
-            **asdict(self.config),
+            **{k: v for k, v in asdict(self.config).items() if k not in SPEED_FIELDS},
             "resolved_device": str(self.device),
             "resolved_dtype": str(self.dtype).removeprefix("torch."),
             "context_tokens": self.context,
             "bos_id": self.bos_id,
         }
+
+
+def _identity(x):
+    return x

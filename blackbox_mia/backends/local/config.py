@@ -1,0 +1,45 @@
+"""Configuration of the local (torch) backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SPEED_FIELDS = ("threads", "max_memory_gb")
+"""Fields of :class:`LocalConfig` that change how fast a pass runs, never its values: left out
+of :meth:`LocalBackend.describe` so a run resumes whatever they are."""
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Configuration of :class:`~blackbox_mia.backends.local.LocalBackend`.
+
+    Attributes:
+        model: local directory or Hugging Face hub name.
+        device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
+        dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
+            float32 on CPU). Everything after the output embedding (log-sum-exp, gather,
+            statistics) is float32.
+        max_batch_tokens: padded tokens per forward pass at most (batch size × longest row);
+            the memory budget usually binds first.
+        max_length: context length in tokens; ``None`` reads it from the model config.
+        bos: prepend the tokenizer's BOS token (then every text token is scored);
+            ``None`` = when the tokenizer has one.
+        vocab_stats: offer the ``full_distribution`` feature (μ_i, σ_i for Min-K%++); they are
+            computed only for calls that ask for them.
+        local_files_only: never contact the hub (also set by ``HF_HUB_OFFLINE=1``).
+        threads: torch CPU threads of the backend's compute thread; ``None``:
+            :func:`~.resources.default_threads` (no oversubscription).
+        max_memory_gb: memory budget of one forward pass beyond the weights, in GiB (``None``:
+            :func:`~.resources.default_budget_bytes` of the device).
+    """
+
+    model: str
+    device: str | None = None
+    dtype: str = "auto"
+    max_batch_tokens: int = 8192
+    max_length: int | None = None
+    bos: bool | None = None
+    vocab_stats: bool = True
+    local_files_only: bool = False
+    threads: int | None = None
+    max_memory_gb: float | None = None
