@@ -108,6 +108,7 @@ def test_message_templates_build_the_messages_and_name_the_condition(tmp_path):
     chat = dialect_named("chat", "continuation")
     assert isinstance(chat, Chat) and chat.template is CONTINUATION
     assert chat.condition == "chat-template+continuation" and len(chat.notes) == 2
+    assert (CHAT.key, chat.key, dialect_named("completions").key) == ("chat", "chat+continuation", "completions")
     assert "calibrate" in chat.notes[1]
     body = chat.payload("Natalia sold", max_tokens=1, temperature=0, top_n=3)
     assert body["messages"] == [{"role": "system", "content": CONTINUATION_SYSTEM},

@@ -122,7 +122,8 @@ class Dialect(ABC):
         token_id_prompts: prompts may be sent as token-id lists.
         echo: the endpoint can return the prompt's log-probs (``echo``).
         condition: ``None`` when log-probs are the text's own, else what they are conditional on
-            (``"chat-template"``: the server wraps every prompt in its chat template).
+            (``"chat-template"``: the server wraps every prompt in its chat template;
+            ``"chat-template+NAME"``: inside the message template NAME too).
         notes: facts every user of this kind's values should know.
         reasons: capability → why this kind cannot have it.
     """
@@ -134,6 +135,13 @@ class Dialect(ABC):
     condition: str | None = None
     notes: tuple[str, ...] = ()
     reasons: ClassVar[Mapping[str, str]] = MappingProxyType({})
+
+    @property
+    def key(self) -> str:
+        """What distinguishes this dialect's answers in caches of derived results (the capability
+        probe): :attr:`name`, plus ``+`` and the message template's name for a chat dialect
+        with a template other than the plain one."""
+        return self.name
 
     @abstractmethod
     def payload(
@@ -228,6 +236,10 @@ class Chat(Dialect):
             "conditional on them; calibrate (members and non-members) through the same template, or the "
             "threshold and TPR/FPR do not apply"
         ))
+
+    @property
+    def key(self) -> str:
+        return self.name if self.template is PLAIN else f"{self.name}+{self.template.name}"
 
     def payload(self, prompt, *, max_tokens, temperature, top_n, bias=None, echo=False, extra=None) -> dict:
         if not isinstance(prompt, str):
