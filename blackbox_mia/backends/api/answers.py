@@ -226,8 +226,47 @@ def read_completion(raw: dict, payload: dict) -> dict:
         text = text[len(prompt):]
     elif echo and offsets is not None:  # cut the echoed prompt at the first generated token
         text = text[offsets[n_prompt]:] if n_prompt < len(offsets) else ""
-    return {"text": text, "tokens": tokens, "prompt_tokens": prompt_tokens,
-            "finish_reason": _finish(choice), "usage": usage}
+    result = {"text": text, "tokens": tokens, "prompt_tokens": prompt_tokens,
+              "finish_reason": _finish(choice), "usage": usage}
+    if payload.get("prompt_logprobs") is not None:  # vLLM's field: absent where the server ignores it
+        result["prompt_logprobs"] = _prompt_logprobs(choice.get("prompt_logprobs"), payload, usage)
+    return result
+
+
+def _prompt_logprobs(value: object, payload: dict, usage: dict) -> list[list[list] | None] | None:
+    """vLLM's ``choices[0].prompt_logprobs`` normalised: ``None`` when absent, else one entry per
+    prompt token, ``None`` for the first (no conditional), then ``[[id, logprob, rank], ...]``
+    (rank ``None`` when not given), as listed (the prompt's own token and the top k).
+
+    Raises:
+        Malformed: not a list of one entry per prompt token, or an entry that is not an object
+            of token id → ``{"logprob": number, "rank": int, ...}``.
+    """
+    if value is None:
+        return None
+    where = "choices[0].prompt_logprobs"
+    entries = _typed(value, list, where, "a list")
+    prompt = payload["prompt"]
+    n_prompt = len(prompt) if isinstance(prompt, list) else usage["prompt_tokens"]
+    if n_prompt is not None and len(entries) != n_prompt:
+        raise Malformed(where, f"has {len(entries)} entries for {n_prompt} prompt tokens")
+    out: list[list[list] | None] = []
+    for i, entry in enumerate(entries):
+        if entry is None and i == 0:
+            out.append(None)
+            continue
+        listed = _typed(entry, dict, f"{where}[{i}]", "an object of token id -> log-prob")
+        row = []
+        for key, item in listed.items():
+            at = f"{where}[{i}][{key!r}]"
+            if not (isinstance(key, str) and key.isdigit()):
+                raise Malformed(at, "expected a token id as key", key)
+            item = _typed(item, dict, at, "an object")
+            rank = item.get("rank")
+            row.append([int(key), _number(item.get("logprob"), f"{at}.logprob"),
+                        rank if token_count(rank) is not None else None])
+        out.append(row)
+    return out
 
 
 def read_chat(raw: dict, payload: dict) -> dict:

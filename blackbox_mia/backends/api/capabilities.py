@@ -30,6 +30,7 @@ class Capabilities:
         top_n: top log-probs per position the endpoint returns (0: none).
         token_id_prompts: prompts may be lists of token ids.
         echo: echo + logprobs returns prompt log-probs that agree with per-prefix values.
+            (``prompt`` is available with it or with ``prompt_logprobs``.)
         bias_forces: a logit_bias at the cap (``TrackerConfig.max_bias``) forces the token at
             temperature 0.
         reported: ``"pre-bias"``, ``"post-bias"`` or ``"unknown"``: whether returned log-probs
@@ -54,6 +55,10 @@ class Capabilities:
             position, the top-n of the conditional after the prompt plus the tokens generated
             so far (checked on the probe's greedy path): generated tokens that equal the text's
             give the text's own log-probs.
+        prompt_logprobs: vLLM's ``prompt_logprobs`` request field returns every prompt token's
+            log-prob by token id, agreeing with per-prefix values (one request per text, like
+            ``echo``; preferred to it).
+
     """
 
     endpoint: str
@@ -72,13 +77,14 @@ class Capabilities:
     tolerance: float = MIN_TOLERANCE_NATS
     flips_reproducible: bool = True
     run_reading: bool = False
+    prompt_logprobs: bool = False
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
         if self.top_n == 0:
             return []
         flags = [
-            ("prompt", self.echo),
+            ("prompt", self.echo or self.prompt_logprobs),
             ("run", self.run_reading),
             ("topn", True),
             ("forced", self.forced_readout),
@@ -106,6 +112,7 @@ class Capabilities:
             "reported": str, "forced_readout": bool, "postbias_solve": bool, "bisect": bool,
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
+            "prompt_logprobs": bool,
         }
         values = {}
         for f in fields(cls):

@@ -19,8 +19,11 @@ from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError
 from .client import ApiClient
 from .dialect import dialect_named
+from .faults import ApiError
 
 Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)
+ECHO = "echo"  # prompt log-probs from echo + logprobs (OpenAI's legacy completions)
+PROMPT_LOGPROBS = "prompt_logprobs"  # prompt log-probs from vLLM's request field of that name
 
 
 def may_be(ids: Candidates, token_id: int) -> bool:
@@ -214,26 +217,56 @@ class Endpoint:
             extra=None if seed is None else {"seed": seed},
         )
 
-    async def prompt_logprobs(self, ids: Sequence[int], top_n: int = 1) -> tuple[list[float | None], NextToken]:
-        """Echoed log-probs of every prompt token (entry 0 has no conditional: None), and the
-        answer for the position after the prompt (the one generated token).
+    async def prompt_logprobs(
+        self, ids: Sequence[int], top_n: int = 1, form: str = ECHO
+    ) -> tuple[list[float | None], NextToken]:
+        """Log-probs of every prompt token (entry 0 has no conditional: None), and the answer for
+        the position after the prompt (the one generated token), from one request.
 
         ``max_tokens = 1``, never 0: some servers read 0 as "unlimited".
 
+        Args:
+            ids: the prompt's token ids.
+            top_n: alternatives asked for the generated position.
+            form: :data:`ECHO` (``echo`` + ``logprobs``: the prompt's entries in the legacy
+                ``logprobs``) or :data:`PROMPT_LOGPROBS` (vLLM's ``prompt_logprobs: 0``: per
+                position the prompt token's id → log-prob, so identity is by id, not by name).
+
         Raises:
-            ApiError: the dialect has no echo (final), the request failed or the answer stayed
-                invalid.
-            BlackboxMIAError: the echoed prompt does not have one entry per prompt token.
+            ApiError: the dialect has no echo (final), the server does not return
+                ``prompt_logprobs`` (final), the request failed or the answer stayed invalid.
+            ApiError: (fault ``"invalid"``) ``prompt_logprobs`` without one entry per prompt token,
+                or an entry without the prompt's own token.
+            BlackboxMIAError: echo without one entry per prompt token.
         """
-        result = await self.client.request(
-            self.dialect, self._prompt(ids), max_tokens=1, temperature=0.0, top_n=top_n, echo=True
-        )
-        echoed = result.get("prompt_tokens")
-        if not echoed or len(echoed) != len(ids):
-            raise BlackboxMIAError(
-                f"echo returned {len(echoed or [])} prompt log-probs for {len(ids)} prompt tokens"
+        if form == PROMPT_LOGPROBS:
+            result = await self.client.request(self.dialect, self._prompt(ids), max_tokens=1, temperature=0.0,
+                                               top_n=top_n, extra={PROMPT_LOGPROBS: 0})
+            values = self._own_values(ids, result.get(PROMPT_LOGPROBS))
+        else:
+            result = await self.client.request(
+                self.dialect, self._prompt(ids), max_tokens=1, temperature=0.0, top_n=top_n, echo=True
             )
-        generated = result["tokens"][0]
-        top = tuple(Listed(self.candidates(e), float(e["logprob"])) for e in generated.get("top") or [])
-        after = NextToken(self.candidates(generated), float(generated["logprob"]), top)
-        return [None if e.get("logprob") is None else float(e["logprob"]) for e in echoed], after
+            echoed = result.get("prompt_tokens")
+            if not echoed or len(echoed) != len(ids):
+                raise BlackboxMIAError(
+                    f"echo returned {len(echoed or [])} prompt log-probs for {len(ids)} prompt tokens"
+                )
+            values = [None if e.get("logprob") is None else float(e["logprob"]) for e in echoed]
+        return values, self._answer(result["tokens"][0])
+
+    def _own_values(self, ids: Sequence[int], rows: list | None) -> list[float | None]:
+        """Each prompt token's own log-prob from normalised ``prompt_logprobs`` rows (see
+        :func:`~.answers.read_completion`), found by its id."""
+        if rows is None:
+            raise ApiError(None, f"{self.client.config.base_url} does not return prompt_logprobs "
+                                 "(not a vLLM server, or an old one)", "final")
+        if len(rows) != len(ids):
+            raise ApiError(None, f"prompt_logprobs has {len(rows)} entries for {len(ids)} prompt tokens", "invalid")
+        values: list[float | None] = [None]
+        for j in range(1, len(ids)):
+            own = [value for token, value, _ in rows[j] or [] if token == ids[j]]
+            if not own:
+                raise ApiError(None, f"prompt_logprobs entry {j} does not list the prompt's token id {ids[j]}", "invalid")
+            values.append(own[0])
+        return values

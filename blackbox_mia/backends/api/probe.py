@@ -27,8 +27,8 @@ from .capabilities import (
     save_capabilities,
 )
 from .client import ApiError
-from .endpoint import Endpoint, NextToken, surely
-from .strategies import Position, Prompt, strategy_set
+from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, surely
+from .strategies import Position, strategy_set
 from .tracker import TrackerConfig
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
@@ -157,7 +157,10 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     checks = _known_targets(path)
     tolerance = await _measure_tolerance(p, path, top_n)
     agree = max(AGREE_NATS, tolerance)
-    echo = dialect.echo and await _check_echo(p, path, top_n, agree)
+    echo = dialect.echo and await _check_prompt(p, path, top_n, agree, ECHO)
+    vllm = dialect.name == "completions" and await _check_prompt(p, path, top_n, agree, PROMPT_LOGPROBS)
+    if not (echo or vllm):
+        p.reasons["prompt"] = "; ".join(p.reasons[f] for f in (ECHO, PROMPT_LOGPROBS) if f in p.reasons)
     runs = await _check_runs(p, path, top_n, agree)
 
     forces, reported = False, "unknown"
@@ -199,7 +202,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
                     and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
-                  flips_reproducible=reproducible, run_reading=runs)
+                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm)
     await _check_partial_tokens(p, seq, caps)
     return caps
 
@@ -254,31 +257,33 @@ async def _measure_tolerance(p: _Probe, path, top_n: int) -> float:
     return max(MIN_TOLERANCE_NATS, 10 * worst)
 
 
-async def _check_echo(p: _Probe, path, top_n: int, agree: float) -> bool:
-    """Whether echoed prompt log-probs equal the known greedy-path values."""
+async def _check_prompt(p: _Probe, path, top_n: int, agree: float, form: str) -> bool:
+    """Whether the prompt log-probs of one request in ``form`` (:data:`~.endpoint.ECHO` or
+    :data:`~.endpoint.PROMPT_LOGPROBS`) equal the known greedy-path values; evidence and the
+    reason (when not) go under the form's name."""
     if not path:
-        p.reasons["prompt"] = "no probe path to check echo against"
+        p.reasons[form] = f"no probe path to check {form} against"
         return False
     prefix, answer = path[-1]
     full = prefix + sorted(answer.sampled) if answer.sampled is not None and len(answer.sampled) == 1 else prefix
     if not p.endpoint.sendable(full):
-        p.reasons["prompt"] = "the probe prompt does not round-trip as text"
+        p.reasons[form] = "the probe prompt does not round-trip as text"
         return False
     before = p.spent()
-    result, error = await _attempt(Prompt(p.endpoint, top_n).resolve(full))
+    result, error = await _attempt(p.endpoint.prompt_logprobs(full, top_n, form))
     if error is not None:
-        p.reasons["prompt"] = f"echo unavailable: {error}"
+        p.reasons[form] = f"{form} unavailable: {error}"
         return False
-    echoed, _ = result  # echoed[k] is the target full[k + 1]
+    values, _ = result  # values[k] is the target full[k]
     worst, compared = 0.0, 0
     for prefix, answer in path:
         if len(prefix) < len(full):
             known = answer.find(full[len(prefix)])
             if known is not None:
-                worst, compared = max(worst, abs(echoed[len(prefix) - 1].value - known)), compared + 1
-    p.evidence["echo"] = {"requests": p.spent() - before, "positions": compared, "max_abs_diff": worst}
+                worst, compared = max(worst, abs(values[len(prefix)] - known)), compared + 1
+    p.evidence[form] = {"requests": p.spent() - before, "positions": compared, "max_abs_diff": worst}
     if compared == 0 or worst > agree:
-        p.reasons["prompt"] = f"echo log-probs disagree with per-prefix top-n values by {worst:.3g} nats ({compared} positions)"
+        p.reasons[form] = f"{form} log-probs disagree with per-prefix top-n values by {worst:.3g} nats ({compared} positions)"
         return False
     return True
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from .capabilities import Capabilities
-from .endpoint import Endpoint, NextToken, may_be, surely
+from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, may_be, surely
 
 if TYPE_CHECKING:
     from .tracker import TrackerConfig
@@ -398,27 +398,30 @@ class Auto(Strategy):
 
 
 class Prompt:
-    """Echo + log-probs: every prompt token's log-prob from one request (exact).
+    """Every prompt token's log-prob from one request (exact): vLLM's ``prompt_logprobs`` field
+    where the probe found it, else echo + log-probs.
 
     Args:
         endpoint: where requests go.
-        top_n: alternatives asked for the generated position after the prompt.
+        caps: the probe's record (top-n for the generated position after the prompt; which
+            form works).
     """
 
     name = "prompt"
 
-    def __init__(self, endpoint: Endpoint, top_n: int):
+    def __init__(self, endpoint: Endpoint, caps: Capabilities):
         self.endpoint = endpoint
-        self.top_n = top_n
+        self.top_n = caps.top_n
+        self.form = PROMPT_LOGPROBS if caps.prompt_logprobs else ECHO
 
     async def resolve(self, ids: Sequence[int]) -> tuple[list[Estimate], NextToken]:
         """``len(ids) - 1`` estimates, for targets ``ids[1:]`` (the first token has no
         conditional), and the answer for the position after ``ids``.
 
         Raises:
-            BlackboxMIAError: a request failed, or the echo does not match the prompt.
+            BlackboxMIAError: a request failed, or the answer does not match the prompt.
         """
-        values, after = await self.endpoint.prompt_logprobs(ids, self.top_n)
+        values, after = await self.endpoint.prompt_logprobs(ids, self.top_n, self.form)
         return [Estimate.exact(v, self.name) for v in values[1:]], after
 
 

@@ -4,8 +4,8 @@ For position i the prefix is x_<i (token ids, BOS first when the tokenizer has o
 target token is x_i. Strategies, cheapest first (docs/blackbox.md); each is an object in
 :mod:`.strategies`, the same objects the capability probe checks on positions whose value it knows:
 
-``prompt``    echo + logprobs returns every prompt token's log-prob: 1 request per text (per
-              window), exact.
+``prompt``    vLLM's ``prompt_logprobs`` field, or echo + logprobs, returns every prompt token's
+              log-prob: 1 request per text (per window), exact.
 ``run``       run reading (:mod:`.runs`): the greedy continuation of a prefix, while it equals
               the text, gives the text's own top-n at every generated position: one request
               for a run of positions, per-position read-out (``auto``) where runs do not pay.
@@ -145,7 +145,7 @@ class Tracker:
         self.config = config
         self.available = available
         self.strategies = strategy_set(endpoint, capabilities, config)
-        self.prompt = Prompt(endpoint, capabilities.top_n)
+        self.prompt = Prompt(endpoint, capabilities)
         self.runs = RunReader(endpoint, capabilities.top_n, self.strategies["auto"].resolve)
 
     # -- public ---------------------------------------------------------------------------
