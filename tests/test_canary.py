@@ -17,6 +17,7 @@ from blackbox_mia.canary import (
     training_windows,
 )
 from blackbox_mia.canary import train as train_mod
+from blackbox_mia.canary.checkpoint import saved_progress
 from blackbox_mia.canary.train import _lr_factor
 from blackbox_mia.datasets import load_dataset
 from blackbox_mia.types import BlackboxMIAError
@@ -186,6 +187,7 @@ def test_interrupted_training_resumes_to_the_very_same_model(two_epochs, tmp_pat
         with pytest.raises(KeyboardInterrupt):
             train_canary(TWO_EPOCHS, out, progress=False, log=said.append, checkpoint_seconds=0)
     assert (out / "checkpoint" / "state.pt").is_file() and not (out / MANIFEST).exists()
+    assert saved_progress(out, TWO_EPOCHS).steps_done == 4 and saved_progress(out, TINY) is None
     with monkeypatch.context() as patch:
         interrupt_after(patch, per_epoch)  # from step 4 into the second epoch; epoch-end checkpoint only
         with pytest.raises(KeyboardInterrupt):
@@ -282,13 +284,24 @@ def test_cli_train_then_reuse(tmp_path):
         interrupt_after(patch, 0)
         cut = runner.invoke(app, args)
     assert cut.exit_code == 130 and "Traceback" not in cut.output
-    assert f"interrupted: training is checkpointed in {tmp_path / 'm' / 'checkpoint'}" in cut.output
+    assert "interrupted before the first checkpoint: a rerun trains from the beginning" in cut.output
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     assert "resuming" not in first.output and "starts from the beginning" not in first.output  # nothing was saved
     assert f"manifest: {tmp_path / 'm' / MANIFEST}" in first.output and "training time:" in first.output
     m = load_manifest(tmp_path / "m")
     assert m["config"]["n_members"] == 4 and m["config"]["block_size"] == 32
+    per_epoch = m["n_steps"]
+    two = [*args[:3], str(tmp_path / "m2"), *args[4:-4], "--epochs", "2", "--batch-size", "8"]
+    with pytest.MonkeyPatch.context() as patch:
+        interrupt_after(patch, per_epoch + 1)
+        cut = runner.invoke(app, two)
+    assert cut.exit_code == 130 and (
+        f"interrupted: {per_epoch} of {2 * per_epoch} steps are saved in {tmp_path / 'm2' / 'checkpoint'}" in cut.output
+    )
+    resumed = runner.invoke(app, two)
+    assert resumed.exit_code == 0 and f"resuming the canary from {tmp_path / 'm2' / 'checkpoint'}: step {per_epoch}" in resumed.output
+    assert load_manifest(tmp_path / "m2")["resumed_at_steps"] == [per_epoch]
     second = runner.invoke(app, args)
     assert second.exit_code == 0 and "reused" in second.output
     assert load_manifest(tmp_path / "m")["train_seconds"] == m["train_seconds"]

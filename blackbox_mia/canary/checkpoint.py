@@ -37,6 +37,7 @@ class TrainingProgress:
     Attributes:
         epoch: epochs finished (the current epoch's index).
         step_in_epoch: batches of the current epoch trained.
+        steps_per_epoch: batches in every epoch.
         epoch_rng: ``random.Random.getstate()`` at the current epoch's start, before its shuffle.
         losses: the current epoch's batch losses so far (nats/token).
         loss_per_epoch: ``{"epoch", "mean", "final"}`` of every finished epoch.
@@ -47,12 +48,18 @@ class TrainingProgress:
 
     epoch: int
     step_in_epoch: int
+    steps_per_epoch: int
     epoch_rng: tuple
     losses: list[float] = field(default_factory=list)
     loss_per_epoch: list[dict] = field(default_factory=list)
     trained_tokens: int = 0
     seconds: float = 0.0
     resumed_at_steps: list[int] = field(default_factory=list)
+
+    @property
+    def steps_done(self) -> int:
+        """Batches trained so far, over all epochs."""
+        return self.epoch * self.steps_per_epoch + self.step_in_epoch
 
 
 def checkpoint_dir(out_dir: Path) -> Path:
@@ -97,27 +104,44 @@ def save_checkpoint(out_dir: Path, config: CanaryConfig, progress: TrainingProgr
         raise BlackboxMIAError(f"cannot write the training checkpoint {path}: {exc.strerror or exc}") from exc
 
 
+def saved_progress(out_dir: Path, config: CanaryConfig) -> TrainingProgress | None:
+    """How far the checkpoint of ``config`` in ``out_dir`` got; ``None`` when there is none, or
+    it was written for another configuration or recipe, or cannot be read."""
+    state = _read_state(out_dir, config)
+    return None if state is None else state["progress"]
+
+
 def load_checkpoint(out_dir: Path, config: CanaryConfig):
     """The checkpoint of ``config`` in ``out_dir``: ``(tokenizer, state)``, with
     ``state["progress"]`` a :class:`TrainingProgress`; ``None`` when there is none, or it was
     written for another configuration or recipe, or cannot be read (training starts over).
     """
-    import torch
     from transformers import PreTrainedTokenizerFast
 
-    path = checkpoint_dir(out_dir) / STATE_FILE
+    state = _read_state(out_dir, config)
+    if state is None:
+        return None
+    try:
+        return PreTrainedTokenizerFast.from_pretrained(checkpoint_dir(out_dir)), state
+    except (OSError, ValueError):
+        return None  # a damaged checkpoint only costs the work it held
+
+
+def _read_state(out_dir: Path, config: CanaryConfig) -> dict | None:
+    """``state.pt`` of ``config`` with its progress as a :class:`TrainingProgress`, else ``None``."""
+    import torch
+
     if not has_checkpoint(out_dir):
         return None
     try:
-        state = torch.load(path, weights_only=True)
+        state = torch.load(checkpoint_dir(out_dir) / STATE_FILE, weights_only=True)
         if state.get("config") != asdict(config) or state.get("recipe_version") != RECIPE_VERSION:
             return None
         progress = state["progress"]
         state["progress"] = TrainingProgress(**{**progress, "epoch_rng": _as_tuples(progress["epoch_rng"])})
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint_dir(out_dir))
     except (OSError, EOFError, RuntimeError, ValueError, KeyError, TypeError, AttributeError, pickle.UnpicklingError):
         return None  # a damaged checkpoint only costs the work it held
-    return tokenizer, state
+    return state
 
 
 def discard_checkpoint(out_dir: Path) -> None:

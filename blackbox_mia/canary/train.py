@@ -217,20 +217,19 @@ def train_canary(
         optimizer, lambda step: _lr_factor(step, total, warmup, config.min_lr_frac)
     )
     if saved is None:
-        so_far = TrainingProgress(epoch=0, step_in_epoch=0, epoch_rng=rng.getstate())
+        so_far = TrainingProgress(epoch=0, step_in_epoch=0, steps_per_epoch=steps_per_epoch, epoch_rng=rng.getstate())
     else:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         so_far = state["progress"]
-        done = so_far.epoch * steps_per_epoch + so_far.step_in_epoch
-        so_far.resumed_at_steps.append(done)
-        log(f"resuming the canary from {checkpoint_dir(out_dir)}: step {done} of {total} "
+        so_far.resumed_at_steps.append(so_far.steps_done)
+        log(f"resuming the canary from {checkpoint_dir(out_dir)}: step {so_far.steps_done} of {total} "
             f"(epoch {so_far.epoch + 1} of {config.epochs}) already trained")
     rng.setstate(so_far.epoch_rng)
     previous_seconds = so_far.seconds
     model.train()
-    bar = tqdm(total=total, initial=so_far.epoch * steps_per_epoch + so_far.step_in_epoch,
+    bar = tqdm(total=total, initial=so_far.steps_done,
                unit="batch", desc="canary", disable=not progress)
     last_save = time.perf_counter()
     for epoch in range(so_far.epoch, config.epochs):

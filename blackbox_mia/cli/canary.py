@@ -89,7 +89,7 @@ def train(
         load_manifest,
         train_canary,
     )
-    from ..canary.checkpoint import CHECKPOINT_SECONDS, checkpoint_dir
+    from ..canary.checkpoint import CHECKPOINT_SECONDS, checkpoint_dir, saved_progress
 
     with user_errors():
         config.validate()
@@ -102,9 +102,12 @@ def train(
             else:
                 path = ensure_canary(config, progress=not quiet, out_dir=target, log=log)
         except KeyboardInterrupt:
+            saved = saved_progress(target, config)
             typer.secho(
-                f"interrupted: training is checkpointed in {checkpoint_dir(target)} at every epoch's end and every "
-                f"{CHECKPOINT_SECONDS:g} s; rerun the same command to resume from there (--force starts over)",
+                "interrupted before the first checkpoint: a rerun trains from the beginning" if saved is None else
+                f"interrupted: {saved.steps_done} of {saved.steps_per_epoch * config.epochs} steps are saved in "
+                f"{checkpoint_dir(target)} (checkpoints at every epoch's end and every {CHECKPOINT_SECONDS:g} s); "
+                "rerun the same command to resume from there (--force starts over)",
                 err=True,
             )
             raise typer.Exit(130) from None
