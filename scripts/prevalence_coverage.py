@@ -24,12 +24,15 @@ Prints one JSON line per dup (``--json``) with:
   contamination (share of control items whose source is above the threshold);
 * ``clean``: the clean-benchmark check, the swept items restricted to non-members (true
   prevalence 0): ``lower_bound_positive`` (share of splits whose lower bound is > 0; stated
-  error rate 0.05), ``ci_excludes_zero`` (identifiable splits whose CI misses 0),
-  ``control_lower_bound_positive`` (the same with the control as non-members).
-
-and a last line with ``min_coverage`` (over the dups where at least half the splits are
-identifiable), ``max_mean_estimate_ratio``, ``max_share_over_2x``, ``max_clean_lower_bound_positive``
-(members known and control path) and whether each target of the issue is met.
+  error rate 0.05), ``ci_excludes_zero`` (splits whose estimate is confident: its CI misses 0),
+  ``control_lower_bound_positive`` (the same with the control as non-members);
+* ``share_confident`` (identifiable and the CI excludes 0: ``detected``), ``mean_confident_estimate``,
+``share_confident_over_2x`` (over all splits: a confident estimate above twice the truth), and
+a last line with ``min_coverage`` (over the dups where at least half the splits are
+identifiable), ``max_mean_estimate_ratio`` (same dups), ``max_share_confident_over_2x`` (all dups;
+at most the CI's one-sided miss rate 0.025 is expected), ``max_clean_lower_bound_positive``
+(members known), ``max_clean_control_lower_bound_positive`` (control only),
+``max_clean_ci_excludes_zero``, and whether each target of the issue is met.
 
 Measured (5 canaries, 300 splits, 1,000 resamples; see docs/design.md §5 for the table).
 
@@ -126,12 +129,12 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         clean = swept & ~member
         est0 = estimate_prevalence(s[clean], s[cal_neg], s[cal_pos], target_fpr=target_fpr, n_boot=n_boot, seed=split)
         row = {"truth": truth, "identifiable": est["identifiable"], "estimate": est["estimate"], "ci": est["ci"],
+               "detected": bool(est["detected"]), "clean_detected": bool(est0["detected"]),
                "realised_fpr": realised, "fpr_ci": est["fpr_ci"], "lower_bound": est["lower_bound"]["lower_bound"],
-               "clean_lower_bound": est0["lower_bound"]["lower_bound"], "clean_identifiable": est0["identifiable"],
-               "clean_ci": est0["ci"]}
+               "clean_lower_bound": est0["lower_bound"]["lower_bound"], "clean_identifiable": est0["identifiable"]}
         for key, keep in (("control", swept), ("clean_control", clean)):
             in_swept = np.isin(scores["control_sources"], ids[keep])
-            control_est = estimate_prevalence(s[keep], scores["control"][in_swept], target_fpr=target_fpr, n_boot=1)
+            control_est = estimate_prevalence(s[keep], scores["control"][in_swept], target_fpr=target_fpr, n_boot=2)
             row[f"{key}_lower_bound"] = control_est["lower_bound"]["lower_bound"]
             sources = np.array([by_id[i] for i in scores["control_sources"][in_swept]])
             row[f"{key}_sources_flagged"] = float(np.mean(sources > control_est["threshold"]["value"]))
@@ -152,6 +155,9 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         "mean_ci_width": _mean([r["ci"][1] - r["ci"][0] for r in ok]),
         "share_not_identifiable": 1 - len(ok) / splits,
         "share_over_2x": _mean([r["estimate"] > 2 * r["truth"] for r in ok]),
+        "share_confident": _mean([r["detected"] for r in rows]),
+        "mean_confident_estimate": _mean([r["estimate"] for r in rows if r["detected"]]),
+        "share_confident_over_2x": _mean([r["detected"] and r["estimate"] > 2 * r["truth"] for r in rows]),
         "misses_above": sum(r["ci"][0] > r["truth"] for r in ok),
         "misses_below": sum(r["ci"][1] < r["truth"] for r in ok),
         "realised_fpr_mean": _mean([r["realised_fpr"] for r in rows]),
@@ -164,7 +170,7 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         "control_sources_flagged": _mean([r["control_sources_flagged"] for r in rows]),
         "clean": {
             "lower_bound_positive": _mean([r["clean_lower_bound"] > 0 for r in rows]),
-            "ci_excludes_zero": _mean([r["clean_ci"][0] > 0 for r in clean_ok]),
+            "ci_excludes_zero": _mean([r["clean_detected"] for r in rows]),
             "share_not_identifiable": 1 - len(clean_ok) / splits,
             "control_lower_bound_positive": _mean([r["clean_control_lower_bound"] > 0 for r in rows]),
             "error_rate_stated": round(1 - LEVEL, 10),
@@ -183,20 +189,21 @@ def summary(lines: list[dict]) -> dict:
     counted = [line for line in lines if line["coverage"] is not None and line["share_not_identifiable"] <= MIN_IDENTIFIABLE]
     min_coverage = min((line["coverage"] for line in counted), default=None)
     ratios = [line["mean_estimate"] / line["true_prevalence"] for line in counted]
-    over = [line["share_over_2x"] for line in counted]
+    over = max(line["share_confident_over_2x"] for line in lines)
     clean = max(line["clean"]["lower_bound_positive"] for line in lines)
     clean_control = max(line["clean"]["control_lower_bound_positive"] for line in lines)
+    clean_detected = max(line["clean"]["ci_excludes_zero"] for line in lines)
     return {
         "min_coverage": min_coverage,
         "coverage_dups": [line["dup"] for line in counted],
         "max_mean_estimate_ratio": max(ratios, default=None),
-        "max_share_over_2x": max(over, default=None),
+        "max_share_confident_over_2x": over,
         "max_clean_lower_bound_positive": clean,
         "max_clean_control_lower_bound_positive": clean_control,
+        "max_clean_ci_excludes_zero": clean_detected,
         "target_coverage_met": min_coverage is not None and min_coverage >= TARGET_COVERAGE,
-        "target_no_2x_met": all(ratio <= 2 for ratio in ratios),
-        "target_clean_met": clean <= 1 - LEVEL,
-        "target_clean_control_met": clean_control <= 1 - LEVEL,
+        "target_no_2x_met": all(ratio <= 2 for ratio in ratios) and over <= (1 - LEVEL) / 2,
+        "target_clean_met": max(clean, clean_control) <= 1 - LEVEL,
     }
 
 

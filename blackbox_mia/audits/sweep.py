@@ -114,7 +114,7 @@ class SweepConfig:
             raise BlackboxMIAError("--calibration-fraction needs --calibration")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
-        check_int("--n-boot", self.n_boot, 1)
+        check_int("--n-boot", self.n_boot, 2)
         check_int("--seed", self.seed, 0)
         check_int("--top", self.top, 0)
         if self.limit is not None:

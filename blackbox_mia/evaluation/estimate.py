@@ -12,18 +12,28 @@ swept, known non-members and (optionally) known members — and
 3. bootstraps the whole procedure (Efron & Tibshirani 1993, ch. 6): each resample draws the
    non-members and the members with replacement, chooses the threshold again on them, and
    draws the benchmark's flagged count at that threshold (Binomial(n_b, share of the benchmark
-   above it): the exact law of a resampled benchmark's count), so the CI carries the
-   benchmark's, the FPR's, the TPR's and the threshold choice's uncertainty;
-4. declares the estimate "not identifiable at this signal" when the one-sided (1 − alpha)
-   lower bound of TPR − FPR (Youden's J, from the same resamples) is ≤ ``margin``: the
-   correction then divides by a number that may be 0, and no point estimate is given;
-5. always reports the one-sided lower bound of :func:`~.prevalence.prevalence_lower_bound`,
+   above it): the exact law of a resampled benchmark's count), so the numerator
+   N = flag − FPR and the denominator D = TPR − FPR carry the benchmark's, the FPR's, the TPR's
+   and the threshold choice's uncertainty, and their covariance;
+4. gives Fieller's interval for the ratio N/D (Fieller 1954, "Some problems in interval
+   estimation"): the p with (N − pD)² ≤ z²·Var(N − pD), Var from the bootstrap covariance,
+   clipped to [0, 1]. Unlike a percentile interval of the ratio it stays honest when D is
+   small (the percentile bootstrap covered 0.38–0.81 on weak canaries, Fieller 0.89–0.93);
+5. declares the estimate "not identifiable at this signal" when the (1 − alpha/2) lower bound
+   of TPR − FPR (Youden's J), D − z·sd(D), is ≤ ``margin``: the ratio then divides by a number
+   that may be 0 (Fieller's interval would be unbounded), and no point estimate is given;
+6. always reports the one-sided lower bound of :func:`~.prevalence.prevalence_lower_bound`,
    valid whatever the TPR — the headline when no member is known.
+
+"Confident" below means identifiable with an interval that excludes 0 (``detected``).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy import stats
 
 from ..types import BlackboxMIAError
 from .calibration import RULES, calibrate, conformal_rank
@@ -67,7 +77,7 @@ def estimate_prevalence(
         target_fpr: α of rule ``fpr`` (fraction).
         tpr: keyword-only, an assumed TPR when no member is known (the CI then ignores its
             uncertainty; without members and without it, only the lower bound is given).
-        n_boot: bootstrap resamples (≥ 1).
+        n_boot: bootstrap resamples (≥ 2: the interval needs their covariance).
         seed: numpy Generator seed.
         alpha: the CI covers 1 − alpha; the lower bounds are one-sided at 1 − alpha.
         margin: identifiability margin on the lower bound of TPR − FPR.
@@ -79,8 +89,8 @@ def estimate_prevalence(
         value used in the correction), ``target_fpr``, ``n_cal_members``, ``tpr`` with
         ``tpr_ci``, ``tpr_source``, ``youden_j`` and ``youden_j_lower``, ``identifiable``
         (None when the TPR is unknown), ``estimate`` and ``ci`` (None when not identifiable or
-        TPR unknown), ``ci_level``, ``lower_bound`` (:func:`prevalence_lower_bound`),
-        ``method``, ``n_boot``, ``n_boot_invalid``, ``notes``.
+        TPR unknown), ``detected`` (the CI excludes 0; None without a CI), ``ci_level``,
+        ``lower_bound`` (:func:`prevalence_lower_bound`), ``method``, ``n_boot``, ``notes``.
 
     Raises:
         BlackboxMIAError: empty or non-finite scores, bad rule/target/alpha/n_boot/margin,
@@ -94,8 +104,8 @@ def estimate_prevalence(
         raise BlackboxMIAError("give member scores or an assumed tpr, not both")
     if tpr is not None and not 0 < tpr <= 1:
         raise BlackboxMIAError(f"tpr must be in (0, 1], got {tpr}")
-    if int(n_boot) < 1 or not 0 < alpha < 1 or not 0 <= margin < 1:
-        raise BlackboxMIAError(f"need n_boot >= 1, alpha in (0, 1), margin in [0, 1); got {n_boot}, {alpha}, {margin}")
+    if int(n_boot) < 2 or not 0 < alpha < 1 or not 0 <= margin < 1:
+        raise BlackboxMIAError(f"need n_boot >= 2, alpha in (0, 1), margin in [0, 1); got {n_boot}, {alpha}, {margin}")
     if rule not in RULES:
         raise BlackboxMIAError(f"unknown threshold rule {rule!r}; choose from {RULES}")
     threshold = calibrate(neg, pos, rule, target_fpr)
@@ -120,13 +130,13 @@ def estimate_prevalence(
         "n_cal_members": 0 if pos is None else len(pos),
         "lower_bound": prevalence_lower_bound(n_flagged, n_b, k, n0, alpha),
         "ci_level": 1 - alpha,
-        "method": "whole-procedure bootstrap: non-members and members resampled, threshold re-chosen, "
-        "benchmark flags redrawn at it; Rogan-Gladen correction; percentile CI",
+        "method": "Rogan-Gladen correction; Fieller interval for (flag - FPR)/(TPR - FPR) with the covariance of a "
+        "whole-procedure bootstrap (non-members and members resampled, threshold re-chosen, benchmark flags redrawn)",
         "n_boot": int(n_boot),
     }
     if pos is None and tpr is None:
         return {**out, "tpr": None, "tpr_ci": None, "tpr_source": None, "youden_j": None, "youden_j_lower": None,
-                "identifiable": None, "estimate": None, "ci": None, "n_boot_invalid": 0,
+                "identifiable": None, "estimate": None, "ci": None, "detected": None,
                 "notes": notes + ["No known members: the TPR is unknown, so only the lower bound is given."]}
     rng = np.random.default_rng(seed)
     fpr_b, tpr_b, flag_b = _bootstrap(bench, neg, pos, tpr, rule, target_fpr, int(n_boot), rng)
@@ -135,24 +145,34 @@ def estimate_prevalence(
     else:
         tpr_value, tpr_ci, source = float(tpr), None, "assumed"
         notes.append("TPR was given as a number: the CI ignores its uncertainty.")
-    j_lower = float(np.quantile(tpr_b - fpr_b, alpha))
+    flag = n_flagged / n_b
+    z = float(stats.norm.ppf(1 - alpha / 2))
+    cov = np.cov(np.vstack([flag_b - fpr_b, tpr_b - fpr_b]))
+    j_lower = float(tpr_value - fpr - z * math.sqrt(cov[1, 1]))
     identifiable = j_lower > margin
-    boot = _rogan_gladen(flag_b, fpr_b, tpr_b)
-    valid = np.isfinite(boot)
-    estimate = ci = None
+    estimate = ci = detected = None
     if identifiable:
-        estimate = float(_rogan_gladen(np.float64(n_flagged / n_b), np.float64(fpr), np.float64(tpr_value)))
-        lo, hi = np.quantile(boot[valid], [alpha / 2, 1 - alpha / 2])
-        ci = [float(lo), float(hi)]
-        if (~valid).any():
-            notes.append(f"{int((~valid).sum())} of {n_boot} resamples had TPR <= FPR; dropped.")
+        estimate = float(_rogan_gladen(np.float64(flag), np.float64(fpr), np.float64(tpr_value)))
+        ci = _fieller(flag - fpr, tpr_value - fpr, cov, z)
+        detected = ci[0] > 0
     else:
-        notes.append(f"not identifiable at this signal: the {1 - alpha:g} lower bound of TPR - FPR is {j_lower:.3f} "
+        notes.append(f"not identifiable at this signal: the {1 - alpha / 2:g} lower bound of TPR - FPR is {j_lower:.3f} "
                      f"(<= {margin:g}), so the corrected prevalence would divide by a number that may be 0; no "
                      f"point estimate. What would help: {HELP_NOT_IDENTIFIABLE}. The lower bound stays valid.")
     return {**out, "tpr": tpr_value, "tpr_ci": tpr_ci, "tpr_source": source, "youden_j": tpr_value - fpr,
             "youden_j_lower": j_lower, "identifiable": bool(identifiable), "estimate": estimate, "ci": ci,
-            "n_boot_invalid": int((~valid).sum()), "notes": notes}
+            "detected": detected, "notes": notes}
+
+
+def _fieller(n: float, d: float, cov: np.ndarray, z: float) -> list[float]:
+    """Fieller's interval for n/d, clipped to [0, 1]: the roots of
+    (d² − z²v_dd)p² − 2(nd − z²v_nd)p + (n² − z²v_nn) = 0, for d significantly > 0 (then the
+    leading coefficient is > 0 and the quadratic is ≤ 0 at p = n/d, so both roots are real)."""
+    a = d * d - z * z * cov[1, 1]
+    half_b = n * d - z * z * cov[0, 1]
+    c = n * n - z * z * cov[0, 0]
+    root = math.sqrt(max(0.0, half_b * half_b - a * c))
+    return [min(1.0, max(0.0, (half_b - root) / a)), min(1.0, max(0.0, (half_b + root) / a))]
 
 
 def _fpr_estimate(k, n: int, rule: str):
