@@ -65,7 +65,7 @@ def test_bad_jsonl_is_a_clear_error(tiny_model_dir, tmp_path, content, message):
 def test_missing_file_unknown_model_and_scorer(tiny_model_dir, tmp_path):
     for args, message in [
         (("score", tmp_path / "nope.jsonl", "--local", tiny_model_dir), "not found"),
-        (("score", "gsm8k", "--local", tmp_path / "no-model", "--limit", 1), "cannot load model"),
+        (("score", "gsm8k", "--local", tmp_path / "no-model", "--limit", 1), "no-model' does not exist"),
         (("score", "gsm8k", "--local", tiny_model_dir, "--scorers", "min_q"), "unknown scorer"),
         (("score", "gsm8k"), "choose the target"),
         (("probe", "", "--local", tiny_model_dir), "empty"),
@@ -86,7 +86,7 @@ def test_probe_json_against_served_model_never_leaks_the_key(tiny_model_dir, tmp
         assert record["usage"]["requests"] > 0
         rerun = json.loads(invoke(*args, env={"OPENAI_API_KEY": key}).stdout.strip().splitlines()[-1])
     assert rerun["usage"]["requests"] == 0 and rerun["tokens"] == record["tokens"]
-    assert record["capabilities"]["strategies"] == ["topn", "forced", "bisect"]
+    assert record["capabilities"]["strategies"] == ["run", "topn", "forced", "bisect"]  # run reading verified by the probe
     tokens = record["tokens"]
     assert "".join(t["token"] for t in tokens) == "Tom has 3 red apples."  # BOS context, all scored
     assert all(t["strategy"] == "forced" and t["lower"] == t["upper"] == t["logprob"] for t in tokens)
