@@ -6,8 +6,10 @@ requests are not counted), then tracks the texts with one strategy; the white-bo
 the same windows (:class:`LocalBackend`) are the truth.
 
 Lines (one JSON object each, ``--json``): ``forced`` (raw log-probs), ``postbias`` (processed
-log-probs), ``bisect`` (raw, ε = 0.01), ``run`` (run reading, raw) on the canary texts (members
-and non-members alternating), ``run-memorized`` on members only, each with ``requests``,
+log-probs), ``bisect`` (raw, ε = 0.01) on GSM8K test questions (the issue's setting); ``run``
+(run reading, raw) and ``run-forced`` (forced read-out, to compare) on canary items (members
+and non-members alternating); ``run-memorized`` and ``run-memorized-forced`` on members only
+(``ratio_to_forced`` on the run lines), each with ``requests``,
 ``requests_per_token``, ``billed_tokens_per_token`` (prompt + completion tokens the server
 reported, per scored token), ``max_abs_diff`` (nats, over tokens with finite bounds),
 ``within_bounds`` (share of tokens whose white-box value lies in [lower, upper] ± 1e-4 nats) and
@@ -17,7 +19,8 @@ the strategies used; then ``concurrency-64`` / ``concurrency-256`` from
 ``--before REV`` measures REV's package first (``git archive`` into a temporary directory, the
 same script run on it), every line tagged ``"version": "before"`` / ``"after"``.
 
-Usage: python scripts/bench_blackbox.py [--canary DIR] [--texts 10] [--before 753b155] [--json]
+Usage: python scripts/bench_blackbox.py [--canary DIR] [--questions 10] [--canary-texts 20] [--members 10]
+       [--only forced,bisect,...] [--before 753b155] [--no-concurrency] [--json]
 """
 
 from __future__ import annotations
@@ -37,18 +40,21 @@ from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.client import ApiConfig
 from blackbox_mia.backends.api.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.datasets import load_items
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.types import BlackboxMIAError
 
 ROOT = Path(__file__).resolve().parents[1]
 EPSILON = 0.01  # nats: the bisection width measured
 SLACK = 1e-4  # nats: reported values are rounded by the server's JSON floats
-MEASURES = (  # (line's strategy, tracker strategy, emulator log-probs mode, members only)
-    ("forced", "forced", "raw", False),
-    ("postbias", "postbias", "processed", False),
-    ("bisect", "bisect", "raw", False),
-    ("run", "run", "raw", False),
-    ("run-memorized", "run", "raw", True),
+MEASURES = (  # (line's strategy, tracker strategy, emulator log-probs mode, texts: questions / canary / members)
+    ("forced", "forced", "raw", "questions"),
+    ("postbias", "postbias", "processed", "questions"),
+    ("bisect", "bisect", "raw", "questions"),
+    ("run", "run", "raw", "canary"),
+    ("run-forced", "forced", "raw", "canary"),
+    ("run-memorized", "run", "raw", "members"),
+    ("run-memorized-forced", "forced", "raw", "members"),
 )
 CONCURRENCIES = (64, 256)
 
@@ -63,14 +69,18 @@ def default_canary() -> Path:
                      "`nice -n 10 bbmia canary train --dup 16` or pass --canary")
 
 
-def canary_texts(canary: Path, n: int, members_only: bool) -> list[str]:
-    """``n`` canary items: members only, or members and non-members alternating."""
+def texts_of(kind: str, canary: Path, args: argparse.Namespace) -> list[str]:
+    """The first ``--questions`` GSM8K test questions (``questions``), or canary items: members
+    and non-members alternating (``canary``, ``--canary-texts``), members only (``members``,
+    ``--members``)."""
+    if kind == "questions":
+        return [it.text for it in load_items("gsm8k:test", args.questions)[0]]
     items = [json.loads(line) for line in (canary / "canary_items.jsonl").read_text().splitlines()]
     members = [it["text"] for it in items if it["label"] == 1]
-    if members_only:
-        return members[:n]
+    if kind == "members":
+        return members[: args.members]
     others = [it["text"] for it in items if it["label"] == 0]
-    return [t for pair in zip(members, others) for t in pair][:n]
+    return [t for pair in zip(members, others) for t in pair][: args.canary_texts]
 
 
 def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalBackend, canary: Path,
@@ -83,6 +93,7 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
         backend = ApiBackend(api, tokenizer=str(canary), tracker=tracker, cache_dir=cache / name)
         try:
             backend.probe()
+            estimate = backend.estimate_cost(texts) if has_estimate(backend) else None
             before = dict(backend.usage.to_dict())
             start = time.perf_counter()
             black = backend.logprobs(texts)
@@ -104,10 +115,22 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
             worst = max(worst, float(np.max(np.abs(b.logprobs - w.logprobs)[finite])))
         for s in b.strategies:
             used[s] = used.get(s, 0) + 1
-    return {"strategy": name, "tracker_strategy": strategy, "logprobs_mode": mode, "texts": len(texts),
+    line = {"strategy": name, "tracker_strategy": strategy, "logprobs_mode": mode, "texts": len(texts),
             "tokens": tokens, "requests": requests, "requests_per_token": round(requests / tokens, 4),
             "billed_tokens_per_token": round(billed / tokens, 2), "max_abs_diff": worst,
             "within_bounds": inside / tokens, "strategies": used, "wall_s": round(wall, 1)}
+    if estimate is not None:  # the dry-run figure, against what was really sent and billed
+        guess = estimate.prompt_tokens + estimate.completion_tokens
+        line.update(estimated_requests=estimate.requests, estimated_billed_tokens=guess,
+                    estimate_uncertainty=estimate.relative_uncertainty,
+                    estimate_error_requests=round(estimate.requests / requests - 1, 4),
+                    estimate_error_billed=round(guess / billed - 1, 4))
+    return line
+
+
+def has_estimate(backend: ApiBackend) -> bool:
+    """Whether this version of the backend has the cost estimate (the ``--before`` one may not)."""
+    return "estimate_cost" in dir(backend)
 
 
 def concurrency(client_tree: Path | None) -> list[dict]:
@@ -127,17 +150,20 @@ def run_before(rev: str, args: argparse.Namespace) -> None:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "blackbox_mia"], check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-        cmd = [sys.executable, __file__, "--canary", str(args.canary), "--texts", str(args.texts),
+        cmd = [sys.executable, __file__, "--canary", str(args.canary), "--questions", str(args.questions),
+               "--canary-texts", str(args.canary_texts), "--members", str(args.members),
                "--label", "before", "--tree", tree] + (["--json"] if args.json else [])
-        if args.no_concurrency:
-            cmd.append("--no-concurrency")
+        cmd += ["--only", args.only] if args.only else []
+        cmd += ["--no-concurrency"] if args.no_concurrency else []
         subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": tree})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--canary", type=Path, default=None, help="GSM8K canary directory (default: a dup-16 one)")
-    parser.add_argument("--texts", type=int, default=10, help="canary texts per line")
+    parser.add_argument("--questions", type=int, default=10, help="GSM8K test questions (forced, postbias, bisect)")
+    parser.add_argument("--canary-texts", type=int, default=20, help="canary items, both labels (run)")
+    parser.add_argument("--members", type=int, default=10, help="canary members (run-memorized)")
     parser.add_argument("--only", default=None, help="comma-separated line names (default: all)")
     parser.add_argument("--before", default=None, help="also measure this git revision first")
     parser.add_argument("--no-concurrency", action="store_true", help="skip the concurrency lines")
@@ -152,13 +178,18 @@ def main() -> None:
     only = set(args.only.split(",")) if args.only else None
     lines = []
     with tempfile.TemporaryDirectory() as cache:
-        for name, strategy, mode, members in MEASURES:
+        for name, strategy, mode, kind in MEASURES:
             if only and name not in only:
                 continue
-            texts = canary_texts(args.canary, args.texts, members)
+            texts = texts_of(kind, args.canary, args)
             white = local.logprobs(texts)
             lines.append(measure(name, strategy, mode, texts, local, args.canary, white, Path(cache)))
-            emit(lines[-1], args)
+            if name.endswith("-forced"):  # the run line before it, against forced read-out on the same texts
+                run, forced = lines[-2], lines[-1]
+                ok = "requests" in run and "requests" in forced
+                emit({**run, "ratio_to_forced": round(run["requests"] / forced["requests"], 4)} if ok else run, args)
+            elif not name.startswith("run"):
+                emit(lines[-1], args)
     if not args.no_concurrency and not only:
         for line in concurrency(args.tree):
             emit(line, args)

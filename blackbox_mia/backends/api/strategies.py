@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
 FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
-CHECK_LEADING = 2  # bisection re-checks every bracket whose prefix is at most this many tokens
+CHECK_LEADING = 1  # bisection re-checks every bracket whose prefix is at most this many tokens (a text's first)
 
 
 @dataclass

@@ -94,7 +94,7 @@ class TrackerConfig:
     max_bias: float = MAX_BIAS
     verify_flips: bool = True
     verify_repeats: int = 2
-    verify_every: int = 16
+    verify_every: int = 32
     context: int | None = None
     pending: int | None = None
 
