@@ -150,8 +150,12 @@ def test_ratio_window_on_hand_made_scores():
     assert flagged == {"a", "d"}  # ratios 1.05, 2.0, 0.667, 1.14
     assert in_window(score_ratio(-2.0, -4.0), (0.4, 2.5))
     m = flag_metrics({"a", "d"}, {"a", "b"}, ["a", "b", "c", "d"])
+    cis = {f"{k}_ci": m.pop(f"{k}_ci") for k in ("precision", "recall", "base_rate")}
     assert m == {"n_audited": 4, "n_flagged": 2, "n_positive": 2, "true_positives": 1, "precision": 0.5,
                  "recall": 0.5, "base_rate": 0.5}
+    # Wilson 95% of 1/2 and 2/4 (z = 1.959964)
+    assert cis["precision_ci"] == cis["recall_ci"] == pytest.approx([0.094531, 0.905469], abs=1e-5)
+    assert cis["base_rate_ci"] == pytest.approx([0.150036, 0.849964], abs=1e-5)
     assert flag_metrics(set(), set(), ["a"])["precision"] is None
     with pytest.raises(BlackboxMIAError, match="--window"):
         UnlearningConfig("x", window=(1.2, 1.1)).validate()

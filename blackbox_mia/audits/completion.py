@@ -58,7 +58,15 @@ def cut_completion(item: Item, words: int, max_new_tokens: int, segmenter: Segme
     if len(segments.words) <= words:
         return None
     end = segments.words[words - 1] + 1
-    prompt, rest = "".join(segments.pieces[:end]), "".join(segments.pieces[end:])
+    return cut_at(item, len("".join(segments.pieces[:end])), max_new_tokens, model)
+
+
+def cut_at(item: Item, end: int, max_new_tokens: int, model: Backend) -> Completion | None:
+    """``item`` cut at character ``end``: ``text[:end]`` is the prompt, the rest (cut to at most
+    ``max_new_tokens`` tokens of ``model.codec``, fewer when the context leaves less room after
+    the prompt and its BOS) the reference; None when nothing but whitespace follows or no token fits.
+    Q&A mode cuts at the end of the question (the reference is the answer)."""
+    prompt, rest = item.text[:end], item.text[end:]
     budget = max_new_tokens
     if model.context is not None:
         budget = min(budget, model.context - (model.codec.bos_id is not None) - len(model.codec.encode(prompt)))

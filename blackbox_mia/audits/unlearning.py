@@ -35,13 +35,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from .. import __version__
 from ..backends.base import Backend
 from ..canary import canary_items
 from ..canary.unlearn import unlearning_record
-from ..datasets import Item, load_items
-from ..evaluation import to_jsonable
+from ..datasets import Item, file_sha256, limit_items, load_items, read_jsonl
+from ..datasets.formats import parse_label
+from ..evaluation import bootstrap_ci, to_jsonable
+from ..evaluation.documents import wilson_interval
 from ..evaluation.plots import plot_histogram
 from ..io import json_line, write_text_atomic
 from ..runner import run_config, score_items
@@ -51,9 +54,10 @@ from ..scorers.min_k import MinK
 from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
 from .common import AuditResult, Log, check_int, publish, quiet
-from .completion import complete, cut_completion
+from .completion import complete, cut_at, cut_completion
 
 RATIO_WINDOW = (1 / 1.15, 1.15)  # Shi et al. 2024 §7.1
+QA_SEPARATOR = " "  # between a question and its answer in the scored text
 MEASURES = ("rouge_l_recall", "approximate")
 FLAGGED, UNFLAGGED = "flagged", "unflagged"
 
@@ -76,6 +80,9 @@ class UnlearningConfig:
         seed: sampling seed (sample j of a text uses seed + j).
         limit: only the first ``limit`` texts.
         resume: keep the rows already in the output files (same configuration).
+        qa: Q&A mode: ``dataset`` is a JSONL of ``question`` and ``answer`` (:func:`load_qa`);
+            the ratio is taken on ``question + " " + answer``, the prompt is the question and
+            the reference its answer (``prompt_words`` unused).
     """
 
     dataset: str
@@ -91,6 +98,7 @@ class UnlearningConfig:
     seed: int = 0
     limit: int | None = None
     resume: bool = True
+    qa: bool = False
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
@@ -136,20 +144,21 @@ def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> 
     Returns:
         ``n_audited``, ``n_flagged``, ``n_positive``, ``true_positives``, ``precision``
         (None without a flagged id), ``recall`` (None without a positive) and ``base_rate``
-        (positives / audited).
+        (positives / audited), each of the three with its Wilson 95% interval
+        (``precision_ci``, ``recall_ci``, ``base_rate_ci``; None where the share is None).
+        Enrichment shows as ``precision`` clearly above ``base_rate`` (a flagged set drawn at
+        random has precision ``base_rate`` in expectation).
     """
     audited_set = set(audited)
     flagged, positives = flagged & audited_set, positives & audited_set
     tp = len(flagged & positives)
-    return {
-        "n_audited": len(audited_set),
-        "n_flagged": len(flagged),
-        "n_positive": len(positives),
-        "true_positives": tp,
-        "precision": tp / len(flagged) if flagged else None,
-        "recall": tp / len(positives) if positives else None,
-        "base_rate": len(positives) / len(audited_set) if audited_set else None,
-    }
+    shares = {"precision": (tp, len(flagged)), "recall": (tp, len(positives)),
+              "base_rate": (len(positives), len(audited_set))}
+    out = {"n_audited": len(audited_set), "n_flagged": len(flagged), "n_positive": len(positives), "true_positives": tp}
+    for name, (k, n) in shares.items():
+        out[name] = k / n if n else None
+        out[f"{name}_ci"] = list(wilson_interval(k, n)) if n else None
+    return out
 
 
 def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float, resume: bool) -> dict:
@@ -181,13 +190,53 @@ def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float
     return {"ids": ids, "threshold": threshold, "n_forget": len(forget), "fpr": fpr, "canary": str(truth_dir)}
 
 
+def load_qa(path: str | os.PathLike, limit: int | None = None) -> tuple[list[Item], dict[str, int], dict]:
+    """Questions with reference answers (the paper's Q&A mode): a JSONL file, one object a line
+    with non-empty strings ``question`` and ``answer``, an optional ``id`` (default ``qa-<line>``)
+    and an optional ``label``.
+
+    Returns:
+        ``(items, prompt_ends, meta)``: one item per pair, its text ``question + QA_SEPARATOR +
+        answer``; ``prompt_ends[id]`` = the question's length in characters (where the prompt
+        ends); the dataset metadata (``name``, ``source``, ``sha256``).
+
+    Raises:
+        BlackboxMIAError: a missing file, a malformed line, a missing or empty question or
+            answer, a repeated id, no pair; the message names the file and line.
+    """
+    path = Path(path)
+    items: list[Item] = []
+    ends: dict[str, int] = {}
+    for number, obj in read_jsonl(path):
+        question, answer = obj.get("question"), obj.get("answer")
+        if not (isinstance(question, str) and question.strip() and isinstance(answer, str) and answer.strip()):
+            raise BlackboxMIAError(f"{path}:{number}: Q&A mode needs non-empty strings 'question' and 'answer'")
+        item_id = str(obj.get("id", f"qa-{number}"))
+        if item_id in ends:
+            raise BlackboxMIAError(f"{path}:{number}: duplicate id {item_id!r}")
+        label = parse_label(obj.get("label"), f"{path}:{number}")
+        items.append(Item(id=item_id, text=question + QA_SEPARATOR + answer, label=label))
+        ends[item_id] = len(question)
+    if not items:
+        raise BlackboxMIAError(f"{path}: no question (empty file)")
+    items = limit_items(items, limit)
+    meta = {"name": f"qa:{path.name}", "source": str(path), "sha256": file_sha256(path)}
+    return items, {it.id: ends[it.id] for it in items}, meta
+
+
 @dataclass(frozen=True)
 class UnlearningPlan:
-    """Checked input of :func:`run_unlearning` (from :func:`prepare_unlearning`)."""
+    """Checked input of :func:`run_unlearning` (from :func:`prepare_unlearning`).
+
+    Attributes:
+        prompt_ends: Q&A mode: per id, the character where the question (the prompt) ends;
+            None: story completion (the first ``prompt_words`` words are the prompt).
+    """
 
     config: UnlearningConfig
     items: list[Item]
     meta: dict
+    prompt_ends: dict[str, int] | None = None
 
 
 def prepare_unlearning(config: UnlearningConfig, cache_dir: str | os.PathLike | None = None) -> UnlearningPlan:
@@ -197,6 +246,9 @@ def prepare_unlearning(config: UnlearningConfig, cache_dir: str | os.PathLike | 
         BlackboxMIAError: a bad configuration, an unreadable dataset, duplicate ids.
     """
     config.validate()
+    if config.qa:
+        items, ends, meta = load_qa(config.dataset, config.limit)
+        return UnlearningPlan(config, items, meta, ends)
     items, meta = load_items(config.dataset, config.limit, cache_dir)
     if len({it.id for it in items}) != len(items):
         raise BlackboxMIAError(f"{meta['name']}: item ids repeat; every item needs its own id")
@@ -217,6 +269,25 @@ def _group_stats(values: list[float]) -> dict:
     if not values:
         return {"n": 0, "mean": None, "median": None}
     return {"n": len(values), "mean": float(np.mean(values)), "median": float(np.median(values))}
+
+
+def mean_difference(flagged: list[float], unflagged: list[float], n_boot: int = 1000, seed: int = 0) -> dict | None:
+    """Mean of ``flagged`` minus mean of ``unflagged`` (per-text similarities) with a percentile
+    bootstrap 95% CI (texts resampled within each group, :func:`~blackbox_mia.evaluation.bootstrap_ci`)
+    and the one-sided Mann–Whitney p-value of "flagged larger"; None unless both groups have a text.
+    """
+    if not flagged or not unflagged:
+        return None
+    labels = [1] * len(flagged) + [0] * len(unflagged)
+    values = [*flagged, *unflagged]
+
+    def difference(y: np.ndarray, v: np.ndarray) -> float:
+        return float(v[y == 1].mean() - v[y == 0].mean())
+
+    diff = float(np.mean(flagged) - np.mean(unflagged))
+    ci = bootstrap_ci(labels, values, difference, n_boot, seed=seed)
+    p = float(stats.mannwhitneyu(flagged, unflagged, alternative="greater").pvalue)
+    return {"difference": diff, "ci": [float(ci[0]), float(ci[1])], "mann_whitney_p": p}
 
 
 def run_unlearning(
@@ -265,13 +336,17 @@ def run_unlearning(
 
     segmenter = get_segmenter(config.segmenter)
     chosen = [it for it in plan.items if it.id in flagged or config.unflagged]
-    cuts = [cut_completion(it, config.prompt_words, config.max_new_tokens, segmenter, after) for it in chosen]
+    if plan.prompt_ends is not None:
+        cuts = [cut_at(it, plan.prompt_ends[it.id], config.max_new_tokens, after) for it in chosen]
+    else:
+        cuts = [cut_completion(it, config.prompt_words, config.max_new_tokens, segmenter, after) for it in chosen]
     completions = [c for c in cuts if c is not None]
     skipped = sorted(it.id for it, c in zip(chosen, cuts) if c is None)
     log(f"story completion: {config.samples} samples for each of {len(completions)} texts ({len(skipped)} too short)")
     rows_config = {"package": "blackbox_mia", "version": __version__, "after": after.describe_generation(),
                    "dataset": plan.meta, "prompt_words": config.prompt_words, "max_new_tokens": config.max_new_tokens,
-                   "segmenter": config.segmenter, "temperature": config.temperature, "seed": config.seed}
+                   "segmenter": config.segmenter, "temperature": config.temperature, "seed": config.seed,
+                   "qa": config.qa}
     rows = complete(completions, after, out_dir / "completions.jsonl", to_jsonable(rows_config), config.samples,
                     config.temperature, config.seed, segmenter, config.resume, progress)
     for completion in completions:
@@ -281,7 +356,9 @@ def run_unlearning(
         per_item[completion.item.id]["reference"] = completion.reference
     groups = {g: [row for row in per_item.values() if row["flagged"] == (g == FLAGGED) and MEASURES[0] in row]
               for g in (FLAGGED, UNFLAGGED)}
-    stats = {g: {m: _group_stats([row[m] for row in members]) for m in MEASURES} for g, members in groups.items()}
+    similarity = {g: {m: _group_stats([row[m] for row in members]) for m in MEASURES} for g, members in groups.items()}
+    difference = {m: mean_difference([row[m] for row in groups[FLAGGED]], [row[m] for row in groups[UNFLAGGED]],
+                                     seed=config.seed) for m in MEASURES}
     plots = {}
     if all(groups.values()):
         for m in MEASURES:
@@ -308,17 +385,22 @@ def run_unlearning(
         "n_items": len(plan.items),
         "n_flagged": len(flagged),
         "flagged_ids": sorted(flagged),
-        "completion": stats,
+        "completion": similarity,
+        "completion_difference": difference,
         "skipped_completion": skipped,
         "truth": truth_summary,
     }
+    prompt_note = ("Q&A: the question as the prompt, its answer as the reference (the ratio is taken on question + "
+                   "answer)" if config.qa else f"Story completion: the first {config.prompt_words} {segmenter.unit} as "
+                   "the prompt")
     notes = [
         (f"A text is flagged when the ratio of its Min-K% scores (after / before, both negative) lies strictly inside "
         f"({config.window[0]:.4g}, {config.window[1]:.4g}): the unlearned model finds it about as likely as the "
         "original, so unlearning likely failed there (Shi et al. 2024 §7)."),
-        (f"Story completion: the first {config.prompt_words} {segmenter.unit} as the prompt, {config.samples} samples "
-        f"at temperature {config.temperature:g}, at most {config.max_new_tokens} new tokens; similarity per text is "
-        "the mean over its samples (ROUGE-L recall on words; approximate memorization on characters)."),
+        (f"{prompt_note}, {config.samples} samples at temperature {config.temperature:g}, at most "
+        f"{config.max_new_tokens} new tokens; similarity per text is the mean over its samples (ROUGE-L recall on "
+        "words; approximate memorization on characters). 'completion_difference': flagged minus unflagged mean, "
+        "bootstrap 95% CI, one-sided Mann-Whitney p."),
     ]
     if truth_summary is not None:
         notes.append(f"Ground truth: a forgotten member is still memorized when its loss score under the unlearned canary "

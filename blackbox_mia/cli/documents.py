@@ -19,6 +19,9 @@ from .common import (
 TOP_SHOWN = 20  # documents listed on the terminal (the report lists all)
 
 
+OUT_OPTION = typer.Option(None, "--out", help="output folder (default: runs/documents-<docs>/)")  # ruff B008
+
+
 @app.command("documents")
 @with_target_options
 def documents_command(
@@ -41,7 +44,7 @@ def documents_command(
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the AUC-over-documents "
                                 "CI and the corrected rates' CIs (0 = neither)"),
     seed: int = typer.Option(0, help="seed of the chunk sample and the bootstrap"),
-    out_dir: Path = typer.Option(None, "--out", help="output folder (default: runs/documents-<docs>/)"),
+    out_dir: Path | None = OUT_OPTION,
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),

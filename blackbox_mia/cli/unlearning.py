@@ -55,6 +55,13 @@ def default_truth(after: str) -> Path | None:
     return path if unlearning_record(path) is not None else None
 
 
+# Path options as module-level values (ruff B008); the backend-options decorator rewrites the
+# signature, and an option given in ``Annotated`` would lose its flag name and help there.
+TRUTH_OPTION = typer.Option(None, "--truth", help="unlearned canary giving the ground truth (default: --after when "
+                            "it is one)")
+OUT_OPTION = typer.Option(None, "--out", help="output folder (default: runs/unlearning-<dataset>/)")
+
+
 @app.command()
 @with_backend_options
 def unlearning(
@@ -71,12 +78,13 @@ def unlearning(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="the most tokens per continuation"),
     segmenter: str = typer.Option("auto", "--segmenter", help="words for W and ROUGE-L: auto, whitespace, japanese, chars"),
     flagged_only: bool = typer.Option(False, "--flagged-only", help="complete only the flagged texts (no comparison)"),
-    truth: Annotated[Path | None, typer.Option("--truth", help="unlearned canary giving the ground truth (default: "
-                                               "--after when it is one)")] = None,
+    qa: bool = typer.Option(False, "--qa", help="Q&A mode: DATASET is a JSONL of 'question' and 'answer' (optional "
+                            "'id'); the question is the prompt, its answer the reference"),
+    truth: Path | None = TRUTH_OPTION,
     truth_fpr: float = typer.Option(0.05, "--truth-fpr", help="ground truth: non-member quantile 1 - FPR of the loss"),
     limit: int | None = typer.Option(None, help="only the first N texts"),
     seed: int = typer.Option(0, help="sampling seed"),
-    out_dir: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/unlearning-<dataset>/)")] = None,
+    out_dir: Path | None = OUT_OPTION,
     overwrite: bool = typer.Option(False, help="score and sample again instead of resuming"),
     quiet: bool = typer.Option(False, help="no progress bar or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -105,7 +113,7 @@ def unlearning(
         config = UnlearningConfig(
             dataset=dataset, window=parse_window(window) or RATIO_WINDOW, k=k, prompt_words=prompt_words,
             samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter,
-            unflagged=not flagged_only, truth_fpr=truth_fpr, seed=seed, limit=limit, resume=not overwrite,
+            unflagged=not flagged_only, truth_fpr=truth_fpr, seed=seed, limit=limit, resume=not overwrite, qa=qa,
         )
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
         truth_dir = truth if truth is not None else default_truth(after)
@@ -131,13 +139,23 @@ def unlearning(
         typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
                                 [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
                                  for g, st in s["completion"].items()]))
+        for measure, d in s["completion_difference"].items():
+            if d is not None:
+                typer.echo(f"{measure}: flagged - unflagged = {d['difference']:.4f} [{d['ci'][0]:.4f}, {d['ci'][1]:.4f}] "
+                           f"(Mann-Whitney one-sided p = {d['mann_whitney_p']:.3g})")
         if s["truth"] is not None:
             t = s["truth"]
-            typer.echo(format_table(["precision", "recall", "base rate", "still memorized", "forgotten"],
-                                    [[t["precision"], t["recall"], t["base_rate"], t["n_positive"], t["n_forget"]]]))
+            typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "still memorized", "forgotten"],
+                                    [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
+                                      t["n_positive"], t["n_forget"]]]))
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
             echo_json_line(s)
+
+
+def _interval(ci: list[float] | None) -> str:
+    """``[lo, hi]`` with three decimals, or ``n/a``."""
+    return "n/a" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 @canary_app.command()
