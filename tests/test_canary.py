@@ -133,7 +133,7 @@ def test_ensure_canary_reuses_complete_model(trained, monkeypatch):
 
     monkeypatch.setattr(train_mod, "train_canary", fail)
     assert ensure_canary(TINY, progress=False, out_dir=trained) == trained
-    with pytest.raises(BlackboxMIAError, match="another configuration"):
+    with pytest.raises(BlackboxMIAError, match=r"another configuration \(dup: 3 before, 4 now\): use --force"):
         ensure_canary(dataclasses.replace(TINY, dup=4), progress=False, out_dir=trained)
 
 

@@ -31,6 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import __version__
+from ..io import config_mismatch
 from ..types import BlackboxMIAError
 from .checkpoint import (
     CHECKPOINT_SECONDS,
@@ -74,9 +75,11 @@ def ensure_canary(
     """
     out_dir = Path(out_dir) if out_dir is not None else canary_dir(config, cache)
     if (out_dir / MANIFEST).is_file():
-        manifest = load_manifest(out_dir)
-        if recorded_config(manifest) != asdict(config):
-            raise BlackboxMIAError(f"{out_dir} holds a canary trained with another configuration: use --force to retrain")
+        difference = config_mismatch(recorded_config(load_manifest(out_dir)), asdict(config))
+        if difference is not None:
+            raise BlackboxMIAError(
+                f"{out_dir} holds a canary trained with another configuration ({difference}): use --force to retrain"
+            )
         return out_dir
     return train_canary(config, out_dir, progress=progress, log=log)
 
