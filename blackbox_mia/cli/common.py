@@ -92,8 +92,9 @@ class TargetOptions(BackendOptions):
             env: the environment to read ``OPENAI_BASE_URL`` from (default ``os.environ``).
 
         Raises:
-            BlackboxMIAError: no target, both a local model and an endpoint, ``--base-url``
-                without ``--model`` or without ``http://``/``https://``.
+            BlackboxMIAError: no target (no ``--local``, ``--base-url`` or ``OPENAI_BASE_URL``),
+                both a local model and an endpoint, an endpoint without ``--model`` or without
+                ``http://``/``https://``.
         """
         if self.local and self.base_url:
             raise BlackboxMIAError("choose one target: --local PATH, or --base-url URL --model NAME, not both")

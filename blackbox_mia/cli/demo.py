@@ -33,10 +33,11 @@ def demo(
 ):
     """Train the canary (once, cached), score its planted GSM8K members vs held-out non-members.
 
-    Prints each scorer's AUC. With --blackbox (default) the canary is also served on a free
-    loopback port (18273, else a free one) as an OpenAI-compatible endpoint that, like current providers, returns top-5
-    log-probs that ignore logit_bias and no prompt log-probs; the tracker recovers every token's
-    log-prob and the demo reports black-box vs white-box agreement.
+    Prints each scorer's AUC. With --blackbox (default) the canary is also served on loopback
+    port 18273 (a free one when taken) as an OpenAI-compatible endpoint that, like current
+    providers, returns top-5 log-probs that ignore logit_bias and no prompt log-probs; the
+    tracker recovers every token's log-prob and the demo reports black-box vs white-box
+    agreement. Its answers are cached: a rerun pays no request.
     """
     with user_errors():
         from ..emulator import LOGPROBS_MODES
