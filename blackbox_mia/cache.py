@@ -19,6 +19,7 @@ The API key is never part of a key or a value.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import logging
@@ -226,6 +227,16 @@ class JsonDisk(diskcache.Disk):
         return unusable(self._directory, f"refusing {what} (the cache is corrupt, or was not written by bbmia)")
 
 
+def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
+    """Complete a :meth:`ResponseCache.put_soon` future (the row is written either way; a waiter
+    cancelled by Ctrl-C has left, and its cancelled future takes no result)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
 class ResponseCache:
     """Raw API responses (JSON dicts) on disk, keyed by :func:`request_key`.
 
@@ -350,12 +361,12 @@ class ResponseCache:
                     try:
                         self.put(key, value)
                     except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                        future.set_exception(exc)
+                        _settle(future, exc)
                     else:
-                        future.set_result(None)
+                        _settle(future, None)
             else:
                 for *_, future in rows:
-                    future.set_result(None)
+                    _settle(future, None)
         with self._guard("closing"):
             self._cache.close()  # this thread's own SQLite connection
 

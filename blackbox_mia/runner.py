@@ -1,13 +1,17 @@
 """Score texts: log-probs once per distinct text, shared by every scorer; resumable JSONL output.
 
-For a chunk of texts the runner gathers every text any scorer needs (the texts themselves, their
-lowercased forms, PAC neighbours, reference-model passes) and computes each distinct (backend,
-text) pair's log-probs exactly once in one batched backend call per role: the other roles (the
-reference model) first, then the target. The target backend reports each text as it finishes
-(``on_done``), and an item is scored, and its JSONL row appended, flushed and fsynced, the moment
-every text it needs is done: a killed run loses at most the items in flight, and a rerun resumes
-where it stopped. A last line cut mid-write by a kill is dropped on resume and its item redone.
-When the run completes the file is rewritten (atomically) in dataset order.
+The runner gathers every text any scorer needs (the texts themselves, their lowercased forms, PAC
+neighbours, reference-model passes) and computes each distinct (backend, text) pair's log-probs
+exactly once, in one batched backend call per role over the whole run (one bounded stream: a
+black-box backend keeps its ``concurrency`` requests in flight from the first text to the last):
+the other roles (the reference model) first, then the target. The target backend reports each
+text as it finishes (``on_done``), and an item is scored, and its JSONL row appended, flushed and
+fsynced, the moment every text it needs is done: a killed run loses at most the items in flight,
+and a rerun resumes where it stopped. A last line cut mid-write by a kill is dropped on resume
+and its item redone. When the run completes the file is rewritten (atomically) in dataset order.
+
+Progress goes per text, with the requests sent, their rate and the spend so far (refreshed every
+:data:`PROGRESS_REFRESH_S` seconds, so a long text shows its requests moving).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +35,8 @@ from .io import json_line, read_json_object, write_json_atomic, write_text_atomi
 from .scorers import TARGET, Scorer
 from .types import BlackboxMIAError, TokenLogprobs
 
-DEFAULT_CHUNK_SIZE = 64  # items per batched backend call (bounds the log-probs held in memory)
+DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
+PROGRESS_REFRESH_S = 1.0  # seconds between two refreshes of the progress bar's requests and spend
 CONFIG_SUFFIX = ".config.json"
 OVERWRITE_HINT = "pass --overwrite or choose another --out"
 
@@ -143,9 +150,10 @@ def score_texts(
     """Scores of every text under every scorer, plus the text's own log-probs.
 
     The log-probs of the non-target roles (the reference model) are computed first, then those
-    of the target; text ``j`` is scored as soon as every target text it needs (itself, its
-    lowercased form, PAC neighbours...) is done, and ``on_scored(j, scores, logprobs)`` is
-    called right then, so a caller can save each result before the next text finishes.
+    of the target, each role in one backend call over all the texts; text ``j`` is scored as soon
+    as every target text it needs (itself, its lowercased form, PAC neighbours...) is done, and
+    ``on_scored(j, scores, logprobs)`` is called right then, so a caller can save each result
+    before the next text finishes.
 
     Args:
         texts: texts to score.
@@ -329,7 +337,8 @@ def score_items(
 
     Each row is written, flushed and fsynced the moment every text it needs is done (see
     :func:`score_texts`), so a killed run keeps every finished item. Items go to the backends
-    ``chunk_size`` at a time. With ``resume``, rows already in ``out_path`` (same configuration,
+    ``chunk_size`` at a time, each chunk one stream (a black-box backend keeps its requests in
+    flight across texts; a chunk ends with a tail of fewer). With ``resume``, rows already in ``out_path`` (same configuration,
     saved in ``<out>.config.json``) are kept and their items skipped, after dropping a last line
     cut mid-write; otherwise the file is rewritten. When every item is done, the file is
     rewritten atomically in the order of ``items`` (rows of other ids kept at the end).
@@ -343,7 +352,8 @@ def score_items(
             saves none and checks none.
         chunk_size: items per batched backend call (>= 1).
         resume: keep the rows already in ``out_path``.
-        progress: show a progress bar (texts) on stderr.
+        progress: show a progress bar (texts) on stderr, with the requests sent, their rate and
+            the spend so far when a backend sends requests (:func:`usage_line`).
 
     Returns:
         One :class:`ScoredText` per item, in the order of ``items``.
@@ -368,6 +378,7 @@ def score_items(
     order = list(done)  # ids in file order
     todo = [it for it in items if it.id not in done]
     bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="text", disable=not progress, desc="score")
+    ticker = ProgressTicker(bar, list(backends.values())) if progress else None
     f = None
     try:
         if out_path is not None:
@@ -384,6 +395,8 @@ def score_items(
                 done[row.id] = row
                 order.append(row.id)
                 bar.update(1)
+                if ticker is not None:
+                    ticker.refresh()
 
             score_texts([it.text for it in chunk], scorers, backends, on_scored=save)
     except OSError as exc:
@@ -391,6 +404,8 @@ def score_items(
     finally:
         if f is not None:
             f.close()
+        if ticker is not None:
+            ticker.stop()
         bar.close()
     if out_path is not None:
         wanted_ids = set(ids)
@@ -398,6 +413,58 @@ def score_items(
         if order != wanted:
             write_text_atomic(out_path, "".join(json_line(done[i].to_json(), f"row {i!r}") for i in wanted))
     return [done[i] for i in ids]
+
+
+def usage_line(backends: Sequence[Backend], elapsed_s: float) -> str | None:
+    """``"1234 req (56.7/s), $0.0123"``: requests the backends sent, their rate over ``elapsed_s``
+    seconds and the estimated spend in USD (``"unpriced"`` when a model has no price); ``None``
+    when no backend sends requests (local models)."""
+    usages = [b.usage for b in backends if b.usage is not None]
+    if not usages:
+        return None
+    requests = sum(u.requests for u in usages)
+    rate = requests / elapsed_s if elapsed_s > 0 else 0.0
+    spend = "unpriced" if any(u.unpriced for u in usages) and not any(u.cost_usd for u in usages) else \
+        f"${sum(u.cost_usd for u in usages):.4f}"
+    return f"{requests} req ({rate:.1f}/s), {spend}"
+
+
+class ProgressTicker:
+    """Keeps a progress bar's postfix at :func:`usage_line` of the backends: on :meth:`refresh`
+    and every :data:`PROGRESS_REFRESH_S` seconds from a daemon thread (only when a backend sends
+    requests), so the bar moves while a long text's requests go out.
+
+    Args:
+        bar: the tqdm bar.
+        backends: whose usage is shown.
+    """
+
+    def __init__(self, bar: tqdm, backends: Sequence[Backend]):
+        self.bar = bar
+        self.backends = list(backends)
+        self.started = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        if any(b.usage is not None for b in self.backends):
+            self._thread = threading.Thread(target=self._tick, name="bbmia-progress", daemon=True)
+            self._thread.start()
+
+    def refresh(self) -> None:
+        """Show the current requests, rate and spend."""
+        line = usage_line(self.backends, time.monotonic() - self.started)
+        if line is not None:
+            self.bar.set_postfix_str(line, refresh=True)
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(PROGRESS_REFRESH_S):
+            self.refresh()
+
+    def stop(self) -> None:
+        """Show the final values and stop the thread."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.refresh()
 
 
 def _row(obj: dict, labels: Sequence[str] | None) -> ScoredText:

@@ -227,6 +227,7 @@ def test_puts_are_on_disk_before_put_returns(tmp_path, monkeypatch):
 
 def test_put_soon_commits_waiting_rows_in_one_transaction_and_fails_only_a_bad_row(tmp_path, monkeypatch):
     import threading
+    import time
 
     batches, gate = [], threading.Event()
     cache = ResponseCache(tmp_path)
@@ -240,8 +241,9 @@ def test_put_soon_commits_waiting_rows_in_one_transaction_and_fails_only_a_bad_r
     monkeypatch.setattr(cache, "put_many", recording)
     keys = [request_key("http://h/v1", "m", "completions", {"prompt": [i]}) for i in range(5)]
     first = cache.put_soon(keys[0], {"i": 0})
-    while not batches:  # the writer took the first row
-        pass
+    deadline = time.monotonic() + 10
+    while not batches and time.monotonic() < deadline:  # the writer took the first row
+        time.sleep(0.001)
     later = [cache.put_soon(k, {"i": i}) for i, k in enumerate(keys[1:4], 1)]
     bad = cache.put_soon(keys[4], {"x": float("nan")})
     gate.set()

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ..types import BlackboxMIAError
 
 T = TypeVar("T")
+CLOSE_GRACE_S = 10.0  # seconds close() lets the loop's remaining tasks unwind after cancelling them
 
 
 class LoopThread:
@@ -121,13 +122,31 @@ class LoopThread:
         return await asyncio.wrap_future(result)
 
     def close(self) -> None:
-        """Stop the loop and its thread (idempotent; nothing to do when never started)."""
+        """Cancel the loop's remaining tasks and let them unwind (at most :data:`CLOSE_GRACE_S`
+        seconds), then stop the loop and its thread (idempotent; nothing to do when never
+        started). A task left pending would be reported by asyncio as "Task was destroyed but it
+        is pending!" when the closed loop is collected: after Ctrl-C, one line per request in
+        flight."""
         with self._lock:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None or thread is None:
             return
+        if thread is not threading.current_thread():
+            with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError, KeyboardInterrupt):
+                asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(CLOSE_GRACE_S)
         with contextlib.suppress(RuntimeError):  # already closed
             loop.call_soon_threadsafe(loop.stop)
         if thread is not threading.current_thread():
             thread.join()
             loop.close()
+
+
+async def _cancel_all() -> None:
+    """Cancel every other task of the running loop, wait for them to end, and close its async
+    generators."""
+    me = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not me]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import typer
@@ -21,8 +22,10 @@ from .common import (
     format_table,
     with_target_options,
 )
+from .interrupts import interrupt_once
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
+LONG_TEXT_CHARS = 200  # a text longer than this (characters) gets a per-token progress bar
 
 
 def gather_texts(
@@ -71,36 +74,64 @@ def probe(
 
     Every value carries [lower, upper] bounds in nats and the strategy that produced it.
     """
-    with user_errors():
-        from ..runner import ScoredText, score_texts
-
+    with user_errors(), interrupt_once():
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         texts = gather_texts(text, file, dataset, limit, target.cache_dir)
         backends = build_backends(target)
-        backend = backends["target"]
         try:
             # a black-box backend's configuration holds what its probe found (local: nothing)
-            capabilities = backend.describe().get("capabilities")
-            for text_id, content in texts:
-                before = _usage(backend)
-                [(scores, lp)] = score_texts([content], parsed, backends, progress=not json_out and len(content) > 200)
-                usage = {k: v - before.get(k, 0) for k, v in _usage(backend).items()}
-                row = ScoredText.from_scores(text_id, None, scores, lp)  # NaN/inf -> None
-                record = {
-                    "id": text_id,
-                    **lp.to_json(),
-                    "scores": row.scores,
-                    **({"nonfinite": row.nonfinite} if row.nonfinite else {}),
-                    "usage": usage,
-                    "capabilities": capabilities,
-                }
-                if json_out:
-                    echo_json_line(record)
-                else:
-                    _print_human(record)
+            capabilities = backends["target"].describe().get("capabilities")
+            long_text = any(len(content) > LONG_TEXT_CHARS for _, content in texts)
+            probe_texts(texts, parsed, backends, capabilities, json_out, progress=not json_out and long_text)
         finally:
             close_all(backends)
+
+
+def probe_texts(
+    texts: list[tuple[str, str]], scorers: list, backends: dict[str, Backend], capabilities: dict | None,
+    json_out: bool, progress: bool = False,
+) -> None:
+    """Score every text in one stream (the backend keeps its requests in flight across texts) and
+    print one record per text in input order, each as soon as it and the texts before it are done.
+
+    A record's ``usage`` is what the run had spent (requests, tokens, USD) when its text was done,
+    counted from the start of scoring (the capability probe excluded); with one text, that text's.
+
+    Raises:
+        BlackboxMIAError: as :func:`~blackbox_mia.runner.score_texts`; the records of the texts
+            done before the error are printed.
+    """
+    from ..runner import ScoredText, score_texts
+
+    backend = backends["target"]
+    start = _usage(backend)
+    records: list[dict | None] = [None] * len(texts)
+    printed = 0
+    lock = threading.Lock()
+
+    def done(j: int, scores: dict[str, float], lp) -> None:
+        nonlocal printed
+        row = ScoredText.from_scores(texts[j][0], None, scores, lp)  # NaN/inf -> None
+        record = {
+            "id": texts[j][0],
+            **lp.to_json(),
+            "scores": row.scores,
+            **({"nonfinite": row.nonfinite} if row.nonfinite else {}),
+            "usage": {k: v - start.get(k, 0) for k, v in _usage(backend).items()},
+            "capabilities": capabilities,
+        }
+        with lock:
+            records[j] = record
+            while printed < len(records) and records[printed] is not None:
+                if json_out:
+                    echo_json_line(records[printed])
+                else:
+                    _print_human(records[printed])
+                records[printed] = {}  # printed: keep nothing
+                printed += 1
+
+    score_texts([content for _, content in texts], scorers, backends, progress=progress, on_scored=done)
 
 
 def _usage(backend: Backend) -> dict:

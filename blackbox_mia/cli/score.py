@@ -18,6 +18,7 @@ from .common import (
     format_table,
     with_target_options,
 )
+from .interrupts import interrupt_once
 
 
 @app.command()
@@ -36,7 +37,7 @@ def score(
 
     Resumable: rerunning the same command skips the texts already in --out.
     """
-    with user_errors():
+    with user_errors(), interrupt_once():
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         items, meta = load_items(dataset, limit, target.cache_dir)

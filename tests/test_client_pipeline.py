@@ -1,0 +1,109 @@
+"""The client pipeline: every text of a command in one stream, records in input order, a clean
+Ctrl-C, and a loop that leaves no pending task behind."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from blackbox_mia.backends.base import LOGPROBS, Backend
+from blackbox_mia.backends.loop import LoopThread
+from blackbox_mia.cli.probe import probe_texts
+from blackbox_mia.datasets import Item
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.runner import score_items
+from blackbox_mia.scorers import parse_scorers
+from blackbox_mia.types import Provenance, TokenLogprobs
+
+
+class Reversed(Backend):
+    """Records each call's texts; finishes them last first."""
+
+    features = frozenset({LOGPROBS})
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[list[str]] = []
+
+    async def _alogprobs(self, texts, progress, on_done):
+        self.calls.append(list(texts))
+        out = [TokenLogprobs(np.arange(len(t)), list(t), [-0.5] * len(t), (0,), Provenance("f", "f", "x", True))
+               for t in texts]
+        for i in reversed(range(len(texts))):
+            on_done(i, out[i])
+        return out
+
+    def describe(self):
+        return {"backend": "reversed"}
+
+
+def test_probe_sends_every_text_in_one_stream_and_prints_in_input_order(capsys):
+    backend = Reversed()
+    texts = [(f"t{i}", f"Text number {i}") for i in range(5)]
+    try:
+        probe_texts(texts, parse_scorers("loss,lowercase"), {"target": backend}, None, json_out=True)
+    finally:
+        backend.close()
+    assert len(backend.calls) == 1  # one stream: texts and their lowercased forms together
+    assert set(backend.calls[0]) == {t for _, t in texts} | {t.lower() for _, t in texts}
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in records] == ["t0", "t1", "t2", "t3", "t4"]  # done last first, printed in order
+    assert all(r["scores"]["loss"] == -0.5 and r["usage"] == {} for r in records)
+
+
+def test_score_items_sends_a_whole_dataset_in_one_stream():
+    backend = Reversed()
+    items = [Item(f"i{k}", f"item {k}", None) for k in range(300)]  # more than the old 64-item chunks
+    try:
+        rows = score_items(items, parse_scorers("loss"), {"target": backend}, None, progress=False)
+    finally:
+        backend.close()
+    assert len(backend.calls) == 1 and len(backend.calls[0]) == 300 and len(rows) == 300
+
+
+def test_close_cancels_what_is_left_on_the_loop(caplog):
+    thread = LoopThread("test-loop")
+
+    async def leave_tasks_behind() -> None:
+        for _ in range(20):
+            asyncio.ensure_future(asyncio.sleep(3600))
+
+    thread.call(leave_tasks_behind())
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        thread.close()
+        gc.collect()
+    assert "Task was destroyed" not in caplog.text
+
+
+def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
+    bbmia = str(Path(sys.executable).with_name("bbmia"))
+    with serve_in_background(ServerConfig(str(tiny_model_dir), echo=False)) as url:
+        cmd = [bbmia, "score", "gsm8k", "--limit", "30", "--scorers", "loss", "--base-url", url, "--model",
+               str(tiny_model_dir), "--tokenizer", str(tiny_model_dir), "--strategy", "forced", "--concurrency", "16",
+               "--context-tokens", "64", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "s.jsonl")]
+        env = {**os.environ, "OPENAI_API_KEY": "none", "OMP_NUM_THREADS": "1"}
+        process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        deadline = time.monotonic() + 120
+        responses = tmp_path / "cache" / "responses" / "cache.db"
+        while time.monotonic() < deadline and process.poll() is None and not (
+            responses.exists() and responses.stat().st_size > 32_000  # answers of the scoring are being cached
+        ):
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)  # an impatient second Ctrl-C while the first unwinds
+        _, err = process.communicate(timeout=60)
+    text = err.decode()
+    assert process.returncode == 130, text[-2000:]
+    assert "interrupted: finished work is saved" in text
+    assert "Task was destroyed" not in text and "Traceback" not in text and "Exception ignored" not in text
