@@ -118,6 +118,12 @@ def test_target_loss_and_retain_weight(canary, unlearned):
     still = unlearn_canary(canary, "10", UnlearnConfig(steps=5, lr=1e-3, seed=0, target_loss=0.01))
     kept = load_manifest(still)["unlearning"]
     assert kept["ascended_windows"] == 0 and kept["target_loss"] == 0.01
+    assert kept["ascents_per_item"] == dict.fromkeys(kept["forget_ids"], 0)
+    assert sum(record["ascents_per_item"].values()) == record["ascended_windows"]
+    # a short schedule (one step: a batch of at most 2 windows) reaches one or two of the 10 items, no other
+    short = load_manifest(unlearn_canary(canary, "10", UnlearnConfig(steps=1, batch_size=2, seed=0)))["unlearning"]
+    assert short["ascended_windows"] in (1, 2) and sum(short["ascents_per_item"].values()) == short["ascended_windows"]
+    assert 1 <= sum(n > 0 for n in short["ascents_per_item"].values()) <= short["ascended_windows"]
     assert kept["forget_loss_after"] == pytest.approx(kept["forget_loss_before"], abs=1e-6)
     # without a target every window of every batch: whole passes over the forget windows, then part of one
     n, per_pass = record["n_forget_windows"], -(-record["n_forget_windows"] // 8)

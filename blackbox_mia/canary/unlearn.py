@@ -126,7 +126,9 @@ def unlearn_canary(
     Returns:
         The new directory. Its manifest's ``unlearning`` holds ``base``, ``base_config_hash``,
         ``method``, the settings, ``forget_ids``, ``forget_loss_before``/``forget_loss_after``
-        (mean loss of the forget windows, nats/token) and ``seconds``.
+        (mean loss of the forget windows, nats/token), ``ascended_windows`` (windows ascended,
+        counted once per step), ``ascents_per_item`` (per forget id, how many of its windows'
+        ascents there were: 0 for an item a short schedule never reached) and ``seconds``.
 
     Raises:
         BlackboxMIAError: ``base`` is not a complete canary, bad settings or forget set.
@@ -153,7 +155,10 @@ def unlearn_canary(
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
-    windows = _windows(tokenizer, model, chosen)
+    owned = [(item.id, window) for item in chosen for window in _windows(tokenizer, model, [item])]
+    windows = [window for _, window in owned]
+    owner = {id(window): item_id for item_id, window in owned}  # batches hold these very lists
+    ascents = dict.fromkeys(forget_ids, 0)
     retain = _windows(tokenizer, model, [m for m in members if m.id not in set(forget_ids)])
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
@@ -190,12 +195,15 @@ def unlearn_canary(
     while step < config.steps:
         if not batches:
             batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
-        losses, counts = window_losses(batches.pop())
+        batch = batches.pop()
+        losses, counts = window_losses(batch)
         active = torch.ones_like(counts, dtype=torch.bool)
         if config.target_loss is not None:
             active = losses.detach() < config.target_loss
         loss = -(losses * counts * active).sum() / counts.sum()
         ascended += int(active.sum())
+        for window, on in zip(batch, active.tolist()):
+            ascents[owner[id(window)]] += int(on)
         if original is not None and retain:
             if not retain_batches:
                 retain_batches = training_batches(retain, min(config.batch_size, len(retain)), rng)
@@ -219,6 +227,7 @@ def unlearn_canary(
         "forget_ids": forget_ids,
         "n_forget_windows": len(windows),
         "ascended_windows": ascended,
+        "ascents_per_item": ascents,
         "forget_loss_before": before,
         "forget_loss_after": after,
         "seconds": round(time.perf_counter() - start, 2),
