@@ -97,9 +97,7 @@ def _local(model: str, options: BackendOptions) -> Backend:
     if options.local_engine == "vllm":
         from .vllm_engine import VllmBackend, VllmConfig
 
-        return VllmBackend(
-            VllmConfig(model, dtype=options.dtype, max_memory_gb=options.max_memory_gb)
-        )
+        return VllmBackend(VllmConfig(model, dtype=options.dtype))
     if options.local_engine != "torch":
         raise BlackboxMIAError(f"unknown --local-engine {options.local_engine!r}: use {' or '.join(LOCAL_ENGINES)}")
     from .local import LocalBackend, LocalConfig

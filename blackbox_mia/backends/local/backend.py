@@ -53,6 +53,17 @@ def check_model_path(model: str) -> None:
         raise BlackboxMIAError(f"local model path {model!r} does not exist")
 
 
+def model_context(model_config, tokenizer) -> int:
+    """Context length in tokens of a Hugging Face model: its config's
+    ``max_position_embeddings`` / ``n_positions`` / ``seq_length``, else the tokenizer's
+    ``model_max_length`` capped at 2,048."""
+    for attr in ("max_position_embeddings", "n_positions", "seq_length"):
+        value = getattr(model_config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return min(int(tokenizer.model_max_length), 2048)
+
+
 class LocalBackend(Backend):
     """Per-token log-probs and generations from a local causal LM.
 
@@ -116,7 +127,7 @@ class LocalBackend(Backend):
             self.model.to(self.device).eval()
         except (RuntimeError, AssertionError) as exc:  # torch's "not compiled with CUDA", out of memory...
             raise BlackboxMIAError(f"cannot put model {config.model!r} on device {self.device}: {exc}") from exc
-        self.context = config.max_length or self._model_context()
+        self.context = config.max_length or model_context(self.model.config, self.tokenizer)
         self.codec = HFTokenCodec(self.tokenizer, name=config.model, bos=config.bos)
         if config.bos and self.codec.bos_id is None:
             raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
@@ -168,14 +179,6 @@ class LocalBackend(Backend):
             if device.index is not None and device.index >= count:
                 raise BlackboxMIAError(f"--device {name}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})")
         return device
-
-    def _model_context(self) -> int:
-        cfg = self.model.config
-        for attr in ("max_position_embeddings", "n_positions", "seq_length"):
-            value = getattr(cfg, attr, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return min(int(self.tokenizer.model_max_length), 2048)
 
     # -- tokenization ---------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ shared machine loses a lot."""
 CPU_BUDGET_SHARE = 0.25
 """Default CPU budget: this share of the memory available (``MemAvailable``) ..."""
 
-CPU_BUDGET_CAP_GIB = 1.0
+CPU_BUDGET_CAP_GIB = 0.25
 """... capped at this many GiB: on CPU, passes larger than this are not faster (measured with
 ``scripts/bench_local.py``), they only add memory."""
 
