@@ -259,3 +259,29 @@ def test_cli_json_last_line_and_sampled_chunks(canary, doc_files, tmp_path):
     bad = runner.invoke(app, ["documents", docs, "--calibration", docs, "--local", str(canary), "--chunk-words", "8",
                               "--chunk-tokens", "8"])
     assert bad.exit_code == 2 and "one chunk size" in bad.output
+
+
+def test_documents_through_serve_equal_local(canary, local, doc_files, tmp_path):
+    from blackbox_mia.backends.api import ApiBackend
+    from blackbox_mia.backends.api.client import ApiConfig
+    from blackbox_mia.backends.api.tracker import TrackerConfig
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+    docs, cal = doc_files
+    plan = prepare_documents(DocumentsConfig(docs=docs, calibration=cal, chunk_words=24, rule="max_accuracy", n_boot=50))
+    want = run_documents(plan, {"target": local}, tmp_path / "local", progress=False).summary
+    with serve_in_background(ServerConfig(str(canary)), backend=local) as url:
+        api = ApiBackend(ApiConfig(base_url=url, model=str(canary), max_retries=0), tokenizer=str(canary),
+                         tracker=TrackerConfig(context=64), cache_dir=tmp_path / "cache")  # the canary's block_size
+        try:
+            got = run_documents(plan, {"target": api}, tmp_path / "api", progress=False).summary
+        finally:
+            api.close()
+    chunks = {d: [json.loads(line) for line in (tmp_path / d / "chunks.jsonl").read_text().splitlines()]
+              for d in ("local", "api")}
+    assert len(chunks["api"]) == len(chunks["local"]) > 10
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(chunks["api"], chunks["local"])) < 1e-4  # nats/token
+    assert [c["flagged"] for c in chunks["api"]] == [c["flagged"] for c in chunks["local"]]
+    assert got["threshold"] == pytest.approx(want["threshold"], abs=1e-4)
+    assert [(r["doc_id"], r["rate"]) for r in got["documents"]] == [(r["doc_id"], r["rate"]) for r in want["documents"]]
+    assert got["auc_documents"] == want["auc_documents"]

@@ -11,6 +11,7 @@ from blackbox_mia.audits.completion import cut_at
 from blackbox_mia.audits.unlearning import (
     QA_SEPARATOR,
     UnlearningConfig,
+    closeness_auc,
     flag_metrics,
     load_qa,
     mean_difference,
@@ -81,6 +82,17 @@ def test_mean_difference_hand_values():
     # Mann-Whitney U = 6 (every flagged above every unflagged): one-sided exact p = 1 / C(5, 2) = 0.1
     assert d["mann_whitney_p"] == pytest.approx(0.1)
     assert mean_difference([], [0.1]) is None and mean_difference([0.1], []) is None
+
+
+def test_closeness_auc_hand_values():
+    rows = [{"ratio": 1.01, "still_memorized": True}, {"ratio": 1 / 1.05, "still_memorized": True},
+            {"ratio": 1.08, "still_memorized": False}, {"ratio": 1.3, "still_memorized": False},
+            {"ratio": None, "still_memorized": True}]
+    # |ln r|: 0.00995, 0.04879 (memorized) vs 0.07696, 0.26236: every memorized text closer to 1
+    assert closeness_auc(rows) == 1.0
+    rows[0]["ratio"] = 1 / 1.2  # |ln| 0.1823: above 0.07696, below 0.26236 -> 3 of 4 pairs
+    assert closeness_auc(rows) == pytest.approx(0.75)
+    assert closeness_auc(rows[:2]) is None
 
 
 def test_load_qa_and_errors(tmp_path):

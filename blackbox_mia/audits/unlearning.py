@@ -43,7 +43,7 @@ from ..canary import canary_items
 from ..canary.unlearn import unlearning_record
 from ..datasets import Item, file_sha256, limit_items, load_items, read_jsonl
 from ..datasets.formats import parse_label
-from ..evaluation import bootstrap_ci, to_jsonable
+from ..evaluation import auc, bootstrap_ci, to_jsonable
 from ..evaluation.documents import wilson_interval
 from ..evaluation.plots import plot_histogram
 from ..io import json_line, write_text_atomic
@@ -224,6 +224,17 @@ def load_qa(path: str | os.PathLike, limit: int | None = None) -> tuple[list[Ite
     return items, {it.id: ends[it.id] for it in items}, meta
 
 
+def closeness_auc(rows: list[dict]) -> float | None:
+    """AUC of the ratio's closeness to 1 (``-|ln ratio|``) as a score of the label
+    ``still_memorized``, over the rows with a ratio: the window's ranking quality whatever its
+    width (0.5: the ratio says nothing about which texts stay memorized); None with one class."""
+    known = [r for r in rows if r["ratio"] is not None and r["ratio"] > 0]
+    labels = [int(r["still_memorized"]) for r in known]
+    if len(set(labels)) < 2:
+        return None
+    return auc(labels, [-abs(math.log(r["ratio"])) for r in known])
+
+
 @dataclass(frozen=True)
 class UnlearningPlan:
     """Checked input of :func:`run_unlearning` (from :func:`prepare_unlearning`).
@@ -312,8 +323,9 @@ def run_unlearning(
     Returns:
         The :class:`AuditResult`; its summary holds ``window``, ``n_items``, ``n_flagged``,
         ``flagged_ids``, ``completion`` (per group ``flagged``/``unflagged`` and measure: n,
-        mean and median of the per-text mean over samples), ``skipped_completion`` and, with
-        ``truth``, ``truth`` (:func:`flag_metrics` plus the label's threshold).
+        mean and median of the per-text mean over samples), ``completion_difference``
+        (:func:`mean_difference` per measure), ``skipped_completion`` and, with ``truth``,
+        ``truth`` (:func:`flag_metrics`, :func:`closeness_auc` and the label's threshold).
 
     Raises:
         BlackboxMIAError: a backend lacking a feature; a resumed file of another configuration.
@@ -374,6 +386,7 @@ def run_unlearning(
         for row in per_item.values():
             row["still_memorized"] = row["id"] in positives
         truth_summary = {**flag_metrics(flagged, positives, list(per_item)),
+                         "closeness_auc": closeness_auc(list(per_item.values())),
                          **{k: label[k] for k in ("threshold", "n_forget", "fpr", "canary")}}
     write_text_atomic(out_dir / "unlearning_items.jsonl",
                       "".join(json_line(to_jsonable(row), f"item {i!r}") for i, row in per_item.items()))
