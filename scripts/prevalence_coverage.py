@@ -5,9 +5,12 @@ level, the one with most members; or the ``--canary`` directories given), the 1,
 problems and their number-perturbed control (:mod:`blackbox_mia.controls`) are scored ONCE with
 the local backend (``--scorer``, default ``min_k``), cached and resumable under
 ``cache/prevalence_coverage/<canary hash>/<scorer>/``. Then, on the cached scores, ``--splits`` random
-disjoint splits: a stratified half of the canary's labelled members and non-members calibrates,
-and the rest of GSM8K (the other half and every unlabelled problem) is the swept benchmark,
-whose true member fraction the manifest gives. Each split runs
+disjoint splits: half of the canary's members and as many non-members as half its labelled ones
+calibrate, and the rest of GSM8K is the swept benchmark, whose true member fraction the
+manifest gives. The calibration non-members are drawn from every GSM8K non-member (``--pool
+all``, the default: coverage over calibration draws, as the interval claims) or only from the
+canary's labelled ones (``--pool labelled``, the issue's first design: the splits then share
+one pool of 100–200 non-members, and coverage is conditional on that pool's luck). Each split runs
 :func:`~blackbox_mia.evaluation.estimate_prevalence` exactly as ``bbmia sweep`` does.
 
 Prints one JSON line per dup (``--json``) with:
@@ -107,18 +110,19 @@ def _score(canary: Path, scorer_spec: str, items: list, meta: dict, path: Path) 
     return score_items(items, [scorer], backends, path, run_config([scorer], backends, meta), progress=False)
 
 
-def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, target_fpr: float) -> dict:
+def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, target_fpr: float, pool_name: str) -> dict:
     """The coverage line of one canary (see the module docstring)."""
     manifest = load_manifest(canary)
     ids, s = scores["ids"], scores["benchmark"]
     member = np.isin(ids, manifest["member_ids"])
     members, labelled_non = np.flatnonzero(member), np.flatnonzero(np.isin(ids, manifest["nonmember_ids"]))
+    pool = labelled_non if pool_name == "labelled" else np.flatnonzero(~member)
     by_id = dict(zip(ids, s))
     rng = np.random.default_rng(seed)
     rows = []
     for split in range(splits):
         cal_pos = rng.choice(members, len(members) // 2, replace=False)
-        cal_neg = rng.choice(labelled_non, len(labelled_non) // 2, replace=False)
+        cal_neg = rng.choice(pool, len(labelled_non) // 2, replace=False)
         swept = np.ones(len(s), bool)
         swept[cal_pos] = swept[cal_neg] = False
         truth = float(member[swept].mean())
@@ -145,6 +149,7 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
     return {
         "dup": manifest["dup"],
         "canary": canary.name,
+        "pool": pool_name,
         "n_members_planted": len(members),
         "n_calibration": len(members) // 2 + len(labelled_non) // 2,
         "n_swept": int(len(s) - len(members) // 2 - len(labelled_non) // 2),
@@ -158,8 +163,8 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         "share_confident": _mean([r["detected"] for r in rows]),
         "mean_confident_estimate": _mean([r["estimate"] for r in rows if r["detected"]]),
         "share_confident_over_2x": _mean([r["detected"] and r["estimate"] > 2 * r["truth"] for r in rows]),
-        "misses_above": sum(r["ci"][0] > r["truth"] for r in ok),
-        "misses_below": sum(r["ci"][1] < r["truth"] for r in ok),
+        "misses_above": int(sum(r["ci"][0] > r["truth"] for r in ok)),
+        "misses_below": int(sum(r["ci"][1] < r["truth"] for r in ok)),
         "realised_fpr_mean": _mean([r["realised_fpr"] for r in rows]),
         "realised_fpr_sd": float(np.std([r["realised_fpr"] for r in rows])),
         "fpr_ci_coverage": _mean([r["fpr_ci"][0] <= r["realised_fpr"] <= r["fpr_ci"][1] for r in rows]),
@@ -174,7 +179,7 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
             "share_not_identifiable": 1 - len(clean_ok) / splits,
             "control_lower_bound_positive": _mean([r["clean_control_lower_bound"] > 0 for r in rows]),
             "error_rate_stated": round(1 - LEVEL, 10),
-            "lower_bound_positive_ci": list(clopper_pearson(sum(r["clean_lower_bound"] > 0 for r in rows), splits)),
+            "lower_bound_positive_ci": list(clopper_pearson(int(sum(r["clean_lower_bound"] > 0 for r in rows)), splits)),
         },
     }
 
@@ -217,6 +222,8 @@ def main() -> None:
     parser.add_argument("--n-boot", type=int, default=1000)
     parser.add_argument("--target-fpr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pool", choices=("all", "labelled"), default="all", help="where the calibration non-members "
+                        "are drawn from: every GSM8K non-member (default) or only the canary's labelled ones")
     parser.add_argument("--json", action="store_true", help="one JSON line per dup, then the summary line")
     args = parser.parse_args()
     canaries = args.canary or default_canaries(args.cache)
@@ -225,7 +232,7 @@ def main() -> None:
     lines = []
     for canary in canaries:
         scores = cached_scores(canary, args.scorer, args.cache)
-        line = run_dup(canary, scores, args.splits, args.n_boot, args.seed, args.target_fpr)
+        line = run_dup(canary, scores, args.splits, args.n_boot, args.seed, args.target_fpr, args.pool)
         lines.append(line)
         print(json.dumps(line) if args.json else
               f"dup {line['dup']:>2}: truth {line['true_prevalence']:.3f}, coverage {line['coverage']}, "

@@ -194,7 +194,14 @@ def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_p
     sources = np.array([rows[i.removesuffix("-control")] for i in control_ids])
     share = np.mean(sources > summary["threshold"])
     assert summary["control_contamination"] == pytest.approx(share)
-    assert report["control"]["contamination"]["share_sources_flagged"] == pytest.approx(share)
+    contamination = report["control"]["contamination"]
+    assert contamination["share_sources_flagged"] == pytest.approx(share)
+    controls = np.array([json.loads(line)["scores"]["min_k"]
+                         for line in (tmp_path / "s" / "control_scores.jsonl").read_text().splitlines()])
+    hit, miss = controls[sources > summary["threshold"]] > summary["threshold"], controls[sources <= summary["threshold"]] > summary["threshold"]
+    if hit.size and miss.size:
+        assert contamination["flag_rate_source_flagged"] == pytest.approx(hit.mean())
+        assert contamination["inherits_membership"] is bool(hit.mean() > 0 and hit.mean() >= 3 * miss.mean())
 
 
 def test_calibration_fraction_is_a_seeded_stratified_share(canary):

@@ -360,6 +360,7 @@ def _control_contamination(plan: SweepPlan, rows: Sequence[ScoredText], scores: 
                    "a control item is a near-duplicate of its source, so where the source was memorised the control "
                    "may be flagged too (compare the two conditional flag rates)",
     }
+    out["inherits_membership"] = _control_inherits(out)
     return out
 
 
@@ -395,6 +396,16 @@ def _calibration_scores(plan: SweepPlan, known: dict[str, float], control: np.nd
     return control, None, f"the benchmark's own control ({len(control)} items with new numbers)", set()
 
 
+INHERITANCE_RATIO = 3  # control flagged this many times more often where its source is flagged: it inherits membership
+
+
+def _control_inherits(contamination: dict) -> bool:
+    """Whether the control is flagged at least ``INHERITANCE_RATIO`` times more often where its
+    source item is flagged than where it is not (both groups non-empty)."""
+    hit, miss = contamination["flag_rate_source_flagged"], contamination["flag_rate_source_not_flagged"]
+    return hit is not None and miss is not None and hit > 0 and hit >= INHERITANCE_RATIO * miss
+
+
 def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, contamination: dict | None,
                  dataset_test: dict | None, planted: dict | None) -> list[str]:
     """The report's notes: roles, calibration source, realised FPR, control caveats, t-test, planted."""
@@ -423,10 +434,14 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
             (contamination["flag_rate_source_flagged"], "where the source is flagged"),
             (contamination["flag_rate_source_not_flagged"], "where it is not")) if rate is not None)
         used = plan.calibration is None and plan.nonmembers is None
+        inherits = _control_inherits(contamination)
         notes.append(f"Control contamination: {100 * contamination['share_sources_flagged']:.1f}% of control items have a "
                      f"flagged source item; the control is flagged at {cond}."
+                     + (" WARNING: the control inherits its sources' membership, so it is not a clean non-member set."
+                        if inherits else "")
                      + (" The control is the calibration here: where it inherits its sources' membership its FPR is "
-                        "over-estimated, which lowers the lower bound (it stays valid, but conservative)." if used else ""))
+                        "over-estimated, which lowers the lower bound (it stays valid, but conservative); known "
+                        "non-members (--nonmembers) give a tighter one." if used else ""))
     if dataset_test is not None:
         notes.append(f"t-test ({dataset_test['test']}) against the {dataset_test['against']}: mean score "
                      f"{dataset_test['mean_benchmark']:.4g} vs {dataset_test['mean_control']:.4g} "
