@@ -29,7 +29,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import __version__
-from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend
+from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend, CostEstimate
 from .datasets import Item, limit_items, read_jsonl
 from .io import json_line, read_json_object, write_json_atomic, write_text_atomic
 from .scorers import TARGET, Scorer
@@ -174,14 +174,7 @@ def score_texts(
     """
     check_compatible(scorers, backends)
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
-    # distinct texts per role, item by item (a text, then what it needs), so that a backend
-    # working in this order finishes whole items early
-    wanted: dict[str, dict[str, None]] = {role: {} for role in backends}
-    for j, text in enumerate(texts):
-        wanted[TARGET][text] = None
-        for label in needs:
-            for need in needs[label][j]:
-                wanted[need.role][need.text] = None
+    wanted = _wanted(texts, needs, backends)
     computed: dict[str, dict[str, TokenLogprobs]] = {role: {} for role in backends}
     for role, unique in wanted.items():
         if role != TARGET and unique:
@@ -217,6 +210,46 @@ def score_texts(
     if targets:
         logprobs_reporting(backends[TARGET], targets, done, progress=progress)
     return out  # type: ignore[return-value]  (every text was scored in done())
+
+
+def _wanted(texts: Sequence[str], needs: dict[str, list], backends: dict[str, Backend]) -> dict[str, dict[str, None]]:
+    """Distinct texts per role, item by item (a text, then what it needs), so that a backend
+    working in this order finishes whole items early."""
+    wanted: dict[str, dict[str, None]] = {role: {} for role in backends}
+    for j, text in enumerate(texts):
+        wanted[TARGET][text] = None
+        for label in needs:
+            for need in needs[label][j]:
+                wanted[need.role][need.text] = None
+    return wanted
+
+
+def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend]) -> dict[str, list[str]]:
+    """Every distinct text each role's backend is asked for when :func:`score_texts` scores
+    ``texts`` (the texts, lowercased forms, PAC neighbours, reference passes...), in the order
+    it asks.
+
+    Raises:
+        BlackboxMIAError: a scorer the backends cannot serve.
+    """
+    check_compatible(scorers, backends)
+    needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
+    return {role: list(unique) for role, unique in _wanted(texts, needs, backends).items()}
+
+
+def estimate_texts(
+    texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend]
+) -> dict[str, CostEstimate]:
+    """What scoring ``texts`` is expected to cost, per role: each backend's
+    :meth:`~blackbox_mia.backends.base.Backend.estimate_cost` of the texts :func:`needed_texts`
+    lists for it (zeros for a local model). Nothing is scored (an API backend may run its
+    capability probe once, cached).
+
+    Raises:
+        BlackboxMIAError: a scorer the backends cannot serve; a failed probe.
+    """
+    return {role: backends[role].estimate_cost(unique) if unique else CostEstimate()
+            for role, unique in needed_texts(texts, scorers, backends).items()}
 
 
 def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset: dict) -> dict:

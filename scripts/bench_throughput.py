@@ -5,7 +5,9 @@ How it measures (all on loopback, nothing downloaded):
 1. builds a tiny GPT-2 (random weights, BPE tokenizer trained on GSM8K questions) and serves it
    with the emulator (``bbmia serve``'s server, in this process);
 2. starts a replaying proxy in front of it and runs ``bbmia score`` once through the proxy
-   (recording): every answer the scoring needs, and the capability probe's, is kept in memory;
+   (the warm pass, by the client being measured): every answer the scoring needs, and the
+   capability probe's, is kept in memory and on disk (``answers.json`` in the workdir, reused by
+   later runs: only requests never seen before reach the model);
 3. for each concurrency, runs ``bbmia score`` again as a subprocess with a fresh response cache
    (the saved capability probe only), ``--strategy forced`` (one request per token): the proxy
    answers every request from memory after exactly ``latency_s`` seconds, so the server costs
@@ -240,11 +242,14 @@ def _measure(proxy: ReplayProxy, url: str, root: Path, model_dir: Path, concurre
              n_texts: int, latency_s: float, command: str, client_tree: Path | None) -> list[dict]:
     """Record once, then time one run per concurrency (see :func:`concurrency_lines`)."""
     recorded, tape = root / "recorded", root / "answers.json"
-    if tape.exists() and (recorded / "capabilities").exists():  # an earlier run of this workdir
+    if tape.exists():  # answers recorded by earlier runs of this workdir
         proxy.answers = {k: (status, body.encode()) for k, (status, body) in json.loads(tape.read_text()).items()}
-    else:
-        shutil.rmtree(recorded, ignore_errors=True)
-        run_client(proxy, score_command(url, model_dir, recorded, root / "out.jsonl", n_texts, 64, command))
+    known = len(proxy.answers)
+    # the warm pass, by the measured client itself: every request it makes gets recorded (answers
+    # from the tape come back at once, the others from the model), and its probe is saved
+    shutil.rmtree(recorded, ignore_errors=True)
+    run_client(proxy, score_command(url, model_dir, recorded, root / "out.jsonl", n_texts, 64, command), client_tree)
+    if len(proxy.answers) > known:
         tape.write_text(json.dumps({k: (status, body.decode()) for k, (status, body) in proxy.answers.items()}))
     lines = []
     for concurrency in concurrencies:

@@ -69,3 +69,68 @@ async def test_a_cached_answer_costs_nothing_under_the_cap(fake, tmp_path):
         with pytest.raises(BudgetExceeded):
             await c.complete([6, 6, 6])
     assert fake.hits == 1
+
+
+# -- through the emulator: --dry-run against the real bill, the cap in a black-box scoring run -----
+
+PRICED = "gpt-4o-mini"  # the emulator serves the tiny model under a name the price table knows
+
+
+def _score(url, model_dir, cache, *extra):
+    from typer.testing import CliRunner
+
+    from blackbox_mia.cli import app
+
+    args = ["score", "gsm8k", "--limit", "6", "--scorers", "loss,lowercase", "--base-url", url, "--model", PRICED,
+            "--tokenizer", str(model_dir), "--strategy", "forced", "--context-tokens", "64", "--cache-dir", str(cache), "--json", *extra]
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"OPENAI_API_KEY": "none"})
+    return result
+
+
+def test_dry_run_predicts_the_bill_of_forced_read_out_exactly(tiny_model_dir, tmp_path):
+    import json
+
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+    with serve_in_background(ServerConfig(str(tiny_model_dir), served_name=PRICED, echo=False)) as url:
+        dry = _score(url, tiny_model_dir, tmp_path / "cache", "--dry-run")
+        assert dry.exit_code == 0, dry.output
+        estimate = json.loads(dry.stdout.strip().splitlines()[-1])["estimate"]["total"]["all"]
+        assert not (tmp_path / "out.jsonl").exists()
+        real = _score(url, tiny_model_dir, tmp_path / "cache", "--out", tmp_path / "out.jsonl")
+        assert real.exit_code == 0, real.output
+    usage = json.loads(real.stdout.strip().splitlines()[-1])["usage"]["total"]
+    assert estimate["strategy"] == "forced" and estimate["relative_uncertainty"] == 0.0
+    # texts and their lowercased forms, one request per token, the prefix billed: exact, except
+    # that a request asked twice in the run (the same prefix and target) is paid once
+    assert usage["requests"] + usage["cache_hits"] == estimate["requests"]
+    assert 0.9 * estimate["requests"] <= usage["requests"] <= estimate["requests"]
+    assert 0.9 * estimate["prompt_tokens"] <= usage["prompt_tokens"] <= estimate["prompt_tokens"]
+    assert usage["completion_tokens"] == usage["requests"]
+    assert 0.9 * estimate["usd"] <= usage["cost_usd"] <= estimate["usd"] and usage["cost_usd"] > 0
+    assert "usage: " in real.output and "$" in real.output
+
+
+def test_max_cost_stops_a_black_box_run_and_a_higher_cap_resumes_it(tiny_model_dir, tmp_path):
+    from blackbox_mia.backends.api import ApiBackend
+    from blackbox_mia.backends.api.client import ApiConfig
+    from blackbox_mia.backends.api.tracker import TrackerConfig
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+    texts = ["Tom has 3 red apples and 4 green ones.", "Mary buys 12 eggs for 2 dollars each."]
+    prices = {PRICED: (1e6, 1e6)}  # $1 a token: the first text's forced read-out costs more than $40
+    with serve_in_background(ServerConfig(str(tiny_model_dir), served_name=PRICED, echo=False)) as url:
+        def backend(cap):
+            api = ApiConfig(base_url=url, model=PRICED, api_key="none", prices=prices, max_cost=cap, concurrency=1)
+            return ApiBackend(api, str(tiny_model_dir), TrackerConfig(strategy="forced"), tmp_path)
+
+        with backend(None) as free:
+            free.probe()  # the capability probe, cached (not under the cap)
+        with backend(40.0) as capped:
+            with pytest.raises(BudgetExceeded, match=r"--max-cost \$40"):
+                capped.logprobs(texts)
+            paid = capped.usage.requests
+            assert 0 < paid and capped.usage.cost_usd <= 40.0
+        with backend(1e9) as resumed:
+            resumed.logprobs(texts)
+            assert resumed.usage.cache_hits >= paid  # what the capped run paid came from the cache

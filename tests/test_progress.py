@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-import blackbox_mia.runner as runner
+from blackbox_mia import runner
 from blackbox_mia.backends.api.usage import Usage
 from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.datasets import Item
