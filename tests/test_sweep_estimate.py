@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 from blackbox_mia.evaluation import estimate_prevalence
+from blackbox_mia.evaluation.estimate import smoothed_resamples
 from blackbox_mia.types import BlackboxMIAError
 
 NEG = np.arange(40) / 40  # conformal rank at 5%: ceil(41 * 0.95) = 39 -> threshold 38/40, one above
 
 
 def test_point_estimate_by_hand():
-    pos = np.array([0.0, 0.1] + [1.0] * 8)  # 8 of 10 above 0.95
-    bench = np.array([1.0] * 30 + [0.0] * 70)  # 30 of 100 above
+    pos = np.array([0.0, 0.1] + [2.0] * 8)  # 8 of 10 above 0.95
+    bench = np.array([2.0] * 30 + [0.0] * 70)  # 30 of 100 above
     out = estimate_prevalence(bench, NEG, pos, n_boot=500)
     assert out["threshold"]["value"] == 38 / 40
     assert out["n_false_positives"] == 1 and out["fpr_in_sample"] == 1 / 40
@@ -113,3 +114,17 @@ def test_lower_bound_on_a_clean_benchmark_errs_at_most_at_its_level():
 def test_errors(kwargs, message):
     with pytest.raises(BlackboxMIAError, match=message):
         estimate_prevalence([0.0, 1.0], [0.0, 0.5, 1.0], **kwargs)
+
+
+def test_smoothed_resamples_keep_mean_and_variance_and_have_no_ties():
+    values = np.arange(50.0)  # sd 14.58, IQR 24.5 -> h = 0.9 * (24.5 / 1.34) * 50^-0.2
+    draws = smoothed_resamples(values, 2000, np.random.default_rng(0))
+    assert draws.shape == (2000, 50)
+    assert abs(draws.mean() - values.mean()) < 0.1
+    # resampling keeps the variance (n-1)/n * s^2 on average; the noise adds h^2 and the shrink removes it again
+    h = 0.9 * (24.5 / 1.34) * 50 ** -0.2
+    expected = (np.var(values) + h * h) / (1 + h * h / np.var(values, ddof=1))
+    assert abs(draws.var() / expected - 1) < 0.01
+    assert len(np.unique(draws[0])) == 50  # continuous: a high quantile is no longer one of a few values
+    constant = smoothed_resamples(np.full(5, 2.0), 3, np.random.default_rng(0))
+    assert (constant == 2.0).all()
