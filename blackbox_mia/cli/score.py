@@ -6,13 +6,6 @@ from pathlib import Path
 
 import typer
 
-from ..cost import (
-    ESTIMATE_HEADER,
-    estimate_groups,
-    estimate_lines,
-    usage_report,
-    usage_text,
-)
 from ..datasets import load_items
 from ..scorers import DEFAULT_SCORERS, parse_scorers
 from .app import app, echo_json_line, user_errors
@@ -26,6 +19,7 @@ from .common import (
     with_target_options,
 )
 from .interrupts import interrupt_once
+from .spend import print_dry_run, print_usage
 
 
 @app.command()
@@ -51,24 +45,17 @@ def score(
         backends = build_backends(target)
         try:
             if target.dry_run:
-                report = estimate_groups({meta["name"]: items}, parsed, backends)
-                typer.echo(format_table(ESTIMATE_HEADER, estimate_lines(report)))
-                for note in report["total"]["all"]["notes"]:
-                    typer.echo(f"note: {note}", err=True)
-                if json_out:
-                    echo_json_line({"dry_run": True, "n": len(items), "estimate": report})
+                print_dry_run({meta["name"]: items}, parsed, backends, json_out)
                 return
             from ..runner import run_config, score_items
 
             out = out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl"
             rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite)
-            usage = usage_report(backends)
+            usage = print_usage(backends)
         finally:
             close_all(backends)
         aucs = auc_by_scorer(rows, parsed)
         typer.echo(f"scored {len(rows)} texts ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
-        if usage is not None:
-            typer.echo(usage_text(usage), err=True)
         nonfinite = [r.id for r in rows if r.nonfinite]
         if nonfinite:
             typer.echo(

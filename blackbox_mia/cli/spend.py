@@ -1,0 +1,67 @@
+"""What a command is expected to spend (``--dry-run``) and what it spent (usage), on the console
+and in its JSON; shared by ``score`` and the audits (``eval``, ``sweep``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import typer
+
+from ..backends.base import Backend
+from ..cost import (
+    ESTIMATE_HEADER,
+    TOTAL,
+    estimate_groups,
+    estimate_lines,
+    usage_report,
+    usage_text,
+)
+from ..datasets import Item
+from ..scorers import Scorer
+from .app import echo_json_line
+from .common import format_table
+
+
+def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
+                  json_out: bool) -> dict:
+    """Print the expected requests, billed tokens and USD of scoring each group of items (a table
+    on stdout, the estimate's notes on stderr; with ``json_out`` a last JSON line
+    ``{"dry_run": true, "n": {group: items}, "estimate": ...}``); nothing is scored.
+
+    Returns:
+        The :func:`~blackbox_mia.cost.estimate_groups` report.
+
+    Raises:
+        BlackboxMIAError: a scorer the backends cannot serve; a failed capability probe.
+    """
+    report = estimate_groups(groups, scorers, backends)
+    typer.echo(format_table(ESTIMATE_HEADER, estimate_lines(report)))
+    for note in report[TOTAL]["all"]["notes"]:
+        typer.echo(f"note: {note}", err=True)
+    if json_out:
+        echo_json_line({"dry_run": True, "n": {name: len(items) for name, items in groups.items()}, "estimate": report})
+    return report
+
+
+def print_usage(backends: Mapping[str, Backend]) -> dict | None:
+    """Print one ``usage: ...`` line on stderr and return the :func:`~blackbox_mia.cost.usage_report`
+    for the command's JSON (``None``, and nothing printed, when no backend sends requests)."""
+    report = usage_report(backends)
+    if report is not None:
+        typer.echo(usage_text(report), err=True)
+    return report
+
+
+def sweep_groups(plan) -> dict[str, list[Item]]:
+    """The groups of items a sweep (:class:`~blackbox_mia.audits.sweep.SweepPlan`) scores, each
+    in its own run: the benchmark, the control (when it has the two items the sweep needs), and
+    the calibration or known non-member items whose text is not in the benchmark (the others
+    reuse the benchmark's scores)."""
+    benchmark = {it.text for it in plan.items}
+    groups = {"benchmark": list(plan.items)}
+    if plan.control is not None and len(plan.control.items) >= 2:
+        groups["control"] = list(plan.control.items)
+    labelled = plan.calibration if plan.calibration is not None else plan.nonmembers
+    if labelled is not None:
+        groups["calibration"] = [it for it in labelled[0] if it.text not in benchmark]
+    return groups
