@@ -202,7 +202,7 @@ def sweep_rows(summary: dict) -> list[list]:
         ["flag rate (swept)", summary["flag_rate"]],
         [f"realised FPR [95% CI]{target}", f"{summary['fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
         ["TPR (calibration members)", summary["tpr"]],
-        ["TPR - FPR, 95% lower bound", summary["tpr_minus_fpr_lower"]],
+        ["TPR - FPR, 97.5% lower bound", summary["tpr_minus_fpr_lower"]],
         ["member fraction [95% CI]", estimate],
         [f"lower bound ({100 * prevalence['lower_bound_confidence']:g}%, one-sided)", prevalence["lower_bound"]],
         ["control items with a flagged source", summary["control_contamination"]],
