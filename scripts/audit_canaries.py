@@ -17,24 +17,29 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   for the threshold's FPR and TPR (``corrected_ci``: a bootstrap over the validation documents and
   a Jeffreys Beta for the document's share, so the FPR and TPR are not taken as known);
   per kind of document in ``by_kind``;
-* ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate``: the unlearning
-  audit checked against the unlearned GSM8K canary. The script trains (or reuses) the default
-  GSM8K canary, unlearns a seeded forget set of its members (``bbmia canary unlearn``, the
-  recipe's defaults unless ``--unlearn-args``), and runs ``bbmia unlearning --before CANARY
-  --after UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask
-  about); the label is the white-box one (a forgotten member still memorized: its loss score
-  under the unlearned canary above the non-members' 95% quantile), the base rate is the share of
-  the audited (forgotten) texts that are still memorized. ``unlearning_rouge_l_flagged`` and
-  ``unlearning_rouge_l_unflagged``: mean ROUGE-L recall of sampled continuations of the flagged
-  and the unflagged texts (``unlearning`` holds the whole summary).
+* ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate`` (each with a Wilson
+  95% ``_ci``): the unlearning audit checked against the unlearned GSM8K canary. The script
+  trains (or reuses) the default GSM8K canary, unlearns a seeded forget set of 50 members
+  (``bbmia canary unlearn``, :data:`UNLEARN_RECIPE` unless ``--unlearn-args``), and runs ``bbmia
+  unlearning --before CANARY --after UNLEARNED`` on the forget set (``forget_items.jsonl``, the
+  texts an auditor would ask about); the label is the white-box one (a forgotten member still
+  memorized: its loss score under the unlearned canary above the non-members' 95% quantile), the
+  base rate the share of the audited texts still memorized. ``unlearning_closeness_auc``: AUC of
+  ``-|ln ratio|`` for that label. ``unlearning_rouge_l_flagged`` / ``_unflagged`` (and
+  ``_approximate_``): mean similarity of sampled continuations to the truth, flagged vs
+  unflagged, ``_difference`` with a bootstrap CI and a Mann-Whitney p. ``unlearning_qa_*``: the
+  same in Q&A mode (question = the text up to ``\nAnswer:``, reference = the answer).
+  ``--serve``: ``unlearning_blackbox`` reruns the story audit with both models behind ``bbmia
+  serve`` (per-text score differences, flags that differ, its own keys).
 
-  Measured (forget 50, 20 steps, lr 1e-4, --retain-weight 1.0, the paper's window 1/1.15..1.15):
-  forget-set loss 2.67 -> 3.14 nats/token (kept members +0.27, non-members +0.20; pure ascent
-  gives +1.05 / +0.96 / +0.77); 19 of 50 forgotten members still memorized (base rate 0.38);
-  48 flagged, precision 0.375, recall 0.95: on this tiny canary every text's Min-K% ratio stays
-  within 1.04..1.14, the window flags nearly all, and the ratio does not separate still-memorized
-  from forgotten (AUC 0.46); ROUGE-L recall flagged 0.081 vs unflagged 0.087 (2 texts). The
-  audit is NOT validated here: the enrichment that "Done when" asks for is not shown.
+  Measured (2 shared CPU cores, 8 min with ``--serve``, ``--samples 5``): documents_auc 0.881
+  [0.742, 0.990]; truth inside the corrected CI for 42 of 44 documents (raw Wilson: 14 of 44,
+  it estimates the flagged share, not the planted one). Unlearning (27 of 50 items reached by the
+  4 steps): 34 of 50 flagged, precision 0.559 [0.395, 0.711] vs base rate 0.50 [0.366, 0.634],
+  recall 0.76, closeness AUC 0.707 (0.460 with the gentle recipe 20 steps / lr 1e-4 / retain 1);
+  ROUGE-L recall flagged 0.131 vs unflagged 0.109 (difference 0.022 [0.003, 0.039], p = 0.004)
+  but through serve, with other samples, 0.128 vs 0.119 (p = 0.12); Q&A 0.120 vs 0.113 (p = 0.44).
+  Black box = local: largest score difference 2.8e-7 nats/token, 0 flags differ.
 
 Usage:
     python scripts/audit_canaries.py --json
@@ -46,11 +51,18 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from pathlib import Path
 
 from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
 
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
+
+ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
+# 4 steps of 8 windows (about a third of the forget set's 104 windows) at a high rate, the KL
+# retain term at weight 10: chosen, before any audit ran, for uneven forgetting (Min-K% ratios
+# 0.98..1.43 across the forget set, 34 of 50 inside the paper's window), not on the labels.
+UNLEARN_RECIPE = "--steps 4 --lr 3e-3 --retain-weight 10"
 
 
 def has_command(name: str) -> bool:
@@ -112,29 +124,99 @@ def _mean_abs(rows: list[dict], key: str) -> float | None:
     return sum(errors) / len(errors) if errors else None
 
 
+def qa_pairs(forget_file: str, path: Path) -> Path:
+    """The forget set as Q&A pairs for ``bbmia unlearning --qa``: each GSM8K text cut after
+    ``\nAnswer:`` (the question, prompt) and the rest (the answer, reference); question + " " +
+    answer is the canary's own text, so the ratio is the same as in story mode."""
+    rows = []
+    for line in Path(forget_file).read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        cut = item["text"].index(ANSWER_MARK) + len(ANSWER_MARK)
+        rows.append({"id": item["id"], "question": item["text"][:cut], "answer": item["text"][cut:].lstrip(" ")})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def unlearning_keys(audit: dict, prefix: str) -> dict:
+    """The summary keys of one ``bbmia unlearning --json`` run (``prefix`` + name)."""
+    truth, completion, diff = audit["truth"], audit["completion"], audit["completion_difference"]
+    out = {f"{prefix}{k}": truth[k] for k in ("precision", "recall", "base_rate")}
+    out.update({f"{prefix}{k}_ci": truth[f"{k}_ci"] for k in ("precision", "recall", "base_rate")})
+    out[f"{prefix}n_flagged"], out[f"{prefix}n_audited"] = truth["n_flagged"], truth["n_audited"]
+    out[f"{prefix}closeness_auc"] = truth["closeness_auc"]
+    for measure in ("rouge_l_recall", "approximate"):
+        short = "rouge_l" if measure == "rouge_l_recall" else measure
+        for group in ("flagged", "unflagged"):
+            out[f"{prefix}{short}_{group}"] = completion[group][measure]["mean"]
+        out[f"{prefix}{short}_difference"] = diff[measure]
+    return out
+
+
 def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
     """Train or reuse the GSM8K canary, unlearn ``args.forget`` of its members, audit the forget
-    set with ``bbmia unlearning``; the ``unlearning_*`` keys of the summary."""
+    set with ``bbmia unlearning`` (story completion, then Q&A mode, then optionally through
+    ``bbmia serve``); the ``unlearning_*`` keys of the summary."""
     trained = bbmia("canary", "train", "--quiet", "--seed", str(args.seed), *cache)
     unlearned = bbmia("canary", "unlearn", trained["path"], "--forget", str(args.forget), "--seed", str(args.seed),
                       *args.unlearn_args.split())  # fmt: skip
+    record = load_manifest(unlearned["path"])["unlearning"]
+    forget_file = f"{unlearned['path']}/forget_items.jsonl"
+    common = ("--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.seed), "--quiet")
+    before, after = f"local:{trained['path']}", f"local:{unlearned['path']}"
     out = f"{args.out_dir}/unlearning"
-    audit = bbmia(
-        "unlearning", f"{unlearned['path']}/forget_items.jsonl", "--before", f"local:{trained['path']}",
-        "--after", f"local:{unlearned['path']}", "--prompt-words", str(args.prompt_words),
-        "--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.seed), "--out", out, "--quiet",
-    )  # fmt: skip
-    truth, completion = audit["truth"], audit["completion"]
-    return {
-        "unlearning_precision": truth["precision"],
-        "unlearning_recall": truth["recall"],
-        "unlearning_base_rate": truth["base_rate"],
-        "unlearning_rouge_l_flagged": completion["flagged"]["rouge_l_recall"]["mean"],
-        "unlearning_rouge_l_unflagged": completion["unflagged"]["rouge_l_recall"]["mean"],
-        "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"],
+    audit = bbmia("unlearning", forget_file, "--before", before, "--after", after, "--prompt-words",
+                  str(args.prompt_words), *common, "--out", out)  # fmt: skip
+    qa_file = qa_pairs(forget_file, Path(args.out_dir) / "unlearning_qa" / "qa.jsonl")
+    qa = bbmia("unlearning", str(qa_file), "--qa", "--before", before, "--after", after, *common,
+               "--truth", unlearned["path"], "--out", f"{args.out_dir}/unlearning_qa")  # fmt: skip
+    reached = sum(n > 0 for n in record["ascents_per_item"].values())
+    summary = {
+        **unlearning_keys(audit, "unlearning_"),
+        **unlearning_keys(qa, "unlearning_qa_"),
+        "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"], "recipe": args.unlearn_args,
                        "forget_loss_before": unlearned["forget_loss_before"],
-                       "forget_loss_after": unlearned["forget_loss_after"], **audit, "report": out},
+                       "forget_loss_after": unlearned["forget_loss_after"],
+                       "forget_items_reached": reached, "n_forget": len(record["forget_ids"]), "report": out},
     }
+    if args.serve:
+        summary["unlearning_blackbox"] = unlearning_through_serve(args, trained["path"], unlearned["path"], forget_file,
+                                                                  common, out)  # fmt: skip
+    return summary
+
+
+def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str, common: tuple, local_out: str) -> dict:
+    """The story-completion audit again with both models behind ``bbmia serve`` (black box):
+    per-text Min-K%/loss differences from the local run, flags that differ, and the black-box
+    run's own keys (its samples come from the server's RNG, so similarities agree in distribution only)."""
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+    out = f"{args.out_dir}/unlearning_blackbox"
+    models = [LocalBackend(LocalConfig(path, device="cpu")) for path in (canary, unlearned)]
+    try:
+        with serve_in_background(ServerConfig(canary), backend=models[0]) as url_before, \
+                serve_in_background(ServerConfig(unlearned), backend=models[1]) as url_after:
+            audit = bbmia("unlearning", forget_file, "--before", f"api:{canary}@{url_before}", "--tokenizer", canary,
+                          "--after", f"api:{unlearned}@{url_after}", "--context-tokens", "128", "--truth", unlearned,
+                          "--prompt-words", str(args.prompt_words), *common, "--out", out)  # fmt: skip
+    finally:
+        for model in models:
+            model.close()
+    local = {r["id"]: r for r in read_rows(f"{local_out}/unlearning_items.jsonl")}
+    remote = read_rows(f"{out}/unlearning_items.jsonl")
+    keys = ("min_k_before", "min_k_after", "loss_before", "loss_after")
+    return {
+        "max_abs_score_diff": max(abs(r[k] - local[r["id"]][k]) for r in remote for k in keys),
+        "flags_differ": sum(r["flagged"] != local[r["id"]]["flagged"] for r in remote),
+        **unlearning_keys(audit, ""),
+        "report": out,
+    }
+
+
+def read_rows(path: str) -> list[dict]:
+    """The JSON objects of a JSONL file."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def main() -> None:
@@ -148,14 +230,27 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the canary and the bootstrap")
     parser.add_argument("--canary-args", default="", help="more `bbmia canary train` options, e.g. '--epochs 3'")
     parser.add_argument("--forget", type=int, default=50, help="members of the GSM8K canary to unlearn")
-    parser.add_argument("--unlearn-args", default="--retain-weight 1.0",
-                        help="more `bbmia canary unlearn` options (default: the KL retain term)")
+    parser.add_argument("--unlearn-args", default=UNLEARN_RECIPE,
+                        help=f"more `bbmia canary unlearn` options (default: {UNLEARN_RECIPE!r}, a short strong schedule)")
     parser.add_argument("--prompt-words", type=int, default=24, help="story-completion prompt words (GSM8K items are short)")
-    parser.add_argument("--samples", type=int, default=5, help="sampled continuations per forgotten text")
+    parser.add_argument("--samples", type=int, default=20, help="sampled continuations per forgotten text (the paper's 20)")
+    parser.add_argument("--serve", action="store_true", help="also run the unlearning audit through bbmia serve "
+                        "(black box) and compare it with the local run")
+    parser.add_argument("--skip-documents", action="store_true", help="run only the unlearning audit")
     parser.add_argument("--json", action="store_true", help="one JSON line per document, then the summary, last")
     args = parser.parse_args()
 
     cache = ("--cache-dir", args.cache_dir) if args.cache_dir else ()
+    summary: dict = {}
+    if not args.skip_documents:
+        summary.update(audit_documents(args, cache))
+    summary.update(audit_unlearning(args, cache))
+    print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
+
+
+def audit_documents(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
+    """Train or reuse the document canary and run ``bbmia documents`` on it; the ``documents_*``
+    keys of the summary (one JSON line per document first, with ``--json``)."""
     trained = bbmia("canary", "train", "--corpus", "documents", "--quiet", "--seed", str(args.seed), *cache,
                     *args.canary_args.split())  # fmt: skip
     summary: dict = {"canary": trained["path"], "train_seconds": trained["train_seconds"], "reused": trained["reused"]}
@@ -176,8 +271,7 @@ def main() -> None:
                        auc_documents_labelled=audit["auc_documents"], report=args.out_dir)  # fmt: skip
     else:
         summary.update(documents_auc=None, documents_note="this install has no `bbmia documents`: nothing audited")
-    summary.update(audit_unlearning(args, cache))
-    print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
+    return summary
 
 
 if __name__ == "__main__":
