@@ -6,7 +6,8 @@ requests are not counted), then tracks the texts with one strategy; the white-bo
 the same windows (:class:`LocalBackend`) are the truth.
 
 Lines (one JSON object each, ``--json``): ``forced`` (raw log-probs), ``postbias`` (processed
-log-probs), ``bisect`` (raw, ε = 0.01) on GSM8K test questions (the issue's setting); ``run``
+log-probs), ``bisect`` (raw, ε = 0.01; ``bisect-mean``: a window's mean width ε, what the
+loss score needs) on GSM8K test questions (the issue's setting); ``run``
 (run reading, raw) and ``run-forced`` (forced read-out, to compare) on canary items (members
 and non-members alternating); ``run-memorized`` and ``run-memorized-forced`` on members only
 (``ratio_to_forced`` on the run lines), each with ``requests``,
@@ -51,6 +52,7 @@ MEASURES = (  # (line's strategy, tracker strategy, emulator log-probs mode, tex
     ("forced", "forced", "raw", "questions"),
     ("postbias", "postbias", "processed", "questions"),
     ("bisect", "bisect", "raw", "questions"),
+    ("bisect-mean", "bisect", "raw", "questions"),
     ("run", "run", "raw", "canary"),
     ("run-forced", "forced", "raw", "canary"),
     ("run-memorized", "run", "raw", "members"),
@@ -89,7 +91,11 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
     server = ServerConfig(str(canary), logprobs_mode=mode, echo=False)
     with serve_in_background(server, backend=local) as url:
         api = ApiConfig(base_url=url, model=str(canary), api_key="none", max_retries=2, concurrency=32)
-        tracker = TrackerConfig(strategy=strategy, epsilon=EPSILON, context=local.context)
+        try:  # bisect-mean: a window's mean width to ε (precision "mean", not in --before versions)
+            extra = {"precision": "mean"} if name == "bisect-mean" else {}
+            tracker = TrackerConfig(strategy=strategy, epsilon=EPSILON, context=local.context, **extra)
+        except TypeError as exc:
+            return {"strategy": name, "skipped": str(exc)}
         backend = ApiBackend(api, tokenizer=str(canary), tracker=tracker, cache_dir=cache / name)
         try:
             backend.probe()

@@ -103,3 +103,24 @@ def test_far_targets_keep_a_true_bound():
     estimate, _ = bisect(SyntheticEndpoint(logprobs), [0, 5, 6, 7], 3)
     assert estimate.strategy == "bisect>cap" and estimate.lower == -math.inf
     assert logprobs[3] <= estimate.upper <= logprobs[0] - 100 + 1e-9
+
+
+def test_mean_precision_lets_listed_targets_pay_for_wider_brackets():
+    """Targets 0 (argmax), 1 (listed), 3, 3 (gap 5, unlisted): the two listed lend 2ε, so each
+    unlisted stops at 2ε = 0.02 (one halving fewer: 2 gallop + 7 instead of 8) and the window's
+    mean width is ε; 4 unbiased + 2 × 9 = 22 requests instead of 24."""
+    logprobs = distribution(5.0)
+    seq = [0, 0, 1, 3, 3]
+    widths, calls = {}, {}
+    for precision in ("token", "mean"):
+        endpoint = SyntheticEndpoint(logprobs)
+        tracker = Tracker(endpoint, CAPS, TrackerConfig(strategy="bisect", epsilon=0.01, verify_flips=False,
+                                                        precision=precision))
+        tracker.sequence = lambda text: seq
+        [result] = asyncio.run(tracker.track(["x"]))
+        widths[precision], calls[precision] = result.upper - result.lower, endpoint.calls
+        assert np.all(result.lower <= logprobs[seq[1:]] + 1e-12) and np.all(logprobs[seq[1:]] <= result.upper + 1e-12)
+    assert calls == {"token": 24, "mean": 22}
+    np.testing.assert_allclose(widths["token"], [0, 0, 0.01, 0.01], atol=1e-6)
+    np.testing.assert_allclose(widths["mean"], [0, 0, 0.02, 0.02], atol=1e-6)
+    assert widths["mean"].mean() == pytest.approx(0.01, abs=1e-6)

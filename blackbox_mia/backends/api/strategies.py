@@ -104,11 +104,13 @@ def sampled_is_target(
 @dataclass
 class Position:
     """One target token after one prefix (token ids), and the unbiased answer there once asked
-    (strategies share it, so it is requested once)."""
+    (strategies share it, so it is requested once). ``width``: how wide (nats) bisection may
+    leave this position's bracket; ``None``: ε."""
 
     prefix: list[int]
     target: int
     unbiased: NextToken | None = None
+    width: float | None = None
 
 
 class _Unknown(Exception):
@@ -326,7 +328,8 @@ class Bisect(Strategy):
                 return Estimate.at_most(min(upper, top - cap), "bisect>cap")
             lo, step = hi, step * 2
             hi = min(cap, round(lo + step, 6))
-        while hi - lo > eps + 1e-9:
+        width = position.width or eps
+        while hi - lo > width + 1e-9:
             mid = round((lo + hi) / 2, 6)
             if await self._flips(position, mid, unbiased):
                 hi = mid

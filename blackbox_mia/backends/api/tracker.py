@@ -60,6 +60,7 @@ from .strategies import FALLBACKS, Estimate, Position, Prompt, strategy_set
 from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
+PRECISIONS = ("token", "mean")  # TrackerConfig.precision
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,10 @@ class TrackerConfig:
         verify_repeats: fresh requests per bracket end (2 × this many per re-checked token).
         verify_every: while no flip has been seen not to reproduce, re-check the brackets of a
             text's first positions and one bisected position in this many (1: every one).
+        precision: how far bisection refines: ``"token"``, every value to ε; ``"mean"``, a
+            window's mean width to ε (the loss score's bound is that mean): listed targets,
+            exact, let unlisted ones stop at 2ε, 4ε, ... (fewer requests, each value still
+            within its reported bounds).
         context: the model's context in tokens (≥ 2); longer texts use the local backend's
             sliding windows (stride = half the context). ``None``: whole prefixes.
         pending: most positions (or echo windows) in progress at once; ``None`` = twice the
@@ -95,6 +100,7 @@ class TrackerConfig:
     verify_flips: bool = True
     verify_repeats: int = 2
     verify_every: int = 32
+    precision: str = "token"
     context: int | None = None
     pending: int | None = None
 
@@ -107,6 +113,8 @@ class TrackerConfig:
             raise BlackboxMIAError(f"max_bias must be in (0, {MAX_BIAS:g}], got {self.max_bias}")
         if self.verify_repeats < 0:
             raise BlackboxMIAError(f"verify_repeats must be >= 0, got {self.verify_repeats}")
+        if self.precision not in PRECISIONS:
+            raise BlackboxMIAError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.verify_every < 1:
             raise BlackboxMIAError(f"verify_every must be >= 1, got {self.verify_every}")
         if self.context is not None and self.context < 2:
@@ -191,6 +199,8 @@ class Tracker:
                 found = await self._window(seq, start, end, first)
             elif self.mode() == "run":
                 found = await self.runs.read(seq, start, first, end)
+            elif self.mode() == "bisect" and self.config.precision == "mean":
+                found = await self._bisect_window(seq, start, first, end)
             else:  # one position: target seq[first] after the window's prefix
                 found = [await self._position(seq[start:first], seq[first], self.mode())]
             estimates[t][first - 1 : end - 1] = found
@@ -219,7 +229,7 @@ class Tracker:
         for t, seq in enumerate(sequences):
             windows = sliding_windows(len(seq), self.config.context) if self.config.context else [(0, len(seq), 1)]
             for start, end, first in windows:
-                if self.mode() in ("prompt", "run"):
+                if self.mode() in ("prompt", "run") or (self.mode() == "bisect" and self.config.precision == "mean"):
                     yield t, start, end, first
                 else:
                     for j in range(first, end):
@@ -265,6 +275,37 @@ class Tracker:
         if "forced" in self.available:
             return "forced"
         return next((s for s in FALLBACKS if s in self.available), "topn")
+
+    # -- one window bisected to a mean width ---------------------------------------------------
+
+    async def _bisect_window(self, seq: list[int], start: int, first: int, end: int) -> list[Estimate]:
+        """Targets ``first .. end-1`` of one window by bisection, the window's mean width at most
+        ε (``precision="mean"``: what the loss score, the mean of the values, needs).
+
+        The unbiased answers come first (all at once): a listed target is exact (width 0) and
+        lends its ε to the unlisted ones, which start at ε and are widened in position order,
+        ε → 2ε → 4ε ..., while the lent budget lasts (each doubling saves one request). The
+        brackets are multiples of ε (:func:`~.strategies.first_step`), so a bisection allowed
+        ε·2^m stops m halvings early.
+        """
+        bisect, eps = self.strategies["bisect"], self.config.epsilon
+        positions = [Position(seq[start:j], seq[j]) for j in range(first, end)]
+        sendable = [p for p in positions if self.endpoint.sendable(p.prefix)]
+        answers = await asyncio.gather(*(bisect.unbiased(p) for p in sendable))
+        unlisted = [p for p, a in zip(sendable, answers) if a.find(p.target) is None]
+        for p in unlisted:
+            p.width = eps
+        budget, level = eps * (len(sendable) - len(unlisted)), eps
+        while unlisted and budget >= level:
+            for p in unlisted:
+                if budget < level:
+                    break
+                p.width, budget = 2 * level, budget - level
+            level *= 2
+        return list(await asyncio.gather(
+            *(bisect.resolve(p) if self.endpoint.sendable(p.prefix) else self._position(p.prefix, p.target, "bisect")
+              for p in positions)
+        ))
 
     # -- one echo window ------------------------------------------------------------------------
 
