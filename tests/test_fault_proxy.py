@@ -201,7 +201,7 @@ async def test_nan_and_inf_replace_exactly_one_logprob_with_a_bare_token(upstrea
     with pytest.raises(ValueError):  # not strict JSON
         json.loads(raw, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
     got, want = logprob_values(json.loads(raw)["choices"][0]), logprob_values(json.loads(direct)["choices"][0])
-    changed = [j for j, (a, b) in enumerate(zip(got, want)) if not a == pytest.approx(b, abs=1e-6)]
+    changed = [j for j, (a, b) in enumerate(zip(got, want)) if a != pytest.approx(b, abs=1e-6)]
     assert len(got) == len(want) and len(changed) == 1
     bad = got[changed[0]]
     assert math.isnan(bad) if fault == "nan" else bad == -math.inf
