@@ -2,7 +2,8 @@
 OpenAI-compatible server answers them.
 
 Checked against vLLM's source (``vllm/entrypoints/openai/completion/serving.py``,
-``vllm/v1/engine/logprobs.py``, ``serving_engine.clamp_prompt_logprobs``):
+``vllm/v1/engine/logprobs.py``, ``vllm/v1/sample/ops/logprobs.py``'s rank
+``(x >= value).sum()``, ``clamp_prompt_logprobs``):
 
 * a request field ``prompt_logprobs: k`` (0 <= k <= the server's ``max_logprobs``) makes every
   choice carry ``prompt_logprobs``: a list with one entry per prompt token, ``None`` for the
