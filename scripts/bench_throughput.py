@@ -202,6 +202,7 @@ def concurrency_lines(
     command: str = "score",
     workdir: Path | None = None,
     client_tree: Path | None = None,
+    profile_dir: Path | None = None,
 ) -> list[dict]:
     """One measurement per concurrency of ``bbmia score`` (or ``probe``) through the CLI.
 
@@ -216,6 +217,8 @@ def concurrency_lines(
             recording replays only requests identical to the recorded ones.
         client_tree: a directory holding another ``blackbox_mia`` package (e.g. ``git archive``
             of an older commit) that the measured runs import instead of the installed one.
+        profile_dir: run the measured clients under cProfile, saving ``<command>-<c>.prof``
+            there (the profiler's overhead inflates the CPU figures of those lines).
 
     Returns:
         Per concurrency: ``{"strategy", "command", "concurrency", "latency_ms", "texts",
@@ -234,12 +237,13 @@ def concurrency_lines(
             proxy = ReplayProxy(upstream)
             with run_in_background(proxy, "bench-replay") as url:
                 lines = _measure(proxy, url, root, model_dir, concurrencies, n_texts, latency_s, command,
-                                 client_tree)
+                                 client_tree, profile_dir)
     return lines
 
 
 def _measure(proxy: ReplayProxy, url: str, root: Path, model_dir: Path, concurrencies: tuple[int, ...],
-             n_texts: int, latency_s: float, command: str, client_tree: Path | None) -> list[dict]:
+             n_texts: int, latency_s: float, command: str, client_tree: Path | None,
+             profile_dir: Path | None) -> list[dict]:
     """Record once, then time one run per concurrency (see :func:`concurrency_lines`)."""
     recorded, tape = root / "recorded", root / "answers.json"
     if tape.exists():  # answers recorded by earlier runs of this workdir
@@ -259,6 +263,9 @@ def _measure(proxy: ReplayProxy, url: str, root: Path, model_dir: Path, concurre
         proxy.reset()
         proxy.latency_s = latency_s
         cmd = score_command(url, model_dir, cache, root / "out.jsonl", n_texts, concurrency, command)
+        if profile_dir is not None:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, "-m", "cProfile", "-o", str(profile_dir / f"{command}-{concurrency}.prof"), *cmd]
         wall, cpu = run_client(proxy, cmd, client_tree)
         proxy.latency_s = 0.0
         seen = proxy.measurement()
@@ -288,10 +295,11 @@ def main() -> None:
     parser.add_argument("--command", choices=("score", "probe"), default="score")
     parser.add_argument("--workdir", type=Path, help="keep the model and recorded answers here for later runs")
     parser.add_argument("--client-tree", type=Path, help="measure the blackbox_mia package in this directory")
+    parser.add_argument("--profile", type=Path, help="run the measured clients under cProfile, stats saved here")
     parser.add_argument("--json", action="store_true", help="one JSON line per measurement")
     args = parser.parse_args()
     lines = concurrency_lines(tuple(int(c) for c in args.concurrency.split(",")), args.texts,
-                              args.latency_ms / 1000, args.command, args.workdir, args.client_tree)
+                              args.latency_ms / 1000, args.command, args.workdir, args.client_tree, args.profile)
     for line in lines:
         if args.json:
             print(json.dumps(line), flush=True)

@@ -1,7 +1,8 @@
 """Async client for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
 
-:class:`ApiClient` sends requests through the official SDK (:class:`openai.AsyncOpenAI`, its own
-retries off) and adds what an audit needs:
+:class:`ApiClient` sends requests through a thin aiohttp transport (:mod:`.transport`: the same
+body and header as the official SDK, failures raised as the SDK's exceptions, without the SDK's
+per-request CPU) and adds what an audit needs:
 
 * one validation step for every answer, fresh or cached: shape, every requested field present,
   every number finite, lengths consistent (see :mod:`.answers`). An answer that fails it is
@@ -24,7 +25,7 @@ retries off) and adds what an audit needs:
   normalised, JSON-ready result (see :meth:`ApiClient.complete`);
 * usage accounting: requests, retries, cache hits, invalid answers, tokens and cost in USD.
 
-The API key is only ever handed to the SDK (it goes in the ``Authorization`` header). It is not
+The API key is only ever sent in the ``Authorization`` header. It is not
 part of any cache key or cached value, any error message, log line, ``repr`` or ``describe()``:
 text from a server is masked before it is cut short, so no prefix of the key can survive a cut.
 """
@@ -52,6 +53,7 @@ from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect, estimate_tokens
 from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
+from .transport import Transport
 from .usage import Budget, BudgetExceeded, RateLimiter, Usage, request_cost
 
 __all__ = ["ApiClient", "ApiConfig", "ApiError", "BudgetExceeded", "Usage", "display_url"]
@@ -79,9 +81,7 @@ class ApiClient:
         self.cache = cache
         self.usage = Usage(unpriced=config.price() is None)
         self._url = display_url(config.base_url)
-        self._sdk = openai.AsyncOpenAI(
-            base_url=config.base_url, api_key=config.api_key, max_retries=0, timeout=config.timeout_s
-        )
+        self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
         self._slots = asyncio.Semaphore(config.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
         self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
@@ -199,7 +199,7 @@ class ApiClient:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
-        await self._sdk.close()
+        await self._transport.close()
         if self.cache is not None:
             self.cache.close()
 
@@ -343,27 +343,23 @@ class ApiClient:
             await self._rpm.acquire(1)
         if self._tpm is not None:
             await self._tpm.acquire(tokens)
-        first, resource = dialect.prompt_field, dialect.resource(self._sdk)
-        body = {k: v for k, v in payload.items() if k != first}
         async with self._slots:
             worst = self._reserve(payload, tokens)
             try:
                 self.usage.requests += 1
                 # The whole payload goes as the body, so what is sent is exactly what is hashed.
-                response = await resource.with_raw_response.create(
-                    model=self.config.model, **{first: payload[first]}, extra_body=body
-                )
+                status, content = await self._transport.post(dialect.prompt_field,
+                                                             {"model": self.config.model, **payload})
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)
-        http = response.http_response
         try:
-            raw = decode_answer(http.content)
+            raw = decode_answer(content)
             self.usage.bill(raw.get("usage"), self.config.price())
             return raw, dialect.read(raw, payload)
         except Malformed as exc:
             self.usage.invalid_answers += 1
-            exc.status = http.status_code
+            exc.status = status
             raise
 
     def _reserve(self, payload: dict, tokens: int) -> float:

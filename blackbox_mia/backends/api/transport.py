@@ -1,0 +1,110 @@
+"""The hot request path: one JSON POST over a pooled aiohttp session, failures as the SDK's errors.
+
+The OpenAI SDK spends most of a request's CPU outside the network: its type transform walks a
+token-id prompt element by element, and httpx's connection pool scans every pooled connection
+(a socket call each) for every request, so its cost grows with the concurrency. This transport
+sends the same body (``{"model", **payload}``) with the same ``Authorization: Bearer`` header and
+raises the SDK's exception classes with the same status codes, bodies and causes
+(:func:`status_error`), so the fault classes (:mod:`.faults`) and messages do not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import httpx2 as httpx
+import openai
+
+ENDPOINT_PATHS = {"prompt": "/completions", "messages": "/chat/completions"}  # by the dialect's prompt field
+STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def status_error(status: int, headers: dict[str, str], content: bytes, url: str) -> openai.APIStatusError:
+    """The SDK's exception for a non-2xx answer: the class it raises for ``status`` (5xx:
+    :class:`openai.InternalServerError`), the JSON body's ``error`` object as ``body`` (else the
+    body text), and a response carrying ``headers`` and ``content`` (``Retry-After`` is read
+    from there)."""
+    text = content.decode("utf-8", "replace").strip()
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = text
+    data = body.get("error", body) if isinstance(body, dict) else body
+    message = f"Error code: {status}"
+    if isinstance(data, dict) and isinstance(data.get("message"), str) and data["message"]:
+        message += f" - {data['message']}"
+    response = httpx.Response(status, headers=headers, content=content, request=httpx.Request("POST", url))
+    kind = STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
+    return kind(message, response=response, body=data)
+
+
+class Transport:
+    """POSTs JSON bodies to ``base_url``, at most ``connections`` connections at once.
+
+    Args:
+        base_url: the API root (``.../v1``; user info in it is not sent).
+        api_key: sent as ``Authorization: Bearer``.
+        timeout_s: seconds to wait for one whole answer.
+
+    The session is opened on first use, on the running loop (no network before that).
+    """
+
+    def __init__(self, base_url: str, api_key: str, timeout_s: float):
+        self._base = urlsplit(base_url)
+        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def post(self, prompt_field: str, body: dict) -> tuple[int, bytes]:
+        """``(status, raw answer)`` of one POST of ``body`` as JSON to the endpoint of
+        ``prompt_field`` (:data:`ENDPOINT_PATHS`).
+
+        Raises:
+            openai.APIStatusError: (and subclasses) a non-2xx answer (:func:`status_error`).
+            openai.APITimeoutError: no whole answer within the timeout.
+            openai.APIConnectionError: the connection failed or dropped (the aiohttp error, an
+                :class:`OSError` for a refused connection, is its ``__cause__``).
+        """
+        url = self.url(prompt_field)
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout)
+        data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        try:
+            async with self._session.post(url, data=data, headers=self._headers) as response:
+                content = await response.read()
+                status, headers = response.status, dict(response.headers)
+        except asyncio.TimeoutError as exc:
+            raise openai.APITimeoutError(request=httpx.Request("POST", url)) from exc
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise openai.APIConnectionError(request=httpx.Request("POST", url)) from exc
+        if not 200 <= status < 300:
+            raise status_error(status, headers, content, url)
+        return status, content
+
+    def url(self, prompt_field: str) -> str:
+        """The endpoint URL for ``prompt_field``: the base URL's path + :data:`ENDPOINT_PATHS`,
+        its query kept, user info left out (the key goes in the header)."""
+        base = self._base
+        netloc = base.hostname or ""
+        if ":" in netloc:
+            netloc = f"[{netloc}]"
+        if base.port:
+            netloc += f":{base.port}"
+        return urlunsplit((base.scheme, netloc, base.path.rstrip("/") + ENDPOINT_PATHS[prompt_field], base.query, ""))
+
+    async def close(self) -> None:
+        """Close the session's connections (idempotent)."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
