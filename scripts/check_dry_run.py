@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from validate_blackbox import (  # scripts/ is on the path of a script run from it
+    free_port,
+    wait_ready,
+)
 
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
@@ -30,23 +33,6 @@ from blackbox_mia.cost import TOTAL, estimate_groups, usage_report
 
 PRICED_NAME = "gpt-4o-mini"  # served under a name the price table knows
 TOLERANCE = 0.10  # the target: billed within 10% of the estimate
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, seconds: float = 300) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url + "/models", timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"server at {url} did not start")
 
 
 def check(url: str, canary: str, limit: int, strategy: str, context: int, work: Path) -> dict:

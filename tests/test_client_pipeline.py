@@ -107,3 +107,20 @@ def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
     assert process.returncode == 130, text[-2000:]
     assert "interrupted: finished work is saved" in text
     assert "Task was destroyed" not in text and "Traceback" not in text and "Exception ignored" not in text
+
+
+def test_transport_url_and_sdk_errors():
+    import openai
+
+    from blackbox_mia.backends.api.transport import Transport, status_error
+
+    transport = Transport("https://user:pw@api.example.com:8443/v1/?api-version=2", "k", 5.0)
+    assert transport.url("prompt") == "https://api.example.com:8443/v1/completions?api-version=2"
+    assert transport.url("messages") == "https://api.example.com:8443/v1/chat/completions?api-version=2"
+    body = b'{"error": {"message": "slow down", "code": "rate_limit_exceeded"}}'
+    error = status_error(429, {"retry-after": "3"}, body, "http://h/v1/completions")
+    assert type(error) is openai.RateLimitError and error.status_code == 429 and error.code == "rate_limit_exceeded"
+    assert error.response.headers["retry-after"] == "3" and str(error) == "Error code: 429 - slow down"
+    assert type(status_error(503, {}, b"busy", "http://h")) is openai.InternalServerError
+    assert status_error(503, {}, b"busy", "http://h").body == "busy"
+    assert type(status_error(418, {}, b"{}", "http://h")) is openai.APIStatusError

@@ -78,7 +78,9 @@ class Transport:
         """
         url = self.url(prompt_field)
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout)
+            # trust_env: HTTP(S)_PROXY / NO_PROXY honoured, as the SDK's httpx client does
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout,
+                                                  trust_env=True)
         data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
         try:
             async with self._session.post(url, data=data, headers=self._headers) as response:
