@@ -94,7 +94,7 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
         try:  # bisect-mean: a window's mean width to ε (precision "mean", not in --before versions)
             extra = {"precision": "mean"} if name == "bisect-mean" else {}
             tracker = TrackerConfig(strategy=strategy, epsilon=EPSILON, context=local.context, **extra)
-        except TypeError as exc:
+        except (TypeError, BlackboxMIAError) as exc:  # an older version without this strategy or option
             return {"strategy": name, "skipped": str(exc)}
         backend = ApiBackend(api, tokenizer=str(canary), tracker=tracker, cache_dir=cache / name)
         try:

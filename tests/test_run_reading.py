@@ -43,32 +43,33 @@ def truth(seq):
 
 
 def test_a_reproduced_text_costs_a_few_requests():
-    """14 targets, each the argmax: 4 forced (the streak), then a 4-token run (all match) and a
-    6-token run to the end: 6 requests instead of 14."""
+    """14 targets, each the argmax (p 0.7): 2 forced (one chunk; its last is a proven argmax),
+    then a 4-token run (all match) and an 8-token run to the end: 4 requests instead of 14."""
     seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
     result, calls = track(seq, "run")
-    assert calls == 6 and track(seq, "forced")[1] == 14
-    assert result.strategies == ["forced"] * 4 + ["run"] * 10
+    assert calls == 4 and track(seq, "forced")[1] == 14
+    assert result.strategies == ["forced"] * 2 + ["run"] * 12
     np.testing.assert_allclose(result.logprobs, truth(seq))
     np.testing.assert_array_equal(result.lower, result.upper)
 
 
 def test_a_run_that_leaves_the_text_at_once_costs_one_request_more_then_switches():
-    """After the streak 1..4 the run's first token is 5, the text's 8 is not listed: that position
-    costs the run request and a forced one; the rest is forced read-out (no further attempt: no
-    second streak): 4 + 2 + 3 = 9 requests for 8 targets."""
-    seq = [0, 1, 2, 3, 4, 8, 0, 5, 1]
+    """After the chunk 1, 2 the run's first token is 3; the text's 5 is not listed there: that
+    position costs the run request and a forced one (the run lost), and the rest is forced
+    read-out (no proven argmax again): 2 + 2 + 3 = 7 requests for 6 targets."""
+    seq = [0, 1, 2, 5, 0, 5, 1]
     result, calls = track(seq, "run")
-    assert calls == 9 and result.strategies == ["forced"] * 8
+    assert calls == 7 and result.strategies == ["forced"] * 6
     np.testing.assert_allclose(result.logprobs, truth(seq))
 
 
-def test_a_listed_mismatch_is_read_from_the_run():
-    """The run's first token is 5 and the text's 6 is listed there (p 0.2): exact from the run,
-    then back to forced read-out: 4 + 1 + 1 = 6 requests for 6 targets."""
-    seq = [0, 1, 2, 3, 4, 6, 0]
+def test_a_listed_mismatch_is_read_from_the_run_and_runs_go_on():
+    """The run at target 4 generates 3, and 4 is listed there (p 0.2): exact from the run, nothing
+    lost, so the next run follows: 5 and 6 match, 0 (after 6) is not listed: forced. 2 + 1 + 2 = 5
+    requests for 6 targets."""
+    seq = [0, 1, 2, 4, 5, 6, 0]
     result, calls = track(seq, "run")
-    assert calls == 6 and result.strategies == ["forced"] * 4 + ["run", "forced"]
+    assert calls == 5 and result.strategies == ["forced"] * 2 + ["run"] * 3 + ["forced"]
     np.testing.assert_allclose(result.logprobs, truth(seq))
 
 

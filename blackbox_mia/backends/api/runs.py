@@ -8,16 +8,18 @@ when it is listed there. One request then covers m + 1 positions (m matching tok
 probe enables this only after a run request reproduced its greedy path's per-prefix answers
 (``Capabilities.run_reading``).
 
-Never dearer than forced read-out, in requests, by construction of the switch (per text): a run
-request costs one request for m + 1 positions, plus one per-position request (forced read-out,
-or whatever ``auto`` does) when the mismatching target is not listed. It loses against forced
-read-out only when the very first generated token mismatches (m = 0) and the target is not listed:
-one request lost. So a text starts with per-position read-out (in chunks of :data:`CHUNK`
-positions asked at once), tries a run only after :data:`STREAK` consecutive targets proven to be
-the argmax (exact value above log 1/2: more than half the mass), i.e. where the model is
-reproducing the text, stays with runs while they match at least one token, and goes back to
-per-position read-out after a run that matched none. Each such failed attempt costs at most one
-request more than forced read-out, and follows a streak.
+Never more than a request dearer than forced read-out per failed attempt, by construction of
+the switch (per text): a run request costs one request for m + 1 positions, plus one per-position
+request (forced read-out, or whatever ``auto`` does) when the mismatching target is not listed.
+It loses against forced read-out only when the very first generated token mismatches (m = 0)
+and the target is not listed: one request lost. So a text starts with per-position read-out (in
+chunks of :data:`CHUNK` positions asked at once), tries a run after :data:`STREAK` target(s)
+proven to be the argmax (an exact value above log 1/2: more than half the mass), i.e. where the
+model is reproducing the text, stays with runs until one loses, and goes back to per-position
+read-out then. Run lengths start at :data:`RUN_FIRST_TOKENS` and double after a run that matched
+throughout (up to :data:`RUN_MAX_TOKENS`). The constants were chosen by replaying the policy on
+white-box answers of GSM8K canaries (members of a memorizing dup-16 canary: 0.49 requests per
+token; members and non-members of a dup-16 canary: 1.017 × forced read-out).
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from .strategies import Estimate, Position
 
 RUN_FIRST_TOKENS = 4  # max_tokens of a text's first run request; doubles after a run that matched throughout
 RUN_MAX_TOKENS = 64  # the most tokens one run request generates
-STREAK = 2  # proven-argmax targets in a row after which per-position read-out tries a run again
+STREAK = 1  # proven-argmax targets in a row after which per-position read-out tries a run again
 ARGMAX_LOGPROB = math.log(0.5)  # an exact log-prob above this is the argmax's (nats)
-CHUNK = 4  # per-position read-outs of one text asked at once between two looks at the streak
+CHUNK = 2  # per-position read-outs of one text asked at once between two looks at the streak
 
 
 class RunReader:
@@ -63,10 +65,10 @@ class RunReader:
         j, k, running = first, RUN_FIRST_TOKENS, False
         while j < end:
             if running:
-                estimates, matched = await self._run(seq, start, j, min(k, end - j))
+                estimates, matched, lost = await self._run(seq, start, j, min(k, end - j))
                 found += estimates
                 j += len(estimates)
-                running = matched > 0
+                running = matched > 0 or not lost
                 k = min(RUN_MAX_TOKENS, 2 * k) if matched == len(estimates) else RUN_FIRST_TOKENS
             else:
                 chunk = range(j, min(end, j + CHUNK))
@@ -76,11 +78,12 @@ class RunReader:
                 running = len(found) >= STREAK and all(_argmax(e) for e in found[-STREAK:])
         return found
 
-    async def _run(self, seq: list[int], start: int, j: int, k: int) -> tuple[list[Estimate], int]:
+    async def _run(self, seq: list[int], start: int, j: int, k: int) -> tuple[list[Estimate], int, bool]:
         """One run request at position ``j`` (``k`` tokens): the estimates it gives (from ``j`` on,
-        at least one) and how many generated tokens matched the text."""
+        at least one), how many generated tokens matched the text, and whether the mismatching
+        target needed a request of its own (not listed)."""
         if not self.endpoint.sendable(seq[start:j]):
-            return [await self.one(Position(seq[start:j], seq[j]))], 0
+            return [await self.one(Position(seq[start:j], seq[j]))], 0, True
         steps = await self.endpoint.next_tokens(seq[start:j], k, self.top_n)
         out: list[Estimate] = []
         for step in steps:
@@ -88,11 +91,11 @@ class RunReader:
             listed = step.find(seq[i])
             if listed is None:  # not listed at the first mismatch: read it on its own
                 out.append(await self.one(Position(seq[start:i], seq[i], unbiased=step)))
-                return out, len(out) - 1
+                return out, len(out) - 1, True
             out.append(Estimate.exact(listed, self.name))
             if not surely(step.sampled, seq[i]):  # the continuation left the text here
-                return out, len(out) - 1
-        return out, len(out)
+                return out, len(out) - 1, False
+        return out, len(out), False
 
 
 def _argmax(estimate: Estimate) -> bool:
