@@ -117,7 +117,7 @@ def _score(canary: Path, scorer_spec: str, items: list, meta: dict, path: Path) 
     return score_items(items, [scorer], backends, path, run_config([scorer], backends, meta), progress=False)
 
 
-def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, target_fpr: float, pool_name: str) -> dict:
+def run_dup(canary: Path, scores: dict, splits: int, seed: int, target_fpr: float, pool_name: str) -> dict:
     """The coverage line of one canary (see the module docstring)."""
     manifest = load_manifest(canary)
     ids, s = scores["ids"], scores["benchmark"]
@@ -133,19 +133,19 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         swept = np.ones(len(s), bool)
         swept[cal_pos] = swept[cal_neg] = False
         truth = float(member[swept].mean())
-        est = estimate_prevalence(s[swept], s[cal_neg], s[cal_pos], target_fpr=target_fpr, n_boot=n_boot, seed=split)
+        est = estimate_prevalence(s[swept], s[cal_neg], s[cal_pos], target_fpr=target_fpr)
         t = est["threshold"]["value"]
         fresh = s[swept & ~member]
         realised = float(np.mean(fresh > t))
         clean = swept & ~member
-        est0 = estimate_prevalence(s[clean], s[cal_neg], s[cal_pos], target_fpr=target_fpr, n_boot=n_boot, seed=split)
+        est0 = estimate_prevalence(s[clean], s[cal_neg], s[cal_pos], target_fpr=target_fpr)
         row = {"truth": truth, "identifiable": est["identifiable"], "estimate": est["estimate"], "ci": est["ci"],
-               "detected": bool(est["detected"]), "clean_detected": bool(est0["detected"]),
+               "confident": bool(est["identifiable"] and est["detected"]), "clean_detected": bool(est0["detected"]),
                "realised_fpr": realised, "fpr_ci": est["fpr_ci"], "lower_bound": est["lower_bound"]["lower_bound"],
                "clean_lower_bound": est0["lower_bound"]["lower_bound"], "clean_identifiable": est0["identifiable"]}
         for key, keep in (("control", swept), ("clean_control", clean)):
             in_swept = np.isin(scores["control_sources"], ids[keep])
-            control_est = estimate_prevalence(s[keep], scores["control"][in_swept], target_fpr=target_fpr, n_boot=2)
+            control_est = estimate_prevalence(s[keep], scores["control"][in_swept], target_fpr=target_fpr)
             row[f"{key}_lower_bound"] = control_est["lower_bound"]["lower_bound"]
             sources = np.array([by_id[i] for i in scores["control_sources"][in_swept]])
             row[f"{key}_sources_flagged"] = float(np.mean(sources > control_est["threshold"]["value"]))
@@ -167,9 +167,9 @@ def run_dup(canary: Path, scores: dict, splits: int, n_boot: int, seed: int, tar
         "mean_ci_width": _mean([r["ci"][1] - r["ci"][0] for r in ok]),
         "share_not_identifiable": 1 - len(ok) / splits,
         "share_over_2x": _mean([r["estimate"] > 2 * r["truth"] for r in ok]),
-        "share_confident": _mean([r["detected"] for r in rows]),
-        "mean_confident_estimate": _mean([r["estimate"] for r in rows if r["detected"]]),
-        "share_confident_over_2x": _mean([r["detected"] and r["estimate"] > 2 * r["truth"] for r in rows]),
+        "share_confident": _mean([r["confident"] for r in rows]),
+        "mean_confident_estimate": _mean([r["estimate"] for r in rows if r["confident"]]),
+        "share_confident_over_2x": _mean([r["confident"] and r["estimate"] > 2 * r["truth"] for r in rows]),
         "misses_above": int(sum(r["ci"][0] > r["truth"] for r in ok)),
         "misses_below": int(sum(r["ci"][1] < r["truth"] for r in ok)),
         "realised_fpr_mean": _mean([r["realised_fpr"] for r in rows]),
@@ -226,7 +226,6 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("cache"), help="cache root (default: cache)")
     parser.add_argument("--scorer", default="min_k")
     parser.add_argument("--splits", type=int, default=300)
-    parser.add_argument("--n-boot", type=int, default=1000)
     parser.add_argument("--target-fpr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pool", choices=("all", "labelled"), default="all", help="where the calibration non-members "
@@ -239,7 +238,7 @@ def main() -> None:
     lines = []
     for canary in canaries:
         scores = cached_scores(canary, args.scorer, args.cache)
-        line = run_dup(canary, scores, args.splits, args.n_boot, args.seed, args.target_fpr, args.pool)
+        line = run_dup(canary, scores, args.splits, args.seed, args.target_fpr, args.pool)
         lines.append(line)
         print(json.dumps(line) if args.json else
               f"dup {line['dup']:>2}: truth {line['true_prevalence']:.3f}, coverage {line['coverage']}, "

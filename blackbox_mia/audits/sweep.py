@@ -4,8 +4,9 @@ One scorer, a threshold calibrated on known non-members for a target FPR, and th
 fraction of the swept items estimated with every source of uncertainty carried
 (:func:`~blackbox_mia.evaluation.estimate_prevalence`, docs/design.md §5): the calibration and
 the swept items are disjoint by construction (a calibration text found in the benchmark is
-dropped from the swept items, and the report counts each role), the whole procedure is
-bootstrapped, the realised FPR comes with its Clopper–Pearson CI, an estimate whose TPR − FPR is
+dropped from the swept items, and the report counts each role), the interval is exact and
+distribution-free (simultaneous bounds of the flag rate, the conformal threshold's FPR and the
+TPR), the realised FPR comes with its Clopper–Pearson CI, an estimate whose TPR − FPR is
 not clearly above 0 is reported as not identifiable, and the one-sided lower bound, valid
 without any known member, is the headline when no member is known. A one-sided Welch t-test
 compares the benchmark with a non-member control built from the benchmark itself
@@ -72,8 +73,9 @@ class SweepConfig:
             GSM8K or AQuA problems; True = required; False = never.
         control_config: the control's construction (seed, perturbation size).
         limit: only the first ``limit`` benchmark items.
-        n_boot: bootstrap resamples of the prevalence CI.
-        seed: bootstrap seed.
+        n_boot: ignored: the prevalence interval is exact, it draws no resample (kept while the CLI
+            still passes ``--n-boot``).
+        seed: seed of the ``calibration_fraction`` share.
         top: how many of the highest-scoring items the report lists.
         resume: keep the rows already in the score files (same configuration).
     """
@@ -243,8 +245,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
                                "(the calibration and the swept items must be disjoint)")
     bench, swept_items = scores[swept], [it for it, keep in zip(plan.items, swept) if keep]
     prevalence = estimate_prevalence(bench, neg, pos, rule=config.rule, target_fpr=config.target_fpr,
-                                     tpr=None if pos is not None else config.assumed_tpr,
-                                     n_boot=config.n_boot, seed=config.seed)
+                                     tpr=None if pos is not None else config.assumed_tpr)
     threshold = prevalence.pop("threshold")
     roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control)
     contamination = None if control is None else _control_contamination(plan, rows, scores, control, threshold["value"])
@@ -266,7 +267,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         "title": f"Contamination sweep: {plan.meta['name']}",
         "headline": headline,
         "config": report_config(run_cfg, "sweep", config, len(plan.items),
-                                {"bootstrap": config.seed, "control": config.control_config.seed},
+                                {"calibration_fraction": config.seed, "control": config.control_config.seed},
                                 calibration=plan.calibration[1] if plan.calibration else None,
                                 nonmembers=plan.nonmembers[1] if plan.nonmembers else None),
         "roles": roles,
@@ -289,6 +290,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         "target_fpr": prevalence["target_fpr"],
         "tpr": prevalence["tpr"],
         "tpr_minus_fpr_lower": prevalence["youden_j_lower"],
+        "bounds_level": None if prevalence["bounds"] is None else prevalence["bounds"]["level"],
         "identifiable": prevalence["identifiable"],
         "prevalence": {"estimate": prevalence["estimate"], "ci": prevalence["ci"],
                        "lower_bound": prevalence["lower_bound"]["lower_bound"],
@@ -314,8 +316,8 @@ def _headline(prevalence: dict, n_swept: int) -> str:
         return (f"Estimated member fraction {prevalence['estimate']:.3f}, {100 * prevalence['ci_level']:g}% CI "
                 f"[{lo:.3f}, {hi:.3f}] of the {n_swept} swept items; {lower}.")
     if prevalence["identifiable"] is False:
-        return (f"Not identifiable at this signal (TPR - FPR lower bound {prevalence['youden_j_lower']:.3f}): no "
-                f"point estimate; {lower}.")
+        return (f"Not identifiable at this signal (TPR - FPR simultaneous lower bound "
+                f"{prevalence['youden_j_lower']:.3f}): no point estimate; {lower}.")
     return f"No known member: {lower}; the member fraction itself needs a TPR (--calibration with members)."
 
 

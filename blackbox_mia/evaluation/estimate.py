@@ -1,43 +1,44 @@
-"""A contamination estimate you can defend: the whole procedure bootstrapped, identifiability
+"""A contamination estimate you can defend: an exact, distribution-free interval, identifiability
 checked, and a lower bound that needs no member (docs/design.md §5).
 
 :func:`estimate_prevalence` takes three disjoint score sets — the benchmark items being
-swept, known non-members and (optionally) known members — and
+swept, known non-members and (optionally) known members — chooses the threshold t on the
+calibration scores (:func:`~.calibration.calibrate`) and bounds the three rates that make up
+the member fraction π of the swept items, each by an exact law:
 
-1. chooses the threshold on the calibration scores (:func:`~.calibration.calibrate`);
-2. estimates the member fraction of the benchmark by Rogan–Gladen,
-   (flag − FPR)/(TPR − FPR), with the FPR of a conformal threshold estimated by its exact
-   expectation (k + 1)/(n + 1) (k of n non-members above it: the in-sample k/n is biased low,
-   because the threshold was chosen on the same non-members);
-3. bootstraps the whole procedure (Efron & Tibshirani 1993, ch. 6): each resample draws the
-   non-members (smoothed: :func:`smoothed_resamples`) and the members with replacement,
-   chooses the threshold again on them, and
-   draws the benchmark's flagged count at that threshold (Binomial(n_b, share of the benchmark
-   above it): the exact law of a resampled benchmark's count), so the numerator
-   N = flag − FPR and the denominator D = TPR − FPR carry the benchmark's, the FPR's, the TPR's
-   and the threshold choice's uncertainty, and their covariance;
-4. gives Fieller's interval for the ratio N/D (Fieller 1954, "Some problems in interval
-   estimation"): the p with (N − pD)² ≤ z²·Var(N − pD), Var from the bootstrap covariance,
-   clipped to [0, 1]. Unlike a percentile interval of the ratio it stays honest when D is
-   small (dup-2 canary, 100 splits: percentile 0.38 of identifiable splits covered, Fieller 0.93);
-5. declares the estimate "not identifiable at this signal" when the (1 − alpha/2) lower bound
-   of TPR − FPR (Youden's J), D − z·sd(D), is ≤ ``margin``: the ratio then divides by a number
-   that may be 0 (Fieller's interval would be unbounded), and no point estimate is given;
-6. always reports the one-sided lower bound of :func:`~.prevalence.prevalence_lower_bound`,
-   valid whatever the TPR — the headline when no member is known.
+* FPR: with rule ``fpr``, t is the conformal order statistic of the n non-members, k of them
+  above it, and the true FPR of t (over calibration draws exchangeable with the swept
+  non-members) is exactly Beta(k + 1, n − k) (Vovk et al. 2005; Vovk 2012; Angelopoulos &
+  Bates 2021 §3.2): its quantiles are the bounds, and its mean (k + 1)/(n + 1) the value used
+  in the point estimate (the in-sample k/n is biased low, because t was chosen on these
+  non-members);
+* TPR: t depends on non-members only, so given t the m calibration members' flags are
+  Binomial(m, TPR): Clopper–Pearson (Clopper & Pearson 1934);
+* flag rate: given t the swept items' flagged count is a sum of Binomial(π·N, TPR) and
+  Binomial((1 − π)·N, FPR), less variable than Binomial(N, f) with f = π·TPR + (1 − π)·FPR,
+  so the Clopper–Pearson bounds of f are valid (conservative).
 
-"Confident" below means identifiable with an interval that excludes 0 (``detected``).
+π = (f − FPR)/(TPR − FPR) rises with f and falls with FPR and TPR (for f between FPR and TPR),
+so the interval is [(f_lo − FPR_hi)/(TPR_hi − FPR_hi), (f_hi − FPR_lo)/(TPR_lo − FPR_lo)],
+clipped to [0, 1], with each of the six one-sided bounds at level alpha/6 (Bonferroni: the
+interval covers with probability ≥ 1 − alpha, each side misses with probability ≤ alpha/2,
+whatever the score distributions). The estimate is "not identifiable at this signal" when
+TPR_lo − FPR_hi ≤ ``margin`` (the same simultaneous bounds): no point estimate and no interval
+then (the selection at weak signal inflates what passes; the lower bound is the number). The
+one-sided lower bound of :func:`~.prevalence.prevalence_lower_bound`, valid whatever the TPR,
+is always given — the headline when no member is known. "Detected" means the interval's lower
+end is above 0.
+
+The ``max_*`` rules choose t on the members too: their bounds are Clopper–Pearson for FPR and
+TPR at the chosen t, which ignores that selection (a note says so).
 """
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 from scipy import stats
 
 from ..types import BlackboxMIAError
-from .calibration import RULES, calibrate, conformal_rank
+from .calibration import RULES, calibrate
 from .prevalence import (
     _rogan_gladen,
     clopper_pearson,
@@ -45,10 +46,11 @@ from .prevalence import (
     prevalence_lower_bound,
 )
 
-IDENTIFIABILITY_MARGIN = 0.05  # the lower bound of TPR − FPR must exceed this (fraction)
+IDENTIFIABILITY_MARGIN = 0.05  # the simultaneous lower bound of TPR − FPR must exceed this (fraction)
+N_BOUNDED_RATES = 3  # flag rate, FPR and TPR: alpha is split over their two-sided bounds (Bonferroni)
 HELP_NOT_IDENTIFIABLE = (
-    "more calibration members (the TPR's CI narrows as 1/sqrt(n)), longer texts (more tokens per "
-    "score), or a scorer that separates better (bbmia eval compares them)"
+    "more calibration members (the TPR's CI narrows as 1/sqrt(n)), more calibration non-members, longer "
+    "texts (more tokens per score), or a scorer that separates better (bbmia eval compares them)"
 )
 
 
@@ -60,12 +62,10 @@ def estimate_prevalence(
     rule: str = "fpr",
     target_fpr: float = 0.05,
     tpr: float | None = None,
-    n_boot: int = 1000,
-    seed: int = 0,
     alpha: float = 0.05,
     margin: float = IDENTIFIABILITY_MARGIN,
 ) -> dict:
-    """Member fraction of the benchmark with a whole-procedure bootstrap CI (see the module).
+    """Member fraction of the swept benchmark with an exact simultaneous interval (see the module).
 
     The three score sets must be disjoint (the caller drops calibration items from the
     benchmark); flags are ``score > threshold``.
@@ -76,27 +76,29 @@ def estimate_prevalence(
         cal_member_scores: shape (n1,), known members, or None.
         rule: threshold rule, one of ``RULES`` (``max_*`` need members).
         target_fpr: α of rule ``fpr`` (fraction).
-        tpr: keyword-only, an assumed TPR when no member is known (the CI then ignores its
-            uncertainty; without members and without it, only the lower bound is given).
-        n_boot: bootstrap resamples (≥ 2: the interval needs their covariance).
-        seed: numpy Generator seed.
-        alpha: the CI covers 1 − alpha; the lower bounds are one-sided at 1 − alpha.
-        margin: identifiability margin on the lower bound of TPR − FPR.
+        tpr: keyword-only, an assumed TPR when no member is known (taken as exact: the
+            interval then ignores its uncertainty; without members and without it, only the
+            lower bound is given).
+        alpha: the interval covers with probability ≥ 1 − alpha; the lower bound is one-sided
+            at 1 − alpha.
+        margin: identifiability margin on the simultaneous lower bound of TPR − FPR.
 
     Returns:
         A dict: ``threshold`` (:class:`~.calibration.Threshold` as dict), ``n_benchmark``,
         ``n_flagged``, ``flag_rate``, ``n_cal_nonmembers``, ``n_false_positives``,
         ``fpr_in_sample`` (k/n0) with ``fpr_ci`` (Clopper–Pearson, 1 − alpha), ``fpr`` (the
-        value used in the correction), ``target_fpr``, ``n_cal_members``, ``tpr`` with
-        ``tpr_ci``, ``tpr_source``, ``youden_j`` and ``youden_j_lower``, ``identifiable``
-        (None when the TPR is unknown), ``estimate`` and ``ci`` (None when not identifiable or
-        TPR unknown), ``detected`` (the CI excludes 0; None without a CI), ``ci_level``,
-        ``lower_bound`` (:func:`prevalence_lower_bound`), ``method``, ``n_boot``, ``notes``.
+        value used in the point estimate), ``target_fpr``, ``n_cal_members``, ``tpr`` with
+        ``tpr_ci`` (Clopper–Pearson, 1 − alpha), ``tpr_source``, ``bounds`` (``flag_rate``,
+        ``fpr``, ``tpr``: the simultaneous [lo, hi] of each rate, each two-sided at
+        ``bounds["level"]`` = 1 − alpha/3), ``youden_j`` and ``youden_j_lower`` (TPR_lo −
+        FPR_hi), ``identifiable`` (None when the TPR is unknown), ``estimate`` (None when not
+        identifiable or TPR unknown) and ``ci`` (likewise), ``detected`` (the interval's lower
+        end > 0; None without an interval), ``ci_level``, ``lower_bound``
+        (:func:`prevalence_lower_bound`), ``method``, ``notes``. All rates are fractions.
 
     Raises:
-        BlackboxMIAError: empty or non-finite scores, bad rule/target/alpha/n_boot/margin,
-            members together with ``tpr``, ``tpr`` outside (0, 1], a ``max_*`` rule without
-            members.
+        BlackboxMIAError: empty or non-finite scores, bad rule/target/alpha/margin, members
+            together with ``tpr``, ``tpr`` outside (0, 1], a ``max_*`` rule without members.
     """
     bench = finite_scores(benchmark_scores, "benchmark")
     neg = finite_scores(cal_nonmember_scores, "calibration non-member")
@@ -105,18 +107,15 @@ def estimate_prevalence(
         raise BlackboxMIAError("give member scores or an assumed tpr, not both")
     if tpr is not None and not 0 < tpr <= 1:
         raise BlackboxMIAError(f"tpr must be in (0, 1], got {tpr}")
-    if int(n_boot) < 2 or not 0 < alpha < 1 or not 0 <= margin < 1:
-        raise BlackboxMIAError(f"need n_boot >= 2, alpha in (0, 1), margin in [0, 1); got {n_boot}, {alpha}, {margin}")
+    if not 0 < alpha < 1 or not 0 <= margin < 1:
+        raise BlackboxMIAError(f"need alpha in (0, 1) and margin in [0, 1); got {alpha}, {margin}")
     if rule not in RULES:
         raise BlackboxMIAError(f"unknown threshold rule {rule!r}; choose from {RULES}")
     threshold = calibrate(neg, pos, rule, target_fpr)
     t = threshold.value
     n_b, n0 = len(bench), len(neg)
-    n_flagged, k = int(np.sum(bench > t)), int(np.sum(neg > t))
-    fpr = _fpr_estimate(k, n0, rule)
-    notes = []
-    if threshold.note:
-        notes.append(threshold.note)
+    n_flagged, k = int((bench > t).sum()), int((neg > t).sum())
+    notes = [threshold.note] if threshold.note else []
     out = {
         "threshold": threshold.to_dict(),
         "n_benchmark": n_b,
@@ -126,100 +125,73 @@ def estimate_prevalence(
         "n_false_positives": k,
         "fpr_in_sample": k / n0,
         "fpr_ci": list(clopper_pearson(k, n0, alpha)),
-        "fpr": fpr,
+        "fpr": (k + 1) / (n0 + 1) if rule == "fpr" else k / n0,
         "target_fpr": float(target_fpr) if rule == "fpr" else None,
         "n_cal_members": 0 if pos is None else len(pos),
         "lower_bound": prevalence_lower_bound(n_flagged, n_b, k, n0, alpha),
         "ci_level": 1 - alpha,
-        "method": "Rogan-Gladen correction; Fieller interval for (flag - FPR)/(TPR - FPR) with the covariance of a "
-        "whole-procedure bootstrap (non-members and members resampled, threshold re-chosen, benchmark flags redrawn)",
-        "n_boot": int(n_boot),
+        "method": "exact simultaneous bounds (Bonferroni, alpha/6 per side): conformal Beta(k+1, n-k) law of the "
+        "threshold's FPR, Clopper-Pearson for the TPR and the flag rate; interval for (flag - FPR)/(TPR - FPR) "
+        "at the corners of their box",
     }
     if pos is None and tpr is None:
-        return {**out, "tpr": None, "tpr_ci": None, "tpr_source": None, "youden_j": None, "youden_j_lower": None,
-                "identifiable": None, "estimate": None, "ci": None, "detected": None,
+        return {**out, "tpr": None, "tpr_ci": None, "tpr_source": None, "bounds": None, "youden_j": None,
+                "youden_j_lower": None, "identifiable": None, "estimate": None, "ci": None, "detected": None,
                 "notes": notes + ["No known members: the TPR is unknown, so only the lower bound is given."]}
-    rng = np.random.default_rng(seed)
-    fpr_b, tpr_b, flag_b = _bootstrap(bench, neg, pos, tpr, rule, target_fpr, int(n_boot), rng)
+    side = alpha / N_BOUNDED_RATES  # two-sided miss rate of each rate's bounds: alpha/6 per side
+    flag_lo, flag_hi = clopper_pearson(n_flagged, n_b, side)
+    fpr_lo, fpr_hi = fpr_bounds(k, n0, side) if rule == "fpr" else clopper_pearson(k, n0, side)
     if pos is not None:
-        tpr_value, tpr_ci, source = float(np.mean(pos > t)), list(clopper_pearson(int(np.sum(pos > t)), len(pos), alpha)), "calibration members"
+        tp = int((pos > t).sum())
+        tpr_value, tpr_ci, source = tp / len(pos), list(clopper_pearson(tp, len(pos), alpha)), "calibration members"
+        tpr_lo, tpr_hi = clopper_pearson(tp, len(pos), side)
+        if rule != "fpr":
+            notes.append(f"rule {rule} chose the threshold on the members too: the TPR and FPR bounds ignore that "
+                         "selection (optimistic); rule fpr gives exact ones.")
     else:
         tpr_value, tpr_ci, source = float(tpr), None, "assumed"
-        notes.append("TPR was given as a number: the CI ignores its uncertainty.")
-    flag = n_flagged / n_b
-    z = float(stats.norm.ppf(1 - alpha / 2))
-    cov = np.cov(np.vstack([flag_b - fpr_b, tpr_b - fpr_b]))
-    j_lower = float(tpr_value - fpr - z * math.sqrt(cov[1, 1]))
+        tpr_lo = tpr_hi = float(tpr)
+        notes.append("TPR was given as a number: the interval ignores its uncertainty.")
+    j_lower = tpr_lo - fpr_hi
     identifiable = j_lower > margin
     estimate = ci = detected = None
     if identifiable:
-        estimate = float(_rogan_gladen(np.float64(flag), np.float64(fpr), np.float64(tpr_value)))
-        ci = _fieller(flag - fpr, tpr_value - fpr, cov, z)
+        estimate = float(_rogan_gladen(out["flag_rate"], out["fpr"], tpr_value))
+        ci = [_corner(flag_lo, fpr_hi, tpr_hi), _corner(flag_hi, fpr_lo, tpr_lo)]
         detected = ci[0] > 0
     else:
-        notes.append(f"not identifiable at this signal: the {1 - alpha / 2:g} lower bound of TPR - FPR is {j_lower:.3f} "
+        notes.append(f"not identifiable at this signal: the simultaneous lower bound of TPR - FPR is {j_lower:.3f} "
                      f"(<= {margin:g}), so the corrected prevalence would divide by a number that may be 0; no "
-                     f"point estimate. What would help: {HELP_NOT_IDENTIFIABLE}. The lower bound stays valid.")
-    return {**out, "tpr": tpr_value, "tpr_ci": tpr_ci, "tpr_source": source, "youden_j": tpr_value - fpr,
-            "youden_j_lower": j_lower, "identifiable": bool(identifiable), "estimate": estimate, "ci": ci,
-            "detected": detected, "notes": notes}
+                     f"point estimate and no interval. What would help: {HELP_NOT_IDENTIFIABLE}. The lower bound "
+                     "stays valid.")
+    bounds = {"flag_rate": [flag_lo, flag_hi], "fpr": [fpr_lo, fpr_hi], "tpr": [tpr_lo, tpr_hi],
+              "level": 1 - side}
+    return {**out, "tpr": tpr_value, "tpr_ci": tpr_ci, "tpr_source": source, "bounds": bounds,
+            "youden_j": tpr_value - out["fpr"], "youden_j_lower": j_lower, "identifiable": bool(identifiable),
+            "estimate": estimate, "ci": ci, "detected": detected, "notes": notes}
 
 
-def _fieller(n: float, d: float, cov: np.ndarray, z: float) -> list[float]:
-    """Fieller's interval for n/d, clipped to [0, 1]: the roots of
-    (d² − z²v_dd)p² − 2(nd − z²v_nd)p + (n² − z²v_nn) = 0, for d significantly > 0 (then the
-    leading coefficient is > 0 and the quadratic is ≤ 0 at p = n/d, so both roots are real)."""
-    a = d * d - z * z * cov[1, 1]
-    half_b = n * d - z * z * cov[0, 1]
-    c = n * n - z * z * cov[0, 0]
-    root = math.sqrt(max(0.0, half_b * half_b - a * c))
-    return [min(1.0, max(0.0, (half_b - root) / a)), min(1.0, max(0.0, (half_b + root) / a))]
+def fpr_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """Two-sided (1 − alpha) bounds of the true FPR of a conformal threshold with k of n
+    calibration non-members above it: the alpha/2 and 1 − alpha/2 quantiles of its exact law
+    Beta(k + 1, n − k) (continuous scores; ties only lower the true FPR, so the upper bound
+    stays valid). The upper bound equals Clopper–Pearson's; the lower one is tighter.
 
-
-def _fpr_estimate(k, n: int, rule: str):
-    """The FPR of the chosen threshold used in the correction, for k (an int or an array) of n
-    non-members above it: (k + 1)/(n + 1) for rule ``fpr`` (the exact mean of its
-    Beta(k + 1, n − k) law), the in-sample k/n for the ``max_*`` rules."""
-    return (k + 1) / (n + 1) if rule == "fpr" else k / n
-
-
-def smoothed_resamples(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """``n_boot`` smoothed bootstrap resamples of ``values``, shape (n_boot, n): each a resample
-    with replacement plus Gaussian noise of Silverman's bandwidth h = 0.9·min(sd, IQR/1.34)·n^(−1/5),
-    shrunk towards the mean by 1/sqrt(1 + h²/sd²) so the variance is kept (Silverman 1986 §6.4.1;
-    Hall, DiCiccio & Romano 1989, "On smoothing and the bootstrap").
-
-    A plain resample can only put a high quantile on one of the few largest values, so the
-    threshold's FPR varies too little between resamples (with 50 non-members at a 5% target the
-    threshold is the second largest); smoothing gives it its continuous spread. Constant
-    ``values`` are resampled unsmoothed.
+    Raises:
+        BlackboxMIAError: k outside [0, n − 1] (a conformal threshold leaves at most n − 1 above
+            it), alpha outside (0, 1).
     """
-    n = len(values)
-    draws = values[rng.integers(0, n, (n_boot, n))]
-    sd = float(np.std(values, ddof=1)) if n > 1 else 0.0
-    iqr = float(np.subtract(*np.percentile(values, [75, 25])))
-    spread = min(sd, iqr / 1.34) if iqr > 0 else sd
-    if sd == 0 or spread == 0:
-        return draws
-    h = 0.9 * spread * n ** -0.2
-    mean = float(np.mean(values))
-    return mean + (draws - mean + h * rng.standard_normal(draws.shape)) / math.sqrt(1 + h * h / (sd * sd))
+    if not 0 <= k < n or not 0 < alpha < 1:
+        raise BlackboxMIAError(f"conformal FPR bounds need 0 <= k < n and alpha in (0, 1); got {k}, {n}, {alpha}")
+    law = stats.beta(k + 1, n - k)
+    return float(law.ppf(alpha / 2)), float(law.ppf(1 - alpha / 2))
 
 
-def _bootstrap(bench: np.ndarray, neg: np.ndarray, pos: np.ndarray | None, tpr: float | None, rule: str,
-               target_fpr: float, n_boot: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(fpr_b, tpr_b, flag_b)``, each of shape (n_boot,): the procedure rerun on resamples."""
-    n0 = len(neg)
-    neg_b = np.sort(smoothed_resamples(neg, n_boot, rng), axis=1)
-    pos_b = None if pos is None else pos[rng.integers(0, len(pos), (n_boot, len(pos)))]
-    if rule == "fpr":
-        t_b = neg_b[:, conformal_rank(n0, target_fpr) - 1]
-    else:
-        t_b = np.array([calibrate(neg_b[i], pos_b[i], rule).value for i in range(n_boot)])
-    k_b = np.sum(neg_b > t_b[:, None], axis=1)
-    fpr_b = _fpr_estimate(k_b, n0, rule)
-    tpr_b = np.full(n_boot, float(tpr)) if pos_b is None else np.mean(pos_b > t_b[:, None], axis=1)
-    sorted_bench = np.sort(bench)
-    above = 1 - np.searchsorted(sorted_bench, t_b, side="right") / len(bench)
-    flag_b = rng.binomial(len(bench), above) / len(bench)
-    return fpr_b, tpr_b, flag_b
+def _corner(flag: float, fpr: float, tpr: float) -> float:
+    """(flag − fpr)/(tpr − fpr) clipped to [0, 1] at one corner of the bounds' box: 0 when
+    flag ≤ fpr (no member needed), 1 when flag ≥ tpr (every item a member)."""
+    if flag <= fpr:
+        return 0.0
+    if flag >= tpr:
+        return 1.0
+    return (flag - fpr) / (tpr - fpr)
