@@ -32,14 +32,16 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   ``--serve``: ``unlearning_blackbox`` reruns the story audit with both models behind ``bbmia
   serve`` (per-text score differences, flags that differ, its own keys).
 
-  Measured (2 shared CPU cores, 8 min with ``--serve``, ``--samples 5``): documents_auc 0.881
+  Measured (2 shared CPU cores, about 20 min with ``--serve`` under load): documents_auc 0.881
   [0.742, 0.990]; truth inside the corrected CI for 42 of 44 documents (raw Wilson: 14 of 44,
   it estimates the flagged share, not the planted one). Unlearning (27 of 50 items reached by the
   4 steps): 34 of 50 flagged, precision 0.559 [0.395, 0.711] vs base rate 0.50 [0.366, 0.634],
-  recall 0.76, closeness AUC 0.707 (0.460 with the gentle recipe 20 steps / lr 1e-4 / retain 1);
-  ROUGE-L recall flagged 0.131 vs unflagged 0.109 (difference 0.022 [0.003, 0.039], p = 0.004)
-  but through serve, with other samples, 0.128 vs 0.119 (p = 0.12); Q&A 0.120 vs 0.113 (p = 0.44).
-  Black box = local: largest score difference 2.8e-7 nats/token, 0 flags differ.
+  recall 0.76 [0.566, 0.885], closeness AUC 0.707 (0.460 with the gentle recipe 20 steps / lr
+  1e-4 / retain 1). 20 samples: ROUGE-L recall flagged 0.123 vs unflagged 0.112 (difference
+  0.011 [-0.006, 0.027], p = 0.049), approximate 0.205 vs 0.223; Q&A 0.111 vs 0.106 (p = 0.39).
+  Black box = local (``--serve``): unlearning, largest score difference 2.8e-7 nats/token, 0
+  flags differ; documents, 563 chunks, 3.4e-7, 0 flags and 0 rates differ, the same AUC. The
+  enrichment the issue asks for is weak (precision's CI overlaps the base rate); see docs/audits.md.
 
 Usage:
     python scripts/audit_canaries.py --json
@@ -269,9 +271,44 @@ def audit_documents(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
         summary.update(threshold=audit["threshold"], threshold_rule=audit["threshold_rule"],
                        threshold_fpr=audit["threshold_fpr"], threshold_tpr=audit["threshold_tpr"],
                        auc_documents_labelled=audit["auc_documents"], report=args.out_dir)  # fmt: skip
+        if args.serve:
+            summary["documents_blackbox"] = documents_through_serve(args, trained, audit)
     else:
         summary.update(documents_auc=None, documents_note="this install has no `bbmia documents`: nothing audited")
     return summary
+
+
+def documents_through_serve(args: argparse.Namespace, trained: dict, local: dict) -> dict:
+    """``bbmia documents`` again with the canary behind ``bbmia serve`` (black box): the largest
+    chunk-score difference from the local run (nats/token), the flags and document rates that
+    differ, both thresholds and AUCs."""
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+    out = f"{args.out_dir}/documents_blackbox"
+    model = LocalBackend(LocalConfig(trained["path"], device="cpu"))
+    try:
+        with serve_in_background(ServerConfig(trained["path"]), backend=model) as url:
+            remote = bbmia(
+                "documents", trained["documents"], "--calibration", trained["validation"], "--base-url", url,
+                "--model", trained["path"], "--tokenizer", trained["path"], "--context-tokens", "128",
+                "--chunk-words", str(args.chunk_words), "--scorer", args.scorer, "--rule", args.rule,
+                "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out", out, "--quiet",
+            )
+    finally:
+        model.close()
+    chunks = {key: {(r["doc_id"], r["start"]): r for r in read_rows(f"{folder}/chunks.jsonl")}
+              for key, folder in (("local", args.out_dir), ("api", out))}
+    rates = {key: {r["doc_id"]: r["rate"] for r in run["documents"]} for key, run in (("local", local), ("api", remote))}
+    return {
+        "n_chunks": len(chunks["api"]),
+        "max_abs_score_diff": max(abs(r["score"] - chunks["local"][k]["score"]) for k, r in chunks["api"].items()),
+        "flags_differ": sum(r["flagged"] != chunks["local"][k]["flagged"] for k, r in chunks["api"].items()),
+        "rates_differ": sum(rate != rates["local"][d] for d, rate in rates["api"].items()),
+        "threshold": [local["threshold"], remote["threshold"]],
+        "auc_documents": [local["auc_documents"], remote["auc_documents"]],
+        "report": out,
+    }
 
 
 if __name__ == "__main__":
