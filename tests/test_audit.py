@@ -162,6 +162,12 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
     p = summary["prevalence"]
     assert p["lower_bound"] == pytest.approx(max(0.0, (flag_lo - fpr_hi) / (1 - fpr_hi)))
     assert p["lower_bound"] == 0.0  # no member is swept: the bound must not claim one
+    # the simultaneous bounds: the FPR's conformal Beta(k + 1, n − k) law and the TPR's Clopper-Pearson at 1 − 0.05/3
+    pos = np.array([cal[i] for i in manifest["member_ids"]])
+    tp, side = int(np.sum(pos > threshold)), 0.05 / 3
+    tpr_lo = 0.0 if tp == 0 else beta.ppf(side / 2, tp, 40 - tp + 1)
+    assert summary["bounds_level"] == pytest.approx(1 - side)
+    assert summary["tpr_minus_fpr_lower"] == pytest.approx(tpr_lo - beta.ppf(1 - side / 2, k + 1, 40 - k))
     # the estimate is (flag − FPR)/(TPR − FPR), clipped, with the FPR of a conformal threshold (k + 1)/(n + 1)
     if summary["identifiable"]:
         fpr = (k + 1) / 41
