@@ -164,3 +164,25 @@ def _first_difference(old, new, where: str) -> str | None:
                 return found
         return None
     return None if old == new else f"{where or 'configuration'}: {old!r} before, {new!r} now"
+
+
+def check_saved_config(config_path: Path, config, what: str, results: Path, hint: str) -> None:
+    """Refuse to resume ``results`` unless the configuration saved at ``config_path`` equals
+    ``config`` (as :func:`config_mismatch` compares them).
+
+    Args:
+        config_path: the JSON configuration saved beside ``results``.
+        config: this run's configuration.
+        what: what the file holds, for messages (``"run configuration"``).
+        results: the results file being resumed, named in the message.
+        hint: what the user can do (``"pass --overwrite or choose another --out"``).
+
+    Raises:
+        BlackboxMIAError: no saved configuration, an unreadable one, or one that differs
+            (the message names the first differing setting with both values).
+    """
+    if not config_path.exists():
+        raise BlackboxMIAError(f"{results} holds rows but no {config_path.name} says how they were made; {hint}")
+    difference = config_mismatch(read_json_object(config_path, what), config)
+    if difference is not None:
+        raise BlackboxMIAError(f"{results} was written with another configuration ({difference}; see {config_path}); {hint}")

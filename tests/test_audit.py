@@ -113,7 +113,7 @@ def test_eval_refuses_an_unlabelled_dataset(tiny_model_dir, tmp_path):
 def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
     out = tmp_path / "sweep"
     result = invoke("sweep", "gsm8k", "--local", canary, "--calibration", f"canary:{canary}",
-                    "--limit", LIMIT, "--n-boot", 300, "--out", out, "--quiet", "--json")
+                    "--limit", LIMIT, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert set(summary) >= {"flag_rate", "fpr", "fpr_ci", "tpr", "prevalence", "p_value", "planted", "report", "roles"}
@@ -180,7 +180,7 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
 
 
 def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_path):
-    result = invoke("sweep", "gsm8k", "--local", canary, "--limit", 80, "--n-boot", 100,
+    result = invoke("sweep", "gsm8k", "--local", canary, "--limit", 80,
                     "--out", tmp_path / "s", "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
@@ -294,7 +294,7 @@ def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):
     nonmembers.write_text("".join(json.dumps(r) + "\n" for r in rows if r["label"] == 0))
     out = tmp_path / "s"
     result = invoke("sweep", "aqua", "--local", canary, "--nonmembers", nonmembers, "--assumed-tpr", 0.5,
-                    "--limit", 20, "--n-boot", 200, "--top", 3, "--out", out, "--quiet", "--json")
+                    "--limit", 20, "--top", 3, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
     assert summary["tpr"] == 0.5 and "planted" in summary and summary["planted"] == 0  # no GSM8K member in AQuA

@@ -147,7 +147,6 @@ def test_score_numeric_options_checked_before_anything(args, option):
         (["sweep", "gsm8k", "--target-fpr", "1", "--local", NO_MODEL], "--target-fpr"),
         (["sweep", "gsm8k", "--target-fpr", "nan", "--local", NO_MODEL], "--target-fpr"),
         (["sweep", "gsm8k", "--assumed-tpr", "0", "--local", NO_MODEL], "--assumed-tpr"),
-        (["sweep", "gsm8k", "--n-boot", "0", "--local", NO_MODEL], "--n-boot"),
         (["sweep", "gsm8k", "--top", "-1", "--local", NO_MODEL], "--top"),
         (["sweep", "gsm8k", "--limit", "-1", "--local", NO_MODEL], "--limit"),
         (["sweep", "gsm8k", "--seed", "-1", "--local", NO_MODEL], "--seed"),

@@ -28,7 +28,7 @@ from ..evaluation import (
     plot_roc,
 )
 from ..runner import run_config, score_items
-from ..scorers import DEFAULT_SCORERS, Scorer, parse_scorer, parse_scorers
+from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorer, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
 from ..types import BlackboxMIAError
 from .ablation import run_prompt_length_ablation
@@ -185,9 +185,11 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     curves = {name: (labels, s) for name, s in scores.items()}
     if baseline is not None:
         curves["blind (TF-IDF)"] = (labels, baseline.scores)
+    model = run_cfg["backends"][TARGET]["model"]
     plots = {
-        "ROC (linear axes)": plot_roc(curves, out_dir / "roc_linear.png"),
-        "ROC (log-log axes, Carlini et al. 2022)": plot_roc(curves, out_dir / "roc_log.png", log_scale=True),
+        "ROC (linear axes)": plot_roc(curves, out_dir / "roc_linear.png", dataset=plan.meta["name"], model=model),
+        "ROC (log-log axes, Carlini et al. 2022)": plot_roc(curves, out_dir / "roc_log.png", log_scale=True,
+                                                            dataset=plan.meta["name"], model=model),
     }
     notes.append(f"Length buckets count {unit} (segmenter {config.segmenter!r}).")
     ablation = None

@@ -34,7 +34,7 @@ from ..evaluation.memorization import (
     plot_memorization,
     summarize,
 )
-from ..io import json_line, read_json_object, write_json_atomic
+from ..io import check_saved_config, json_line, write_json_atomic
 from ..runner import config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
@@ -211,11 +211,8 @@ def _open_rows(path: Path, config: dict, resume: bool) -> dict[tuple[str, int], 
     path.parent.mkdir(parents=True, exist_ok=True)
     done: dict[tuple[str, int], dict] = {}
     if resume and path.exists() and path.stat().st_size > 0:
-        hint = "pass --overwrite or choose another --out-dir"
-        if not config_path.exists():
-            raise BlackboxMIAError(f"{path} holds rows but no {config_path.name} says how they were made; {hint}")
-        if read_json_object(config_path, "memorization configuration") != config:
-            raise BlackboxMIAError(f"{path} was written with another configuration ({config_path}); {hint}")
+        check_saved_config(config_path, config, "memorization configuration", path,
+                           "pass --overwrite or choose another --out")
         repair_tail(path)
         done = {row_key(r["id"], r["prompt_length"]): r for r in read_memorization_rows(path)}
     else:

@@ -73,8 +73,6 @@ class SweepConfig:
             GSM8K or AQuA problems; True = required; False = never.
         control_config: the control's construction (seed, perturbation size).
         limit: only the first ``limit`` benchmark items.
-        n_boot: ignored: the prevalence interval is exact, it draws no resample (kept while the CLI
-            still passes ``--n-boot``).
         seed: seed of the ``calibration_fraction`` share.
         top: how many of the highest-scoring items the report lists.
         resume: keep the rows already in the score files (same configuration).
@@ -91,7 +89,6 @@ class SweepConfig:
     control: bool | None = None
     control_config: ControlConfig = field(default_factory=ControlConfig)
     limit: int | None = None
-    n_boot: int = 1000
     seed: int = 0
     top: int = 10
     resume: bool = True
@@ -116,7 +113,6 @@ class SweepConfig:
             raise BlackboxMIAError("--calibration-fraction needs --calibration")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
-        check_int("--n-boot", self.n_boot, 2)
         check_int("--seed", self.seed, 0)
         check_int("--top", self.top, 0)
         if self.limit is not None:

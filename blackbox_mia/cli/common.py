@@ -79,6 +79,9 @@ class TargetOptions(BackendOptions):
         check_number("--tpm", self.tpm, above=0)
         check_number("--context-tokens", self.context, at_least=2)
         check_number("--batch-tokens", self.batch_tokens, at_least=1)
+        check_number("--threads", self.threads, at_least=1)
+        check_number("--max-memory", self.max_memory_gb, above=0)
+        check_number("--max-cost", self.max_cost, above=0)
 
     def target_spec(self, env: Mapping[str, str] | None = None) -> str:
         """The target as a backend spec: ``local:PATH`` or ``api:MODEL@URL``.
@@ -191,7 +194,7 @@ TARGET_OPTIONS = {
     "endpoint": {"help": "completions or chat", "rich_help_panel": "Target"},
     "allow_chat_conditional": {"help": "with --endpoint chat: accept log-probs that are conditional on the server's chat template (not the text's own log-probs)", "rich_help_panel": "Target"},
     "tokenizer": {"help": "tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", "rich_help_panel": "Target"},
-    "strategy": {"help": "auto, prompt, topn, forced, postbias or bisect", "rich_help_panel": "Tracker"},
+    "strategy": {"help": "auto, prompt, run, topn, forced, postbias or bisect", "rich_help_panel": "Tracker"},
     "epsilon": {"help": "bisection precision (nats)", "rich_help_panel": "Tracker"},
     "context": {"flags": ("--context-tokens",), "help": "model context in tokens: longer texts go in sliding windows like --local", "rich_help_panel": "Tracker"},
     "concurrency": {"help": "requests in flight", "rich_help_panel": "Tracker"},

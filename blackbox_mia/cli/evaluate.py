@@ -141,8 +141,7 @@ def sweep_command(
     control_seed: int = typer.Option(0, "--control-seed", help="seed of the control's new numbers"),
     limit: Optional[int] = typer.Option(None, help="sweep only the first N benchmark items"),
     top: int = typer.Option(10, help="list this many highest-scoring items"),
-    n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the prevalence CI"),
-    seed: int = typer.Option(0, help="seed of the bootstrap and of --calibration-fraction's draw"),
+    seed: int = typer.Option(0, help="seed of --calibration-fraction's draw"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
@@ -163,7 +162,7 @@ def sweep_command(
         config = SweepConfig(
             dataset=dataset, scorer=scorer, rule=rule, target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
-            control_config=ControlConfig(seed=control_seed), limit=limit, n_boot=n_boot, seed=seed, top=top,
+            control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite,
         )
         log = messages(quiet)
@@ -202,7 +201,7 @@ def sweep_rows(summary: dict) -> list[list]:
         ["flag rate (swept)", summary["flag_rate"]],
         [f"realised FPR [95% CI]{target}", f"{summary['fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
         ["TPR (calibration members)", summary["tpr"]],
-        ["TPR - FPR, 97.5% lower bound", summary["tpr_minus_fpr_lower"]],
+        ["TPR - FPR, simultaneous lower bound", summary["tpr_minus_fpr_lower"]],
         ["member fraction [95% CI]", estimate],
         [f"lower bound ({100 * prevalence['lower_bound_confidence']:g}%, one-sided)", prevalence["lower_bound"]],
         ["control items with a flagged source", summary["control_contamination"]],

@@ -50,8 +50,13 @@ def serve(
     ),
     chat_template: str | None = typer.Option(
         None, "--chat-template",
-        help="wrap chat prompts: 'default' (<|user|>...<|assistant|>) or a file with {content}; "
+        help="chat template: 'model' (the tokenizer's own, ChatML when it has none), 'chatml', 'default' "
+        "(<|user|>...<|assistant|>), or a file: a Jinja chat template or a text with {content}; "
         "default: messages concatenated as is",
+    ),
+    vllm: bool = typer.Option(
+        False, "--vllm", help="answer as vLLM: prompt_logprobs (one request per text), echo built from them, "
+        "stop_reason, /tokenize adding special tokens by default",
     ),
     text_bos: bool = typer.Option(
         False, "--text-bos/--no-text-bos", help="prepend BOS to text prompts (as vLLM/llama.cpp for Llama models)"
@@ -63,8 +68,8 @@ def serve(
     max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
     device: str | None = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
     dtype: str = typer.Option("auto", help="float32, bfloat16, float16 or auto"),
-    cpu_threads: int | None = typer.Option(
-        None, "--cpu-threads", help="torch CPU threads (1 is fastest for small models on a busy machine)"
+    threads: int | None = typer.Option(
+        None, "--threads", "--cpu-threads", help="torch CPU threads (default: the cores free of load, at most 4)"
     ),
 ):
     """Serve a local model behind /v1/completions, /v1/chat/completions, /v1/models, /tokenize.
@@ -85,7 +90,8 @@ def serve(
             token_id_prompts=token_id_prompts, empty_partial_names=empty_partial_names,
             zero_max_tokens_unlimited=zero_max_tokens_unlimited,
             chat_template=None if chat_template is None else load_chat_template(chat_template),
-            text_bos=text_bos, batch_window_ms=batch_window_ms, max_batch=max_batch, device=device, dtype=dtype,
+            vllm=vllm, text_bos=text_bos, batch_window_ms=batch_window_ms, max_batch=max_batch,
+            device=device, dtype=dtype, threads=threads,
             **{name: value for name, value in (("token_id_refusal_status", token_id_refusal_status),
                                                ("max_body_bytes", max_body_bytes)) if value is not None},
         )
@@ -96,10 +102,6 @@ def serve(
                 + ("" if api_key else "; set --api-key / BBMIA_SERVER_KEY"),
                 fg=typer.colors.YELLOW, err=True,
             )
-        if cpu_threads:
-            import torch
-
-            torch.set_num_threads(cpu_threads)
         try:
             asyncio.run(_serve_until_interrupted(config))
         except KeyboardInterrupt:

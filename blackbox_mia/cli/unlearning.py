@@ -13,7 +13,7 @@ from ..backends.registry import KIND_PREFIX, BackendOptions, build_backend
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .canary import canary_app
-from .common import TARGET_OPTIONS, TargetOptions, format_table
+from .common import TARGET_OPTIONS, TargetOptions, format_table, normalized_spec
 from .options import with_dataclass_options
 
 with_backend_options = with_dataclass_options(
@@ -118,9 +118,9 @@ def unlearning(
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
         truth_dir = truth if truth is not None else default_truth(after)
         out = out_dir or Path("runs") / f"unlearning-{dataset_slug(plan.meta['name'])}"
-        models = [build_backend(before, backend)]
+        models = [build_backend(normalized_spec(before), backend)]
         try:
-            models.append(build_backend(after, backend))
+            models.append(build_backend(normalized_spec(after), backend))
             truth_model = None
             if truth_dir is not None:
                 same = local_path(after) is not None and local_path(after).resolve() == truth_dir.resolve()

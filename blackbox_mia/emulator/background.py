@@ -50,7 +50,7 @@ def serve_in_background(config: ServerConfig, backend: LocalBackend | None = Non
         backend: an already loaded model to serve, else ``config.model`` is loaded.
 
     Raises:
-        BlackboxMIAError, OSError: as :meth:`ValidationServer.start`.
+        BlackboxMIAError: as :meth:`ValidationServer.start`.
     """
     with run_in_background(ValidationServer(config, backend), "bbmia-serve") as url:
         yield url

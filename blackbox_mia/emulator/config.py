@@ -62,7 +62,8 @@ class ServerConfig:
         batch_window_ms: how long the first queued next-token request waits for others before
             the forward pass (ms); 0 disables micro-batching (one forward pass per request).
         max_batch: most next-token requests (rows) per forward pass.
-        device, dtype: passed to :class:`LocalConfig` when the server loads the model itself.
+        device, dtype, threads: passed to :class:`LocalConfig` when the server loads the model
+            itself (``threads``: torch CPU threads, ``None``: the local backend's default).
 
     Raises:
         BlackboxMIAError: an invalid value (mode, window, top-n caps, refusal status, template
@@ -91,6 +92,7 @@ class ServerConfig:
     max_batch: int = 64
     device: str | None = None
     dtype: str = "auto"
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs_mode not in LOGPROBS_MODES:

@@ -261,7 +261,7 @@ class FaultProxy:
         """Bind and return the base URL ``http://127.0.0.1:PORT/v1``.
 
         Raises:
-            OSError: the port cannot be bound.
+            BlackboxMIAError: the port cannot be bound.
         """
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=UPSTREAM_TIMEOUT_S),
@@ -372,7 +372,7 @@ def proxy_in_background(config: FaultConfig) -> Iterator[FaultProxy]:
     Yields the started proxy (``proxy.base_url``, ``proxy.stats``) and stops it on exit.
 
     Raises:
-        OSError: the port cannot be bound.
+        BlackboxMIAError: the port cannot be bound.
     """
     proxy = FaultProxy(config)
     with run_in_background(proxy, "bbmia-fault-proxy"):

@@ -106,13 +106,14 @@ class ValidationServer:
         Raises:
             BlackboxMIAError: the model cannot be loaded, or ``text_bos`` is set for a tokenizer
                 without a BOS token.
-            OSError: the address cannot be bound.
+            BlackboxMIAError: the address cannot be bound (the port is in use, privileged, or not of this machine).
         """
         loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bbmia-model")
         self._pool = ThreadPoolExecutor(max_workers=TOKENIZE_WORKERS, thread_name_prefix="bbmia-tokenize")
         if self.backend is None:
-            local = LocalConfig(self.config.model, device=self.config.device, dtype=self.config.dtype, vocab_stats=False)
+            local = LocalConfig(self.config.model, device=self.config.device, dtype=self.config.dtype,
+                                threads=self.config.threads, vocab_stats=False)
             self.backend = await loop.run_in_executor(self._executor, LocalBackend, local)
         if self.config.text_bos:
             self._bos = self.backend.tokenizer.bos_token_id
