@@ -321,9 +321,9 @@ class CountingBackend(LocalBackend):
         super().__init__(config)
         self.asked: list[str] = []
 
-    async def _alogprobs(self, texts, progress, on_done):
+    async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
         self.asked += texts
-        return await super()._alogprobs(texts, progress, on_done)
+        return await super()._alogprobs(texts, progress, on_done, vocab_stats)
 
 
 def test_eval_prompt_length_ablation_table_and_heatmap(canary, tmp_path):

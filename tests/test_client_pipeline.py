@@ -35,7 +35,7 @@ class Reversed(Backend):
         super().__init__()
         self.calls: list[list[str]] = []
 
-    async def _alogprobs(self, texts, progress, on_done):
+    async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
         self.calls.append(list(texts))
         out = [TokenLogprobs(np.arange(len(t)), list(t), [-0.5] * len(t), (0,), Provenance("f", "f", "x", True))
                for t in texts]

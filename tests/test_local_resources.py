@@ -106,7 +106,7 @@ def test_vocab_stats_only_when_asked(tiny_model_dir, backend):
     texts = [q[:50] for q in gsm8k_questions(3)]
     with_stats = backend.logprobs(texts)  # the default: the backend offers them
     assert all(lp.has_vocab_stats for lp in with_stats)
-    without = backend._call(backend._alogprobs(texts, False, None, vocab_stats=False))
+    without = backend.logprobs(texts, vocab_stats=False)
     assert not any(lp.has_vocab_stats for lp in without)
     for a, b in zip(with_stats, without):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=0)
@@ -114,7 +114,7 @@ def test_vocab_stats_only_when_asked(tiny_model_dir, backend):
     assert "full_distribution" not in offering_none.features
     assert not offering_none.logprobs(texts)[0].has_vocab_stats
     with pytest.raises(BlackboxMIAError, match="does not offer 'full_distribution'"):
-        offering_none._call(offering_none._alogprobs(texts, False, None, vocab_stats=True))
+        offering_none.logprobs(texts, vocab_stats=True)
 
 
 def test_model_logits_path_equals_hidden_state_path(tiny_model_dir, backend):

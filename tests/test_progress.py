@@ -29,7 +29,7 @@ class Paying(Backend):
     def usage(self) -> Usage:
         return self._usage
 
-    async def _alogprobs(self, texts, progress, on_done):
+    async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
         out = []
         for i, text in enumerate(texts):
             self._usage.requests += 3

@@ -55,7 +55,7 @@ class StreamingFake(Backend):
         self.lines_on_disk: list[int] = []
         self.calls: list[list[str]] = []
 
-    async def _alogprobs(self, texts, progress, on_done):
+    async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
         self.calls.append(list(texts))
         results = {}
         for i in reversed(range(len(texts))):
@@ -82,7 +82,7 @@ class SilentFake(Backend):
         super().__init__()
         self.calls = 0
 
-    async def _alogprobs(self, texts, progress, on_done):
+    async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
         self.calls += 1
         return [fake_lp(t) for t in texts]
 
@@ -166,9 +166,9 @@ def test_score_texts_reference_first_and_on_scored_in_completion_order():
             super().__init__()
             self.role = role
 
-        async def _alogprobs(self, texts, progress, on_done):
+        async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
             order.append(self.role)
-            return await super()._alogprobs(texts, progress, on_done)
+            return await super()._alogprobs(texts, progress, on_done, vocab_stats)
 
     texts = ["One Two", "three four", "One Two"]  # a duplicate text is scored for both items
     seen = []
@@ -262,7 +262,7 @@ def test_rows_without_configuration_are_refused_and_overwrite_starts_clean(tmp_p
 
 def test_nonfinite_score_is_null_with_a_flag_never_bare_nan(tmp_path):
     class MinusInf(StreamingFake):
-        async def _alogprobs(self, texts, progress, on_done):
+        async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
             out = [fake_lp(t) for t in texts]
             for lp in out:
                 lp.logprobs[0] = -math.inf
@@ -315,7 +315,7 @@ def test_limits_and_item_checks():
 
 def test_a_backend_reporting_a_bad_index_is_an_error():
     class Liar(StreamingFake):
-        async def _alogprobs(self, texts, progress, on_done):
+        async def _alogprobs(self, texts, progress, on_done, vocab_stats=None):
             on_done(len(texts), fake_lp("x"))
             return []
 

@@ -104,7 +104,8 @@ class Backend(ABC):
     # -- the public API -------------------------------------------------------------------------
 
     async def alogprobs(
-        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
+        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None, *,
+        vocab_stats: bool | None = None,
     ) -> list[TokenLogprobs]:
         """Log-probs of every scored token of every text, in input order.
 
@@ -117,14 +118,20 @@ class Backend(ABC):
                 and do not call this backend's sync methods from it. Whatever it raises stops
                 the computation and propagates out of this method; texts finished before that
                 were reported.
+            vocab_stats: compute μ and σ over the vocabulary at every position (Min-K%++;
+                ``full_distribution`` backends only); ``None``: the backend's default (the local
+                backend computes them when it offers them). ``False`` skips their cost.
 
         Raises:
-            BlackboxMIAError: the backend lacks the ``logprobs`` feature; an empty text, or a
-                text with no scorable token.
+            BlackboxMIAError: the backend lacks the ``logprobs`` feature (or
+                ``full_distribution`` when ``vocab_stats`` is true); an empty text, or a text
+                with no scorable token.
         """
         self.require(LOGPROBS)
+        if vocab_stats:
+            self.require(FULL_DISTRIBUTION)
         check_texts(texts)
-        return await self._loop.acall(self._alogprobs(list(texts), progress, on_done))
+        return await self._loop.acall(self._alogprobs(list(texts), progress, on_done, vocab_stats))
 
     async def agenerate(
         self,
@@ -163,10 +170,11 @@ class Backend(ABC):
         )
 
     def logprobs(
-        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None
+        self, texts: Sequence[str], progress: bool = False, on_done: OnDone | None = None, *,
+        vocab_stats: bool | None = None,
     ) -> list[TokenLogprobs]:
         """Blocking form of :meth:`alogprobs` (works inside a running event loop too)."""
-        return self._call(self.alogprobs(texts, progress=progress, on_done=on_done))
+        return self._call(self.alogprobs(texts, progress=progress, on_done=on_done, vocab_stats=vocab_stats))
 
     def generate(
         self,
@@ -242,8 +250,11 @@ class Backend(ABC):
 
     # -- for subclasses -----------------------------------------------------------------------
 
-    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
-        """The ``logprobs`` feature, on the backend's loop (texts already checked)."""
+    async def _alogprobs(
+        self, texts: list[str], progress: bool, on_done: OnDone | None, vocab_stats: bool | None
+    ) -> list[TokenLogprobs]:
+        """The ``logprobs`` feature, on the backend's loop (texts already checked; ``vocab_stats``
+        true only on a ``full_distribution`` backend)."""
         raise NotImplementedError
 
     async def _agenerate(

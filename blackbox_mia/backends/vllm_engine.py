@@ -92,7 +92,9 @@ class VllmBackend(Backend):
         """The BOS id prepended before scoring, or None."""
         return self.codec.bos_id
 
-    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
+    async def _alogprobs(
+        self, texts: list[str], progress: bool, on_done: OnDone | None, vocab_stats: bool | None
+    ) -> list[TokenLogprobs]:
         """Log-probs of every text (see :meth:`Backend.alogprobs`): every window of every text
         is one vLLM prompt with ``prompt_logprobs=0`` and ``max_tokens=1``, all in one
         ``generate`` call (vLLM schedules them).

@@ -147,7 +147,9 @@ class ApiBackend(Backend):
 
     # -- features -----------------------------------------------------------------------------
 
-    async def _alogprobs(self, texts: list[str], progress: bool, on_done: OnDone | None) -> list[TokenLogprobs]:
+    async def _alogprobs(
+        self, texts: list[str], progress: bool, on_done: OnDone | None, vocab_stats: bool | None
+    ) -> list[TokenLogprobs]:
         tracker = await self._tracking()
         return await tracker.track(texts, progress=progress, on_done=on_done)
 

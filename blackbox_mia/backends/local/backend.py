@@ -206,7 +206,7 @@ class LocalBackend(Backend):
     # -- log-probs ---------------------------------------------------------------------------
 
     async def _alogprobs(
-        self, texts: list[str], progress: bool, on_done: OnDone | None, vocab_stats: bool | None = None
+        self, texts: list[str], progress: bool, on_done: OnDone | None, vocab_stats: bool | None
     ) -> list[TokenLogprobs]:
         """Log-probs of every text (see :meth:`Backend.alogprobs`); ``on_done`` is called for
         the texts whose windows all lie in a forward batch as soon as that batch is done
@@ -218,13 +218,10 @@ class LocalBackend(Backend):
                 logits' reduction).
 
         Raises:
-            BlackboxMIAError: a single-token text when the model has no BOS; ``vocab_stats``
-                asked of a backend configured without them.
+            BlackboxMIAError: a single-token text when the model has no BOS.
         """
         if vocab_stats is None:
             vocab_stats = FULL_DISTRIBUTION in self.features
-        elif vocab_stats:
-            self.require(FULL_DISTRIBUTION)
         provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
         sequences = [self.full_ids(self.encode(t)) for t in texts]
         for i, seq in enumerate(sequences):
