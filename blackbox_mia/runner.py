@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from . import __version__
 from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend, CostEstimate
-from .datasets import Item, limit_items, read_jsonl
-from .io import json_line, read_json_object, write_json_atomic, write_text_atomic
+from .datasets import Item, read_jsonl
+from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
 from .scorers import TARGET, Scorer
 from .types import BlackboxMIAError, TokenLogprobs
 
@@ -113,8 +113,11 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
             )
 
 
-def logprobs_reporting(backend: Backend, texts: Sequence[str], on_done, progress: bool = False) -> list[TokenLogprobs]:
-    """``backend.logprobs(texts)`` with ``on_done(index, logprobs)`` called exactly once per text.
+def logprobs_reporting(
+    backend: Backend, texts: Sequence[str], on_done, progress: bool = False, vocab_stats: bool | None = None
+) -> list[TokenLogprobs]:
+    """``backend.logprobs(texts, vocab_stats=...)`` with ``on_done(index, logprobs)`` called
+    exactly once per text.
 
     Texts the backend reports through its ``on_done`` are passed on as they finish (on the
     backend's thread); any it did not report are passed on in order when ``logprobs`` returns.
@@ -132,7 +135,7 @@ def logprobs_reporting(backend: Backend, texts: Sequence[str], on_done, progress
             reported[index] = True
             on_done(index, lp)
 
-    result = backend.logprobs(texts, progress=progress, on_done=report)
+    result = backend.logprobs(texts, progress=progress, on_done=report, vocab_stats=vocab_stats)
     if len(result) != len(texts):
         raise BlackboxMIAError(f"backend returned {len(result)} results for {len(texts)} texts")
     for index, lp in enumerate(result):
@@ -150,7 +153,8 @@ def score_texts(
     """Scores of every text under every scorer, plus the text's own log-probs.
 
     The log-probs of the non-target roles (the reference model) are computed first, then those
-    of the target, each role in one backend call over all the texts; text ``j`` is scored as soon
+    of the target, each role in one backend call over all the texts (μ/σ over the vocabulary only
+    when a scorer needs them, :attr:`Scorer.needs_vocab_stats`); text ``j`` is scored as soon
     as every target text it needs (itself, its lowercased form, PAC neighbours...) is done, and
     ``on_scored(j, scores, logprobs)`` is called right then, so a caller can save each result
     before the next text finishes.
@@ -179,7 +183,8 @@ def score_texts(
     for role, unique in wanted.items():
         if role != TARGET and unique:
             unique_texts = list(unique)
-            computed[role] = dict(zip(unique_texts, backends[role].logprobs(unique_texts, progress=progress)))
+            lps = backends[role].logprobs(unique_texts, progress=progress, vocab_stats=False)
+            computed[role] = dict(zip(unique_texts, lps))
 
     # target texts each item still waits for, and the items waiting for each target text
     pending: list[set[str]] = []
@@ -208,7 +213,8 @@ def score_texts(
                     on_scored(j, scores, own)
 
     if targets:
-        logprobs_reporting(backends[TARGET], targets, done, progress=progress)
+        vocab_stats = any(s.needs_vocab_stats for s in scorers)
+        logprobs_reporting(backends[TARGET], targets, done, progress=progress, vocab_stats=vocab_stats)
     return out  # type: ignore[return-value]  (every text was scored in done())
 
 
@@ -314,11 +320,6 @@ def repair_tail(path: Path) -> bool:
         raise BlackboxMIAError(f"cannot repair {path}: {exc.strerror or exc}") from exc
 
 
-def _normalized(config) -> object:
-    """``config`` as it reads back from JSON (tuples become lists), for comparisons."""
-    return json.loads(json.dumps(config))
-
-
 def _prepare_output(out_path: Path, config: dict | None, resume: bool, labels: Sequence[str]) -> dict[str, ScoredText]:
     """Rows already in ``out_path`` when resuming (after :func:`repair_tail`), else an empty,
     freshly created file; ``<out>.config.json`` holds ``config`` afterwards (when given).
@@ -333,16 +334,8 @@ def _prepare_output(out_path: Path, config: dict | None, resume: bool, labels: S
         if resume and out_path.exists():
             if not out_path.is_file():
                 raise BlackboxMIAError(f"{out_path} is not a file")
-            if config is not None:
-                if config_path.exists():
-                    if read_json_object(config_path, "run configuration") != _normalized(config):
-                        raise BlackboxMIAError(
-                            f"{out_path} was written with another configuration ({config_path}); {OVERWRITE_HINT}"
-                        )
-                elif out_path.stat().st_size > 0:
-                    raise BlackboxMIAError(
-                        f"{out_path} holds rows but no {config_path.name} says how they were made; {OVERWRITE_HINT}"
-                    )
+            if config is not None and (config_path.exists() or out_path.stat().st_size > 0):
+                check_saved_config(config_path, config, "run configuration", out_path, OVERWRITE_HINT)
             repair_tail(out_path)
             done = {row.id: row for row in read_rows(out_path, labels)}
         else:

@@ -37,7 +37,7 @@ TOLERANCE = 0.10  # the issue's target: billed within 10% of the estimate
 
 def check(url: str, canary: str, limit: int, strategy: str, context: int, work: Path) -> dict:
     """Estimate, then run, one sweep; the comparison line."""
-    plan = prepare_sweep(SweepConfig(dataset="gsm8k", limit=limit, n_boot=50))
+    plan = prepare_sweep(SweepConfig(dataset="gsm8k", limit=limit))
     options = TargetOptions(base_url=url, model=PRICED_NAME, tokenizer=canary, strategy=strategy, context=context,
                             cache_dir=work / "cache", concurrency=32)
     backends = build_backends(options)

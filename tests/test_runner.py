@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.base import LOGPROBS, Backend
-from blackbox_mia.datasets import Item
+from blackbox_mia.datasets import Item, limit_items
 from blackbox_mia.io import write_json_atomic
 from blackbox_mia.runner import (
     ScoredText,
     config_path_for,
-    limit_items,
     read_rows,
     repair_tail,
     score_items,

@@ -126,9 +126,11 @@ def _api(rest: str, options: BackendOptions) -> Backend:
         base_url=match["url"],
         model=match["model"],
         endpoint=options.endpoint,
+        chat_template=options.chat_template,
         concurrency=options.concurrency,
         rpm=options.rpm,
         tpm=options.tpm,
+        max_cost=options.max_cost,
         **({"api_key": options.api_key} if options.api_key else {}),
     )
     tracker = TrackerConfig(strategy=options.strategy, epsilon=options.epsilon, context=options.context)

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from ..types import BlackboxMIAError
+from .interrupts import interrupt_once
 
 app = typer.Typer(
     name="bbmia",
@@ -26,9 +27,11 @@ def messages(quiet: bool):
 @contextlib.contextmanager
 def user_errors():
     """Turn toolkit errors, and files that cannot be read or written, into one line on stderr
-    and exit code 2 (never a traceback); Ctrl-C into a resume hint and exit code 130."""
+    and exit code 2 (never a traceback); Ctrl-C into a resume hint and exit code 130 (a second
+    Ctrl-C while the first one unwinds is ignored: :func:`~.interrupts.interrupt_once`)."""
     try:
-        yield
+        with interrupt_once():
+            yield
     except BlackboxMIAError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None

@@ -17,6 +17,7 @@ from .common import (
     format_table,
     with_target_options,
 )
+from .spend import print_dry_run, print_usage, sweep_groups
 
 DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
 
@@ -70,7 +71,11 @@ def eval_command(
         log = messages(quiet)
         backends = build_backends(target)
         try:
+            if target.dry_run:
+                print_dry_run({"eval": plan.items}, plan.scorers, backends, json_out)
+                return
             result = run_eval(plan, backends, out, progress=not quiet, log=log)
+            usage = print_usage(backends)
         finally:
             close_all(backends)
         s = result.summary
@@ -91,7 +96,7 @@ def eval_command(
             typer.echo(prompt_length_table(s["prompt_length"]))
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
-            echo_json_line(s)
+            echo_json_line({**s, **({"usage": usage} if usage else {})})
 
 
 def parse_lengths(spec: str) -> list[int]:
@@ -170,7 +175,11 @@ def sweep_command(
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
         backends = build_backends(target)
         try:
+            if target.dry_run:
+                print_dry_run(sweep_groups(plan), [plan.scorer], backends, json_out)
+                return
             result = run_sweep(plan, backends, out, progress=not quiet, log=log)
+            usage = print_usage(backends)
         finally:
             close_all(backends)
         s = result.summary
@@ -178,7 +187,7 @@ def sweep_command(
         typer.echo(format_table(["", plan.scorer.label], sweep_rows(s)))
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
-            echo_json_line(s)
+            echo_json_line({**s, **({"usage": usage} if usage else {})})
 
 
 def sweep_rows(summary: dict) -> list[list]:

@@ -22,7 +22,6 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .interrupts import interrupt_once
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
 LONG_TEXT_CHARS = 200  # a text longer than this (characters) gets a per-token progress bar
@@ -74,7 +73,7 @@ def probe(
 
     Every value carries [lower, upper] bounds in nats and the strategy that produced it.
     """
-    with user_errors(), interrupt_once():
+    with user_errors():
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         texts = gather_texts(text, file, dataset, limit, target.cache_dir)

@@ -18,7 +18,6 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .interrupts import interrupt_once
 from .spend import print_dry_run, print_usage
 
 
@@ -38,7 +37,7 @@ def score(
 
     Resumable: rerunning the same command skips the texts already in --out.
     """
-    with user_errors(), interrupt_once():
+    with user_errors():
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         items, meta = load_items(dataset, limit, target.cache_dir)

@@ -43,6 +43,9 @@ class ApiConfig:
         api_key: sent as ``Authorization: Bearer``; default ``$OPENAI_API_KEY``, else the
             placeholder ``"EMPTY"`` that local servers accept. Never shown (``repr=False``).
         endpoint: ``"completions"`` (legacy ``/v1/completions``) or ``"chat"``.
+        chat_template: with ``endpoint="chat"``: the message template the prefix is sent in
+            (``"continuation"`` or a JSON file, see :func:`~.dialect.load_message_template`);
+            ``None``: the prefix as one user message.
         concurrency: most requests in flight at once.
         rpm: requests-per-minute limit, or ``None``.
         tpm: tokens-per-minute limit (prompt + ``max_tokens``, estimated), or ``None``.
@@ -67,6 +70,7 @@ class ApiConfig:
     model: str
     api_key: str = field(default_factory=_default_api_key, repr=False)
     endpoint: str = "completions"
+    chat_template: str | None = None
     concurrency: int = 16
     rpm: float | None = None
     tpm: float | None = None
@@ -88,7 +92,7 @@ class ApiConfig:
             raise BlackboxMIAError(f"base URL must be http(s)://HOST[:PORT]/PATH, got {shown!r}")
         if not self.model:
             raise BlackboxMIAError("the model name is empty")
-        dialect_named(self.endpoint)  # raises on an unknown kind
+        dialect_named(self.endpoint, self.chat_template)  # raises on an unknown kind or template
         if self.concurrency < 1:
             raise BlackboxMIAError(f"concurrency must be at least 1, got {self.concurrency}")
         for name in ("rpm", "tpm"):
@@ -120,6 +124,7 @@ class ApiConfig:
             "base_url": display_url(self.base_url),
             "model": self.model,
             "endpoint": self.endpoint,
+            **({"chat_template": self.chat_template} if self.chat_template else {}),
             "concurrency": self.concurrency,
             "rpm": self.rpm,
             "tpm": self.tpm,

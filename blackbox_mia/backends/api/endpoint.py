@@ -102,11 +102,12 @@ class Endpoint:
             accepts).
 
     Raises:
-        BlackboxMIAError: an unknown ``kind``.
+        BlackboxMIAError: an unknown ``kind``, or a chat template (``client.config``) that
+            cannot be loaded.
     """
 
     def __init__(self, client: ApiClient, codec: TokenCodec, kind: str, token_id_prompts: bool):
-        self.dialect = dialect_named(kind)
+        self.dialect = dialect_named(kind, client.config.chat_template)
         self.client = client
         self.codec = codec
         self.token_id_prompts = token_id_prompts and self.dialect.token_id_prompts

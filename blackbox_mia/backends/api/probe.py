@@ -52,7 +52,8 @@ async def load_or_probe(
         BlackboxMIAError: a corrupt record, or the probe failed (nothing is saved then).
     """
     client = endpoint.client.config
-    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.kind, config.epsilon, config.max_bias)
+    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.dialect.key, config.epsilon,
+                             config.max_bias)
     caps = None if refresh else load_capabilities(path)
     if caps is None:
         caps = await probe(endpoint, config)
