@@ -1,7 +1,7 @@
 """What a run is expected to cost (``--dry-run``) and what it spent (usage), for the commands.
 
 :func:`estimate_groups` asks each backend for the cost of the texts the requested scorers need
-(:func:`~blackbox_mia.runner.estimate_texts`), per group of items scored together (a sweep's
+(:func:`estimate_texts`), per group of items scored together (a sweep's
 benchmark, its control, its calibration...). :func:`usage_report` sums what the backends spent.
 Both come as JSON-ready dicts and as console lines.
 """
@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from .backends.base import Backend, CostEstimate
 from .datasets import Item
+from .runner import needed_texts
 from .scorers import Scorer
 
 TOTAL = "total"  # the key of the summed estimate in estimate_groups()'s result
@@ -53,7 +54,6 @@ def estimate_groups(
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve; a failed capability probe.
     """
-    from .runner import estimate_texts
 
     per_group = {name: estimate_texts([it.text for it in items], scorers, backends) for name, items in groups.items()}
     roles = list(backends)
@@ -103,3 +103,18 @@ def usage_text(report: Mapping[str, dict] | None) -> str | None:
     usd = "unpriced model" if t["unpriced"] and not t["cost_usd"] else f"${t['cost_usd']:.4f}"
     return (f"usage: {t['requests']} requests ({t['cache_hits']} from the cache), {t['prompt_tokens']:,} prompt + "
             f"{t['completion_tokens']:,} completion tokens, {usd}")
+
+
+def estimate_texts(
+    texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend]
+) -> dict[str, CostEstimate]:
+    """What scoring ``texts`` is expected to cost, per role: each backend's
+    :meth:`~blackbox_mia.backends.base.Backend.estimate_cost` of the texts :func:`needed_texts`
+    lists for it (zeros for a local model). Nothing is scored (an API backend may run its
+    capability probe once, cached).
+
+    Raises:
+        BlackboxMIAError: a scorer the backends cannot serve; a failed probe.
+    """
+    return {role: backends[role].estimate_cost(unique) if unique else CostEstimate()
+            for role, unique in needed_texts(texts, scorers, backends).items()}

@@ -11,7 +11,7 @@ and a rerun resumes where it stopped. A last line cut mid-write by a kill is dro
 and its item redone. When the run completes the file is rewritten (atomically) in dataset order.
 
 Progress goes per text, with the requests sent, their rate and the spend so far (refreshed every
-:data:`PROGRESS_REFRESH_S` seconds, so a long text shows its requests moving).
+:data:`~blackbox_mia.progress.PROGRESS_REFRESH_S` seconds, so a long text shows its requests moving).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +27,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import __version__
-from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend, CostEstimate
+from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend
 from .datasets import Item, read_jsonl
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
+from .progress import ProgressTicker
 from .scorers import TARGET, Scorer
 from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
-PROGRESS_REFRESH_S = 1.0  # seconds between two refreshes of the progress bar's requests and spend
 CONFIG_SUFFIX = ".config.json"
 OVERWRITE_HINT = "pass --overwrite or choose another --out"
 
@@ -243,21 +241,6 @@ def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     return {role: list(unique) for role, unique in _wanted(texts, needs, backends).items()}
 
 
-def estimate_texts(
-    texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend]
-) -> dict[str, CostEstimate]:
-    """What scoring ``texts`` is expected to cost, per role: each backend's
-    :meth:`~blackbox_mia.backends.base.Backend.estimate_cost` of the texts :func:`needed_texts`
-    lists for it (zeros for a local model). Nothing is scored (an API backend may run its
-    capability probe once, cached).
-
-    Raises:
-        BlackboxMIAError: a scorer the backends cannot serve; a failed probe.
-    """
-    return {role: backends[role].estimate_cost(unique) if unique else CostEstimate()
-            for role, unique in needed_texts(texts, scorers, backends).items()}
-
-
 def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset: dict) -> dict:
     """The exact configuration saved next to a result: scorers, backends, dataset, version."""
     return {
@@ -379,7 +362,7 @@ def score_items(
         chunk_size: items per batched backend call (>= 1).
         resume: keep the rows already in ``out_path``.
         progress: show a progress bar (texts) on stderr, with the requests sent, their rate and
-            the spend so far when a backend sends requests (:func:`usage_line`).
+            the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`).
 
     Returns:
         One :class:`ScoredText` per item, in the order of ``items``.
@@ -439,58 +422,6 @@ def score_items(
         if order != wanted:
             write_text_atomic(out_path, "".join(json_line(done[i].to_json(), f"row {i!r}") for i in wanted))
     return [done[i] for i in ids]
-
-
-def usage_line(backends: Sequence[Backend], elapsed_s: float) -> str | None:
-    """``"1234 req (56.7/s), $0.0123"``: requests the backends sent, their rate over ``elapsed_s``
-    seconds and the estimated spend in USD (``"unpriced"`` when a model has no price); ``None``
-    when no backend sends requests (local models)."""
-    usages = [b.usage for b in backends if b.usage is not None]
-    if not usages:
-        return None
-    requests = sum(u.requests for u in usages)
-    rate = requests / elapsed_s if elapsed_s > 0 else 0.0
-    spend = "unpriced" if any(u.unpriced for u in usages) and not any(u.cost_usd for u in usages) else \
-        f"${sum(u.cost_usd for u in usages):.4f}"
-    return f"{requests} req ({rate:.1f}/s), {spend}"
-
-
-class ProgressTicker:
-    """Keeps a progress bar's postfix at :func:`usage_line` of the backends: on :meth:`refresh`
-    and every :data:`PROGRESS_REFRESH_S` seconds from a daemon thread (only when a backend sends
-    requests), so the bar moves while a long text's requests go out.
-
-    Args:
-        bar: the tqdm bar.
-        backends: whose usage is shown.
-    """
-
-    def __init__(self, bar: tqdm, backends: Sequence[Backend]):
-        self.bar = bar
-        self.backends = list(backends)
-        self.started = time.monotonic()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
-        if any(b.usage is not None for b in self.backends):
-            self._thread = threading.Thread(target=self._tick, name="bbmia-progress", daemon=True)
-            self._thread.start()
-
-    def refresh(self) -> None:
-        """Show the current requests, rate and spend."""
-        line = usage_line(self.backends, time.monotonic() - self.started)
-        if line is not None:
-            self.bar.set_postfix_str(line, refresh=True)
-
-    def _tick(self) -> None:
-        while not self._stopped.wait(PROGRESS_REFRESH_S):
-            self.refresh()
-
-    def stop(self) -> None:
-        """Show the final values and stop the thread."""
-        self._stopped.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.refresh()
 
 
 def _row(obj: dict, labels: Sequence[str] | None) -> ScoredText:

@@ -7,11 +7,12 @@ import time
 
 import numpy as np
 
-from blackbox_mia import runner
+from blackbox_mia import progress
 from blackbox_mia.backends.api.usage import Usage
 from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.datasets import Item
-from blackbox_mia.runner import score_items, usage_line
+from blackbox_mia.progress import usage_line
+from blackbox_mia.runner import score_items
 from blackbox_mia.scorers import parse_scorers
 from blackbox_mia.types import Provenance, TokenLogprobs
 
@@ -75,7 +76,7 @@ def test_score_progress_moves_per_text_and_shows_requests_and_spend(capsys):
 
 
 def test_the_ticker_refreshes_between_texts(monkeypatch):
-    monkeypatch.setattr(runner, "PROGRESS_REFRESH_S", 0.01)
+    monkeypatch.setattr(progress, "PROGRESS_REFRESH_S", 0.01)
     shown = []
 
     class Bar:
@@ -84,7 +85,7 @@ def test_the_ticker_refreshes_between_texts(monkeypatch):
 
     backend = Paying()
     backend.usage.requests = 7
-    ticker = runner.ProgressTicker(Bar(), [backend])
+    ticker = progress.ProgressTicker(Bar(), [backend])
     deadline = time.monotonic() + 10
     while len(shown) < 2 and time.monotonic() < deadline:  # the thread refreshes with no text finishing
         time.sleep(0.005)
