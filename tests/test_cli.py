@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Annotated
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from blackbox_mia.cli import app
+from blackbox_mia.cli.common import TargetOptions, with_target_options
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 
 runner = CliRunner()
@@ -285,3 +289,26 @@ def test_bad_backend_specs(tmp_path, monkeypatch):
     assert parse_spec("run:1") == ("local", "run:1")
     with pytest.raises(BlackboxMIAError, match="already registered"):
         register_backend("local", lambda rest, options: None)
+
+
+def test_annotated_options_keep_their_flags_under_the_target_options_decorator():
+    """An ``Annotated[..., typer.Option("--flag", help=...)]`` parameter of a decorated command
+    keeps its flag name and help (the decorator hands typer evaluated annotations)."""
+    mini = typer.Typer()
+    seen = {}
+
+    @mini.command()
+    @with_target_options
+    def cmd(out: Annotated[Path | None, typer.Option("--written-to", help="WHERE-IT-GOES")] = None, *,
+            target: TargetOptions):
+        seen.update(out=out, local=target.local)
+
+    @mini.command()
+    def other():  # two commands: typer keeps the subcommand names
+        pass
+
+    help_text = CliRunner().invoke(mini, ["cmd", "--help"], terminal_width=200).output
+    assert "--written-to" in help_text and "WHERE-IT-GOES" in help_text
+    result = CliRunner().invoke(mini, ["cmd", "--written-to", "x.jsonl", "--local", "m"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"out": Path("x.jsonl"), "local": "m"}

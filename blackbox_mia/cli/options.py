@@ -47,7 +47,9 @@ def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]
     names = [p.name for p in extra]
 
     def decorate(func):
-        signature = inspect.signature(func)
+        # evaluated annotations: typer reads ``Annotated[..., typer.Option(...)]`` from the
+        # objects of the signature it is given, never from strings
+        signature = inspect.signature(func, eval_str=True)
         params = [p for p in signature.parameters.values() if p.name != param]
 
         @functools.wraps(func)
@@ -57,10 +59,7 @@ def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]
             return func(**{param: value}, **kwargs)
 
         wrapper.__signature__ = signature.replace(parameters=params + extra)
-        wrapper.__annotations__ = {
-            **{k: v for k, v in func.__annotations__.items() if k != param},
-            **{p.name: p.annotation for p in extra},
-        }
+        wrapper.__annotations__ = {p.name: p.annotation for p in params + extra}
         return wrapper
 
     return decorate

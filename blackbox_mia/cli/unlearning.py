@@ -55,8 +55,7 @@ def default_truth(after: str) -> Path | None:
     return path if unlearning_record(path) is not None else None
 
 
-# Path options as module-level values (ruff B008); the backend-options decorator rewrites the
-# signature, and an option given in ``Annotated`` would lose its flag name and help there.
+# Path options as module-level values (ruff B008).
 TRUTH_OPTION = typer.Option(None, "--truth", help="unlearned canary giving the ground truth (default: --after when "
                             "it is one)")
 OUT_OPTION = typer.Option(None, "--out", help="output folder (default: runs/unlearning-<dataset>/)")
