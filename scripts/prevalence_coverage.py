@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blackbox_mia.canary import CanaryConfig, load_manifest
+from blackbox_mia.canary import CanaryConfig, ensure_canary, load_manifest
 from blackbox_mia.controls import build_control
 from blackbox_mia.datasets import load_items
 from blackbox_mia.evaluation import clopper_pearson, estimate_prevalence
@@ -226,7 +226,8 @@ def summary(lines: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--canary", action="append", type=Path, help="canary directory (repeatable; default: "
-                        "one per dup level from CACHE/canary with the default architecture)")
+                        "one per dup level from CACHE/canary with the default architecture; none there: the "
+                        "default canary, trained once)")
     parser.add_argument("--cache", type=Path, default=Path("cache"), help="cache root (default: cache)")
     parser.add_argument("--scorer", default="min_k")
     parser.add_argument("--splits", type=int, default=300)
@@ -237,8 +238,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line per dup, then the summary line")
     args = parser.parse_args()
     canaries = args.canary or default_canaries(args.cache)
-    if not canaries:
-        raise SystemExit(f"no trained GSM8K canary under {args.cache / 'canary'}: train some with bbmia canary train --dup N")
+    if not canaries:  # a clean checkout: the default canary (dup 8), trained once and cached
+        canaries = [ensure_canary(CanaryConfig(), progress=not args.json, cache=args.cache)]
     lines = []
     for canary in canaries:
         scores = cached_scores(canary, args.scorer, args.cache)
