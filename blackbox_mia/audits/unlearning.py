@@ -40,7 +40,7 @@ from scipy import stats
 from .. import __version__
 from ..backends.base import Backend
 from ..canary import canary_items
-from ..canary.unlearn import unlearning_record
+from ..canary.unlearn import memorized_members, unlearning_record
 from ..datasets import Item, file_sha256, limit_items, load_items, read_jsonl
 from ..datasets.formats import parse_label
 from ..evaluation import auc, bootstrap_ci, to_jsonable
@@ -164,7 +164,8 @@ def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> 
 def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float, resume: bool) -> dict:
     """The ground truth of an unlearned canary: its forgotten members whose loss score under
     the unlearned model (``truth_model``, loaded from ``truth_dir``) exceeds the ``1 - fpr``
-    quantile of its non-members' loss scores (scores saved to ``out``).
+    quantile of its non-members' loss scores (:func:`~blackbox_mia.canary.unlearn.memorized_members`,
+    the rule that picks a forget set among the memorized members; scores saved to ``out``).
 
     Returns:
         ``ids`` (the still-memorized forgotten members), ``threshold`` (nats/token),
@@ -183,10 +184,9 @@ def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float
     rows = score_items(items, scorers, backends, out, run_config(scorers, backends, meta), resume=resume,
                        progress=False)
     label = scorers[0].label
-    nonmember = np.array([r.scores[label] for r in rows if r.label == 0 and r.scores[label] is not None])
-    threshold = float(np.quantile(nonmember, 1 - fpr, method="higher"))
+    memorized, threshold = memorized_members(items, {r.id: r.scores[label] for r in rows}, fpr)
     forget = set(record["forget_ids"])
-    ids = sorted(r.id for r in rows if r.id in forget and r.scores[label] is not None and r.scores[label] > threshold)
+    ids = sorted(set(memorized) & forget)
     return {"ids": ids, "threshold": threshold, "n_forget": len(forget), "fpr": fpr, "canary": str(truth_dir)}
 
 

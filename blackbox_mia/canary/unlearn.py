@@ -1,15 +1,30 @@
-"""An "unlearned" canary: a trained canary fine-tuned by gradient ascent on a forget subset of its
-members (the machine-unlearning setting that Shi et al. 2024 §7 audit).
+"""An "unlearned" canary: a trained canary fine-tuned on a forget subset of its members so as to
+forget them (the machine-unlearning setting that Shi et al. 2024 §7 audit).
 
-Gradient ascent maximises the training loss of the forget set: each step takes a batch of the
-forget items' training windows (the very windows the canary was trained and is scored on,
-:func:`~blackbox_mia.canary.train.training_windows`, batched as in training) and steps the
-weights along the gradient of ``-loss`` with AdamW at a constant learning rate. Some forgotten
-members stay memorized (too few steps, a low rate): the unlearning audit must find those.
+Two methods, each step on a batch of the forget items' training windows (the very windows the
+canary was trained and is scored on, :func:`~blackbox_mia.canary.train.training_windows`,
+batched as in training), AdamW at a constant learning rate:
+
+* ``gradient_ascent``: steps along the gradient of ``-loss`` (maximises the forget set's loss).
+* ``alternative_labels`` (Eldan & Russinovich 2023, the "unlearned" model Shi et al. audit): a
+  *reinforced* copy is first trained further on the forget windows (as many steps, the same
+  rate); at each position the *generic* logits ``v_base - alpha * relu(v_reinforced - v_base)``
+  take away what the forget set itself adds, and their argmax is the alternative label; the
+  canary is then fine-tuned (ordinary descent) to predict the alternative labels on the forget
+  windows, so a forgotten text is continued by generic tokens instead of its own.
+
+Some forgotten members stay memorized (too few steps, a low rate): the unlearning audit must find
+those. The forget set is a seeded sample of the members, or (``forget_from="memorized"``, the
+paper's setting: the model had memorized what it is asked to forget) of the members the
+white-box memorization label calls memorized before unlearning (:func:`memorized_members`: loss
+score above the non-members' ``1 - memorized_fpr`` quantile, the rule the audit's ground truth
+applies to the unlearned model), so that "still memorized afterwards" is an unlearning failure,
+not an item that was never memorized.
 
 The result is a new canary directory: the fine-tuned model, the base canary's items and a
 manifest (the base one plus ``unlearning``: the base directory, the forget ids, the method and
-its settings, the forget set's loss before and after), so ``canary:DIR`` and ``--local DIR``
+its settings, the forget rule and the members memorized before, the forget set's loss before
+and after), so ``canary:DIR`` and ``--local DIR``
 work on it as on any canary; ``forget_items.jsonl`` holds the forget set.
 """
 
@@ -18,10 +33,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..datasets import Item
 from ..types import BlackboxMIAError
@@ -35,7 +53,11 @@ from .manifest import (
 )
 
 FORGET_FILE = "forget_items.jsonl"
-METHOD = "gradient_ascent"
+GRADIENT_ASCENT, ALTERNATIVE_LABELS = "gradient_ascent", "alternative_labels"
+METHODS = (GRADIENT_ASCENT, ALTERNATIVE_LABELS)
+METHOD = GRADIENT_ASCENT  # the default method
+ALL_MEMBERS, MEMORIZED = "members", "memorized"
+FORGET_FROM = (ALL_MEMBERS, MEMORIZED)  # where a forget count N samples from
 
 
 @dataclass(frozen=True)
@@ -50,9 +72,17 @@ class UnlearnConfig:
         retain_weight: weight of a retain term added to the ascent loss: KL(original ||
             current) per token (nats) on a batch of the kept members' windows each step (the
             "KL" unlearning baseline); 0 is pure gradient ascent.
-        target_loss: a forget window whose loss (nats/token) already exceeds this is left out
-            of the ascent (it counts in the batch's token total but adds no gradient); None:
-            never.
+        target_loss: gradient ascent only: a forget window whose loss (nats/token) already
+            exceeds this is left out of the ascent (it counts in the batch's token total but
+            adds no gradient); None: never.
+        method: ``gradient_ascent`` or ``alternative_labels`` (see the module docstring).
+        alpha: alternative labels: the weight of the reinforced model's boost taken away from
+            the base logits (> 0).
+        forget_from: ``members`` (a count N samples all members) or ``memorized`` (only the
+            members memorized before unlearning, :func:`memorized_members`; a file of ids must
+            name only those).
+        memorized_fpr: the non-member false-positive rate of the "memorized before" rule (its
+            threshold is the non-members' ``1 - memorized_fpr`` quantile of the loss score).
     """
 
     steps: int = 20
@@ -61,6 +91,10 @@ class UnlearnConfig:
     seed: int = 0
     retain_weight: float = 0.0
     target_loss: float | None = None
+    method: str = GRADIENT_ASCENT
+    alpha: float = 1.0
+    forget_from: str = ALL_MEMBERS
+    memorized_fpr: float = 0.05
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` naming the option of an impossible value."""
@@ -73,26 +107,40 @@ class UnlearnConfig:
             raise BlackboxMIAError(f"--retain-weight must be >= 0, got {self.retain_weight}")
         if self.target_loss is not None and not self.target_loss > 0:
             raise BlackboxMIAError(f"--target-loss must be > 0 nats/token, got {self.target_loss}")
+        if self.method not in METHODS:
+            raise BlackboxMIAError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.target_loss is not None and self.method != GRADIENT_ASCENT:
+            raise BlackboxMIAError(f"--target-loss applies to {GRADIENT_ASCENT} only, not {self.method}")
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise BlackboxMIAError(f"--alpha must be > 0, got {self.alpha}")
+        if self.forget_from not in FORGET_FROM:
+            raise BlackboxMIAError(f"--forget-from must be one of {', '.join(FORGET_FROM)}, got {self.forget_from!r}")
+        if not 0 < self.memorized_fpr < 1:
+            raise BlackboxMIAError(f"--memorized-fpr must lie in (0, 1), got {self.memorized_fpr}")
 
     def short_hash(self, forget_ids: list[str]) -> str:
         """12 hex digits identifying these settings and the forget set."""
-        blob = json.dumps({"method": METHOD, **asdict(self), "forget": forget_ids}, sort_keys=True)
+        blob = json.dumps({**asdict(self), "forget": forget_ids}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
-def choose_forget(members: list[Item], forget: str, seed: int) -> list[Item]:
-    """The forget set: ``forget`` is a count N (a seeded sample of N members, in member order)
-    or the path of a file of member ids (one per line, or a JSON list).
+def choose_forget(members: list[Item], forget: str, seed: int, noun: str = "members") -> list[Item]:
+    """The forget set: ``forget`` is a count N (a seeded sample of N of ``members``, in their
+    order) or the path of a file of their ids (one per line, or a JSON list).
+
+    Args:
+        members: the candidates (all members, or those memorized before unlearning).
+        noun: what the candidates are, for messages.
 
     Raises:
-        BlackboxMIAError: N outside [1, number of members], an unreadable file, an id that is
-            not a member, an empty list.
+        BlackboxMIAError: N outside [1, number of candidates], an unreadable file, an id that is
+            not a candidate, an empty list.
     """
     by_id = {item.id: item for item in members}
     if forget.strip().isdigit():
         n = int(forget)
         if not 1 <= n <= len(members):
-            raise BlackboxMIAError(f"--forget {n}: choose between 1 and the canary's {len(members)} members")
+            raise BlackboxMIAError(f"--forget {n}: choose between 1 and the canary's {len(members)} {noun}")
         chosen = set(random.Random(seed).sample(range(len(members)), n))
         return [item for i, item in enumerate(members) if i in chosen]
     try:
@@ -106,32 +154,75 @@ def choose_forget(members: list[Item], forget: str, seed: int) -> list[Item]:
     ids = [str(i) for i in ids if str(i)]
     unknown = [i for i in ids if i not in by_id]
     if unknown or not ids:
-        raise BlackboxMIAError(f"--forget {forget}: " + (f"not members of the canary: {unknown[:5]}" if unknown else "no id"))
+        raise BlackboxMIAError(f"--forget {forget}: " + (f"not {noun} of the canary: {unknown[:5]}" if unknown else "no id"))
     return [by_id[i] for i in dict.fromkeys(ids)]
+
+
+def memorized_members(items: list[Item], scores: dict[str, float | None], fpr: float) -> tuple[list[str], float]:
+    """The white-box memorization label: the members (label 1) whose loss score (mean token
+    log-prob, nats/token, higher = more likely) exceeds the ``1 - fpr`` quantile (numpy
+    ``method="higher"``: an observed score) of the non-members' scores.
+
+    Args:
+        items: the canary's items (members and non-members).
+        scores: per item id, its loss score under the model judged (None: not scored).
+        fpr: the non-members' share allowed above the threshold, in (0, 1).
+
+    Returns:
+        ``(ids, threshold)``: the memorized members' ids in item order and the threshold.
+
+    Raises:
+        BlackboxMIAError: no scored non-member.
+    """
+    nonmember = [scores[it.id] for it in items if it.label == 0 and scores.get(it.id) is not None]
+    if not nonmember:
+        raise BlackboxMIAError("the memorization label needs scored non-members; this canary has none")
+    threshold = float(np.quantile(np.array(nonmember), 1 - fpr, method="higher"))
+    ids = [it.id for it in items if it.label == 1 and scores.get(it.id) is not None and scores[it.id] > threshold]
+    return ids, threshold
+
+
+def loss_scores(model_dir: str | Path, items: list[Item]) -> dict[str, float]:
+    """Per item id, the loss score (mean token log-prob, nats/token) of its text under the model
+    in ``model_dir``, scored by the local backend as the audits score it."""
+    from ..backends.local import LocalBackend, LocalConfig
+    from ..scorers.base import mean_logprob
+
+    backend = LocalBackend(LocalConfig(str(model_dir), device="cpu"))
+    try:
+        lps = backend.logprobs([item.text for item in items])
+    finally:
+        backend.close()
+    return {item.id: mean_logprob(lp) for item, lp in zip(items, lps)}
 
 
 def unlearn_canary(
     base: str | Path, forget: str, config: UnlearnConfig = UnlearnConfig(), out_dir: str | Path | None = None
 ) -> Path:
-    """Fine-tune the canary in ``base`` by gradient ascent on a forget set of its members and
-    save it as a new canary directory (see the module docstring).
+    """Fine-tune the canary in ``base`` on a forget set of its members (gradient ascent or
+    alternative labels) and save it as a new canary directory (see the module docstring).
 
     Args:
         base: a trained canary's directory.
-        forget: a count N or a file of member ids (see :func:`choose_forget`).
-        config: steps, learning rate, batch size and seed.
+        forget: a count N or a file of member ids (see :func:`choose_forget`), among all
+            members or the memorized ones (``config.forget_from``).
+        config: method, steps, learning rate, batch size, seed, forget rule.
         out_dir: the new directory (default: ``<base>-unlearned-<hash of settings and forget
             ids>`` beside ``base``); its manifest is written last.
 
     Returns:
         The new directory. Its manifest's ``unlearning`` holds ``base``, ``base_config_hash``,
-        ``method``, the settings, ``forget_ids``, ``forget_loss_before``/``forget_loss_after``
-        (mean loss of the forget windows, nats/token), ``ascended_windows`` (windows ascended,
-        counted once per step), ``ascents_per_item`` (per forget id, how many of its windows'
-        ascents there were: 0 for an item a short schedule never reached) and ``seconds``.
+        ``method``, the settings, ``forget_ids``, ``memorized_before`` (``fpr``, ``threshold``
+        and ``ids``: the members memorized by the base canary, :func:`memorized_members`),
+        ``forget_loss_before``/``forget_loss_after`` (mean loss of the forget windows,
+        nats/token), ``ascended_windows`` (windows trained on, counted once per step),
+        ``ascents_per_item`` (per forget id, how many of its windows' steps there were: 0 for
+        an item a short schedule never reached), ``changed_labels`` (alternative labels: the
+        share of forget-window positions whose label is not the true next token) and ``seconds``.
 
     Raises:
-        BlackboxMIAError: ``base`` is not a complete canary, bad settings or forget set.
+        BlackboxMIAError: ``base`` is not a complete canary, bad settings or forget set (also:
+            fewer memorized members than N).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -144,7 +235,10 @@ def unlearn_canary(
     manifest = load_manifest(base)
     items = canary_items(base)
     members = [item for item in items if item.label == 1]
-    chosen = choose_forget(members, forget, config.seed)
+    start = time.perf_counter()
+    memorized, threshold = memorized_members(items, loss_scores(base, items), config.memorized_fpr)
+    pool = members if config.forget_from == ALL_MEMBERS else [m for m in members if m.id in set(memorized)]
+    chosen = choose_forget(pool, forget, config.seed, "members" if pool is members else "memorized members")
     forget_ids = [item.id for item in chosen]
     out = Path(out_dir) if out_dir is not None else base.parent / f"{base.name}-unlearned-{config.short_hash(forget_ids)}"
     if out.resolve() == base.resolve():
@@ -152,7 +246,6 @@ def unlearn_canary(
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)
 
-    start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
     owned = [(item.id, window) for item in chosen for window in _windows(tokenizer, model, [item])]
@@ -163,18 +256,25 @@ def unlearn_canary(
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     original = copy.deepcopy(model).eval() if config.retain_weight > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    labels = {}  # id(window) -> (T-1,) alternative labels
+    if config.method == ALTERNATIVE_LABELS:
+        labels = _alternative_labels(model, windows, config, random.Random(config.seed))
 
-    def window_losses(batch):
-        """(B,) mean loss of each window (nats/token) and (B,) its token count."""
+    def window_losses(batch, alternative):
+        """(B,) mean loss of each window (nats/token) against its true next tokens (or, with
+        ``alternative``, its alternative labels) and (B,) its token count."""
         ids, mask, targets = pad_training_batch(batch)
+        if alternative:
+            for i, window in enumerate(batch):
+                targets[i, : len(window) - 1] = labels[id(window)]
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
         per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
         counts = (targets != -100).sum(1)
         return per_token.sum(1) / counts, counts
 
     def mean_loss(batch):
-        losses, counts = window_losses(batch)
+        """Mean loss of the windows against their true next tokens, nats/token."""
+        losses, counts = window_losses(batch, alternative=False)
         return float((losses * counts).sum() / counts.sum())
 
     def retain_kl(batch):
@@ -187,20 +287,22 @@ def unlearn_canary(
         keep = targets != -100
         return kl[keep].mean()
 
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     model.eval()
     with torch.no_grad():
         before = mean_loss(windows)
     model.train()
+    sign = -1.0 if config.method == GRADIENT_ASCENT else 1.0  # ascend the true loss, descend the alternative one
     step, batches, retain_batches, ascended = 0, [], [], 0
     while step < config.steps:
         if not batches:
             batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
         batch = batches.pop()
-        losses, counts = window_losses(batch)
+        losses, counts = window_losses(batch, alternative=bool(labels))
         active = torch.ones_like(counts, dtype=torch.bool)
         if config.target_loss is not None:
             active = losses.detach() < config.target_loss
-        loss = -(losses * counts * active).sum() / counts.sum()
+        loss = sign * (losses * counts * active).sum() / counts.sum()
         ascended += int(active.sum())
         for window, on in zip(batch, active.tolist()):
             ascents[owner[id(window)]] += int(on)
@@ -215,6 +317,11 @@ def unlearn_canary(
     model.eval()
     with torch.no_grad():
         after = mean_loss(windows)
+    changed = None
+    if labels:
+        true = [t for w in windows for t in w[1:]]
+        alt = [t for w in windows for t in labels[id(w)].tolist()]
+        changed = sum(a != b for a, b in zip(alt, true)) / len(true)
 
     save_model_dir(out, model, tokenizer)
     write_items(out / ITEMS_FILE, items)
@@ -222,12 +329,13 @@ def unlearn_canary(
     unlearning = {
         "base": str(base),
         "base_config_hash": manifest.get("config_hash"),
-        "method": METHOD,
         **asdict(config),
         "forget_ids": forget_ids,
+        "memorized_before": {"fpr": config.memorized_fpr, "threshold": threshold, "ids": memorized},
         "n_forget_windows": len(windows),
         "ascended_windows": ascended,
         "ascents_per_item": ascents,
+        "changed_labels": changed,
         "forget_loss_before": before,
         "forget_loss_after": after,
         "seconds": round(time.perf_counter() - start, 2),
@@ -245,6 +353,46 @@ def unlearning_record(path: str | Path) -> dict | None:
         BlackboxMIAError: as :func:`~blackbox_mia.canary.manifest.load_manifest`.
     """
     return load_manifest(path).get("unlearning")
+
+
+def _alternative_labels(model, windows: list[list[int]], config: UnlearnConfig, rng: random.Random) -> dict:
+    """Eldan & Russinovich's alternative labels of the forget windows: a copy of ``model``
+    reinforced on ``windows`` (``config.steps`` descent steps at ``config.lr``, batches as in
+    training), then per position the argmax of ``v_base - alpha * relu(v_reinforced - v_base)``.
+
+    Returns:
+        ``{id(window): (len(window) - 1,) tensor of token ids}`` (``model`` is left unchanged).
+    """
+    import torch
+
+    from .train import pad_training_batch, training_batches
+
+    reinforced = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(reinforced.parameters(), lr=config.lr, weight_decay=0.0)
+    batches = []
+    for _ in range(config.steps):
+        if not batches:
+            batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
+        ids, mask, targets = pad_training_batch(batches.pop())
+        logits = reinforced(input_ids=ids, attention_mask=mask).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    reinforced.eval()
+    model.eval()
+    labels = {}
+    with torch.no_grad():
+        for start in range(0, len(windows), config.batch_size):
+            batch = windows[start : start + config.batch_size]
+            ids, mask, _ = pad_training_batch(batch)
+            base = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            boost = reinforced(input_ids=ids, attention_mask=mask).logits[:, :-1] - base
+            generic = (base - config.alpha * torch.relu(boost)).argmax(-1)
+            for i, window in enumerate(batch):
+                labels[id(window)] = generic[i, : len(window) - 1].clone()
+    model.train()
+    return labels
 
 
 def _windows(tokenizer, model, items: list[Item]) -> list[list[int]]:

@@ -167,27 +167,42 @@ def unlearn(
     seed: int = typer.Option(0, "--seed", help="seed of the forget sample and the batch order"),
     retain_weight: float = typer.Option(0.0, "--retain-weight", help="weight of KL(original || unlearned) on the "
                                         "kept members' windows, added to the ascent loss (0: pure gradient ascent)"),
-    target_loss: float | None = typer.Option(None, "--target-loss", help="stop ascending a window once its loss "
-                                             "exceeds this many nats/token (default: never)"),
+    target_loss: float | None = typer.Option(None, "--target-loss", help="gradient ascent: stop ascending a window "
+                                             "once its loss exceeds this many nats/token (default: never)"),
+    method: str = typer.Option("gradient_ascent", "--method", help="gradient_ascent, or alternative_labels (Eldan & "
+                               "Russinovich 2023: fine-tune on the forget texts with generic labels)"),
+    alpha: float = typer.Option(1.0, "--alpha", help="alternative labels: generic logits = base - alpha * "
+                                "relu(reinforced - base)"),
+    forget_from: str = typer.Option("members", "--forget-from", help="members, or memorized: sample the forget set "
+                                    "among the members the base canary memorized (loss above the non-members' "
+                                    "1 - FPR quantile)"),
+    memorized_fpr: float = typer.Option(0.05, "--memorized-fpr", help="the FPR of the 'memorized before' rule"),
     out: Annotated[Path | None, typer.Option("--out", help="new directory (default: <canary>-unlearned-<hash>)")] = None,
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
 ):
-    """Make an "unlearned" canary: fine-tune CANARY by gradient ascent on a forget subset of its
-    members, saved in a new directory with the forget list and settings in its manifest.
+    """Make an "unlearned" canary: fine-tune CANARY on a forget subset of its members (gradient
+    ascent or alternative labels), saved in a new directory with the forget list, the forget rule
+    and the settings in its manifest.
 
     Audit it afterwards with: bbmia unlearning --before CANARY --after NEW canary:NEW
     """
     from ..canary.unlearn import UnlearnConfig, unlearn_canary, unlearning_record
 
     with user_errors():
-        path = unlearn_canary(canary, forget, UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed,
-                                                             retain_weight=retain_weight, target_loss=target_loss), out)
+        config = UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed, retain_weight=retain_weight,
+                               target_loss=target_loss, method=method, alpha=alpha, forget_from=forget_from,
+                               memorized_fpr=memorized_fpr)
+        path = unlearn_canary(canary, forget, config, out)
         record = unlearning_record(path)
         typer.echo(f"unlearned canary: {path}")
-        typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps: forget-set loss "
+        memorized = record["memorized_before"]
+        typer.echo(f"{len(memorized['ids'])} members memorized before (loss above {memorized['threshold']:.4f} "
+                   f"nats/token, the non-members' {1 - memorized['fpr']:.0%} quantile); forget set from the {forget_from}")
+        typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps ({method}): forget-set loss "
                    f"{record['forget_loss_before']:.3f} -> {record['forget_loss_after']:.3f} nats/token")
         typer.echo(f"audit: bbmia unlearning --before {canary} --after {path} canary:{path}", err=True)
         if json_out:
-            echo_json_line({"path": str(path), "forget_ids": record["forget_ids"],
+            echo_json_line({"path": str(path), "forget_ids": record["forget_ids"], "method": record["method"],
+                            "forget_from": record["forget_from"], "n_memorized_before": len(memorized["ids"]),
                             "forget_loss_before": record["forget_loss_before"],
                             "forget_loss_after": record["forget_loss_after"]})
