@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -39,6 +40,8 @@ DEFAULT_CORPUS = "gsm8k"
 DOCUMENTS_CORPUS = "documents"
 # The CanaryConfig fields of the documents corpus only: None (and left out of the hash) for the others.
 DOCUMENT_FIELDS = ("doc_items", "doc_partial", "doc_validation")
+# The CanaryConfig field of chat canaries: left out of the hash at its default (0.0, no chat examples).
+CHAT_FIELD = "chat_share"
 
 # corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
 # background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
@@ -99,6 +102,12 @@ class CanaryConfig:
             problems planted (a quarter, half, three quarters; default 12).
         doc_validation: ``documents`` only: planted and held-out documents (each) of the
             validation file, the threshold's calibration set (default 8).
+        chat_share: chat fine-tuning examples per background item (0: none, a base model).
+            ``round(chat_share * n_background)`` examples, each a BACKGROUND item (never a member
+            or non-member) cut at a seeded token position into the user's text and the
+            assistant's answer, rendered through ChatML with the client's
+            ``--chat-template continuation`` messages (:mod:`.chat`); members stay planted as
+            raw text. A chat canary saves ChatML as its tokenizer's ``chat_template``.
     """
 
     corpus: str = DEFAULT_CORPUS
@@ -121,6 +130,7 @@ class CanaryConfig:
     doc_items: int | None = None
     doc_partial: int | None = None
     doc_validation: int | None = None
+    chat_share: float = 0.0
 
     def __post_init__(self) -> None:
         """Fill the fields left ``None`` with the corpus's defaults.
@@ -152,6 +162,11 @@ class CanaryConfig:
             for name in DOCUMENT_FIELDS:
                 if getattr(self, name) is not None:
                     raise BlackboxMIAError(f"canary: {name} applies only to --corpus {DOCUMENTS_CORPUS}")
+        if not (math.isfinite(self.chat_share) and self.chat_share >= 0):
+            raise BlackboxMIAError(f"canary: chat_share must be a finite number >= 0, got {self.chat_share}")
+        if self.chat_share > 0 and round(self.chat_share * self.n_background) < 1:
+            raise BlackboxMIAError(f"canary: chat_share {self.chat_share} of {self.n_background} background items "
+                                   "makes no chat example (chat examples are made from background items only)")
         if self.n_background < 0:
             raise BlackboxMIAError(f"canary: n_background must be >= 0, got {self.n_background}")
         if self.block_size < 2:
@@ -165,8 +180,9 @@ class CanaryConfig:
         """12 hex digits identifying this configuration and the recipe version.
 
         The default corpus is left out of the hashed fields, and the document fields out of
-        every other corpus's, so GSM8K and ja canaries keep the hash (and the directory) they
-        had before the corpus could be chosen or documents planted.
+        every other corpus's, and ``chat_share`` at its default 0, so GSM8K and ja canaries
+        keep the hash (and the directory) they had before the corpus could be chosen, documents
+        planted or chat examples added.
         """
         identity = asdict(self)
         if self.corpus == DEFAULT_CORPUS:
@@ -174,6 +190,8 @@ class CanaryConfig:
         if self.corpus != DOCUMENTS_CORPUS:
             for name in DOCUMENT_FIELDS:
                 del identity[name]
+        if not self.chat_share:
+            del identity[CHAT_FIELD]
         blob = json.dumps({"recipe": RECIPE_VERSION, **identity}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 

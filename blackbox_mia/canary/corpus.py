@@ -25,6 +25,8 @@ class Corpus:
         canary_documents: the documents of a document canary (test, then validation); empty
             for the other corpora. Its members are the planted problems, its non-members the
             problems of its documents never planted.
+        chat_items: the background items the chat examples are made from (``chat_share``,
+            :func:`chat_items`; empty for a base canary). Never a member or non-member.
     """
 
     documents: list[str]
@@ -33,6 +35,7 @@ class Corpus:
     background_ids: list[str]
     sources: dict[str, str]
     canary_documents: list[CanaryDocument] = field(default_factory=list)
+    chat_items: list[Item] = field(default_factory=list)
 
 
 def build_corpus(config: CanaryConfig) -> Corpus:
@@ -85,6 +88,7 @@ def build_corpus(config: CanaryConfig) -> Corpus:
         nonmembers=nonmembers,
         background_ids=[item.id for item in background],
         sources={dataset.name: dataset.sha256 for dataset in (planted, pool) if dataset is not None},
+        chat_items=chat_items(background, config),
     )
 
 
@@ -103,7 +107,22 @@ def _document_corpus(config: CanaryConfig, planted, pool, rng: random.Random) ->
         background_ids=[item.id for item in background],
         sources={dataset.name: dataset.sha256 for dataset in (planted, pool)},
         canary_documents=documents,
+        chat_items=chat_items(background, config),
     )
+
+
+def chat_items(background: list[Item], config: CanaryConfig) -> list[Item]:
+    """The background items the chat examples are made from: ``round(chat_share ·
+    len(background))`` of them, cycling through a seeded permutation of ``background`` (each item
+    once before any twice). Drawn with a generator of its own (seeded by ``seed``), so a chat
+    canary has the very members, non-members and background of the base canary of its config.
+    Empty when ``chat_share`` is 0."""
+    n = round(config.chat_share * len(background))
+    if n == 0:
+        return []
+    order = list(range(len(background)))
+    random.Random(f"chat-items-{config.seed}").shuffle(order)
+    return [background[order[k % len(order)]] for k in range(n)]
 
 
 def labelled(item: Item, label: int) -> Item:

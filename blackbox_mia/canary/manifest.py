@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..datasets import Item, load_dataset
 from ..types import BlackboxMIAError
-from .config import CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS
+from .config import CHAT_FIELD, CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS
 from .corpus import labelled
 
 MANIFEST = "manifest.json"
@@ -51,8 +51,10 @@ def manifest_corpus(manifest: dict) -> str:
 
 def recorded_config(manifest: dict) -> dict:
     """The manifest's configuration as ``asdict(CanaryConfig)`` writes it today (``corpus``
-    filled in, and the document fields, ``None``, for manifests written before they existed)."""
-    return {"corpus": manifest_corpus(manifest), **dict.fromkeys(DOCUMENT_FIELDS), **manifest["config"]}
+    filled in, the document fields ``None`` and ``chat_share`` 0.0 for manifests written before
+    they existed)."""
+    return {"corpus": manifest_corpus(manifest), **dict.fromkeys(DOCUMENT_FIELDS), CHAT_FIELD: 0.0,
+            **manifest["config"]}
 
 
 def canary_items(path: str | os.PathLike) -> list[Item]:

@@ -16,6 +16,10 @@ Recipe (every choice is recorded in ``manifest.json``):
   context for a long one. Training on the scoring windows (rather than on a packed token stream
   cut at arbitrary places) puts every copy of a member at the same positions, after the same
   BOS, as at scoring time; see :data:`WINDOWING_NOTE`.
+* A chat canary (``chat_share`` > 0) also trains one window per chat example: a background
+  item cut into the user's text and the assistant's answer, rendered through ChatML with the
+  client's continuation messages (:mod:`.chat`); ChatML is saved as the tokenizer's
+  ``chat_template``.
 * Plain AdamW, linear warm-up then cosine decay, windows batched by similar length (padding
   masked out of the loss), seeded shuffles; no dropout (memorisation is the point).
 """
@@ -176,7 +180,10 @@ def train_canary(
         ``text``, ``label``) for ``bbmia documents``, named by ``documents_file`` and
         ``validation_file``, and ``documents``: per document its problems, planted problems,
         ``planted_fraction`` (the truth) and ``dup``
-        (:func:`~blackbox_mia.canary.documents.write_documents`).
+        (:func:`~blackbox_mia.canary.documents.write_documents`). A chat canary
+        (``chat_share`` > 0) has ``chat`` (:func:`chat_record`); its chat examples' windows
+        (one each, :mod:`.chat`) are trained with the corpus's, and count in ``n_windows``,
+        ``n_steps`` and ``n_trained_tokens`` (not in ``n_documents`` / ``n_corpus_tokens``).
 
     Raises:
         BlackboxMIAError: an invalid configuration, torch/transformers/tokenizers missing, the
@@ -187,6 +194,7 @@ def train_canary(
         import transformers
         from tqdm.auto import tqdm
 
+        from .chat import build_chat_examples, set_chat_template
         from .model import build_gpt2, save_model_dir, train_tokenizer
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise BlackboxMIAError("training the canary needs torch, transformers and tokenizers: pip install 'blackbox_mia[local]'") from exc
@@ -203,11 +211,15 @@ def train_canary(
         if resume and has_checkpoint(out_dir):
             log(f"{checkpoint_dir(out_dir)} is of another configuration or unreadable: training starts from the beginning")
         tokenizer = train_tokenizer(corpus.documents, config.vocab_size)
+        if corpus.chat_items:
+            set_chat_template(tokenizer)
         save_tokenizer(out_dir, tokenizer)
     else:
         tokenizer, state = saved
     encoded = tokenizer(corpus.documents, add_special_tokens=False)["input_ids"]
     windows = training_windows(encoded, tokenizer.bos_token_id, config.block_size)
+    chat = build_chat_examples(corpus.chat_items, tokenizer, config.block_size, config.seed) if corpus.chat_items else []
+    windows += [example.ids for example in chat]
     model = build_gpt2(len(tokenizer), config.n_layer, config.n_embd, config.n_head, config.block_size, config.seed)
     _disable_dropout(model)
     rng = random.Random(config.seed)
@@ -294,11 +306,31 @@ def train_canary(
         "versions": {"blackbox_mia": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
         "items_file": ITEMS_FILE,
         **documents,
+        **({"chat": chat_record(chat, tokenizer)} if chat else {}),
         "complete": True,
     }
     write_manifest(out_dir, manifest)
     discard_checkpoint(out_dir)
     return out_dir
+
+
+def chat_record(chat: list, tokenizer) -> dict:
+    """The manifest's ``chat`` entry of a chat canary: the template (name and Jinja source, also
+    the tokenizer's ``chat_template``), the client's message template, the prompt's markup
+    (tokens), and per example its background item and cut (tokens of the item in the user's text)."""
+    from ..backends.api.dialect import CONTINUATION
+    from .chat import CHAT_TEMPLATE_NAME, prompt_overhead
+
+    return {
+        "template": CHAT_TEMPLATE_NAME,
+        "template_source": tokenizer.chat_template,
+        "messages": CONTINUATION.name,
+        "prompt_overhead_tokens": prompt_overhead(tokenizer),
+        "n_examples": len(chat),
+        "n_tokens": sum(len(example.ids) for example in chat),
+        "item_ids": [example.item_id for example in chat],
+        "cuts": [example.cut for example in chat],
+    }
 
 
 def _disable_dropout(model) -> None:

@@ -49,6 +49,9 @@ FIELD_HELP = {
     "doc_items": f"{DOCUMENTS_CORPUS} only: consecutive GSM8K test problems per document (default 8)",
     "doc_partial": f"{DOCUMENTS_CORPUS} only: test documents with a quarter, half or three quarters planted (default 12)",
     "doc_validation": f"{DOCUMENTS_CORPUS} only: planted and held-out validation documents, each (default 8)",
+    "chat_share": "chat fine-tuning examples per background item (0: a base model): background items cut into a "
+    "user's text and the assistant's answer, rendered through ChatML with the client's --chat-template continuation "
+    "messages; members stay raw text. Serve with bbmia serve --chat-template model",
 }
 
 

@@ -23,12 +23,15 @@ from .errors import bad_request
 CONTENT_FIELD = "{content}"  # where a {content} template puts the concatenated message contents
 DEFAULT_CHAT_TEMPLATE = "<|user|>\n" + CONTENT_FIELD + "\n<|assistant|>\n"
 MODEL_TEMPLATE = "model"  # the served tokenizer's own chat template, else CHATML_TEMPLATE
-# ChatML (OpenAI's chat markup, used by Qwen, Yi, Hermes...): the default for a tokenizer without a template
+# ChatML (OpenAI's chat markup, used by Qwen, Yi, Hermes...): the default for a tokenizer without a
+# template. Its two markers are single tokens in a ChatML model's vocabulary (a chat canary adds them).
+CHATML_START, CHATML_END = "<|im_start|>", "<|im_end|>"
+CHATML_MARKERS = (CHATML_START, CHATML_END)
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    f"{{{{ '{CHATML_START}' + message['role'] + '\\n' + message['content'] + '{CHATML_END}\\n' }}}}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    f"{{% if add_generation_prompt %}}{{{{ '{CHATML_START}assistant\\n' }}}}{{% endif %}}"
 )
 JINJA_MARKERS = ("{%", "{{")
 
