@@ -270,7 +270,7 @@ class ResponseCache:
         self._held: dict[str, str] = {}  # request key -> token of the claim this instance holds
         self._claims_db: diskcache.Cache | None = None  # opened on the first claim
         self._writer: threading.Thread | None = None  # started by the first put_soon
-        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future) rows, or None: stop
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, claim token or None) rows, or None: stop
         self._writer_lock = threading.Lock()
         with self._guard("opening it"):
             self._cache = _open(self.directory, SQLITE_FULL_SYNC)
@@ -325,11 +325,13 @@ class ResponseCache:
             for key, value in rows:
                 self._cache.set(key, value)
 
-    def put_soon(self, key: str, value: dict) -> concurrent.futures.Future:
+    def put_soon(self, key: str, value: dict, release: bool = False) -> concurrent.futures.Future:
         """Queue ``value`` under ``key`` for the writer thread; the future completes (``None``)
         once the row is committed to disk, or with the :class:`BlackboxMIAError` :meth:`put`
         would raise. Rows queued together are committed in one transaction; a row that makes
         its batch fail is retried alone, so one bad value fails only its own future.
+        ``release``: give up this instance's claim on ``key`` too, after the row is committed
+        (the claims of a batch in one transaction, off the caller's thread).
 
         Await it from asyncio with ``asyncio.wrap_future``. Rows queued before :meth:`close`
         are all written before it returns.
@@ -339,7 +341,7 @@ class ResponseCache:
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_rows, name="bbmia-cache-writer", daemon=True)
                 self._writer.start()
-            self._pending.put((key, value, future))
+            self._pending.put((key, value, future, self._held.pop(key, None) if release else None))
         return future
 
     def _write_rows(self) -> None:
@@ -354,21 +356,25 @@ class ResponseCache:
                     break
             stop = None in batch
             rows = [row for row in batch if row is not None]
+            errors: list[BaseException | None] = [None] * len(rows)
             try:
-                self.put_many([(key, value) for key, value, _ in rows])
+                self.put_many([(key, value) for key, value, *_ in rows])
             except BaseException:  # noqa: BLE001 - each row's own outcome goes to its future below
-                for key, value, future in rows:
+                for i, (key, value, _, _) in enumerate(rows):
                     try:
                         self.put(key, value)
                     except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                        _settle(future, exc)
-                    else:
-                        _settle(future, None)
-            else:
-                for *_, future in rows:
-                    _settle(future, None)
+                        errors[i] = exc
+            held = [(key, token) for key, _, _, token in rows if token is not None]
+            if held:  # once the answers are durable; a failure only lets the claims expire
+                with contextlib.suppress(BlackboxMIAError):
+                    self._drop_claims(held)
+            for (_, _, future, _), error in zip(rows, errors):
+                _settle(future, error)
         with self._guard("closing"):
-            self._cache.close()  # this thread's own SQLite connection
+            self._cache.close()  # this thread's own SQLite connections
+            if self._claims_db is not None:
+                self._claims_db.close()
 
     def _stop_writer(self) -> None:
         """Write every queued row, then stop the writer thread (nothing when none started)."""
@@ -391,30 +397,43 @@ class ResponseCache:
     # -- claims: which process asks the API for a request ---------------------------------------
 
     def claim(self, key: str, ttl_s: float = CLAIM_TTL_S) -> bool:
-        """Try to become the one process that asks the API for ``key``; whether it worked.
-
-        Atomic across processes (an SQLite write transaction). The claim is a row
-        ``{pid, host, token, time}`` that expires after ``ttl_s`` seconds unless
-        :meth:`refresh_claims` extends it. A claim whose holder is dead (same host, the process
-        is gone: :func:`holder_alive`) or that expired is taken over at once; a live holder's is
-        not (False: wait for its answer, or for the claim to go). Release it with :meth:`release`.
+        """Try to become the one process that asks the API for ``key``; whether it worked
+        (:meth:`claim_many` of one key).
 
         Raises:
             BlackboxMIAError: the claims database is unusable.
         """
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "token": uuid.uuid4().hex, "time": time.time()}
-        with self._guard("claiming a request"):
+        return self.claim_many([key], ttl_s)[0]
+
+    def claim_many(self, keys: Sequence[str], ttl_s: float = CLAIM_TTL_S) -> list[bool]:
+        """Try to become the one process that asks the API for each of ``keys``, in one SQLite
+        write transaction; per key, whether it worked.
+
+        Atomic across processes. A claim is a row ``{pid, host, token, time}`` that expires after
+        ``ttl_s`` seconds unless :meth:`refresh_claims` extends it. A claim whose holder is dead
+        (same host, the process is gone: :func:`holder_alive`) or that expired is taken over at
+        once; a live holder's is not (False: wait for its answer, or for the claim to go).
+        Release it with :meth:`release` (or with the answer: :meth:`put_soon`).
+
+        Raises:
+            BlackboxMIAError: the claims database is unusable.
+        """
+        pid, host, now = os.getpid(), socket.gethostname(), time.time()
+        won = []
+        with self._guard("claiming requests"):
             claims = self._claims()
-            if not claims.add(key, mine, expire=ttl_s):  # add is atomic; it replaces an expired row
-                holder = claims.get(key)
-                if holder is not None and holder_alive(holder):
-                    return False
-                with claims.transact():  # take over a dead holder's claim, unless another did first
-                    if claims.get(key) != holder:
-                        return False
-                    claims.set(key, mine, expire=ttl_s)
-        self._held[key] = mine["token"]
-        return True
+            with claims.transact():
+                for key in keys:
+                    mine = {"pid": pid, "host": host, "token": uuid.uuid4().hex, "time": now}
+                    if not claims.add(key, mine, expire=ttl_s):  # add replaces an expired row
+                        holder = claims.get(key)
+                        if holder is not None and holder_alive(holder):
+                            won.append(False)
+                            continue
+                        claims.set(key, mine, expire=ttl_s)  # a dead holder's claim (same transaction)
+                    self._held[key] = mine["token"]
+                    won.append(True)
+        return won
 
     def release(self, key: str) -> None:
         """Give up this instance's claim on ``key`` (nothing when it holds none, or when the claim
@@ -424,12 +443,16 @@ class ResponseCache:
             BlackboxMIAError: the claims database is unusable.
         """
         token = self._held.pop(key, None)
-        if token is None:
-            return
-        with self._guard("releasing a claim"), self._claims().transact():
-            holder = self._claims().get(key)
-            if isinstance(holder, dict) and holder.get("token") == token:
-                self._claims().delete(key)
+        if token is not None:
+            self._drop_claims([(key, token)])
+
+    def _drop_claims(self, claims: Sequence[tuple[str, str]]) -> None:
+        """Delete each ``(key, token)`` claim that still holds ``token``, in one transaction."""
+        with self._guard("releasing claims"), self._claims().transact():
+            for key, token in claims:
+                holder = self._claims().get(key)
+                if isinstance(holder, dict) and holder.get("token") == token:
+                    self._claims().delete(key)
 
     def refresh_claims(self, ttl_s: float = CLAIM_TTL_S) -> int:
         """Extend every claim this instance holds to expire ``ttl_s`` seconds from now; how many

@@ -200,6 +200,7 @@ def test_waiter_asks_itself_when_a_live_holder_releases_without_an_answer(server
 # -- claims, one process ------------------------------------------------------------------------
 
 KEY_A = request_key("http://h/v1", "m", "completions", {"prompt": [1]})
+KEY_B = request_key("http://h/v1", "m", "completions", {"prompt": [2]})
 
 
 def _plant(directory: Path, holder: dict, ttl_s: float = 60.0) -> None:
@@ -279,3 +280,14 @@ def test_zombie_holder_counts_as_dead(tmp_path):
             assert cache.claim(KEY_A)
     finally:
         child.wait()
+
+
+def test_claims_in_one_transaction_and_released_with_the_answer(tmp_path):
+    with ResponseCache(tmp_path) as first, ResponseCache(tmp_path) as second:
+        assert first.claim(KEY_A)
+        assert second.claim_many([KEY_A, KEY_B]) == [False, True]  # A: a live holder's
+        assert second.held_claims == {KEY_B}
+        second.put_soon(KEY_B, {"answer": 1}, release=True).result(timeout=10)
+        assert second.held_claims == frozenset()
+        assert first.get(KEY_B) == {"answer": 1}
+        assert first.claim(KEY_B)  # released by the writer once the answer was on disk

@@ -124,3 +124,17 @@ def test_transport_url_and_sdk_errors():
     assert type(status_error(503, {}, b"busy", "http://h")) is openai.InternalServerError
     assert status_error(503, {}, b"busy", "http://h").body == "busy"
     assert type(status_error(418, {}, b"{}", "http://h")) is openai.APIStatusError
+
+
+def test_transport_reads_the_proxy_from_the_environment_once(monkeypatch):
+    from blackbox_mia.backends.api.transport import env_proxy
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("https://api.example.com/v1/completions") == (None, None)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    proxy, _ = env_proxy("https://api.example.com/v1/completions")
+    assert str(proxy) == "http://proxy.example:3128"
+    assert env_proxy("http://127.0.0.1:8000/v1/completions") == (None, None)  # NO_PROXY
+    assert env_proxy("http://api.example.com/v1/completions") == (None, None)  # no HTTP_PROXY

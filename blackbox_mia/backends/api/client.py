@@ -50,6 +50,7 @@ from tenacity import (
 from ...cache import CLAIM_REFRESH_S, ResponseCache, request_key
 from ...types import BlackboxMIAError
 from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
+from .claims import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect, estimate_tokens
 from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
@@ -85,6 +86,7 @@ class ApiClient:
         self._slots = asyncio.Semaphore(config.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
         self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
+        self._claims = ClaimBatcher(cache) if cache is not None else None
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
         self._budget = Budget(config.max_cost) if config.max_cost is not None else None
@@ -263,7 +265,7 @@ class ApiClient:
         if self.cache is None:
             return *await self._fetch(dialect, payload), True
         delay = CLAIM_POLL_S
-        while not self.cache.claim(key):  # another process is asking for this very answer
+        while not await self._claims.claim(key):  # another process is asking for this very answer
             await asyncio.sleep(delay)
             delay = min(2 * delay, CLAIM_POLL_MAX_S)
             found = self._cached(dialect, key, payload)
@@ -275,11 +277,12 @@ class ApiClient:
             if found is not None:
                 return *found, False
             raw, result = await self._fetch(dialect, payload)
-            # validated and paid for: on disk (the writer thread's next commit) before it is returned
-            await asyncio.wrap_future(self.cache.put_soon(key, raw))
+            # validated and paid for: on disk (the writer thread's next commit, which also
+            # releases the claim) before it is returned
+            await asyncio.wrap_future(self.cache.put_soon(key, raw, release=True))
             return raw, result, True
         finally:
-            self.cache.release(key)
+            self.cache.release(key)  # nothing when the writer has it (a failure or Ctrl-C: at once)
 
     def _keep_claims(self) -> None:
         """Make sure a heartbeat task refreshes this client's claims while it holds any."""
@@ -290,8 +293,10 @@ class ApiClient:
         """Extend the cache claims every :data:`~blackbox_mia.cache.CLAIM_REFRESH_S` seconds until
         none is held (a failure is logged: the claims then expire, and at worst another process
         pays for a request again)."""
-        while self.cache is not None and self.cache.held_claims:
+        while True:
             await asyncio.sleep(CLAIM_REFRESH_S)
+            if self.cache is None or not self.cache.held_claims:
+                return
             try:
                 self.cache.refresh_claims()
             except BlackboxMIAError as exc:

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import httpx2 as httpx
 import openai
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 ENDPOINT_PATHS = {"prompt": "/completions", "messages": "/chat/completions"}  # by the dialect's prompt field
 STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
@@ -49,6 +51,21 @@ def status_error(status: int, headers: dict[str, str], content: bytes, url: str)
     return kind(message, response=response, body=data)
 
 
+def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy (and its credentials) that ``HTTP(S)_PROXY`` / ``NO_PROXY`` (and ``~/.netrc`` for
+    the proxy's credentials) name for ``url``, as the SDK's httpx client honours them; ``(None,
+    None)`` when none applies.
+
+    Read once per session: aiohttp's ``trust_env=True`` reads the environment and ``~/.netrc``
+    again in a worker thread for every request, which cost about a fifth of the client's CPU at
+    256 requests in flight.
+    """
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
+
+
 class Transport:
     """POSTs JSON bodies to ``base_url``, at most ``connections`` connections at once.
 
@@ -78,9 +95,9 @@ class Transport:
         """
         url = self.url(prompt_field)
         if self._session is None:
-            # trust_env: HTTP(S)_PROXY / NO_PROXY honoured, as the SDK's httpx client does
+            proxy, proxy_auth = env_proxy(url)
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout,
-                                                  trust_env=True)
+                                                  proxy=proxy, proxy_auth=proxy_auth)
         data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
         try:
             async with self._session.post(url, data=data, headers=self._headers) as response:
