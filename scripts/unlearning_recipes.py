@@ -1,0 +1,127 @@
+"""Every unlearning recipe tried for issue 10, scored without story completion (fast).
+
+For each recipe (``bbmia canary unlearn`` options) and seed, unlearns the GSM8K canary, scores
+the forget set's texts under the base and the unlearned canary (Min-K% at k = 20 and loss, the
+local backend, as ``bbmia unlearning`` does), flags the texts whose Min-K% ratio lies inside the
+paper's window (1/1.15, 1.15), labels each forget item by the white-box rule of the audit
+(:func:`~blackbox_mia.canary.unlearn.memorized_members` on the unlearned canary: loss above the
+non-members' 95% quantile) and prints one JSON line per (recipe, seed): precision, recall, base
+rate (Wilson CIs), the one-sided Fisher p of "flagged texts are enriched", the closeness AUC
+(``-|ln ratio|`` as a score of the label), how many forget items were memorized before, and the
+forget set's loss before/after. The recipe is chosen on ``--tune-seed``; ``audit_canaries.py``
+then measures it (with story completion) on a fresh seed.
+
+Usage:
+    python scripts/unlearning_recipes.py --canary cache/canary/6338e872951d --seeds 0
+    python scripts/unlearning_recipes.py --recipes "--steps 4 --lr 3e-3 --retain-weight 10" --seeds 0,1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+
+from scipy import stats
+
+from blackbox_mia.audits.unlearning import (
+    RATIO_WINDOW,
+    closeness_auc,
+    flag_metrics,
+    in_window,
+    score_ratio,
+)
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.canary import canary_items
+from blackbox_mia.canary.unlearn import UnlearnConfig, memorized_members, unlearn_canary
+from blackbox_mia.scorers.base import mean_logprob
+from blackbox_mia.scorers.min_k import MinK
+from blackbox_mia.types import BlackboxMIAError
+
+DEFAULT_RECIPES = (
+    "--steps 4 --lr 3e-3 --retain-weight 10",
+    "--steps 4 --lr 3e-3 --retain-weight 10 --forget-from memorized",
+)
+OPTIONS = {"--steps": ("steps", int), "--lr": ("lr", float), "--batch-size": ("batch_size", int),
+           "--retain-weight": ("retain_weight", float), "--target-loss": ("target_loss", float),
+           "--method": ("method", str), "--alpha": ("alpha", float), "--forget-from": ("forget_from", str),
+           "--memorized-fpr": ("memorized_fpr", float)}  # fmt: skip
+
+
+def parse_recipe(recipe: str, seed: int) -> UnlearnConfig:
+    """``"--steps 4 --lr 3e-3"`` → an :class:`UnlearnConfig` (the ``bbmia canary unlearn`` flags)."""
+    words = shlex.split(recipe)
+    values = {"seed": seed}
+    for flag, value in zip(words[::2], words[1::2]):
+        name, kind = OPTIONS[flag]
+        values[name] = kind(value)
+    return UnlearnConfig(**values)
+
+
+def scores(model_dir: Path, texts: list[str]) -> list[tuple[float, float]]:
+    """(Min-K% at 20%, loss score) of each text under the model, nats/token."""
+    backend = LocalBackend(LocalConfig(str(model_dir), device="cpu"))
+    try:
+        lps = backend.logprobs(texts)
+    finally:
+        backend.close()
+    min_k = MinK(20.0)
+    return [(min_k.score(t, lp, []), mean_logprob(lp)) for t, lp in zip(texts, lps)]
+
+
+def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path) -> dict:
+    """Unlearn with ``recipe`` at ``seed`` and check the ratio window against the white-box label."""
+    config = parse_recipe(recipe, seed)
+    unlearned = unlearn_canary(canary, str(forget), config, work / "unlearned")
+    record = json.loads((unlearned / "manifest.json").read_text())["unlearning"]
+    items = canary_items(canary)
+    forget_ids = record["forget_ids"]
+    after = dict(zip([it.id for it in items], scores(unlearned, [it.text for it in items])))
+    memorized_after, _ = memorized_members(items, {i: s[1] for i, s in after.items()}, config.memorized_fpr)
+    by_id = {it.id: it for it in items}
+    before = dict(zip(forget_ids, scores(canary, [by_id[i].text for i in forget_ids])))
+    rows = []
+    for i in forget_ids:
+        ratio = score_ratio(before[i][0], after[i][0])
+        rows.append({"id": i, "ratio": ratio, "flagged": in_window(ratio, RATIO_WINDOW),
+                     "still_memorized": i in set(memorized_after)})  # fmt: skip
+    flagged = {r["id"] for r in rows if r["flagged"]}
+    positives = {r["id"] for r in rows if r["still_memorized"]}
+    m = flag_metrics(flagged, positives, forget_ids)
+    tp, fp = m["true_positives"], m["n_flagged"] - m["true_positives"]
+    fn, tn = m["n_positive"] - tp, m["n_audited"] - m["n_flagged"] - (m["n_positive"] - tp)
+    fisher = float(stats.fisher_exact([[tp, fp], [fn, tn]], alternative="greater").pvalue)
+    return {
+        "recipe": recipe, "seed": seed, **m, "fisher_p": fisher, "closeness_auc": closeness_auc(rows),
+        "n_memorized_before": len(record["memorized_before"]["ids"]),
+        "forget_memorized_before": len(set(forget_ids) & set(record["memorized_before"]["ids"])),
+        "forget_loss_before": record["forget_loss_before"], "forget_loss_after": record["forget_loss_after"],
+        "changed_labels": record["changed_labels"],
+        "items_reached": sum(n > 0 for n in record["ascents_per_item"].values()),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--canary", default="cache/canary/6338e872951d", help="a trained GSM8K canary directory")
+    parser.add_argument("--recipes", nargs="+", default=list(DEFAULT_RECIPES), help="bbmia canary unlearn options")
+    parser.add_argument("--seeds", default="0", help="comma-separated unlearning seeds (forget sample, batch order)")
+    parser.add_argument("--forget", type=int, default=50, help="forget-set size")
+    args = parser.parse_args()
+    for recipe in args.recipes:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            work = Path(tempfile.mkdtemp(prefix="unlearning_recipes-"))
+            try:
+                row = measure(Path(args.canary), recipe, seed, args.forget, work)
+            except BlackboxMIAError as exc:  # e.g. fewer memorized members than --forget
+                row = {"recipe": recipe, "seed": seed, "error": str(exc)}
+            finally:
+                shutil.rmtree(work)
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
