@@ -25,8 +25,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from scipy import stats
-
 from blackbox_mia.audits.unlearning import (
     RATIO_WINDOW,
     closeness_auc,
@@ -91,11 +89,8 @@ def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path) -> di
     flagged = {r["id"] for r in rows if r["flagged"]}
     positives = {r["id"] for r in rows if r["still_memorized"]}
     m = flag_metrics(flagged, positives, forget_ids)
-    tp, fp = m["true_positives"], m["n_flagged"] - m["true_positives"]
-    fn, tn = m["n_positive"] - tp, m["n_audited"] - m["n_flagged"] - (m["n_positive"] - tp)
-    fisher = float(stats.fisher_exact([[tp, fp], [fn, tn]], alternative="greater").pvalue)
     return {
-        "recipe": recipe, "seed": seed, **m, "fisher_p": fisher, "closeness_auc": closeness_auc(rows),
+        "recipe": recipe, "seed": seed, **m, "closeness_auc": closeness_auc(rows),
         "n_memorized_before": len(record["memorized_before"]["ids"]),
         "forget_memorized_before": len(set(forget_ids) & set(record["memorized_before"]["ids"])),
         "forget_loss_before": record["forget_loss_before"], "forget_loss_after": record["forget_loss_after"],

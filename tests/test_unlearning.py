@@ -157,6 +157,8 @@ def test_ratio_window_on_hand_made_scores():
     assert in_window(score_ratio(-2.0, -4.0), (0.4, 2.5))
     m = flag_metrics({"a", "d"}, {"a", "b"}, ["a", "b", "c", "d"])
     cis = {f"{k}_ci": m.pop(f"{k}_ci") for k in ("precision", "recall", "base_rate")}
+    # Fisher one-sided: tables with tp >= 1 given the margins (2 flagged, 2 positive of 4): P(1) + P(2) = 4/6 + 1/6
+    assert m.pop("fisher_p") == pytest.approx(5 / 6)
     assert m == {"n_audited": 4, "n_flagged": 2, "n_positive": 2, "true_positives": 1, "precision": 0.5,
                  "recall": 0.5, "base_rate": 0.5}
     # Wilson 95% of 1/2 and 2/4 (z = 1.959964)

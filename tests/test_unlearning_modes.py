@@ -70,6 +70,8 @@ def test_flag_metrics_wilson_intervals():
     assert m["precision_ci"] == pytest.approx([0.30064, 0.95440], abs=1e-4)
     assert m["recall_ci"] == pytest.approx([0.23072, 0.88236], abs=1e-4)
     assert m["base_rate_ci"] == pytest.approx([0.23659, 0.76341], abs=1e-4)
+    # Fisher one-sided, margins 4 flagged / 5 positive of 10: P(tp >= 3) = (C(5,3)C(5,1) + C(5,4)C(5,0)) / C(10,4)
+    assert m["fisher_p"] == pytest.approx((10 * 5 + 5 * 1) / 210)
     none = flag_metrics(set(), set(), ["a"])
     assert none["precision"] is None and none["precision_ci"] is None and none["base_rate_ci"] == [0.0, pytest.approx(0.79346, abs=1e-4)]
 

@@ -145,9 +145,11 @@ def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> 
         ``n_audited``, ``n_flagged``, ``n_positive``, ``true_positives``, ``precision``
         (None without a flagged id), ``recall`` (None without a positive) and ``base_rate``
         (positives / audited), each of the three with its Wilson 95% interval
-        (``precision_ci``, ``recall_ci``, ``base_rate_ci``; None where the share is None).
+        (``precision_ci``, ``recall_ci``, ``base_rate_ci``; None where the share is None), and
+        ``fisher_p``: the one-sided Fisher exact p-value of "positives are enriched among the
+        flagged" (the 2×2 table flagged × positive; 1.0 when nothing or everything is flagged).
         Enrichment shows as ``precision`` clearly above ``base_rate`` (a flagged set drawn at
-        random has precision ``base_rate`` in expectation).
+        random has precision ``base_rate`` in expectation) and a small ``fisher_p``.
     """
     audited_set = set(audited)
     flagged, positives = flagged & audited_set, positives & audited_set
@@ -158,6 +160,9 @@ def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> 
     for name, (k, n) in shares.items():
         out[name] = k / n if n else None
         out[f"{name}_ci"] = list(wilson_interval(k, n)) if n else None
+    fp, fn = len(flagged) - tp, len(positives) - tp
+    table = [[tp, fp], [fn, len(audited_set) - tp - fp - fn]]
+    out["fisher_p"] = float(stats.fisher_exact(table, alternative="greater").pvalue)
     return out
 
 

@@ -144,9 +144,10 @@ def unlearning(
                            f"(Mann-Whitney one-sided p = {d['mann_whitney_p']:.3g})")
         if s["truth"] is not None:
             t = s["truth"]
-            typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "still memorized", "forgotten"],
+            typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "Fisher p", "still memorized",
+                                     "forgotten"],
                                     [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
-                                      t["n_positive"], t["n_forget"]]]))
+                                      t["fisher_p"], t["n_positive"], t["n_forget"]]]))
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
             echo_json_line(s)
