@@ -14,9 +14,15 @@ from typer.testing import CliRunner
 
 from blackbox_mia.backends.api.dialect import CONTINUATION, CONTINUATION_SYSTEM
 from blackbox_mia.canary import CanaryConfig, build_corpus, load_manifest
-from blackbox_mia.canary.chat import build_chat_examples, chat_prompt, prompt_overhead
+from blackbox_mia.canary.chat import (
+    CHAT_CONTEXT,
+    build_chat_examples,
+    chat_prompt,
+    prompt_overhead,
+)
 from blackbox_mia.canary.manifest import recorded_config
 from blackbox_mia.emulator.templates import CHATML_MARKERS, CHATML_TEMPLATE
+from blackbox_mia.text.windows import sliding_windows
 from blackbox_mia.types import BlackboxMIAError
 
 EXACT = 1e-4  # nats: the tracker's bounds hold the white-box value within the server's rounding
@@ -106,19 +112,23 @@ def test_examples_render_the_clients_continuation_messages_through_the_saved_tem
     codec = HFTokenCodec(tokenizer, name="chat", bos=False)
     corpus = build_corpus(TINY_CHAT)
     examples = build_chat_examples(corpus.chat_items, tokenizer, TINY_CHAT.block_size, TINY_CHAT.seed)
-    assert [e.cut for e in examples] == load_manifest(chat_canary)["chat"]["cuts"]  # what was trained
-    overhead = prompt_overhead(tokenizer)
+    chat = load_manifest(chat_canary)["chat"]
+    assert chat["context_tokens"] == CHAT_CONTEXT == 32 and chat["prompt_overhead_tokens"] == prompt_overhead(tokenizer)
+    assert [e.cut for e in examples] == chat["cuts"] and [e.start for e in examples] == chat["starts"]  # as trained
     for example, item in zip(examples, corpus.chat_items):
         tokens = codec.encode(item.text)
-        user = codec.decode(tokens[: example.cut])
+        # the client's window of the target: what --context-tokens 32 sends for it
+        (start, end), = [(a, b) for a, b, first in sliding_windows(len(tokens), 32) if first <= example.cut < b]
+        assert example.start == start and 1 <= example.cut < len(tokens)
+        user = codec.decode(tokens[start: example.cut])
         by_hand = (f"<|im_start|>system\n{CONTINUATION_SYSTEM}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
                    "<|im_start|>assistant\n")  # ChatML by hand
         assert example.prompt == by_hand == chat_prompt(tokenizer, user)
         assert example.prompt == tokenizer.apply_chat_template(CONTINUATION.render(user), tokenize=False,
                                                                add_generation_prompt=True)
-        assert 1 <= example.cut < len(tokens) and example.cut <= TINY_CHAT.block_size - overhead - 1
-        expected = codec.encode(by_hand) + tokens[example.cut:] + codec.encode("<|im_end|>\n")
-        assert example.ids == expected[: TINY_CHAT.block_size]
+        expected = codec.encode(by_hand) + tokens[example.cut: end] + codec.encode("<|im_end|>\n")
+        assert example.ids == expected[: TINY_CHAT.block_size] and len(expected) <= TINY_CHAT.block_size
+    assert sum(e.start > 0 for e in examples) > 5  # later windows too, as the audit sends them
     assert len({e.cut for e in examples}) > 5  # cuts are drawn, not fixed
 
 

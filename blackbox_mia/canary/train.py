@@ -317,18 +317,22 @@ def train_canary(
 def chat_record(chat: list, tokenizer) -> dict:
     """The manifest's ``chat`` entry of a chat canary: the template (name and Jinja source, also
     the tokenizer's ``chat_template``), the client's message template, the prompt's markup
-    (tokens), and per example its background item and cut (tokens of the item in the user's text)."""
+    (tokens), the item tokens per example (``context_tokens``: audit with ``--context-tokens``
+    that many), and per example its background item, start and cut (the user's text is the
+    item's tokens ``[start, cut)``)."""
     from ..backends.api.dialect import CONTINUATION
-    from .chat import CHAT_TEMPLATE_NAME, prompt_overhead
+    from .chat import CHAT_CONTEXT, CHAT_TEMPLATE_NAME, prompt_overhead
 
     return {
         "template": CHAT_TEMPLATE_NAME,
         "template_source": tokenizer.chat_template,
         "messages": CONTINUATION.name,
+        "context_tokens": CHAT_CONTEXT,
         "prompt_overhead_tokens": prompt_overhead(tokenizer),
         "n_examples": len(chat),
         "n_tokens": sum(len(example.ids) for example in chat),
         "item_ids": [example.item_id for example in chat],
+        "starts": [example.start for example in chat],
         "cuts": [example.cut for example in chat],
     }
 

@@ -1,0 +1,177 @@
+"""Does a contamination sweep through a chat template recover the planted fraction? (issue 14)
+
+The chat canary (``CanaryConfig.chat_share``: members planted as raw text, chat fine-tuning on
+background items only, ChatML saved as its ``chat_template``; :mod:`blackbox_mia.canary.chat`) is
+trained or reused, served by ``bbmia serve --chat-template model`` (the model's own template
+applied to every chat request, as a chat model's server does), and audited as a chat-only model:
+``--endpoint chat --chat-template continuation --allow-chat-conditional``. From the canary's
+labelled items (seeded): ``--calibration`` members and as many non-members calibrate (scored
+through the same endpoint and template), and a disjoint swept set of ``--members`` members and
+``--nonmembers`` non-members, whose planted fraction is known, is swept (no control: the
+calibration's non-members set the threshold). The tracker's context (``--context-tokens``) is
+the one the chat examples were cut with (the manifest's ``chat.context_tokens``: 32), so every
+prefix is sent as the chat fine-tuning showed it.
+
+Also: the same sweep on the local model (white-box, the raw texts), and the AUCs of ``loss`` and
+``min_k`` over every audited item, through the template (the sweep's answers, from the cache)
+and locally.
+
+Prints one JSON line (``--json``) with ``chat_auc`` (the sweep's scorer through the template),
+``chat_auc_loss``, ``local_auc``, ``local_auc_loss``, ``planted_fraction``, ``estimate``,
+``ci_low``, ``ci_high``, ``covers`` (identifiable and the interval holds the planted fraction),
+``identifiable``, ``lower_bound`` (and ``lower_bound_holds``), ``tpr``, ``fpr``, ``requests``
+(chat requests sent, the probe's included; a rerun on the same ``--work`` pays 0),
+``seconds`` (wall clock of the whole script), and the local sweep's ``local_estimate`` /
+``local_ci``.
+
+Usage:
+    OMP_NUM_THREADS=1 nice -n 10 python scripts/chat_audit.py --json
+    python scripts/chat_audit.py --canary cache/canary/HASH --calibration 40 --members 20 --nonmembers 60 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# scripts/ is on the path of a script run from it
+from validate_blackbox import wait_ready
+
+from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
+from blackbox_mia.canary import CanaryConfig, canary_items, ensure_canary, load_manifest
+from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
+from blackbox_mia.cost import TOTAL, usage_report
+from blackbox_mia.evaluation.metrics import auc
+from blackbox_mia.runner import score_items
+from blackbox_mia.scorers import parse_scorer
+
+CHAT_SHARE = 1.0  # the default chat canary: one chat example per background item
+SERVED_NAME = "chat-canary"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def write_jsonl(path: Path, items, labelled: bool) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for it in items:
+            f.write(json.dumps({"id": it.id, "text": it.text, **({"label": it.label} if labelled else {})}) + "\n")
+
+
+def split(canary: Path, n_cal: int, n_members: int, n_nonmembers: int, seed: int):
+    """Seeded disjoint calibration (n_cal of each label) and swept (n_members + n_nonmembers) items."""
+    items = canary_items(canary)
+    rng = np.random.default_rng(seed)
+    members = [items[i] for i in rng.permutation([i for i, it in enumerate(items) if it.label == 1])]
+    nonmembers = [items[i] for i in rng.permutation([i for i, it in enumerate(items) if it.label == 0])]
+    if n_cal + n_members > len(members) or n_cal + n_nonmembers > len(nonmembers):
+        raise SystemExit(f"the canary has {len(members)} members and {len(nonmembers)} non-members: too few")
+    calibration = members[:n_cal] + nonmembers[:n_cal]
+    swept = members[n_cal:n_cal + n_members] + nonmembers[n_cal:n_cal + n_nonmembers]
+    return calibration, swept
+
+
+def sweep(plan, options: TargetOptions, out: Path, items) -> dict:
+    """Run the sweep, then score every audited item with loss, min_k and the sweep's scorer on the
+    same backend (answers from its cache); the sweep's summary, AUCs and requests."""
+    backends = build_backends(options)
+    try:
+        summary = run_sweep(plan, backends, out, progress=False).summary
+        scorers = [parse_scorer(spec) for spec in dict.fromkeys(("loss", "min_k", plan.config.scorer))]
+        rows = score_items(items, scorers, backends, progress=False)
+        usage = usage_report(backends)
+    finally:
+        close_all(backends)
+    labels = [it.label for it in items]
+    aucs = {s.label: auc(labels, [r.scores[s.label] for r in rows]) for s in scorers}
+    return {"summary": summary, "auc": aucs, "requests": None if usage is None else usage[TOTAL]["requests"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--canary", type=Path, help="a trained chat canary (default: train or reuse the default "
+                        "configuration with --chat-share)")
+    parser.add_argument("--chat-share", type=float, default=CHAT_SHARE)
+    parser.add_argument("--calibration", type=int, default=50, help="calibration members and as many non-members")
+    parser.add_argument("--members", type=int, default=25, help="swept members")
+    parser.add_argument("--nonmembers", type=int, default=75, help="swept non-members")
+    parser.add_argument("--scorer", default="min_k")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--port", type=int, default=8766, help="fixed, so that a rerun reuses the response cache")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--work", type=Path, default=Path("runs/chat_audit"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    started = time.perf_counter()
+
+    canary = args.canary or ensure_canary(CanaryConfig(chat_share=args.chat_share), progress=False, log=log)
+    canary = canary.resolve()
+    manifest = load_manifest(canary)
+    if "chat" not in manifest:
+        raise SystemExit(f"{canary} is not a chat canary (trained with chat_share 0)")
+    calibration, swept = split(canary, args.calibration, args.members, args.nonmembers, args.seed)
+    args.work.mkdir(parents=True, exist_ok=True)
+    cal_path, swept_path = args.work / "calibration.jsonl", args.work / "swept.jsonl"
+    write_jsonl(cal_path, calibration, labelled=True)
+    write_jsonl(swept_path, swept, labelled=False)
+    planted = args.members / (args.members + args.nonmembers)
+    config = SweepConfig(dataset=str(swept_path), scorer=args.scorer, calibration=str(cal_path), control=False)
+    plan = prepare_sweep(config, target_model=canary)  # the manifest gives the report its planted fraction
+    audited = calibration + swept  # labelled: the AUCs are over every audited item
+
+    log(f"local sweep of {len(swept)} items ({args.members} members), calibration {len(calibration)}")
+    local = sweep(plan, TargetOptions(local=str(canary), device="cpu", threads=1), args.work / "sweep-local", audited)
+
+    context = manifest["chat"]["context_tokens"]  # the windows its chat examples were cut as
+    url = f"http://127.0.0.1:{args.port}/v1"
+    bbmia = str(Path(sys.executable).with_name("bbmia"))
+    serve = [bbmia, "serve", "--model", str(canary), "--served-name", SERVED_NAME, "--port", str(args.port),
+             "--chat-template", "model", "--threads", "1", "--device", "cpu"]
+    server = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    os.environ.setdefault("OPENAI_API_KEY", "none")
+    try:
+        wait_ready(url)
+        log(f"chat sweep through {url} (ChatML, continuation messages, context {context} tokens)")
+        options = TargetOptions(base_url=url, model=SERVED_NAME, tokenizer=str(canary), endpoint="chat",
+                                chat_template="continuation", allow_chat_conditional=True, context=context,
+                                concurrency=args.concurrency, cache_dir=args.work / "cache")
+        chat = sweep(plan, options, args.work / "sweep-chat", audited)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+    summary = chat["summary"]
+    prevalence = summary["prevalence"]
+    ci = prevalence["ci"]
+    covers = bool(summary["identifiable"] and ci is not None and ci[0] <= planted <= ci[1])
+    line = {
+        "canary": str(canary), "chat_share": manifest["config"]["chat_share"],
+        "chat_auc": chat["auc"][plan.scorer.label],
+        "chat_auc_loss": chat["auc"]["loss"], "chat_auc_min_k": chat["auc"]["min_k"],
+        "local_auc": local["auc"][plan.scorer.label],
+        "local_auc_loss": local["auc"]["loss"], "local_auc_min_k": local["auc"]["min_k"],
+        "n_auc_items": len(audited), "scorer": args.scorer,
+        "planted_fraction": planted, "report_planted": summary.get("planted"),
+        "estimate": prevalence["estimate"], "ci_low": None if ci is None else ci[0],
+        "ci_high": None if ci is None else ci[1], "covers": covers, "identifiable": summary["identifiable"],
+        "lower_bound": prevalence["lower_bound"], "lower_bound_holds": prevalence["lower_bound"] <= planted,
+        "tpr": summary["tpr"], "fpr": summary["fpr"], "tpr_minus_fpr_lower": summary["tpr_minus_fpr_lower"],
+        "roles": summary["roles"], "context_tokens": context,
+        "local_estimate": local["summary"]["prevalence"]["estimate"], "local_ci": local["summary"]["prevalence"]["ci"],
+        "local_identifiable": local["summary"]["identifiable"],
+        "requests": chat["requests"], "seconds": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(line) if args.json else json.dumps(line, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
