@@ -310,6 +310,19 @@ class ApiClient:
             ApiError: the last failure, with its fault class (a 500 answering the same body
                 twice in a row is final).
         """
+        tokens = estimate_tokens(payload)
+        try:  # the first attempt without tenacity's machinery (a sixth of the loop's CPU per request)
+            return await self._send(dialect, payload, tokens)
+        except (openai.APIError, Malformed) as exc:
+            failure: BaseException | None = exc  # tenacity's first attempt: classified, waited on, counted
+
+        async def send() -> tuple[dict, dict]:
+            nonlocal failure
+            if failure is not None:
+                exc, failure = failure, None
+                raise exc
+            return await self._send(dialect, payload, tokens)
+
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda exc: fault_of(exc) != "final"),
             wait=Backoff(self.config.backoff_base_s, self.config.backoff_max_s),
@@ -317,7 +330,6 @@ class ApiClient:
             before_sleep=self._note_retry,
             reraise=True,
         )
-        tokens = estimate_tokens(payload)
         attempts, last_500 = 0, None
         try:
             async for attempt in retrying:
@@ -325,7 +337,7 @@ class ApiClient:
                     attempts += 1
                     previous, last_500 = last_500, None
                     try:
-                        answer = await self._send(dialect, payload, tokens)
+                        answer = await send()
                     except openai.APIStatusError as exc:
                         if exc.status_code == 500:
                             last_500 = exc.response.content
