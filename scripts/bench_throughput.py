@@ -92,17 +92,17 @@ class ReplayProxy:
 
     def reset(self) -> None:
         self.requests = self.misses = self.in_flight = self.max_in_flight = 0
-        self.first = self.last = None  # (monotonic time, client CPU seconds)
+        self.first = self.last = None  # (monotonic time, client CPU seconds, this process's CPU seconds)
         self._busy_s = 0.0  # integral of in-flight requests over time (request-seconds)
 
-    def _sample(self) -> tuple[float, float | None]:
+    def _sample(self) -> tuple[float, float | None, float]:
         cpu = None
         if self.pid is not None:
             try:
                 cpu = process_cpu_s(self.pid)
             except (OSError, IndexError):
                 pass
-        return time.monotonic(), cpu
+        return time.monotonic(), cpu, time.process_time()
 
     async def start(self) -> str:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
@@ -151,10 +151,10 @@ class ReplayProxy:
 
     def measurement(self) -> dict:
         """What the server saw since :meth:`reset`."""
-        (t0, cpu0), (t1, cpu1) = self.first, self.last
+        (t0, cpu0, own0), (t1, cpu1, own1) = self.first, self.last
         span = max(t1 - t0, 1e-9)
         return {"requests": self.requests, "misses": self.misses, "span_s": span,
-                "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+                "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0, "server_cpu_s": own1 - own0,
                 "max_in_flight": self.max_in_flight, "mean_in_flight": self._busy_s / span}
 
 
@@ -223,7 +223,9 @@ def concurrency_lines(
     Returns:
         Per concurrency: ``{"strategy", "command", "concurrency", "latency_ms", "texts",
         "requests", "wall_s", "span_s", "ideal_ratio", "achieved_rps", "ideal_rps",
-        "cpu_ms_per_request", "cpu_ms_per_request_total", "max_in_flight", "mean_in_flight",
+        "cpu_ms_per_request", "cpu_ms_per_request_total", "server_cpu_share" (CPU seconds of the
+        replaying server's process per second of the span: near 1, the server, not the client,
+        limits the rate), "max_in_flight", "mean_in_flight",
         "replay_misses"}`` (seconds, requests per second, CPU milliseconds per request).
 
     Raises:
@@ -281,6 +283,7 @@ def _measure(proxy: ReplayProxy, url: str, root: Path, model_dir: Path, concurre
             "cpu_ms_per_request": None if seen["cpu_s"] is None
             else round(1000 * seen["cpu_s"] / seen["requests"], 3),
             "cpu_ms_per_request_total": round(1000 * cpu / seen["requests"], 3),
+            "server_cpu_share": round(seen["server_cpu_s"] / seen["span_s"], 3),
             "max_in_flight": seen["max_in_flight"], "mean_in_flight": round(seen["mean_in_flight"], 1),
             "replay_misses": seen["misses"], "client": str(client_tree) if client_tree else "installed",
         })
