@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
@@ -61,10 +62,12 @@ from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 
 ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
-# 4 steps of 8 windows (about a third of the forget set's 104 windows) at a high rate, the KL
-# retain term at weight 10: chosen, before any audit ran, for uneven forgetting (Min-K% ratios
-# 0.98..1.43 across the forget set, 34 of 50 inside the paper's window), not on the labels.
-UNLEARN_RECIPE = "--steps 4 --lr 3e-3 --retain-weight 10"
+# The forget set among the members the canary memorized before (the paper's setting), 6 gradient-ascent
+# steps of 8 windows at a high rate with the KL retain term at weight 10: of the recipes tried on
+# unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in docs/audits.md), the one
+# with the smallest Fisher p of enrichment; measured on a fresh seed (--unlearn-seed, default 1).
+UNLEARN_RECIPE = "--steps 6 --lr 3e-3 --retain-weight 10 --forget-from memorized"
+TUNE_SEED = 0  # the unlearning seed the recipe was chosen on: never the measured one
 
 
 def has_command(name: str) -> bool:
@@ -145,6 +148,7 @@ def unlearning_keys(audit: dict, prefix: str) -> dict:
     truth, completion, diff = audit["truth"], audit["completion"], audit["completion_difference"]
     out = {f"{prefix}{k}": truth[k] for k in ("precision", "recall", "base_rate")}
     out.update({f"{prefix}{k}_ci": truth[f"{k}_ci"] for k in ("precision", "recall", "base_rate")})
+    out[f"{prefix}fisher_p"] = truth["fisher_p"]
     out[f"{prefix}n_flagged"], out[f"{prefix}n_audited"] = truth["n_flagged"], truth["n_audited"]
     out[f"{prefix}closeness_auc"] = truth["closeness_auc"]
     for measure in ("rouge_l_recall", "approximate"):
@@ -160,26 +164,33 @@ def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
     set with ``bbmia unlearning`` (story completion, then Q&A mode, then optionally through
     ``bbmia serve``); the ``unlearning_*`` keys of the summary."""
     trained = bbmia("canary", "train", "--quiet", "--seed", str(args.seed), *cache)
-    unlearned = bbmia("canary", "unlearn", trained["path"], "--forget", str(args.forget), "--seed", str(args.seed),
-                      *args.unlearn_args.split())  # fmt: skip
+    if args.unlearn_seed == TUNE_SEED:
+        print(f"warning: --unlearn-seed {TUNE_SEED} is the seed the recipe was chosen on: not a fresh measurement",
+              file=sys.stderr)
+    unlearned = bbmia("canary", "unlearn", trained["path"], "--forget", str(args.forget), "--seed",
+                      str(args.unlearn_seed), *args.unlearn_args.split())  # fmt: skip
     record = load_manifest(unlearned["path"])["unlearning"]
     forget_file = f"{unlearned['path']}/forget_items.jsonl"
-    common = ("--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.seed), "--quiet")
+    common = ("--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.unlearn_seed), "--quiet")
     before, after = f"local:{trained['path']}", f"local:{unlearned['path']}"
-    out = f"{args.out_dir}/unlearning"
+    out = f"{args.out_dir}/unlearning-{Path(unlearned['path']).name}"  # one folder per unlearned canary (resumable)
     audit = bbmia("unlearning", forget_file, "--before", before, "--after", after, "--prompt-words",
                   str(args.prompt_words), *common, "--out", out)  # fmt: skip
-    qa_file = qa_pairs(forget_file, Path(args.out_dir) / "unlearning_qa" / "qa.jsonl")
+    qa_file = qa_pairs(forget_file, Path(f"{out}-qa") / "qa.jsonl")
     qa = bbmia("unlearning", str(qa_file), "--qa", "--before", before, "--after", after, *common,
-               "--truth", unlearned["path"], "--out", f"{args.out_dir}/unlearning_qa")  # fmt: skip
+               "--truth", unlearned["path"], "--out", f"{out}-qa")  # fmt: skip
     reached = sum(n > 0 for n in record["ascents_per_item"].values())
+    memorized_before = set(record["memorized_before"]["ids"])
     summary = {
         **unlearning_keys(audit, "unlearning_"),
         **unlearning_keys(qa, "unlearning_qa_"),
         "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"], "recipe": args.unlearn_args,
+                       "unlearn_seed": args.unlearn_seed, "tune_seed": TUNE_SEED,
                        "forget_loss_before": unlearned["forget_loss_before"],
                        "forget_loss_after": unlearned["forget_loss_after"],
-                       "forget_items_reached": reached, "n_forget": len(record["forget_ids"]), "report": out},
+                       "forget_items_reached": reached, "n_forget": len(record["forget_ids"]),
+                       "n_memorized_before": len(memorized_before),
+                       "forget_memorized_before": len(memorized_before & set(record["forget_ids"])), "report": out},
     }
     if args.serve:
         summary["unlearning_blackbox"] = unlearning_through_serve(args, trained["path"], unlearned["path"], forget_file,
@@ -194,7 +205,7 @@ def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str
     from blackbox_mia.backends.local import LocalBackend, LocalConfig
     from blackbox_mia.emulator import ServerConfig, serve_in_background
 
-    out = f"{args.out_dir}/unlearning_blackbox"
+    out = f"{local_out}-blackbox"
     models = [LocalBackend(LocalConfig(path, device="cpu")) for path in (canary, unlearned)]
     try:
         with serve_in_background(ServerConfig(canary), backend=models[0]) as url_before, \
@@ -232,6 +243,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the canary and the bootstrap")
     parser.add_argument("--canary-args", default="", help="more `bbmia canary train` options, e.g. '--epochs 3'")
     parser.add_argument("--forget", type=int, default=50, help="members of the GSM8K canary to unlearn")
+    parser.add_argument("--unlearn-seed", type=int, default=1, help="seed of the forget sample, the unlearning "
+                        f"batches and the sampling (default 1: fresh; the recipe was chosen on {TUNE_SEED})")
     parser.add_argument("--unlearn-args", default=UNLEARN_RECIPE,
                         help=f"more `bbmia canary unlearn` options (default: {UNLEARN_RECIPE!r}, a short strong schedule)")
     parser.add_argument("--prompt-words", type=int, default=24, help="story-completion prompt words (GSM8K items are short)")
