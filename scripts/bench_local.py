@@ -14,15 +14,22 @@ are saved once under ``--work-dir``.
 Every (model, setting) runs in a fresh process, so that its peak RSS is its own, and the
 settings are interleaved round by round (the order alternates), so a change in the machine's
 load hits both alike. Settings: ``batched`` (all texts in one ``logprobs`` call) and ``single``
-(one call per text), at the backend's default threads and memory budget unless given.
+(one call per text), at the backend's default memory budget unless given, and at the same
+threads: ``--threads``, else the backend's default (:func:`default_threads`, which reads the load
+average) read once here, so that every run gets the same.
 ``--before DIR`` adds the same runs of another source tree (e.g. ``git archive REV
 blackbox_mia | tar -x -C DIR``), labelled ``"code": "before"``.
 
 Output: one JSON line per run with ``model``, ``setting``, ``code``, ``tokens_per_s``,
 ``peak_rss_gb`` (and ``peak_gpu_gb`` on CUDA), ``forward_calls`` (passes of the model's base
 network), ``texts``, ``tokens``, ``seconds``, ``threads``, ``load_avg`` (1-minute, at the start
-and end), ``max_abs_diff_vs_batched`` (nats, for ``single``), then one ``"setting": "summary"``
-line per model and code: median tokens/s of each setting, their ratio, the largest peak RSS.
+and end), ``matmul_gflops`` (the rate of the forward pass's matrix products: tokens/s × their
+FLOPs per token), ``max_abs_diff_vs_batched`` (nats, for ``single``); on CPU one ``"setting":
+"peak"`` line per model: this machine's matrix-product GFLOP/s on the model's shapes (body and
+output embedding, same threads and dtype) and ``ceiling_tokens_per_s``, what a pass doing
+nothing but those products could reach; then one ``"setting": "summary"`` line per model and
+code: median tokens/s of each setting, their ratio, the largest peak RSS, and
+``ceiling_over_single`` (no batching can beat single by more than this).
 Texts: the first ``--n`` GSM8K test problems in the canary's text format. Vocabulary statistics
 (Min-K%++) are off unless ``--vocab-stats`` (as for every scorer but Min-K%++).
 """
@@ -46,6 +53,8 @@ SHAPES = {
 """Random GPT-2-shaped models the script builds (vocabulary: r50k_base, 50,257)."""
 
 SETTINGS = ("batched", "single")
+PEAK_ROWS = 2048  # rows of the matrix products timed by the ``peak`` worker
+PEAK_SECONDS = 2.0  # time spent on each product
 
 
 def build_random_model(name: str, work_dir: Path) -> Path:
@@ -71,6 +80,40 @@ def build_random_model(name: str, work_dir: Path) -> Path:
     model = build_gpt2(len(tokenizer), seed=0, **SHAPES[name])
     model.config.bos_token_id = model.config.eos_token_id = model.config.pad_token_id = tokenizer.eos_token_id
     return save_model_dir(path, model, tokenizer)
+
+
+def matmul_flops_per_token(config) -> tuple[float, float]:
+    """(body, head) FLOPs per token of a GPT-2 forward pass's matrix products: 2 × the weights of
+    every block's projections (q/k/v, output, MLP up and down) and 2 × vocabulary × width for
+    the output embedding (attention scores and softmax are left out: a lower bound)."""
+    d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
+    return 2.0 * config.n_layer * (3 * d * d + d * d + 2 * d * inner), 2.0 * config.vocab_size * d
+
+
+def peak_worker(args: argparse.Namespace) -> None:
+    """This machine's matrix-product speed on the model's shapes, at the given threads and dtype:
+    prints ``{"gemm_gflops": {"body", "head"}, "ceiling_tokens_per_s", ...}``, the tokens/s a
+    forward pass could reach if it did nothing but these products at that speed."""
+    import torch
+    from transformers import AutoConfig
+
+    torch.set_num_threads(args.threads)
+    config = AutoConfig.from_pretrained(args.worker)
+    dtype = torch.float32 if args.dtype == "auto" else getattr(torch, args.dtype)
+    d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
+    speed = {}
+    for part, cols in (("body", inner), ("head", config.vocab_size)):
+        a, b = torch.randn(PEAK_ROWS, d, dtype=dtype), torch.randn(d, cols, dtype=dtype)
+        a @ b  # warm-up
+        start, done = time.perf_counter(), 0
+        while time.perf_counter() - start < PEAK_SECONDS:
+            a @ b
+            done += 1
+        speed[part] = 2.0 * PEAK_ROWS * d * cols * done / (time.perf_counter() - start) / 1e9
+    body, head = matmul_flops_per_token(config)
+    print(json.dumps({"gemm_gflops": {k: round(v, 1) for k, v in speed.items()}, "threads": torch.get_num_threads(),
+                      "dtype": str(dtype).removeprefix("torch."),
+                      "ceiling_tokens_per_s": round(1e9 / (body / speed["body"] + head / speed["head"]), 1)}))
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -105,11 +148,13 @@ def worker(args: argparse.Namespace) -> None:
     seconds = time.perf_counter() - start
     tokens = sum(r.n_tokens for r in results)
     np.save(args.save, np.concatenate([r.logprobs for r in results]))
+    flops = sum(matmul_flops_per_token(backend.model.config))
     row = {
         "texts": len(texts),
         "tokens": tokens,
         "seconds": round(seconds, 3),
         "tokens_per_s": round(tokens / seconds, 1),
+        "matmul_gflops": round(tokens / seconds * flops / 1e9, 1),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "forward_calls": calls[0],
         "device": str(backend.device),
@@ -153,11 +198,11 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None, help="source tree of the code to compare with")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the random models are saved")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--setting", choices=SETTINGS, default="batched", help=argparse.SUPPRESS)
+    parser.add_argument("--setting", choices=(*SETTINGS, "peak"), default="batched", help=argparse.SUPPRESS)
     parser.add_argument("--save", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args)
+        peak_worker(args) if args.setting == "peak" else worker(args)
         return
 
     from blackbox_mia.canary import CanaryConfig
@@ -176,6 +221,10 @@ def main() -> None:
             models[name] = build_random_model(name, work_dir)
         else:
             raise SystemExit(f"unknown model {name!r}: canary, {', '.join(SHAPES)}")
+    if args.threads is None and args.device != "cuda":  # the default, read once: every run gets the same
+        from blackbox_mia.backends.local.resources import default_threads
+
+        args.threads = default_threads()
     codes = {"after": Path(__file__).resolve().parents[1]} | ({"before": args.before.resolve()} if args.before else {})
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,6 +243,12 @@ def main() -> None:
                             row["max_abs_diff_vs_batched"] = float(np.abs(np.load(save) - np.load(reference)).max())
                     rows.append(row)
                     print(json.dumps(row) if args.json else _line(row), flush=True)
+    ceilings = {}
+    if args.device != "cuda":
+        for name, path in models.items():
+            ceilings[name] = run_one(args, path, "peak", codes["after"], Path(os.devnull))
+            print(json.dumps({"model": name, "setting": "peak", **ceilings[name]}) if args.json
+                  else _line({"model": name, "setting": "peak", **ceilings[name]}), flush=True)
     for name in models:
         for code in codes:
             mine = {s: [r for r in rows if r["model"] == name and r["code"] == code and r["setting"] == s] for s in SETTINGS}
@@ -205,6 +260,8 @@ def main() -> None:
                 **{f"{s}_peak_rss_gb": max(r["peak_rss_gb"] for r in mine[s]) for s in SETTINGS},
                 "load_avg": [min(min(r["load_avg"]) for r in rows), max(max(r["load_avg"]) for r in rows)],
             }
+            if name in ceilings:  # the most any setting could reach at these threads, over single
+                summary["ceiling_over_single"] = round(ceilings[name]["ceiling_tokens_per_s"] / speed["single"], 2)
             print(json.dumps(summary) if args.json else _line(summary), flush=True)
 
 
