@@ -21,7 +21,8 @@ followed by the rest of the audit's window as the assistant's answer:
 * the training ids are the rendered prompt's tokens as the server tokenizes them (special-token
   strings split into ordinary tokens, no BOS: :meth:`~blackbox_mia.tokenizers.hf.HFTokenCodec.encode`),
   then the assistant's answer ``t[cut:end]`` (the first is the target the client reads, by
-  id), then the template's end of the assistant's turn, cut to ``block_size`` tokens.
+  id), then the template's end of the assistant's turn, cut to ``block_size`` tokens; the loss
+  counts the answer and the end of the turn only (``answer_at``), as chat fine-tuning does.
 
 Why short windows: the membership signal crosses the template only where the model has
 learned to continue a user's text after the markup (~30 tokens of ChatML and system message
@@ -62,6 +63,8 @@ class ChatExample:
         cut: the item's token the assistant's answer starts with (the user's text is the item's
             tokens ``[start, cut)``).
         prompt: the rendered prompt text, as the server renders the request (assistant's turn opened).
+        answer_at: index in ``ids`` of the answer's first token (the prompt's length in tokens):
+            training counts the loss from there on (the answer and the end of the turn).
         ids: the training token ids (at most ``block_size``): the prompt's tokens, the item's
             tokens from ``cut`` to the window's end, the end of the assistant's turn.
     """
@@ -70,6 +73,7 @@ class ChatExample:
     start: int
     cut: int
     prompt: str
+    answer_at: int
     ids: list[int]
 
 
@@ -128,6 +132,7 @@ def build_chat_examples(items: list[Item], tokenizer, block_size: int, seed: int
         if not full.startswith(prompt + answer):
             raise BlackboxMIAError("canary: the chat template does not render the assistant's answer right after "
                                    "the prompt with the assistant's turn opened")
-        ids = codec.encode(prompt) + tokens[cut:end] + codec.encode(full[len(prompt) + len(answer):])
-        examples.append(ChatExample(item.id, start, cut, prompt, ids[:block_size]))
+        prompt_ids = codec.encode(prompt)
+        ids = prompt_ids + tokens[cut:end] + codec.encode(full[len(prompt) + len(answer):])
+        examples.append(ChatExample(item.id, start, cut, prompt, len(prompt_ids), ids[:block_size]))
     return examples
