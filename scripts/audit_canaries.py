@@ -18,30 +18,32 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   a Jeffreys Beta for the document's share, so the FPR and TPR are not taken as known);
   per kind of document in ``by_kind``;
 * ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate`` (each with a Wilson
-  95% ``_ci``): the unlearning audit checked against the unlearned GSM8K canary. The script
-  trains (or reuses) the default GSM8K canary, unlearns a seeded forget set of 50 members
-  (``bbmia canary unlearn``, :data:`UNLEARN_RECIPE` unless ``--unlearn-args``), and runs ``bbmia
-  unlearning --before CANARY --after UNLEARNED`` on the forget set (``forget_items.jsonl``, the
-  texts an auditor would ask about); the label is the white-box one (a forgotten member still
-  memorized: its loss score under the unlearned canary above the non-members' 95% quantile), the
-  base rate the share of the audited texts still memorized. ``unlearning_closeness_auc``: AUC of
-  ``-|ln ratio|`` for that label. ``unlearning_rouge_l_flagged`` / ``_unflagged`` (and
-  ``_approximate_``): mean similarity of sampled continuations to the truth, flagged vs
-  unflagged, ``_difference`` with a bootstrap CI and a Mann-Whitney p. ``unlearning_qa_*``: the
-  same in Q&A mode (question = the text up to ``\nAnswer:``, reference = the answer).
-  ``--serve``: ``unlearning_blackbox`` reruns the story audit with both models behind ``bbmia
-  serve`` (per-text score differences, flags that differ, its own keys).
+  95% ``_ci``) and ``unlearning_fisher_p`` (one-sided Fisher exact test of enrichment): the
+  unlearning audit checked against the unlearned GSM8K canary. The script trains (or reuses) the
+  default GSM8K canary (``--unlearn-canary-args`` for another), unlearns a forget set of 50 members
+  drawn among those it memorized (``bbmia canary unlearn``, :data:`UNLEARN_RECIPE` unless
+  ``--unlearn-args``, seed ``--unlearn-seed``), and runs ``bbmia unlearning --before CANARY --after
+  UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask about); the
+  label is the white-box one (a forgotten member still memorized: its loss score under the
+  unlearned canary above the non-members' 95% quantile), the base rate the share of the audited
+  texts still memorized. ``unlearning_closeness_auc``: AUC of ``-|ln ratio|`` for that label.
+  ``unlearning_rouge_l_flagged`` / ``_unflagged`` (and ``_approximate_``): mean similarity of
+  sampled continuations to the truth, flagged vs unflagged, ``_difference`` with a bootstrap CI
+  and a Mann-Whitney p. ``unlearning_qa_*``: the same in Q&A mode (question = the text up to
+  ``\nAnswer:``, reference = the answer). ``--serve``: ``unlearning_blackbox`` reruns the story
+  audit with both models behind ``bbmia serve`` (per-text score differences, flags that differ,
+  its own keys).
 
-  Measured (2 shared CPU cores, about 20 min with ``--serve`` under load): documents_auc 0.881
-  [0.742, 0.990]; truth inside the corrected CI for 42 of 44 documents (raw Wilson: 14 of 44,
-  it estimates the flagged share, not the planted one). Unlearning (27 of 50 items reached by the
-  4 steps): 34 of 50 flagged, precision 0.559 [0.395, 0.711] vs base rate 0.50 [0.366, 0.634],
-  recall 0.76 [0.566, 0.885], closeness AUC 0.707 (0.460 with the gentle recipe 20 steps / lr
-  1e-4 / retain 1). 20 samples: ROUGE-L recall flagged 0.123 vs unflagged 0.112 (difference
-  0.011 [-0.006, 0.027], p = 0.049), approximate 0.205 vs 0.223; Q&A 0.111 vs 0.106 (p = 0.39).
-  Black box = local (``--serve``): unlearning, largest score difference 2.8e-7 nats/token, 0
-  flags differ; documents, 563 chunks, 3.4e-7, 0 flags and 0 rates differ, the same AUC. The
-  enrichment the issue asks for is weak (precision's CI overlaps the base rate); see docs/audits.md.
+  Measured (``python scripts/audit_canaries.py --serve --json``, 2 shared CPU cores, 6 min with the
+  document audit resumed from its files): documents_auc 0.881 [0.742, 0.990]; truth inside the
+  corrected CI for 42 of 44 documents (raw Wilson: 14 of 44, it estimates the flagged share, not the
+  planted one). Unlearning (seed 1; the recipe was chosen on seed 0, every recipe tried is in
+  docs/unlearning-ground-truth.md): 14 of 50 flagged, precision 0.929 [0.685, 0.987] vs base rate
+  0.68 [0.542, 0.792], Fisher p = 0.017, recall 0.382 [0.239, 0.550], closeness AUC 0.776. 20
+  samples: ROUGE-L recall flagged 0.124 vs unflagged 0.121 (difference 0.003 [-0.014, 0.021],
+  p = 0.33): no difference; approximate 0.198 vs 0.215; Q&A 0.110 vs 0.126. Black box = local
+  (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags differ;
+  documents, 563 chunks, 3.4e-7, 0 flags and 0 rates differ, the same AUC.
 
 Usage:
     python scripts/audit_canaries.py --json
@@ -163,7 +165,7 @@ def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
     """Train or reuse the GSM8K canary, unlearn ``args.forget`` of its members, audit the forget
     set with ``bbmia unlearning`` (story completion, then Q&A mode, then optionally through
     ``bbmia serve``); the ``unlearning_*`` keys of the summary."""
-    trained = bbmia("canary", "train", "--quiet", "--seed", str(args.seed), *cache)
+    trained = bbmia("canary", "train", "--quiet", "--seed", str(args.seed), *cache, *args.unlearn_canary_args.split())
     if args.unlearn_seed == TUNE_SEED:
         print(f"warning: --unlearn-seed {TUNE_SEED} is the seed the recipe was chosen on: not a fresh measurement",
               file=sys.stderr)
@@ -243,6 +245,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the canary and the bootstrap")
     parser.add_argument("--canary-args", default="", help="more `bbmia canary train` options, e.g. '--epochs 3'")
     parser.add_argument("--forget", type=int, default=50, help="members of the GSM8K canary to unlearn")
+    parser.add_argument("--unlearn-canary-args", default="", help="more `bbmia canary train` options for the "
+                        "GSM8K canary that is unlearned, e.g. '--dup 64 --n-members 100' (default: the default canary)")
     parser.add_argument("--unlearn-seed", type=int, default=1, help="seed of the forget sample, the unlearning "
                         f"batches and the sampling (default 1: fresh; the recipe was chosen on {TUNE_SEED})")
     parser.add_argument("--unlearn-args", default=UNLEARN_RECIPE,
