@@ -53,6 +53,17 @@ def test_a_reproduced_text_costs_a_few_requests():
     np.testing.assert_array_equal(result.lower, result.upper)
 
 
+def test_auto_reads_runs_where_the_probe_verified_them():
+    """``auto`` is run reading when the probe enabled it (same 4 requests as ``run`` on the
+    reproduced text), per-position read-out otherwise."""
+    seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
+    result, calls = track(seq, "auto")
+    assert calls == 4 and result.strategies == ["forced"] * 2 + ["run"] * 12
+    no_runs = Tracker(SyntheticEndpoint(row), Capabilities("completions", 2, True, False, True, "pre-bias", True,
+                                                             False, False), TrackerConfig(strategy="auto"))
+    assert no_runs.mode() == "auto"
+
+
 def test_a_run_that_leaves_the_text_at_once_costs_one_request_more_then_switches():
     """After the chunk 1, 2 the run's first token is 3; the text's 5 is not listed there: that
     position costs the run request and a forced one (the run lost), and the rest is forced

@@ -44,7 +44,7 @@ def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int]]
 
 def per_position_rate(tracker: Tracker, strategy: str) -> tuple[float, float]:
     """(expected requests per position, relative uncertainty) of a per-position strategy."""
-    if strategy in ("forced", "topn", "run"):
+    if strategy in ("forced", "topn"):
         return 1.0, 0.0
     if strategy == "postbias":
         return 1.5, 1 / 3
@@ -70,12 +70,14 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
         requests, prompt, completion, spread = len(windows), sum(windows), len(windows), 0.0
         strategy = "prompt"
     else:
-        strategy = mode if mode != "auto" else tracker.per_position_strategy()
+        strategy = mode if mode not in ("auto", "run") else tracker.per_position_strategy()
         rate, spread = per_position_rate(tracker, strategy)
         requests = round(rate * len(prefixes))
         prompt, completion = round(rate * sum(prefixes)), requests
-        if strategy == "run":
-            notes.append("run reading: never more than forced read-out; the figure is forced read-out's")
+        if mode == "run":
+            notes.append(f"run reading: at most about {strategy}'s figure per position, given here (fewer "
+                         "requests where the model reproduces the text)")
+            strategy = f"run+{strategy}"
         if strategy == "bisect":
             notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
                          f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")

@@ -45,7 +45,8 @@ class RunReader:
         endpoint: where requests go.
         top_n: alternatives per generated position (the probe's top-n).
         one: resolves one position (prefix, target, its unbiased answer when known) per position:
-            the tracker's ``auto`` (forced read-out where the probe allows it).
+            the tracker's ``auto`` (forced read-out where the probe allows it), a prefix that
+            cannot be sent as its tokens an ``unsendable`` bound.
     """
 
     name = "run"

@@ -154,7 +154,7 @@ class Tracker:
         self.available = available
         self.strategies = strategy_set(endpoint, capabilities, config)
         self.prompt = Prompt(endpoint, capabilities)
-        self.runs = RunReader(endpoint, capabilities.top_n, self.strategies["auto"].resolve)
+        self.runs = RunReader(endpoint, capabilities.top_n, self._resolve)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -263,9 +263,11 @@ class Tracker:
 
     def mode(self) -> str:
         """The strategy every text runs with: the configured one, or for ``auto`` "prompt" where
-        echo is available, else "auto" (per position: :meth:`per_position_strategy`)."""
-        if self.config.strategy == "auto" and "prompt" in self.available:
-            return "prompt"
+        prompt log-probs are available, else "run" where the probe verified run reading (never
+        dearer than per-position read-out by more than a request per failed run, far cheaper on
+        memorized text), else "auto" (per position: :meth:`per_position_strategy`)."""
+        if self.config.strategy == "auto":
+            return next((s for s in ("prompt", "run") if s in self.available), "auto")
         return self.config.strategy
 
     def per_position_strategy(self) -> str:
@@ -333,11 +335,16 @@ class Tracker:
     # -- one position ---------------------------------------------------------------------------
 
     async def _position(self, prefix: list[int], target: int, mode: str) -> Estimate:
-        """lp of ``target`` after ``prefix`` with the strategy named ``mode`` (``auto``: the
-        cheapest available); a prefix that cannot be sent as these tokens is ``unsendable``."""
-        if not self.endpoint.sendable(prefix):
+        """lp of ``target`` after ``prefix`` with the strategy named ``mode`` (:meth:`_resolve`)."""
+        return await self._resolve(Position(prefix, target), mode)
+
+    async def _resolve(self, position: Position, mode: str = "auto") -> Estimate:
+        """lp of ``position``'s target with the strategy named ``mode`` (``auto``: the cheapest
+        available); a prefix that cannot be sent as its tokens is ``unsendable`` (an upper bound
+        of 0), never sent as a text the server would tokenize otherwise."""
+        if not self.endpoint.sendable(position.prefix):
             return Estimate.at_most(0.0, "unsendable")
-        return await self.strategies[mode].resolve(Position(prefix, target))
+        return await self.strategies[mode].resolve(position)
 
     # -- assembly ---------------------------------------------------------------------------
 
