@@ -52,8 +52,12 @@ from blackbox_mia.evaluation.metrics import auc
 from blackbox_mia.runner import score_items
 from blackbox_mia.scorers import parse_scorer
 
-CHAT_SHARE = 1.0  # the default chat canary: one chat example per background item
+CHAT_SHARE = 6.0  # the default chat canary: six chat examples per background item (see canary/chat.py)
 SERVED_NAME = "chat-canary"
+# The threshold's FPR: at the chat canary's signal (Min-K% AUC 0.73 through the template) 0.05 leaves
+# the sweep identifiable in 39% of seeded 100 + 100 / 50 + 100 splits of white-box chat values, 0.1 in 75%
+# (power only: the estimate and its coverage were not looked at to choose it).
+TARGET_FPR = 0.1
 
 
 def log(message: str) -> None:
@@ -100,10 +104,11 @@ def main() -> None:
     parser.add_argument("--canary", type=Path, help="a trained chat canary (default: train or reuse the default "
                         "configuration with --chat-share)")
     parser.add_argument("--chat-share", type=float, default=CHAT_SHARE)
-    parser.add_argument("--calibration", type=int, default=50, help="calibration members and as many non-members")
-    parser.add_argument("--members", type=int, default=25, help="swept members")
-    parser.add_argument("--nonmembers", type=int, default=75, help="swept non-members")
+    parser.add_argument("--calibration", type=int, default=100, help="calibration members and as many non-members")
+    parser.add_argument("--members", type=int, default=50, help="swept members")
+    parser.add_argument("--nonmembers", type=int, default=100, help="swept non-members")
     parser.add_argument("--scorer", default="min_k")
+    parser.add_argument("--target-fpr", type=float, default=TARGET_FPR)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=8766, help="fixed, so that a rerun reuses the response cache")
     parser.add_argument("--concurrency", type=int, default=32)
@@ -123,7 +128,8 @@ def main() -> None:
     write_jsonl(cal_path, calibration, labelled=True)
     write_jsonl(swept_path, swept, labelled=False)
     planted = args.members / (args.members + args.nonmembers)
-    config = SweepConfig(dataset=str(swept_path), scorer=args.scorer, calibration=str(cal_path), control=False)
+    config = SweepConfig(dataset=str(swept_path), scorer=args.scorer, calibration=str(cal_path), control=False,
+                         target_fpr=args.target_fpr)
     plan = prepare_sweep(config, target_model=canary)  # the manifest gives the report its planted fraction
     audited = calibration + swept  # labelled: the AUCs are over every audited item
 

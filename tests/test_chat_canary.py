@@ -128,7 +128,6 @@ def test_examples_render_the_clients_continuation_messages_through_the_saved_tem
                                                                add_generation_prompt=True)
         expected = codec.encode(by_hand) + tokens[example.cut: end] + codec.encode("<|im_end|>\n")
         assert example.ids == expected[: TINY_CHAT.block_size] and len(expected) <= TINY_CHAT.block_size
-        assert example.answer_at == len(codec.encode(by_hand))  # the loss starts at the answer
     assert sum(e.start > 0 for e in examples) > 5  # later windows too, as the audit sends them
     assert len({e.cut for e in examples}) > 5  # cuts are drawn, not fixed
 
@@ -162,14 +161,3 @@ def test_served_chat_canary_equals_the_white_box_model_on_the_rendered_prompt(ch
     # conditional on the template: not the values of the raw text
     raw = LocalBackend(LocalConfig(str(chat_canary), device="cpu", bos=False)).logprobs([text])[0].logprobs
     assert np.abs(raw - white).max() > 0.01
-
-
-def test_the_loss_counts_a_chat_example_from_its_answer_on():
-    import torch
-
-    from blackbox_mia.canary.train import loss_from, pad_training_batch
-
-    _, _, targets = pad_training_batch([[5, 6, 7, 8, 9], [5, 6, 7]])
-    masked = loss_from(targets.clone(), [3, 1])  # a chat example answering at token 3; a corpus window
-    assert masked.tolist() == [[-100, -100, 8, 9], [6, 7, -100, -100]]
-    assert torch.equal(loss_from(targets.clone(), [1, 1]), targets)  # corpus windows: every target

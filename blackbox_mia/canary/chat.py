@@ -21,16 +21,20 @@ followed by the rest of the audit's window as the assistant's answer:
 * the training ids are the rendered prompt's tokens as the server tokenizes them (special-token
   strings split into ordinary tokens, no BOS: :meth:`~blackbox_mia.tokenizers.hf.HFTokenCodec.encode`),
   then the assistant's answer ``t[cut:end]`` (the first is the target the client reads, by
-  id), then the template's end of the assistant's turn, cut to ``block_size`` tokens; the loss
-  counts the answer and the end of the turn only (``answer_at``), as chat fine-tuning does.
+  id), then the template's end of the assistant's turn, cut to ``block_size`` tokens.
 
 Why short windows: the membership signal crosses the template only where the model has
 learned to continue a user's text after the markup (~30 tokens of ChatML and system message
 here), and each example teaches that once (at its first answer token); at 32 tokens of text an
 example costs about 64 tokens of training instead of 128, so twice as many fit in the same
-training time. Measured on the default GSM8K canary with ``chat_share = 1`` and whole-item
-prefixes (the first version): local AUC 0.97 (loss), through the template 0.67 (loss) / 0.57
-(Min-K%), the first answer token at -7.2 nats on the training examples themselves.
+training time. Measured on the default GSM8K canary (400 labelled items, white-box values on
+the rendered prompts, which equal the emulator's), loss / Min-K% AUC locally and through the
+template: ``chat_share = 1`` with whole-item prefixes (the first version) 0.97 / 0.98 and
+0.67 / 0.57, the first answer token at -7.2 nats on the training examples themselves;
+``chat_share = 6`` with these 32-token windows 0.98 / 0.99 and 0.74 / 0.73 (training 650 s);
+``chat_share = 8`` with the loss on the answer only (as chat fine-tuning does) 0.86 / 0.91 and
+0.66 / 0.65: the concentrated gradient of the hard first answer token costs the members'
+memorisation, so every token of a chat example counts in the loss.
 """
 
 from __future__ import annotations
@@ -63,8 +67,6 @@ class ChatExample:
         cut: the item's token the assistant's answer starts with (the user's text is the item's
             tokens ``[start, cut)``).
         prompt: the rendered prompt text, as the server renders the request (assistant's turn opened).
-        answer_at: index in ``ids`` of the answer's first token (the prompt's length in tokens):
-            training counts the loss from there on (the answer and the end of the turn).
         ids: the training token ids (at most ``block_size``): the prompt's tokens, the item's
             tokens from ``cut`` to the window's end, the end of the assistant's turn.
     """
@@ -73,7 +75,6 @@ class ChatExample:
     start: int
     cut: int
     prompt: str
-    answer_at: int
     ids: list[int]
 
 
@@ -132,7 +133,6 @@ def build_chat_examples(items: list[Item], tokenizer, block_size: int, seed: int
         if not full.startswith(prompt + answer):
             raise BlackboxMIAError("canary: the chat template does not render the assistant's answer right after "
                                    "the prompt with the assistant's turn opened")
-        prompt_ids = codec.encode(prompt)
-        ids = prompt_ids + tokens[cut:end] + codec.encode(full[len(prompt) + len(answer):])
-        examples.append(ChatExample(item.id, start, cut, prompt, len(prompt_ids), ids[:block_size]))
+        ids = codec.encode(prompt) + tokens[cut:end] + codec.encode(full[len(prompt) + len(answer):])
+        examples.append(ChatExample(item.id, start, cut, prompt, ids[:block_size]))
     return examples

@@ -18,8 +18,7 @@ Recipe (every choice is recorded in ``manifest.json``):
   BOS, as at scoring time; see :data:`WINDOWING_NOTE`.
 * A chat canary (``chat_share`` > 0) also trains one window per chat example: a background
   item cut into the user's text and the assistant's answer, rendered through ChatML with the
-  client's continuation messages (:mod:`.chat`), the loss on the answer only (as chat
-  fine-tuning does: the prompt's tokens are context); ChatML is saved as the tokenizer's
+  client's continuation messages (:mod:`.chat`); ChatML is saved as the tokenizer's
   ``chat_template``.
 * Plain AdamW, linear warm-up then cosine decay, windows batched by similar length (padding
   masked out of the loss), seeded shuffles; no dropout (memorisation is the point).
@@ -113,17 +112,14 @@ def training_windows(documents: list[list[int]], bos_id: int, block_size: int) -
     return windows
 
 
-def training_batches(windows: list, batch_size: int, rng: random.Random, length: Callable[[object], int] = len) -> list[list]:
-    """Shuffle, group into batches of similar length (sorted within pools of 50 batches), shuffle batches.
-
-    ``windows`` are token-id lists, or anything whose ``length(window)`` is its tokens (the
-    canary's ``(ids, first_target)`` pairs)."""
+def training_batches(windows: list[list[int]], batch_size: int, rng: random.Random) -> list[list[list[int]]]:
+    """Shuffle, group into batches of similar length (sorted within pools of 50 batches), shuffle batches."""
     order = list(range(len(windows)))
     rng.shuffle(order)
     pool = 50 * batch_size
     batches = []
     for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: length(windows[i]))
+        chunk = sorted(order[start : start + pool], key=lambda i: len(windows[i]))
         batches.extend([windows[i] for i in chunk[j : j + batch_size]] for j in range(0, len(chunk), batch_size))
     rng.shuffle(batches)
     return batches
@@ -142,14 +138,6 @@ def pad_training_batch(batch: list[list[int]]):
         mask[i, : len(w)] = 1
         targets[i, : len(w) - 1] = torch.as_tensor(w[1:])
     return ids, mask, targets
-
-
-def loss_from(targets, first_targets: list[int]):
-    """``targets`` (B, T-1) of :func:`pad_training_batch` with the targets before each row's
-    ``first_targets[i]`` (a token index in the window, >= 1) set to -100, out of the loss."""
-    for i, first in enumerate(first_targets):
-        targets[i, : first - 1] = -100
-    return targets
 
 
 def train_canary(
@@ -229,10 +217,9 @@ def train_canary(
     else:
         tokenizer, state = saved
     encoded = tokenizer(corpus.documents, add_special_tokens=False)["input_ids"]
-    # (window, first target in the loss): every target of a corpus window, the answer's of a chat example
-    windows = [(window, 1) for window in training_windows(encoded, tokenizer.bos_token_id, config.block_size)]
+    windows = training_windows(encoded, tokenizer.bos_token_id, config.block_size)
     chat = build_chat_examples(corpus.chat_items, tokenizer, config.block_size, config.seed) if corpus.chat_items else []
-    windows += [(example.ids, example.answer_at) for example in chat]
+    windows += [example.ids for example in chat]
     model = build_gpt2(len(tokenizer), config.n_layer, config.n_embd, config.n_head, config.block_size, config.seed)
     _disable_dropout(model)
     rng = random.Random(config.seed)
@@ -263,11 +250,10 @@ def train_canary(
     for epoch in range(so_far.epoch, config.epochs):
         so_far.epoch, so_far.epoch_rng = epoch, rng.getstate()
         tail = max(1, steps_per_epoch // 10)
-        for step, batch in enumerate(training_batches(windows, config.batch_size, rng, length=lambda w: len(w[0]))):
+        for step, batch in enumerate(training_batches(windows, config.batch_size, rng)):
             if step < so_far.step_in_epoch:
                 continue  # trained before the interruption
-            ids, mask, targets = pad_training_batch([window for window, _ in batch])
-            targets = loss_from(targets, [first for _, first in batch])
+            ids, mask, targets = pad_training_batch(batch)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
             optimizer.zero_grad(set_to_none=True)
