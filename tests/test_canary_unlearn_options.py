@@ -69,6 +69,13 @@ def test_forget_from_memorized(half_forgotten, tmp_path):
     ids.write_text(next(m for m in members if m not in memorized), encoding="utf-8")
     with pytest.raises(BlackboxMIAError, match="not memorized members of the canary"):
         unlearn_canary(canary, str(ids), config, tmp_path / "y")
+    # a looser rule (--memorized-fpr 0.5: above the non-members' median) admits more members
+    loose, median = memorized_members(items, scores, 0.5)
+    assert set(loose) > set(memorized) and median < threshold
+    wide = load_manifest(unlearn_canary(canary, str(len(loose)), UnlearnConfig(steps=1, forget_from="memorized",
+                                                                             memorized_fpr=0.5), tmp_path / "w"))
+    assert wide["unlearning"]["forget_ids"] == loose
+    assert wide["unlearning"]["memorized_before"]["threshold"] == pytest.approx(median, abs=1e-6)
     # the default samples all members and still records who was memorized before
     plain = load_manifest(unlearn_canary(canary, "3", UnlearnConfig(steps=1), tmp_path / "p"))["unlearning"]
     assert plain["forget_from"] == "members" and plain["memorized_before"]["ids"] == memorized
