@@ -55,7 +55,6 @@ from .manifest import (
 FORGET_FILE = "forget_items.jsonl"
 GRADIENT_ASCENT, ALTERNATIVE_LABELS = "gradient_ascent", "alternative_labels"
 METHODS = (GRADIENT_ASCENT, ALTERNATIVE_LABELS)
-METHOD = GRADIENT_ASCENT  # the default method
 ALL_MEMBERS, MEMORIZED = "members", "memorized"
 FORGET_FROM = (ALL_MEMBERS, MEMORIZED)  # where a forget count N samples from
 

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..backends.registry import KIND_PREFIX, BackendOptions, build_backend
+from ..canary.unlearn import ALL_MEMBERS, GRADIENT_ASCENT
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .canary import canary_app
@@ -170,11 +171,11 @@ def unlearn(
                                         "kept members' windows, added to the ascent loss (0: pure gradient ascent)"),
     target_loss: float | None = typer.Option(None, "--target-loss", help="gradient ascent: stop ascending a window "
                                              "once its loss exceeds this many nats/token (default: never)"),
-    method: str = typer.Option("gradient_ascent", "--method", help="gradient_ascent, or alternative_labels (Eldan & "
+    method: str = typer.Option(GRADIENT_ASCENT, "--method", help="gradient_ascent, or alternative_labels (Eldan & "
                                "Russinovich 2023: fine-tune on the forget texts with generic labels)"),
     alpha: float = typer.Option(1.0, "--alpha", help="alternative labels: generic logits = base - alpha * "
                                 "relu(reinforced - base)"),
-    forget_from: str = typer.Option("members", "--forget-from", help="members, or memorized: sample the forget set "
+    forget_from: str = typer.Option(ALL_MEMBERS, "--forget-from", help="members, or memorized: sample the forget set "
                                     "among the members the base canary memorized (loss above the non-members' "
                                     "1 - FPR quantile)"),
     memorized_fpr: float = typer.Option(0.05, "--memorized-fpr", help="the FPR of the 'memorized before' rule"),
