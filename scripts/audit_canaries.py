@@ -35,15 +35,17 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   its own keys).
 
   Measured (``python scripts/audit_canaries.py --serve --json``, 2 shared CPU cores, 6 min with the
-  document audit resumed from its files): documents_auc 0.881 [0.742, 0.990]; truth inside the
+  document audit resumed from its files, 3 min for a rerun; the black-box runs start over each time,
+  their server's port being new): documents_auc 0.881 [0.742, 0.990]; truth inside the
   corrected CI for 42 of 44 documents (raw Wilson: 14 of 44, it estimates the flagged share, not the
   planted one). Unlearning (seed 1; the recipe was chosen on seed 0, every recipe tried is in
   docs/unlearning-ground-truth.md): 14 of 50 flagged, precision 0.929 [0.685, 0.987] vs base rate
   0.68 [0.542, 0.792], Fisher p = 0.017, recall 0.382 [0.239, 0.550], closeness AUC 0.776. 20
   samples: ROUGE-L recall flagged 0.124 vs unflagged 0.121 (difference 0.003 [-0.014, 0.021],
   p = 0.33): no difference; approximate 0.198 vs 0.215; Q&A 0.110 vs 0.126. Black box = local
-  (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags differ;
-  documents, 563 chunks, 3.4e-7, 0 flags and 0 rates differ, the same AUC.
+  (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags differ (its own
+  samples: ROUGE-L 0.127 vs 0.123, p = 0.23); documents, 563 chunks, 1.6e-7, 0 flags and 0 rates
+  differ, the same AUC.
 
 Usage:
     python scripts/audit_canaries.py --json
@@ -214,7 +216,8 @@ def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str
                 serve_in_background(ServerConfig(unlearned), backend=models[1]) as url_after:
             audit = bbmia("unlearning", forget_file, "--before", f"api:{canary}@{url_before}", "--tokenizer", canary,
                           "--after", f"api:{unlearned}@{url_after}", "--context-tokens", "128", "--truth", unlearned,
-                          "--prompt-words", str(args.prompt_words), *common, "--out", out)  # fmt: skip
+                          "--prompt-words", str(args.prompt_words), *common, "--out", out,
+                          "--overwrite")  # fmt: skip  # the server's port is new each run: nothing to resume
     finally:
         for model in models:
             model.close()
@@ -311,6 +314,7 @@ def documents_through_serve(args: argparse.Namespace, trained: dict, local: dict
                 "--model", trained["path"], "--tokenizer", trained["path"], "--context-tokens", "128",
                 "--chunk-words", str(args.chunk_words), "--scorer", args.scorer, "--rule", args.rule,
                 "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out", out, "--quiet",
+                "--overwrite",  # the server's port is new each run: nothing to resume
             )
     finally:
         model.close()
