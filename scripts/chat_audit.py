@@ -12,9 +12,12 @@ calibration's non-members set the threshold). The tracker's context (``--context
 the one the chat examples were cut with (the manifest's ``chat.context_tokens``: 32), so every
 prefix is sent as the chat fine-tuning showed it.
 
-Also: the same sweep on the local model (white-box, the raw texts), and the AUCs of ``loss`` and
-``min_k`` over every audited item, through the template (the sweep's answers, from the cache)
-and locally.
+Also: the same sweep on the local model (white-box, the raw texts); the AUCs of ``loss`` and
+``min_k`` over every labelled item of the canary (200 members, 200 non-members), through the
+template (the sweep's answers from the cache, the rest requested) and locally; and, on those
+scores, the sweep's estimate on ``--splits`` further seeded splits of the same sizes
+(``chat_splits`` / ``local_splits``: share identifiable, coverage, mean interval width and
+estimate), so that one split's luck is not the whole answer.
 
 Prints one JSON line (``--json``) with ``chat_auc`` (the sweep's scorer through the template),
 ``chat_auc_loss``, ``local_auc``, ``local_auc_loss``, ``planted_fraction``, ``estimate``,
@@ -48,6 +51,7 @@ from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.canary import CanaryConfig, canary_items, ensure_canary, load_manifest
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
 from blackbox_mia.cost import TOTAL, usage_report
+from blackbox_mia.evaluation import estimate_prevalence
 from blackbox_mia.evaluation.metrics import auc
 from blackbox_mia.runner import score_items
 from blackbox_mia.scorers import parse_scorer
@@ -70,9 +74,8 @@ def write_jsonl(path: Path, items, labelled: bool) -> None:
             f.write(json.dumps({"id": it.id, "text": it.text, **({"label": it.label} if labelled else {})}) + "\n")
 
 
-def split(canary: Path, n_cal: int, n_members: int, n_nonmembers: int, seed: int):
+def split(items, n_cal: int, n_members: int, n_nonmembers: int, seed: int):
     """Seeded disjoint calibration (n_cal of each label) and swept (n_members + n_nonmembers) items."""
-    items = canary_items(canary)
     rng = np.random.default_rng(seed)
     members = [items[i] for i in rng.permutation([i for i, it in enumerate(items) if it.label == 1])]
     nonmembers = [items[i] for i in rng.permutation([i for i, it in enumerate(items) if it.label == 0])]
@@ -84,8 +87,9 @@ def split(canary: Path, n_cal: int, n_members: int, n_nonmembers: int, seed: int
 
 
 def sweep(plan, options: TargetOptions, out: Path, items) -> dict:
-    """Run the sweep, then score every audited item with loss, min_k and the sweep's scorer on the
-    same backend (answers from its cache); the sweep's summary, AUCs and requests."""
+    """Run the sweep, then score every labelled item of the canary (``items``) with loss, min_k
+    and the sweep's scorer on the same backend (the audited ones' answers from its cache); the
+    sweep's summary, the AUCs, the sweep scorer's score by item id, and the requests."""
     backends = build_backends(options)
     try:
         summary = run_sweep(plan, backends, out, progress=False).summary
@@ -96,7 +100,34 @@ def sweep(plan, options: TargetOptions, out: Path, items) -> dict:
         close_all(backends)
     labels = [it.label for it in items]
     aucs = {s.label: auc(labels, [r.scores[s.label] for r in rows]) for s in scorers}
-    return {"summary": summary, "auc": aucs, "requests": None if usage is None else usage[TOTAL]["requests"]}
+    scores = {it.id: r.scores[plan.scorer.label] for it, r in zip(items, rows)}
+    return {"summary": summary, "auc": aucs, "scores": scores,
+            "requests": None if usage is None else usage[TOTAL]["requests"]}
+
+
+def split_study(scores: dict, items, args) -> dict:
+    """The sweep's estimate (:func:`estimate_prevalence`, as ``bbmia sweep`` runs it) on
+    ``args.splits`` seeded splits (seeds 1, 2, ...) of the same sizes, on the scores of every
+    labelled item: share identifiable, coverage of the identifiable intervals, their mean width
+    and estimate."""
+    identifiable, covered, widths, estimates = 0, 0, [], []
+    truth = args.members / (args.members + args.nonmembers)
+    for seed in range(1, args.splits + 1):
+        calibration, swept = split(items, args.calibration, args.members, args.nonmembers, seed)
+        member = [scores[it.id] for it in calibration if it.label == 1]
+        nonmember = [scores[it.id] for it in calibration if it.label == 0]
+        result = estimate_prevalence(np.array([scores[it.id] for it in swept]), np.array(nonmember),
+                                     np.array(member), target_fpr=args.target_fpr)
+        if result["identifiable"]:
+            identifiable += 1
+            low, high = result["ci"]
+            covered += low <= truth <= high
+            widths.append(high - low)
+            estimates.append(result["estimate"])
+    return {"splits": args.splits, "identifiable": identifiable / args.splits,
+            "coverage": covered / identifiable if identifiable else None,
+            "mean_ci_width": float(np.mean(widths)) if widths else None,
+            "mean_estimate": float(np.mean(estimates)) if estimates else None}
 
 
 def main() -> None:
@@ -109,7 +140,8 @@ def main() -> None:
     parser.add_argument("--nonmembers", type=int, default=100, help="swept non-members")
     parser.add_argument("--scorer", default="min_k")
     parser.add_argument("--target-fpr", type=float, default=TARGET_FPR)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the audited split")
+    parser.add_argument("--splits", type=int, default=200, help="further seeded splits for the coverage study")
     parser.add_argument("--port", type=int, default=8766, help="fixed, so that a rerun reuses the response cache")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--work", type=Path, default=Path("runs/chat_audit"))
@@ -122,7 +154,8 @@ def main() -> None:
     manifest = load_manifest(canary)
     if "chat" not in manifest:
         raise SystemExit(f"{canary} is not a chat canary (trained with chat_share 0)")
-    calibration, swept = split(canary, args.calibration, args.members, args.nonmembers, args.seed)
+    labelled = canary_items(canary)
+    calibration, swept = split(labelled, args.calibration, args.members, args.nonmembers, args.seed)
     args.work.mkdir(parents=True, exist_ok=True)
     cal_path, swept_path = args.work / "calibration.jsonl", args.work / "swept.jsonl"
     write_jsonl(cal_path, calibration, labelled=True)
@@ -131,10 +164,9 @@ def main() -> None:
     config = SweepConfig(dataset=str(swept_path), scorer=args.scorer, calibration=str(cal_path), control=False,
                          target_fpr=args.target_fpr)
     plan = prepare_sweep(config, target_model=canary)  # the manifest gives the report its planted fraction
-    audited = calibration + swept  # labelled: the AUCs are over every audited item
 
     log(f"local sweep of {len(swept)} items ({args.members} members), calibration {len(calibration)}")
-    local = sweep(plan, TargetOptions(local=str(canary), device="cpu", threads=1), args.work / "sweep-local", audited)
+    local = sweep(plan, TargetOptions(local=str(canary), device="cpu", threads=1), args.work / "sweep-local", labelled)
 
     context = manifest["chat"]["context_tokens"]  # the windows its chat examples were cut as
     url = f"http://127.0.0.1:{args.port}/v1"
@@ -150,7 +182,7 @@ def main() -> None:
         options = TargetOptions(base_url=url, model=SERVED_NAME, tokenizer=str(canary), endpoint="chat",
                                 chat_template="continuation", allow_chat_conditional=True, context=context,
                                 concurrency=args.concurrency, cache_dir=args.work / "cache")
-        chat = sweep(plan, options, args.work / "sweep-chat", audited)
+        chat = sweep(plan, options, args.work / "sweep-chat", labelled)
     finally:
         server.terminate()
         server.wait(30)
@@ -165,7 +197,7 @@ def main() -> None:
         "chat_auc_loss": chat["auc"]["loss"], "chat_auc_min_k": chat["auc"]["min_k"],
         "local_auc": local["auc"][plan.scorer.label],
         "local_auc_loss": local["auc"]["loss"], "local_auc_min_k": local["auc"]["min_k"],
-        "n_auc_items": len(audited), "scorer": args.scorer,
+        "n_auc_items": len(labelled), "scorer": args.scorer, "target_fpr": args.target_fpr,
         "planted_fraction": planted, "report_planted": summary.get("planted"),
         "estimate": prevalence["estimate"], "ci_low": None if ci is None else ci[0],
         "ci_high": None if ci is None else ci[1], "covers": covers, "identifiable": summary["identifiable"],
@@ -174,6 +206,8 @@ def main() -> None:
         "roles": summary["roles"], "context_tokens": context,
         "local_estimate": local["summary"]["prevalence"]["estimate"], "local_ci": local["summary"]["prevalence"]["ci"],
         "local_identifiable": local["summary"]["identifiable"],
+        "chat_splits": split_study(chat["scores"], labelled, args),
+        "local_splits": split_study(local["scores"], labelled, args),
         "requests": chat["requests"], "seconds": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(line) if args.json else json.dumps(line, indent=1), flush=True)
