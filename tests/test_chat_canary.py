@@ -48,7 +48,9 @@ def chat_canary(tmp_path_factory):
             args += [f"--{field.name.replace('_', '-')}", str(value)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output.strip().splitlines()[-1])["path"] == str(out)
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["path"] == str(out) and summary["chat_context_tokens"] == 32
+    assert "--chat-template model" in result.output and "--context-tokens 32" in result.output
     return out
 
 

@@ -131,5 +131,14 @@ def train(
                 f"--calibration {summary['validation']}",
                 err=True,
             )
+        if "chat" in manifest:
+            context = manifest["chat"]["context_tokens"]
+            summary["chat_context_tokens"] = context
+            typer.echo(
+                f"serve it as a chat model: bbmia serve --model {path} --chat-template model; audit it with "
+                f"--endpoint chat --chat-template continuation --allow-chat-conditional --context-tokens {context} "
+                "(the windows its chat examples were cut as)",
+                err=True,
+            )
         if json_out:
             echo_json_line(summary)
