@@ -27,6 +27,17 @@ Prints one JSON line (``--json``) with ``chat_auc`` (the sweep's scorer through 
 ``seconds`` (wall clock of the whole script), and the local sweep's ``local_estimate`` /
 ``local_ci``.
 
+Measured (2-core CPU shared with other jobs; the default chat canary ``chat_share = 6``,
+cache/canary/52eecd4d5979, trained in 650 s): AUC over the 400 labelled items through the
+template 0.73 (Min-K%) / 0.74 (loss), locally 0.99 / 0.98; the audited split (seed 0): estimate
+0.355, 95% CI [0.000, 0.967], planted 0.333 (covers; identifiable, TPR 0.44 and FPR 0.09 on the
+calibration), local sweep 0.341 [0.158, 0.511]; 56,271 chat requests, 226 s on a fresh cache
+(a rerun pays only what is new). 200 further splits: through the template identifiable in 75%,
+coverage 1.0, mean width 0.93, mean estimate 0.327; locally identifiable in 100%, coverage 1.0,
+mean width 0.35. ``--chat-share 10`` (682 s of training): chat AUC 0.78 / 0.75, identifiable in
+only 50% of the splits (coverage 1.0, mean width 0.93), 64,372 requests, 285 s. At this signal
+the interval is honest (it covers) and nearly uninformative (it spans most of [0, 1]).
+
 Usage:
     OMP_NUM_THREADS=1 nice -n 10 python scripts/chat_audit.py --json
     python scripts/chat_audit.py --canary cache/canary/HASH --calibration 40 --members 20 --nonmembers 60 --json
