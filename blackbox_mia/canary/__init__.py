@@ -11,9 +11,11 @@ members vs. non-members measures detection with known membership.
 
 Modules: :mod:`.config` (what determines a canary, its directory in the cache), :mod:`.corpus`
 (background, planted members × dup, held-out non-members), :mod:`.documents` (the document
-canary's documents and their truth), :mod:`.train` (the recipe; trains
-or reuses), :mod:`.model` (tokenizer and GPT-2 building blocks), :mod:`.manifest` (the
-membership split on disk, the canary's items, which target is a canary).
+canary's documents and their truth), :mod:`.chat` (a chat canary's examples, made from
+background items only: ``CanaryConfig.chat_share``), :mod:`.train` (the recipe; trains or
+reuses), :mod:`.checkpoint` (resuming a training), :mod:`.model` (tokenizer and GPT-2 building
+blocks), :mod:`.manifest` (the membership split on disk, the canary's items, which target is a
+canary), :mod:`.unlearn` (an "unlearned" canary and its ground truth).
 """
 
 from .config import (
