@@ -248,9 +248,8 @@ class ResponseCache:
     :meth:`put_soon` hands the row to a writer thread instead, which commits every row waiting
     in one transaction (one fsync for many answers) and completes the returned future once the
     row is on disk: an event loop awaits it without blocking, and reports the answer only
-    then. Several
-    processes may share one directory; :meth:`claim` and :meth:`release` let them agree on who
-    asks the API for each request (claims live in ``<directory>/claims``).
+    then. Several processes may share one directory; :meth:`claim_many` and :meth:`release` let
+    them agree on who asks the API for each request (claims live in ``<directory>/claims``).
 
     Attributes:
         directory: the cache directory.
@@ -330,11 +329,9 @@ class ResponseCache:
         once the row is committed to disk, or with the :class:`BlackboxMIAError` :meth:`put`
         would raise. Rows queued together are committed in one transaction; a row that makes
         its batch fail is retried alone, so one bad value fails only its own future.
-        ``release``: give up this instance's claim on ``key`` too, after the row is committed
-        (the claims of a batch in one transaction, off the caller's thread).
-
-        Await it from asyncio with ``asyncio.wrap_future``. Rows queued before :meth:`close`
-        are all written before it returns.
+        ``release``: give up this instance's claim on ``key`` once the row is committed (a
+        batch's claims in one transaction). Await it from asyncio with ``asyncio.wrap_future``;
+        rows queued before :meth:`close` are all written before it returns.
         """
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._writer_lock:
@@ -397,12 +394,7 @@ class ResponseCache:
     # -- claims: which process asks the API for a request ---------------------------------------
 
     def claim(self, key: str, ttl_s: float = CLAIM_TTL_S) -> bool:
-        """Try to become the one process that asks the API for ``key``; whether it worked
-        (:meth:`claim_many` of one key).
-
-        Raises:
-            BlackboxMIAError: the claims database is unusable.
-        """
+        """:meth:`claim_many` of one key: whether this process now asks the API for ``key``."""
         return self.claim_many([key], ttl_s)[0]
 
     def claim_many(self, keys: Sequence[str], ttl_s: float = CLAIM_TTL_S) -> list[bool]:
