@@ -17,6 +17,8 @@ script computes that floor from white-box answers, without a server:
   to compare with the ``bisect`` line of ``scripts/bench_blackbox.py`` (every value to ε).
 
 Usage: python scripts/bisect_floor.py [--canary DIR] [--questions 10] [--epsilon 0.01] [--json]
+(the default canary: bench_blackbox's, the first complete dup-16 GSM8K canary in cache/canary;
+the figures below are of 719811be94f3)
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+from bench_blackbox import (
+    default_canary,  # scripts/ is on the path of a script run from it
+)
 
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
 from blackbox_mia.backends.api.strategies import topn_upper_bound
@@ -85,12 +90,12 @@ def oracle_questions(gaps: np.ndarray, epsilon: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--canary", type=Path, default=Path("cache/canary/719811be94f3"))
+    parser.add_argument("--canary", type=Path, default=None, help="GSM8K canary (default: bench_blackbox's, a dup-16 one)")
     parser.add_argument("--questions", type=int, default=10, help="GSM8K test questions (bench_blackbox's bisect texts)")
     parser.add_argument("--epsilon", type=float, default=0.01)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    local = LocalBackend(LocalConfig(str(args.canary)))
+    local = LocalBackend(LocalConfig(str(args.canary or default_canary())))
     texts = [it.text for it in load_items("gsm8k:test", args.questions)[0]]
     listed, gaps = positions(local, texts, MAX_LOGPROBS_COMPLETIONS)
     g = np.asarray(gaps)
