@@ -64,6 +64,21 @@ def test_auto_reads_runs_where_the_probe_verified_them():
     assert no_runs.mode() == "auto"
 
 
+def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
+    """``auto`` = runs over bisection: the estimate is bisection's (an upper bound), with both notes."""
+    from blackbox_mia.backends.api.costs import estimate
+
+    caps = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True, run_reading=True)
+    tracker = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="auto"))
+    tracker.sequence = lambda text: [0, 1, 2, 3, 4]
+    bisecting = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="bisect"))
+    bisecting.sequence = tracker.sequence
+    runs, per_position = estimate(tracker, ["x"], None), estimate(bisecting, ["x"], None)
+    assert tracker.mode() == "run" and runs.strategy == "run+bisect" and per_position.strategy == "bisect"
+    assert runs.requests == per_position.requests > 4  # 4 targets, more than one request each
+    assert any(n.startswith("bisection:") for n in runs.notes) and any(n.startswith("run reading:") for n in runs.notes)
+
+
 def test_a_run_that_leaves_the_text_at_once_costs_one_request_more_then_switches():
     """After the chunk 1, 2 the run's first token is 3; the text's 5 is not listed there: that
     position costs the run request and a forced one (the run lost), and the rest is forced

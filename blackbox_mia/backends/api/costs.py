@@ -74,13 +74,13 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
         rate, spread = per_position_rate(tracker, strategy)
         requests = round(rate * len(prefixes))
         prompt, completion = round(rate * sum(prefixes)), requests
+        if strategy == "bisect":
+            notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
+                         f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
         if mode == "run":
             notes.append(f"run reading: at most about {strategy}'s figure per position, given here (fewer "
                          "requests where the model reproduces the text)")
             strategy = f"run+{strategy}"
-        if strategy == "bisect":
-            notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
-                         f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
     usd = 0.0 if price is None else (prompt * price[0] + completion * price[1]) / 1e6
     return CostEstimate(requests=requests, prompt_tokens=prompt, completion_tokens=completion, usd=usd,
                         relative_uncertainty=spread, strategy=strategy, unpriced=price is None, notes=tuple(notes))
