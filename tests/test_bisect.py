@@ -34,7 +34,7 @@ def distribution(gap: float) -> np.ndarray:
 
 def bisect(endpoint, prefix, target, caps=CAPS, **config):
     tracker = Tracker(endpoint, caps, TrackerConfig(strategy="bisect", epsilon=0.01, **config))
-    return asyncio.run(tracker._position(prefix, target, "bisect")), tracker
+    return asyncio.run(tracker._resolve(Position(prefix, target), "bisect")), tracker
 
 
 def test_first_step_makes_the_bracket_end_at_epsilon():
@@ -89,7 +89,7 @@ def test_a_flip_that_does_not_reproduce_turns_checks_on_for_the_rest_of_the_run(
     seen = []
     for seed in range(20):  # the leading position is checked; noise shows up within a few
         noisy.rng = np.random.default_rng(seed)
-        seen.append(asyncio.run(tracker._position([0], 3, "bisect")))
+        seen.append(asyncio.run(tracker._resolve(Position([0], 3), "bisect")))
         if bisect_.checks.always:
             break
     assert seen[-1].strategy == "bisect~" and bisect_.checks.always

@@ -13,6 +13,7 @@ from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.capabilities import Capabilities
 from blackbox_mia.backends.api.client import ApiConfig
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
+from blackbox_mia.backends.api.strategies import Position
 from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
@@ -179,7 +180,7 @@ CAPS = Capabilities("completions", 2, True, False, True, "pre-bias", False, Fals
 def bisect_one(endpoint, target, repeats=1):
     config = TrackerConfig(strategy="bisect", epsilon=0.01, verify_repeats=repeats)
     tracker = Tracker(endpoint, CAPS, config)
-    return asyncio.run(tracker._position([0], target, "bisect"))
+    return asyncio.run(tracker._resolve(Position([0], target), "bisect"))
 
 
 def test_bisection_recovers_far_tokens_and_flags_the_cap():

@@ -12,7 +12,11 @@ import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities, load_capabilities
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
-from blackbox_mia.backends.api.strategies import sampled_is_target, topn_upper_bound
+from blackbox_mia.backends.api.strategies import (
+    Position,
+    sampled_is_target,
+    topn_upper_bound,
+)
 from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
 from blackbox_mia.types import BlackboxMIAError
 
@@ -80,7 +84,7 @@ def normalised(values):
 
 def position(endpoint, target, strategy="auto", caps=ALL):
     tracker = Tracker(endpoint, caps, TrackerConfig(strategy=strategy))
-    return asyncio.run(tracker._position([0], target, strategy))
+    return asyncio.run(tracker._resolve(Position([0], target), strategy))
 
 
 # -- identity without names -------------------------------------------------------------------

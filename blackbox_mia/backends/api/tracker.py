@@ -202,7 +202,7 @@ class Tracker:
             elif self.mode() == "bisect" and self.config.precision == "mean":
                 found = await self._bisect_window(seq, start, first, end)
             else:  # one position: target seq[first] after the window's prefix
-                found = [await self._position(seq[start:first], seq[first], self.mode())]
+                found = [await self._resolve(Position(seq[start:first], seq[first]), self.mode())]
             estimates[t][first - 1 : end - 1] = found
             remaining[t] -= len(found)
             bar.update(len(found))
@@ -304,10 +304,7 @@ class Tracker:
                     break
                 p.width, budget = 2 * level, budget - level
             level *= 2
-        return list(await asyncio.gather(
-            *(bisect.resolve(p) if self.endpoint.sendable(p.prefix) else self._position(p.prefix, p.target, "bisect")
-              for p in positions)
-        ))
+        return list(await asyncio.gather(*(self._resolve(p, "bisect") for p in positions)))
 
     # -- one echo window ------------------------------------------------------------------------
 
@@ -321,22 +318,18 @@ class Tracker:
         full = self.config.context is None or end - start < self.config.context
         ids = seq[start:end] if full else seq[start : end - 1]
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
-            return [await self._position(seq[start:j], seq[j], "auto") for j in range(first, end)]
+            return [await self._resolve(Position(seq[start:j], seq[j])) for j in range(first, end)]
         values, after = await self.prompt.resolve(ids)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
         if not full:
             listed = after.find(seq[end - 1])
             found.append(
                 Estimate.exact(listed, "topn") if listed is not None
-                else await self._position(seq[start : end - 1], seq[end - 1], "auto")
+                else await self._resolve(Position(seq[start : end - 1], seq[end - 1]))
             )
         return found
 
     # -- one position ---------------------------------------------------------------------------
-
-    async def _position(self, prefix: list[int], target: int, mode: str) -> Estimate:
-        """lp of ``target`` after ``prefix`` with the strategy named ``mode`` (:meth:`_resolve`)."""
-        return await self._resolve(Position(prefix, target), mode)
 
     async def _resolve(self, position: Position, mode: str = "auto") -> Estimate:
         """lp of ``position``'s target with the strategy named ``mode`` (``auto``: the cheapest
