@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from blackbox_mia.text.similarity import approximate, eidetic, exact
+from blackbox_mia.text.similarity import approximate, common_prefix, eidetic, exact
 
 
 @pytest.mark.parametrize(
@@ -22,6 +22,14 @@ from blackbox_mia.text.similarity import approximate, eidetic, exact
 )
 def test_eidetic_counts_forward_matching_characters(generation, reference, want):
     assert eidetic(generation, reference) == want
+
+
+@pytest.mark.parametrize(
+    ("generation", "reference", "want"),
+    [([5, 7, 9], [5, 7, 8], 2), ([5, 7, 9], [5, 7], 2), ([4, 7], [5, 7], 0), ([], [1], 0)],
+)
+def test_common_prefix_counts_leading_equal_token_ids(generation, reference, want):
+    assert common_prefix(generation, reference) == want
 
 
 @pytest.mark.parametrize(

@@ -2,32 +2,41 @@
 Ishihara & Takahashi 2024 ("Quantifying memorization and detecting training data of pre-trained
 language models using Japanese newspaper").
 
-All three compare characters (Unicode code points), never words or tokens, so they apply to any
+The three memorization measures compare characters (Unicode code points), never words or tokens, so they apply to any
 language alike, including unsegmented ones such as Japanese, and to any tokenizer.
 """
 
 from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
 from .segment import Segmenter, get_segmenter
 
 
-def eidetic(generation: str, reference: str) -> int:
-    """Eidetic memorization: the number of forward-matching characters, i.e. the length of the
-    common prefix of ``generation`` and ``reference`` (characters).
-
-    The study counts how many characters of the reference the model reproduces, in order, from
-    the first one on; the first mismatch ends the count. Examples: ``("abcx", "abcd") -> 3``;
-    ``("", "abc") -> 0``; a generation longer than the reference counts at most
-    ``len(reference)``.
-    """
+def common_prefix(generation: Sequence[Hashable], reference: Sequence[Hashable]) -> int:
+    """The length of the common prefix of two sequences (characters of strings, or token ids):
+    how many leading items of ``generation`` equal ``reference``'s. Examples: ``("abcx", "abcd")
+    -> 3``; ``([5, 7, 9], [5, 8]) -> 1``; ``("", "abc") -> 0``."""
     n = 0
     for g, r in zip(generation, reference):
         if g != r:
             break
         n += 1
     return n
+
+
+def eidetic(generation: str, reference: str) -> int:
+    """Eidetic memorization: the number of forward-matching characters, i.e. the length of the
+    common prefix of ``generation`` and ``reference`` (characters, :func:`common_prefix`).
+
+    The study counts how many characters of the reference the model reproduces, in order, from
+    the first one on; the first mismatch ends the count. Examples: ``("abcx", "abcd") -> 3``;
+    ``("", "abc") -> 0``; a generation longer than the reference counts at most
+    ``len(reference)``.
+    """
+    return common_prefix(generation, reference)
 
 
 def approximate(generation: str, reference: str) -> float:
