@@ -203,6 +203,14 @@ def test_audit_end_to_end(canary, unlearned, tmp_path):
     assert truth["true_positives"] == tp
     if s["flagged_ids"]:
         assert truth["precision"] == pytest.approx(tp / len(s["flagged_ids"]))
+    # the similarity split by the label, from the per-text rows (each the mean over its samples)
+    completed = [r for r in items if "rouge_l_recall" in r]
+    still = [r["rouge_l_recall"] for r in completed if r["still_memorized"]]
+    rest = [r["rouge_l_recall"] for r in completed if not r["still_memorized"]]
+    assert len(still) == truth["completion"]["still_memorized"]["rouge_l_recall"]["n"] >= 1
+    assert len(rest) == truth["completion"]["not_still_memorized"]["rouge_l_recall"]["n"] >= 1
+    by_label = truth["completion_difference"]["rouge_l_recall"]
+    assert by_label["difference"] == pytest.approx(np.mean(still) - np.mean(rest))
     report = json.loads(result.json_path.read_text())
     assert {"window", "ratio", "flagged_ids", "completion", "truth", "notes", "config"} <= set(report)
     assert result.md_path.exists()

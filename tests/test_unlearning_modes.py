@@ -12,11 +12,13 @@ from blackbox_mia.audits.unlearning import (
     QA_SEPARATOR,
     UnlearningConfig,
     closeness_auc,
+    compare_groups,
     flag_metrics,
     load_qa,
     mean_difference,
     prepare_unlearning,
     run_unlearning,
+    split_completed,
 )
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.client import ApiConfig
@@ -86,6 +88,32 @@ def test_mean_difference_hand_values():
     assert mean_difference([], [0.1]) is None and mean_difference([0.1], []) is None
 
 
+def test_split_and_compare_groups_hand_values():
+    rows = [{"id": "a", "flagged": True, "still_memorized": False, "rouge_l_recall": 0.5, "approximate": 0.4},
+            {"id": "b", "flagged": True, "still_memorized": True, "rouge_l_recall": 0.3, "approximate": 0.2},
+            {"id": "c", "flagged": False, "still_memorized": True, "rouge_l_recall": 0.1, "approximate": 0.2},
+            {"id": "d", "flagged": False, "still_memorized": True}]  # not completed (too short): left out
+    groups = split_completed(rows, "flagged", ("flagged", "unflagged"))
+    assert {g: [r["id"] for r in members] for g, members in groups.items()} == {"flagged": ["a", "b"],
+                                                                                "unflagged": ["c"]}
+    summary, difference = compare_groups(groups, seed=0)
+    assert summary["flagged"]["rouge_l_recall"] == {"n": 2, "mean": pytest.approx(0.4), "median": pytest.approx(0.4)}
+    assert summary["unflagged"]["approximate"] == {"n": 1, "mean": 0.2, "median": 0.2}
+    d = difference["rouge_l_recall"]
+    assert d["difference"] == pytest.approx(0.3)
+    # one unflagged text: every resample's difference is a mean of two of {0.5, 0.3} minus 0.1: 0.2, 0.3 or 0.4
+    assert d["ci"] == pytest.approx([0.2, 0.4])
+    # U = 2 (both flagged above the unflagged one): one-sided exact p = 1 / C(3, 1)
+    assert d["mann_whitney_p"] == pytest.approx(1 / 3)
+    assert difference["approximate"]["difference"] == pytest.approx(0.1)
+    by_label = split_completed(rows, "still_memorized", ("still_memorized", "not_still_memorized"))
+    assert [r["id"] for r in by_label["still_memorized"]] == ["b", "c"]
+    assert compare_groups(by_label, seed=0)[1]["rouge_l_recall"]["difference"] == pytest.approx(0.2 - 0.5)
+    empty = compare_groups(split_completed(rows[:2], "flagged", ("flagged", "unflagged")), seed=0)
+    assert empty[0]["unflagged"]["rouge_l_recall"] == {"n": 0, "mean": None, "median": None}
+    assert empty[1] == {"rouge_l_recall": None, "approximate": None}
+
+
 def test_closeness_auc_hand_values():
     rows = [{"ratio": 1.01, "still_memorized": True}, {"ratio": 1 / 1.05, "still_memorized": True},
             {"ratio": 1.08, "still_memorized": False}, {"ratio": 1.3, "still_memorized": False},
@@ -138,7 +166,10 @@ def test_qa_mode_scores_the_same_texts_and_completes_the_answers(canary, unlearn
                            before, after, tmp_path / "story", truth=(unlearned, after), progress=False)
     # question + " " + answer is the canary's own text: the same scores, ratios, flags and labels
     assert qa.summary["flagged_ids"] == story.summary["flagged_ids"]
-    assert qa.summary["truth"] == story.summary["truth"] and qa.summary["truth"]["base_rate"] is not None
+    def label(summary):  # the truth without its similarities (those differ: other prompts and references)
+        return {k: v for k, v in summary["truth"].items() if k not in ("completion", "completion_difference")}
+
+    assert label(qa.summary) == label(story.summary) and qa.summary["truth"]["base_rate"] is not None
     qa_items = {r["id"]: r for r in rows_of(tmp_path / "qa" / "unlearning_items.jsonl")}
     for row in rows_of(tmp_path / "story" / "unlearning_items.jsonl"):
         assert qa_items[row["id"]]["ratio"] == pytest.approx(row["ratio"], abs=1e-9)

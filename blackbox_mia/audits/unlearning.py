@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,6 +61,7 @@ RATIO_WINDOW = (1 / 1.15, 1.15)  # Shi et al. 2024 §7.1
 QA_SEPARATOR = " "  # between a question and its answer in the scored text
 MEASURES = ("rouge_l_recall", "approximate")
 FLAGGED, UNFLAGGED = "flagged", "unflagged"
+STILL_MEMORIZED, NOT_STILL_MEMORIZED = "still_memorized", "not_still_memorized"  # groups by the ground truth
 
 
 @dataclass(frozen=True)
@@ -306,6 +308,23 @@ def mean_difference(flagged: list[float], unflagged: list[float], n_boot: int = 
     return {"difference": diff, "ci": [float(ci[0]), float(ci[1])], "mann_whitney_p": p}
 
 
+def split_completed(rows: Iterable[dict], key: str, names: tuple[str, str]) -> dict[str, list[dict]]:
+    """The per-text rows that have similarities (story completion ran on them), in two groups:
+    ``names[0]`` where ``row[key]`` is true, ``names[1]`` where it is false."""
+    completed = [row for row in rows if MEASURES[0] in row]
+    return {names[0]: [row for row in completed if row[key]], names[1]: [row for row in completed if not row[key]]}
+
+
+def compare_groups(groups: dict[str, list[dict]], seed: int) -> tuple[dict, dict]:
+    """Per group and measure, :func:`_group_stats` of the per-text mean similarities; per measure,
+    :func:`mean_difference` of the first group minus the second (bootstrap seeded ``seed``)."""
+    first, second = (groups[g] for g in groups)
+    summary = {g: {m: _group_stats([row[m] for row in members]) for m in MEASURES} for g, members in groups.items()}
+    difference = {m: mean_difference([row[m] for row in first], [row[m] for row in second], seed=seed)
+                  for m in MEASURES}
+    return summary, difference
+
+
 def run_unlearning(
     plan: UnlearningPlan,
     before: Backend,
@@ -330,7 +349,10 @@ def run_unlearning(
         ``flagged_ids``, ``completion`` (per group ``flagged``/``unflagged`` and measure: n,
         mean and median of the per-text mean over samples), ``completion_difference``
         (:func:`mean_difference` per measure), ``skipped_completion`` and, with ``truth``,
-        ``truth`` (:func:`flag_metrics`, :func:`closeness_auc` and the label's threshold).
+        ``truth`` (:func:`flag_metrics`, :func:`closeness_auc`, the label's threshold, and
+        ``completion`` / ``completion_difference`` as above but split by the label: the
+        ``still_memorized`` texts minus the ``not_still_memorized`` ones, what the similarity
+        can show at best when the flags are perfect).
 
     Raises:
         BlackboxMIAError: a backend lacking a feature; a resumed file of another configuration.
@@ -371,11 +393,8 @@ def run_unlearning(
         for m in MEASURES:
             per_item[completion.item.id][m] = float(np.mean([r[m] for r in mine]))
         per_item[completion.item.id]["reference"] = completion.reference
-    groups = {g: [row for row in per_item.values() if row["flagged"] == (g == FLAGGED) and MEASURES[0] in row]
-              for g in (FLAGGED, UNFLAGGED)}
-    similarity = {g: {m: _group_stats([row[m] for row in members]) for m in MEASURES} for g, members in groups.items()}
-    difference = {m: mean_difference([row[m] for row in groups[FLAGGED]], [row[m] for row in groups[UNFLAGGED]],
-                                     seed=config.seed) for m in MEASURES}
+    groups = split_completed(per_item.values(), "flagged", (FLAGGED, UNFLAGGED))
+    similarity, difference = compare_groups(groups, config.seed)
     plots = {}
     if all(groups.values()):
         for m in MEASURES:
@@ -390,8 +409,11 @@ def run_unlearning(
         positives = set(label["ids"])
         for row in per_item.values():
             row["still_memorized"] = row["id"] in positives
+        by_label, by_label_difference = compare_groups(
+            split_completed(per_item.values(), "still_memorized", (STILL_MEMORIZED, NOT_STILL_MEMORIZED)), config.seed)
         truth_summary = {**flag_metrics(flagged, positives, list(per_item)),
                          "closeness_auc": closeness_auc(list(per_item.values())),
+                         "completion": by_label, "completion_difference": by_label_difference,
                          **{k: label[k] for k in ("threshold", "n_forget", "fpr", "canary")}}
     write_text_atomic(out_dir / "unlearning_items.jsonl",
                       "".join(json_line(to_jsonable(row), f"item {i!r}") for i, row in per_item.items()))
@@ -423,7 +445,9 @@ def run_unlearning(
     if truth_summary is not None:
         notes.append(f"Ground truth: a forgotten member is still memorized when its loss score under the unlearned canary "
                      f"exceeds the {1 - config.truth_fpr:.0%} quantile of the non-members' ({label['threshold']:.4f} "
-                     "nats/token); base rate = still-memorized forgotten members / audited texts.")
+                     "nats/token); base rate = still-memorized forgotten members / audited texts. 'truth.completion"
+                     "_difference': the same similarity comparison split by this label (still memorized minus the "
+                     "rest): the most a perfect flag could show.")
     report = {
         "title": f"Unlearning audit: {plan.meta['name']}",
         "config": {"package": "blackbox_mia", "version": __version__, "unlearning": asdict(config),

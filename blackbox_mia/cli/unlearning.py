@@ -139,19 +139,25 @@ def unlearning(
         typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
                                 [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
                                  for g, st in s["completion"].items()]))
-        for measure, d in s["completion_difference"].items():
-            if d is not None:
-                typer.echo(f"{measure}: flagged - unflagged = {d['difference']:.4f} [{d['ci'][0]:.4f}, {d['ci'][1]:.4f}] "
-                           f"(Mann-Whitney one-sided p = {d['mann_whitney_p']:.3g})")
+        _echo_differences(s["completion_difference"], "flagged - unflagged")
         if s["truth"] is not None:
             t = s["truth"]
             typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "Fisher p", "still memorized",
                                      "forgotten"],
                                     [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
                                       t["fisher_p"], t["n_positive"], t["n_forget"]]]))
+            _echo_differences(t["completion_difference"], "still memorized - not (the ground truth)")
         typer.echo(f"report: {result.json_path} and {result.md_path}")
         if json_out:
             echo_json_line(s)
+
+
+def _echo_differences(differences: dict, groups: str) -> None:
+    """One line per similarity measure: the difference of the two groups' means, its CI and p."""
+    for measure, d in differences.items():
+        if d is not None:
+            typer.echo(f"{measure}: {groups} = {d['difference']:.4f} [{d['ci'][0]:.4f}, {d['ci'][1]:.4f}] "
+                       f"(Mann-Whitney one-sided p = {d['mann_whitney_p']:.3g})")
 
 
 def _interval(ci: list[float] | None) -> str:
