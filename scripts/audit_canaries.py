@@ -62,16 +62,31 @@ from pathlib import Path
 
 from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
 
+from blackbox_mia.audits.unlearning import (
+    FLAGGED,
+    NOT_STILL_MEMORIZED,
+    STILL_MEMORIZED,
+    UNFLAGGED,
+    closeness_auc,
+    compare_groups,
+    flag_metrics,
+    split_completed,
+)
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 
 ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
 # The forget set among the members the canary memorized before (the paper's setting), 6 gradient-ascent
 # steps of 8 windows at a high rate with the KL retain term at weight 10: of the recipes tried on
-# unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in docs/audits.md), the one
+# unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in docs/unlearning-ground-truth.md), the one
 # with the smallest Fisher p of enrichment; measured on a fresh seed (--unlearn-seed, default 1).
 UNLEARN_RECIPE = "--steps 6 --lr 3e-3 --retain-weight 10 --forget-from memorized"
-TUNE_SEED = 0  # the unlearning seed the recipe was chosen on: never the measured one
+TUNE_SEED = 0  # the unlearning seed the recipe and the completion setting were chosen on: never a measured one
+# The story-completion setting: of the 192 settings compared on unlearning seed 0 by how well they separate the
+# white-box label (scripts/completion_settings.py: prompt, continuation length, measure, mean or max over samples,
+# 20 or 50 samples; every one in docs/unlearning-ground-truth.md), this one, ROUGE-L recall averaged over the
+# samples at temperature 1, was within a factor 2 of the smallest Mann-Whitney p (0.00053 vs 0.00034).
+PROMPT_WORDS, MAX_NEW_TOKENS, SAMPLES = 24, 48, 20
 
 
 def has_command(name: str) -> bool:
@@ -148,38 +163,59 @@ def qa_pairs(forget_file: str, path: Path) -> Path:
 
 
 def unlearning_keys(audit: dict, prefix: str) -> dict:
-    """The summary keys of one ``bbmia unlearning --json`` run (``prefix`` + name)."""
+    """The summary keys of one ``bbmia unlearning --json`` run (``prefix`` + name), or of the
+    pooled rows of several (:func:`pooled_audit`)."""
     truth, completion, diff = audit["truth"], audit["completion"], audit["completion_difference"]
     out = {f"{prefix}{k}": truth[k] for k in ("precision", "recall", "base_rate")}
     out.update({f"{prefix}{k}_ci": truth[f"{k}_ci"] for k in ("precision", "recall", "base_rate")})
     out[f"{prefix}fisher_p"] = truth["fisher_p"]
     out[f"{prefix}n_flagged"], out[f"{prefix}n_audited"] = truth["n_flagged"], truth["n_audited"]
+    out[f"{prefix}n_positive"] = truth["n_positive"]
     out[f"{prefix}closeness_auc"] = truth["closeness_auc"]
     for measure in ("rouge_l_recall", "approximate"):
         short = "rouge_l" if measure == "rouge_l_recall" else measure
         for group in ("flagged", "unflagged"):
             out[f"{prefix}{short}_{group}"] = completion[group][measure]["mean"]
         out[f"{prefix}{short}_difference"] = diff[measure]
+        for group in (STILL_MEMORIZED, NOT_STILL_MEMORIZED):  # split by the white-box label instead of the flags
+            out[f"{prefix}{short}_{group}"] = truth["completion"][group][measure]["mean"]
+        out[f"{prefix}{short}_by_label_difference"] = truth["completion_difference"][measure]
     return out
 
 
+def pooled_audit(folders: dict[int, str], seed: int) -> dict:
+    """The per-text rows of several ``bbmia unlearning`` runs (``{unlearning seed: output folder}``,
+    each on its own unlearned canary) pooled into one audit summary shaped like ``--json``'s
+    (``truth``, ``completion``, ``completion_difference``): one 2x2 table flagged x still memorized
+    (precision, recall, base rate, one-sided Fisher p) and the similarity comparisons over every
+    text, ids made unique by their seed (a member forgotten under two seeds counts twice)."""
+    rows = [{**row, "id": f"{s}:{row['id']}"} for s, folder in folders.items()
+            for row in read_rows(f"{folder}/unlearning_items.jsonl")]  # fmt: skip
+    flagged = {r["id"] for r in rows if r["flagged"]}
+    positives = {r["id"] for r in rows if r["still_memorized"]}
+    completion, difference = compare_groups(split_completed(rows, "flagged", (FLAGGED, UNFLAGGED)), seed)
+    by_label = compare_groups(split_completed(rows, "still_memorized", (STILL_MEMORIZED, NOT_STILL_MEMORIZED)), seed)
+    truth = {**flag_metrics(flagged, positives, [r["id"] for r in rows]), "closeness_auc": closeness_auc(rows),
+             "completion": by_label[0], "completion_difference": by_label[1]}
+    return {"truth": truth, "completion": completion, "completion_difference": difference}
+
+
 def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
-    """Train or reuse the GSM8K canary, unlearn ``args.forget`` of its members, audit the forget
-    set with ``bbmia unlearning`` (story completion, then Q&A mode, then optionally through
-    ``bbmia serve``); the ``unlearning_*`` keys of the summary."""
+    """Train or reuse the GSM8K canary; for each unlearning seed, unlearn ``args.forget`` of its
+    members and audit the forget set with ``bbmia unlearning`` (story completion); Q&A mode and,
+    with ``--serve``, the black-box rerun on the first seed; the ``unlearning_*`` keys of the
+    summary (the first seed's), ``unlearning_by_seed`` and ``unlearning_pooled_*`` (every seed's texts)."""
     trained = bbmia("canary", "train", "--quiet", "--seed", str(args.seed), *cache, *args.unlearn_canary_args.split())
-    if args.unlearn_seed == TUNE_SEED:
-        print(f"warning: --unlearn-seed {TUNE_SEED} is the seed the recipe was chosen on: not a fresh measurement",
-              file=sys.stderr)
-    unlearned = bbmia("canary", "unlearn", trained["path"], "--forget", str(args.forget), "--seed",
-                      str(args.unlearn_seed), *args.unlearn_args.split())  # fmt: skip
+    seeds = [int(s) for s in args.unlearn_seeds.split(",")]
+    if TUNE_SEED in seeds:
+        print(f"warning: unlearning seed {TUNE_SEED} is the seed the recipe and the completion setting were chosen "
+              "on: not a fresh measurement", file=sys.stderr)  # fmt: skip
+    runs = {seed: audit_seed(args, trained["path"], seed) for seed in seeds}
+    first = runs[seeds[0]]
+    unlearned, audit, out, common = first["unlearned"], first["audit"], first["out"], first["common"]
     record = load_manifest(unlearned["path"])["unlearning"]
     forget_file = f"{unlearned['path']}/forget_items.jsonl"
-    common = ("--samples", str(args.samples), "--max-new-tokens", "48", "--seed", str(args.unlearn_seed), "--quiet")
     before, after = f"local:{trained['path']}", f"local:{unlearned['path']}"
-    out = f"{args.out_dir}/unlearning-{Path(unlearned['path']).name}"  # one folder per unlearned canary (resumable)
-    audit = bbmia("unlearning", forget_file, "--before", before, "--after", after, "--prompt-words",
-                  str(args.prompt_words), *common, "--out", out)  # fmt: skip
     qa_file = qa_pairs(forget_file, Path(f"{out}-qa") / "qa.jsonl")
     qa = bbmia("unlearning", str(qa_file), "--qa", "--before", before, "--after", after, *common,
                "--truth", unlearned["path"], "--out", f"{out}-qa")  # fmt: skip
@@ -189,17 +225,40 @@ def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
         **unlearning_keys(audit, "unlearning_"),
         **unlearning_keys(qa, "unlearning_qa_"),
         "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"], "recipe": args.unlearn_args,
-                       "unlearn_seed": args.unlearn_seed, "tune_seed": TUNE_SEED,
+                       "unlearn_seed": seeds[0], "tune_seed": TUNE_SEED,
+                       "completion": {"prompt_words": args.prompt_words, "max_new_tokens": args.max_new_tokens,
+                                      "samples": args.samples, "temperature": 1.0, "aggregate": "mean"},
                        "forget_loss_before": unlearned["forget_loss_before"],
                        "forget_loss_after": unlearned["forget_loss_after"],
                        "forget_items_reached": reached, "n_forget": len(record["forget_ids"]),
                        "n_memorized_before": len(memorized_before),
                        "forget_memorized_before": len(memorized_before & set(record["forget_ids"])), "report": out},
+        "unlearning_by_seed": {str(seed): {**unlearning_keys(run["audit"], ""), "unlearned": run["unlearned"]["path"],
+                                           "report": run["out"]} for seed, run in runs.items()},
     }
+    if len(seeds) > 1:
+        summary["unlearning_pooled_seeds"] = seeds
+        summary.update(unlearning_keys(pooled_audit({seed: run["out"] for seed, run in runs.items()}, args.seed),
+                                       "unlearning_pooled_"))  # fmt: skip
     if args.serve:
         summary["unlearning_blackbox"] = unlearning_through_serve(args, trained["path"], unlearned["path"], forget_file,
                                                                   common, out)  # fmt: skip
     return summary
+
+
+def audit_seed(args: argparse.Namespace, canary: str, seed: int) -> dict:
+    """Unlearn ``args.forget`` members of ``canary`` at unlearning seed ``seed`` (into the same
+    directory each time) and run the story-completion audit on the forget set (sampling seed ``seed``; resumed
+    from its folder, one per unlearned canary): ``unlearned`` (``bbmia canary unlearn``'s summary),
+    ``audit`` (``bbmia unlearning``'s), ``out`` (its folder) and ``common`` (the shared options)."""
+    unlearned = bbmia("canary", "unlearn", canary, "--forget", str(args.forget), "--seed", str(seed),
+                      *args.unlearn_args.split())  # fmt: skip
+    common = ("--samples", str(args.samples), "--max-new-tokens", str(args.max_new_tokens), "--seed", str(seed),
+              "--quiet")  # fmt: skip
+    out = f"{args.out_dir}/unlearning-{Path(unlearned['path']).name}"
+    audit = bbmia("unlearning", f"{unlearned['path']}/forget_items.jsonl", "--before", f"local:{canary}", "--after",
+                  f"local:{unlearned['path']}", "--prompt-words", str(args.prompt_words), *common, "--out", out)  # fmt: skip
+    return {"unlearned": unlearned, "audit": audit, "out": out, "common": common}
 
 
 def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str, common: tuple, local_out: str) -> dict:
@@ -250,12 +309,16 @@ def main() -> None:
     parser.add_argument("--forget", type=int, default=50, help="members of the GSM8K canary to unlearn")
     parser.add_argument("--unlearn-canary-args", default="", help="more `bbmia canary train` options for the "
                         "GSM8K canary that is unlearned, e.g. '--dup 64 --n-members 100' (default: the default canary)")
-    parser.add_argument("--unlearn-seed", type=int, default=1, help="seed of the forget sample, the unlearning "
-                        f"batches and the sampling (default 1: fresh; the recipe was chosen on {TUNE_SEED})")
+    parser.add_argument("--unlearn-seeds", default="1,2,3", help="comma-separated seeds of the forget sample, the "
+                        "unlearning batches and the sampling, one unlearned canary each; the first gives the "
+                        f"unlearning_* keys, all of them the pooled ones (default 1,2,3: fresh; the recipe and the "
+                        f"completion setting were chosen on {TUNE_SEED})")
     parser.add_argument("--unlearn-args", default=UNLEARN_RECIPE,
                         help=f"more `bbmia canary unlearn` options (default: {UNLEARN_RECIPE!r}, a short strong schedule)")
-    parser.add_argument("--prompt-words", type=int, default=24, help="story-completion prompt words (GSM8K items are short)")
-    parser.add_argument("--samples", type=int, default=20, help="sampled continuations per forgotten text (the paper's 20)")
+    parser.add_argument("--prompt-words", type=int, default=PROMPT_WORDS, help="story-completion prompt words (GSM8K items are short)")
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="story-completion continuation "
+                        "length, tokens (the reference is cut to as many)")
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="sampled continuations per forgotten text (the paper's 20)")
     parser.add_argument("--serve", action="store_true", help="also run the unlearning audit through bbmia serve "
                         "(black box) and compare it with the local run")
     parser.add_argument("--skip-documents", action="store_true", help="run only the unlearning audit")
