@@ -1,6 +1,6 @@
 """Which story-completion setting separates still-memorized from forgotten texts best (issue 10)?
 
-On one unlearned GSM8K canary (``bbmia canary unlearn``; the tuning seed's, never a measured one),
+On an unlearned GSM8K canary (``bbmia canary unlearn``; the tuning seed's, never a measured one),
 the forget set's texts are split by the white-box label of the unlearning audit (still memorized:
 loss under the unlearned canary above the non-members' 95% quantile,
 :func:`~blackbox_mia.audits.unlearning.still_memorized`), not by the audit's flags. For each prompt
@@ -15,13 +15,25 @@ seeded ``seed + j``, as ``bbmia unlearning`` does); every cell of the grid
   reference's length), ``token_prefix`` (leading generated tokens equal to the truth's, tokens);
 * aggregate over samples: ``mean`` or ``max``, over the first 20 or all ``--samples``;
 
-prints one JSON line: the still-memorized minus forgotten mean of the per-text aggregate, its
-percentile bootstrap 95% CI and the one-sided Mann-Whitney p (still memorized larger). A shorter
-length is the same sample cut (sampling is token by token with one generator per sample), so one
-generation per prompt serves every length. Generations are kept in ``--out`` and reused.
+prints one JSON line per cell: the still-memorized minus forgotten mean of the per-text
+aggregate, its percentile bootstrap 95% CI and the one-sided Mann-Whitney p (still memorized
+larger). ``--split flags`` compares the texts ``bbmia unlearning`` flagged with the rest instead
+(from ``audit_canaries.py``'s folders): what a chosen setting is measured by on fresh seeds.
+Several ``--unlearned`` canaries: each one's lines, then the pooled ones (``canary: pooled``). A
+shorter length is the same sample cut (sampling is token by token with one generator per
+sample), so one generation per prompt serves every length, and the 48-token cells reproduce
+``bbmia unlearning --max-new-tokens 48`` exactly. Generations are kept under ``--out`` and reused.
+
+Measured (2 shared CPU cores, 5 min for seed 0's 192 cells; every cell in
+docs/unlearning-ground-truth.md): on tuning seed 0 the smallest p is w24 / L96 / ROUGE-L / max
+over 20 (0.00034), then the audit's setting w24 / L48 / ROUGE-L / mean over 20 (0.00053, kept:
+within a factor 2); longer prompts, approximate memorization and the token prefix separate worse.
 
 Usage:
     python scripts/completion_settings.py --unlearned cache/canary/6338e872951d-unlearned-07f29f2da88b
+    python scripts/completion_settings.py --excess --prompts w24 --unlearned DIR  # chance-corrected ROUGE-L
+    python scripts/completion_settings.py --split flags --prompts w24 --lengths 48,96 --samples 20 \\
+        --unlearned DIR1,DIR2,DIR3  # fresh seeds, after audit_canaries.py
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends
 PROMPTS = ("w24", "w48", "half", "question")
 MEASURES = ("rouge_l_recall", "approximate", "token_prefix")
 AGGREGATES = {"mean": np.mean, "max": np.max}
+CELL = ("prompt", "length", "measure", "aggregate", "samples")
 BATCH = 16  # prompts per generate call
 
 
@@ -88,49 +101,111 @@ def measure(generated: list[int], reference: list[int], codec, segmenter) -> dic
             "token_prefix": float(common_prefix(generated, reference))}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--unlearned", required=True, help="an unlearned canary's directory")
-    parser.add_argument("--canary", default=None, help="its base canary (default: from its manifest)")
-    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: the unlearning seed)")
-    parser.add_argument("--samples", type=int, default=50, help="samples per text (the first 20 are the 20-sample run)")
-    parser.add_argument("--lengths", default="16,24,48,96", help="continuation lengths L, tokens")
-    parser.add_argument("--out", default=None, help="where generations and labels are kept (default: runs/completion_settings/NAME)")
-    args = parser.parse_args()
+def excess(made: dict, refs: dict, values: dict, codec, segmenter, samples: int = 20) -> dict[str, dict[str, float]]:
+    """Baseline-subtracted ROUGE-L recall per text, for the aggregates ``mean`` and ``max`` over
+    ``samples`` samples: its own samples' aggregate minus the mean, over every other text, of the
+    same aggregate of that text's samples against this text's reference (the overlap any
+    continuation has with a reference full of common words)."""
+    out: dict[str, dict[str, float]] = {agg: {} for agg in AGGREGATES}
+    for i, ref in refs.items():
+        truth = codec.decode(ref)
+        cross = [[rouge_l_recall(codec.decode(g[: len(ref)]), truth, segmenter) for g in made[o][:samples]]
+                 for o in refs if o != i]  # fmt: skip
+        own = [v["rouge_l_recall"] for v in values[i][:samples]]
+        for agg, fn in AGGREGATES.items():
+            out[agg][i] = float(fn(own) - np.mean([fn(c) for c in cross]))
+    return out
 
-    unlearned = Path(args.unlearned)
-    record = unlearning_record(unlearned)
-    seed = record["seed"] if args.seed is None else args.seed
-    out = Path(args.out or f"runs/completion_settings/{unlearned.name}-seed{seed}")
+
+GROUPS = {"label": ("still", "forgotten"), "flags": ("flagged", "unflagged")}
+
+
+def report(per: dict[str, float], positives: set[str], split: str, **keys) -> None:
+    """One JSON line: the per-text values of the ``positives`` (still memorized, or flagged)
+    against the rest (difference of means, bootstrap CI, one-sided Mann-Whitney p)."""
+    yes_name, no_name = GROUPS[split]
+    yes = [v for i, v in per.items() if i in positives]
+    no = [v for i, v in per.items() if i not in positives]
+    d = mean_difference(yes, no, seed=0)
+    print(json.dumps({**keys, "split": split, f"n_{yes_name}": len(yes), f"n_{no_name}": len(no),
+                      yes_name: float(np.mean(yes)), no_name: float(np.mean(no)), **d}), flush=True)  # fmt: skip
+
+
+def cells(unlearned: Path, args: argparse.Namespace, segmenter) -> tuple[dict[tuple, dict[str, float]], set[str], dict]:
+    """Every cell's per-text values on one unlearned canary (``{(prompt, length, measure,
+    aggregate, samples): {id: value}}``), its still-memorized forget items and, per prompt, how
+    many texts were too short to cut."""
+    seed = unlearning_record(unlearned)["seed"] if args.seed is None else args.seed
+    out = Path(args.out) / f"{unlearned.name}-seed{seed}"
     lengths = [int(x) for x in args.lengths.split(",")]
     model = LocalBackend(LocalConfig(str(unlearned), device="cpu"))
-    segmenter = get_segmenter("auto")
+    found: dict[tuple, dict[str, float]] = {}
+    skipped = {}
     try:
-        label = still_memorized(unlearned, model, out / "truth_scores.jsonl", 0.05, resume=True)
-        positives = set(label["ids"])
+        positives = set(still_memorized(unlearned, model, out / "truth_scores.jsonl", 0.05, resume=True)["ids"])
         items = [Item(id=r["id"], text=r["text"], label=r.get("label"))
                  for r in map(json.loads, (unlearned / "forget_items.jsonl").read_text(encoding="utf-8").splitlines())]
-        for prompt in PROMPTS:
+        for prompt in args.prompts.split(","):
             cuts = [cut(it, prompt, max(lengths), segmenter, model) for it in items]
             completions = [c for c in cuts if c is not None]
+            skipped[prompt] = len(cuts) - len(completions)
             made = generations(completions, model, args.samples, seed, out / f"generations_{prompt}.json")
             refs = {c.item.id: model.codec.encode(c.item.text[len(c.prompt):])[: c.max_new_tokens] for c in completions}
             for length in lengths:
-                values = {c.item.id: [measure(g, refs[c.item.id][:length], model.codec, segmenter)
-                                      for g in made[c.item.id]] for c in completions}  # fmt: skip
+                refs_l = {i: ref[:length] for i, ref in refs.items()}
+                values = {i: [measure(g, refs_l[i], model.codec, segmenter) for g in made[i]] for i in refs}
                 for m in MEASURES:
                     for agg, fn in AGGREGATES.items():
                         for samples in sorted({20, args.samples}):
-                            per = {i: float(fn([v[m] for v in vs[:samples]])) for i, vs in values.items()}
-                            yes = [v for i, v in per.items() if i in positives]
-                            no = [v for i, v in per.items() if i not in positives]
-                            d = mean_difference(yes, no, seed=0)
-                            print(json.dumps({"prompt": prompt, "length": length, "measure": m, "aggregate": agg,
-                                              "samples": samples, "n_still": len(yes), "n_forgotten": len(no),
-                                              "still": float(np.mean(yes)), "forgotten": float(np.mean(no)), **d,
-                                              "skipped": len(cuts) - len(completions)}), flush=True)  # fmt: skip
+                            found[(prompt, length, m, agg, samples)] = {i: float(fn([v[m] for v in vs[:samples]]))
+                                                                        for i, vs in values.items()}  # fmt: skip
+                if args.excess:
+                    for agg, per in excess(made, refs_l, values, model.codec, segmenter).items():
+                        found[(prompt, length, "rouge_l_excess", agg, 20)] = per
     finally:
         model.close()
+    return found, positives, skipped
+
+
+def audit_flags(audits: str, unlearned: Path) -> set[str]:
+    """The ids ``bbmia unlearning`` flagged on ``unlearned`` (its folder under ``audits``, as
+    ``audit_canaries.py`` names it)."""
+    path = Path(audits) / f"unlearning-{unlearned.name}" / "unlearning_items.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["id"] for r in rows if r["flagged"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--unlearned", required=True, help="unlearned canaries' directories (comma-separated; "
+                        "several: each one's lines, then the pooled ones)")
+    parser.add_argument("--seed", type=int, default=None, help="sampling seed (default: each canary's unlearning seed)")
+    parser.add_argument("--samples", type=int, default=50, help="samples per text (the first 20 are the 20-sample run)")
+    parser.add_argument("--lengths", default="16,24,48,96", help="continuation lengths L, tokens")
+    parser.add_argument("--prompts", default=",".join(PROMPTS), help="prompt settings (comma-separated)")
+    parser.add_argument("--excess", action="store_true", help="also the baseline-subtracted ROUGE-L (20 samples)")
+    parser.add_argument("--split", choices=sorted(GROUPS), default="label", help="label: still memorized vs "
+                        "forgotten (choosing a setting); flags: the audit's flagged vs unflagged (measuring one)")
+    parser.add_argument("--audits", default="runs/audit_canaries", help="--split flags: where audit_canaries.py "
+                        "wrote each canary's bbmia unlearning folder")
+    parser.add_argument("--out", default="runs/completion_settings", help="where generations and labels are kept")
+    args = parser.parse_args()
+
+    segmenter = get_segmenter("auto")
+    pooled: dict[tuple, dict[str, float]] = {}
+    pooled_positives: set[str] = set()
+    canaries = [Path(p) for p in args.unlearned.split(",")]
+    for unlearned in canaries:
+        found, positives, skipped = cells(unlearned, args, segmenter)
+        if args.split == "flags":
+            positives = audit_flags(args.audits, unlearned)
+        for key, per in found.items():
+            report(per, positives, args.split, canary=unlearned.name, skipped=skipped[key[0]], **dict(zip(CELL, key)))
+            pooled.setdefault(key, {}).update({f"{unlearned.name}:{i}": v for i, v in per.items()})
+        pooled_positives |= {f"{unlearned.name}:{i}" for i in positives}
+    if len(canaries) > 1:
+        for key, per in pooled.items():
+            report(per, pooled_positives, args.split, canary="pooled", **dict(zip(CELL, key)))
 
 
 if __name__ == "__main__":
