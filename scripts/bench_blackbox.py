@@ -6,8 +6,10 @@ requests are not counted), then tracks the texts with one strategy; the white-bo
 the same windows (:class:`LocalBackend`) are the truth.
 
 Lines (one JSON object each, ``--json``): ``forced`` (raw log-probs), ``postbias`` (processed
-log-probs), ``bisect`` (raw, ε = 0.01; ``bisect-mean``: a window's mean width ε, what the
-loss score needs) on GSM8K test questions (the issue's setting); ``run``
+log-probs), ``bisect`` (raw, ε = 0.01, every value to ε), and bisection refined to what
+the scores need (``bisect-loss``: the mean width ε; ``bisect-min_k``: Min-K% (k = 20)'s interval
+ε wide; ``bisect-loss+min_k``: both; ``score_widths`` on these lines gives each text's largest
+score interval, nats) on GSM8K test questions (the issue's setting); ``run``
 (run reading, raw) and ``run-forced`` (forced read-out, to compare) on canary items (members
 and non-members alternating); ``run-memorized`` and ``run-memorized-forced`` on members only
 (``ratio_to_forced`` on the run lines), each with ``requests``,
@@ -39,10 +41,12 @@ import numpy as np
 
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.refine import score_widths
 from blackbox_mia.backends.api.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.datasets import load_items
 from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.scorers import parse_scorers, refine_for
 from blackbox_mia.types import BlackboxMIAError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +56,9 @@ MEASURES = (  # (line's strategy, tracker strategy, emulator log-probs mode, tex
     ("forced", "forced", "raw", "questions"),
     ("postbias", "postbias", "processed", "questions"),
     ("bisect", "bisect", "raw", "questions"),
-    ("bisect-mean", "bisect", "raw", "questions"),
+    ("bisect-loss", "bisect", "raw", "questions"),
+    ("bisect-min_k", "bisect", "raw", "questions"),
+    ("bisect-loss+min_k", "bisect", "raw", "questions"),
     ("run", "run", "raw", "canary"),
     ("run-forced", "forced", "raw", "canary"),
     ("run-memorized", "run", "raw", "members"),
@@ -91,8 +97,8 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
     server = ServerConfig(str(canary), logprobs_mode=mode, echo=False)
     with serve_in_background(server, backend=local) as url:
         api = ApiConfig(base_url=url, model=str(canary), api_key="none", max_retries=2, concurrency=32)
-        try:  # bisect-mean: a window's mean width to ε (precision "mean", not in --before versions)
-            extra = {"precision": "mean"} if name == "bisect-mean" else {}
+        try:  # bisect-<scorers>: refined to what those scores need (not in --before versions)
+            extra = {"refine_for": refine_for(parse_scorers(scored(name)))} if scored(name) else {}
             tracker = TrackerConfig(strategy=strategy, epsilon=EPSILON, context=local.context, **extra)
         except (TypeError, BlackboxMIAError) as exc:  # an older version without this strategy or option
             return {"strategy": name, "skipped": str(exc)}
@@ -124,7 +130,8 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
     line = {"strategy": name, "tracker_strategy": strategy, "logprobs_mode": mode, "texts": len(texts),
             "tokens": tokens, "requests": requests, "requests_per_token": round(requests / tokens, 4),
             "billed_tokens_per_token": round(billed / tokens, 2), "max_abs_diff": worst,
-            "within_bounds": inside / tokens, "strategies": used, "wall_s": round(wall, 1)}
+            "within_bounds": inside / tokens, "strategies": used, "wall_s": round(wall, 1),
+            **score_widths_of(name, black)}
     if estimate is not None:  # the dry-run figure, against what was really sent and billed
         guess = estimate.prompt_tokens + estimate.completion_tokens
         line.update(estimated_requests=estimate.requests, estimated_billed_tokens=guess,
@@ -132,6 +139,21 @@ def measure(name: str, strategy: str, mode: str, texts: list[str], local: LocalB
                     estimate_error_requests=round(estimate.requests / requests - 1, 4),
                     estimate_error_billed=round(guess / billed - 1, 4))
     return line
+
+
+def scored(name: str) -> str | None:
+    """The scorers (spec) a ``bisect-<scorer>+<scorer>...`` line refines for; None for the other lines."""
+    return name.removeprefix("bisect-").replace("+", ",") if name.startswith("bisect-") else None
+
+
+def score_widths_of(name: str, black: list) -> dict:
+    """``score_widths``: per scorer of a ``bisect-<scorers>`` line, the largest interval (nats)
+    of its score over the texts, from the values' bounds (:mod:`blackbox_mia.backends.api.refine`)."""
+    if not scored(name):
+        return {}
+    scorers = parse_scorers(scored(name))
+    widest = {s.label: max(score_widths(b.lower, b.upper, [s.lowest_percent()])[0] for b in black) for s in scorers}
+    return {"score_widths": {k: round(v, 6) for k, v in widest.items()}}
 
 
 def has_estimate(backend: ApiBackend) -> bool:

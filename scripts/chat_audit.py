@@ -101,10 +101,10 @@ def sweep(plan, options: TargetOptions, out: Path, items) -> dict:
     """Run the sweep, then score every labelled item of the canary (``items``) with loss, min_k
     and the sweep's scorer on the same backend (the audited ones' answers from its cache); the
     sweep's summary, the AUCs, the sweep scorer's score by item id, and the requests."""
-    backends = build_backends(options)
+    scorers = [parse_scorer(spec) for spec in dict.fromkeys(("loss", "min_k", plan.config.scorer))]
+    backends = build_backends(options, scorers)
     try:
         summary = run_sweep(plan, backends, out, progress=False).summary
-        scorers = [parse_scorer(spec) for spec in dict.fromkeys(("loss", "min_k", plan.config.scorer))]
         rows = score_items(items, scorers, backends, progress=False)
         usage = usage_report(backends)
     finally:

@@ -40,7 +40,7 @@ def check(url: str, canary: str, limit: int, strategy: str, context: int, work: 
     plan = prepare_sweep(SweepConfig(dataset="gsm8k", limit=limit))
     options = TargetOptions(base_url=url, model=PRICED_NAME, tokenizer=canary, strategy=strategy, context=context,
                             cache_dir=work / "cache", concurrency=32)
-    backends = build_backends(options)
+    backends = build_backends(options, [plan.scorer])
     try:
         groups = sweep_groups(plan)
         estimate = estimate_groups(groups, [plan.scorer], backends)[TOTAL]["all"]

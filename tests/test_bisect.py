@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities
+from blackbox_mia.backends.api.refine import score_widths, to_refine
 from blackbox_mia.backends.api.strategies import (
     CHECK_LEADING,
     FlipChecks,
@@ -18,6 +19,7 @@ from blackbox_mia.backends.api.strategies import (
     first_step,
 )
 from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.scorers.base import mean_smallest
 
 from .test_tracker import SyntheticEndpoint
 
@@ -105,22 +107,72 @@ def test_far_targets_keep_a_true_bound():
     assert logprobs[3] <= estimate.upper <= logprobs[0] - 100 + 1e-9
 
 
-def test_mean_precision_lets_listed_targets_pay_for_wider_brackets():
-    """Targets 0 (argmax), 1 (listed), 3, 3 (gap 5, unlisted): the two listed lend 2ε, so each
-    unlisted stops at 2ε = 0.02 (one halving fewer: 2 gallop + 7 instead of 8) and the window's
-    mean width is ε; 4 unbiased + 2 × 9 = 22 requests instead of 24."""
+def track_refined(logprobs, seq, refine_for):
+    """Track one text of ids ``seq`` by bisection refined for ``refine_for`` (no re-checks);
+    its TokenLogprobs and the requests sent."""
+    endpoint = SyntheticEndpoint(logprobs)
+    tracker = Tracker(endpoint, CAPS, TrackerConfig(strategy="bisect", epsilon=0.01, verify_flips=False,
+                                                    refine_for=refine_for))
+    tracker.sequence = lambda text: seq
+    [result] = asyncio.run(tracker.track(["x"]))
+    truth = logprobs[seq[1:]]
+    assert np.all(result.lower <= truth + 1e-12) and np.all(truth <= result.upper + 1e-12)
+    return result, endpoint.calls
+
+
+def test_the_mean_lets_listed_targets_pay_for_wider_brackets():
+    """Targets 0 (argmax), 1 (listed), 3, 3 (gap 5, unlisted): the two listed are exact, so the
+    unlisted brackets (2.56 nats after the gallop) are halved together only until the mean width
+    is ε: 2ε = 0.02 each (7 halvings instead of 8); 4 unbiased + 2 × (2 gallop + 7) = 22 requests
+    instead of 24."""
     logprobs = distribution(5.0)
     seq = [0, 0, 1, 3, 3]
-    widths, calls = {}, {}
-    for precision in ("token", "mean"):
-        endpoint = SyntheticEndpoint(logprobs)
-        tracker = Tracker(endpoint, CAPS, TrackerConfig(strategy="bisect", epsilon=0.01, verify_flips=False,
-                                                        precision=precision))
-        tracker.sequence = lambda text: seq
-        [result] = asyncio.run(tracker.track(["x"]))
-        widths[precision], calls[precision] = result.upper - result.lower, endpoint.calls
-        assert np.all(result.lower <= logprobs[seq[1:]] + 1e-12) and np.all(logprobs[seq[1:]] <= result.upper + 1e-12)
-    assert calls == {"token": 24, "mean": 22}
-    np.testing.assert_allclose(widths["token"], [0, 0, 0.01, 0.01], atol=1e-6)
-    np.testing.assert_allclose(widths["mean"], [0, 0, 0.02, 0.02], atol=1e-6)
-    assert widths["mean"].mean() == pytest.approx(0.01, abs=1e-6)
+    token, token_calls = track_refined(logprobs, seq, ())
+    mean, mean_calls = track_refined(logprobs, seq, (100.0,))
+    assert (token_calls, mean_calls) == (24, 22)
+    np.testing.assert_allclose(token.upper - token.lower, [0, 0, 0.01, 0.01], atol=1e-6)
+    np.testing.assert_allclose(mean.upper - mean.lower, [0, 0, 0.02, 0.02], atol=1e-6)
+    assert (mean.upper - mean.lower).mean() == pytest.approx(0.01, abs=1e-6)
+
+
+def test_min_k_leaves_tokens_that_cannot_be_among_the_lowest_coarse():
+    """Eight targets 2 nats below the argmax and two 12 nats below (10 scored, Min-K% at 20%: the
+    lowest E = 2). Top-2 listed (tokens 0, 1): an unlisted target lies below lp_0 − 1.55 (the
+    mass bound), so token 2's gallop flips at 1.55 + 1.28 (one request: bracket 1.28 wide) and
+    token 4's at 1.55 + 1.28 + 2.56 + 5.12 + 10.24 (four). Token 2's lower bound (lp_0 − 2.83) lies
+    above both token-4 upper bounds (lp_0 − 10.51): it cannot be among the lowest two and keeps
+    its 1.28-nat bracket; the two token-4 brackets are halved 10.24 → ε (10 halvings). Requests:
+    10 unbiased + 8 × 1 + 2 × (4 + 10) = 46, against 10 + 8 × (1 + 7) + 2 × (4 + 10) = 102 with
+    every value to ε; Min-K%'s interval is ε wide."""
+    values = np.log(np.array([0.6, 0.3, 0.05, 0.05, 0.05]))
+    values[2], values[4] = values[0] - 2.0, values[0] - 12.0
+    logprobs = values - np.logaddexp.reduce(values)
+    seq = [0] + [2] * 8 + [4] * 2
+    token, token_calls = track_refined(logprobs, seq, ())
+    min_k, min_k_calls = track_refined(logprobs, seq, (20.0,))
+    assert (token_calls, min_k_calls) == (102, 46)
+    widths = min_k.upper - min_k.lower
+    np.testing.assert_allclose(widths, [1.28] * 8 + [0.01] * 2, atol=1e-6)
+    assert score_widths(min_k.lower, min_k.upper, [20.0]) == [pytest.approx(0.01, abs=1e-6)]
+    assert mean_smallest(min_k.logprobs, 20) == pytest.approx(mean_smallest(logprobs[seq[1:]], 20), abs=0.005)
+    np.testing.assert_allclose(token.upper - token.lower, [0.01] * 10, atol=1e-6)
+
+
+def test_refinement_picks_the_widest_brackets_that_may_matter():
+    """Hand-made bounds: values 0..3 (nats), Min-K% at 50% of 4 (E = 2)."""
+    lower = np.array([-1.0, -9.0, -6.0, -3.0])
+    upper = np.array([-0.5, -5.0, -5.5, -2.0])
+    is_open = np.array([True, True, True, True])
+    # second-smallest upper is -5.0: values 1 and 2 may be among the lowest two (lower < -5.0), 0 and 3 not
+    # lowest two: lower -9, -6 (mean -7.5), upper -5.5, -5 (mean -5.25); all four: -4.75 and -3.25
+    assert score_widths(lower, upper, [50.0, 100.0]) == [pytest.approx(2.25), pytest.approx(1.5)]
+    # Min-K%: 2.24 nats to gain, halving 1 (4 nats wide) and 2 (0.5) gains about 4/4 + 0.5/4: both
+    assert to_refine(lower, upper, is_open, [50.0], 0.01).tolist() == [1, 2]
+    assert to_refine(lower, upper, np.array([True, False, True, True]), [50.0], 0.01).tolist() == [2]
+    # the mean: every value counts; widest first, 4/8 = 0.5 nats gained by halving 1 alone
+    assert to_refine(lower, upper, is_open, [100.0], 0.01).tolist() == [0, 1, 2, 3]
+    assert to_refine(lower, upper, is_open, [100.0], 1.0).tolist() == [1]
+    assert to_refine(lower, upper, is_open, [100.0], 0.9).tolist() == [1, 3]  # 0.6 to gain: 0.5 + 1/8
+    assert to_refine(lower, upper, is_open, [50.0], 10.0).tolist() == []  # interval already within ε
+    exact = to_refine(upper, upper, is_open, [50.0, 100.0], 0.01)
+    assert exact.tolist() == []

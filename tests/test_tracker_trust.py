@@ -157,7 +157,7 @@ def test_topn_bound_covers_an_entry_that_may_be_the_target():
 @pytest.mark.parametrize("bad", [
     {"epsilon": 0.0}, {"epsilon": -0.1}, {"epsilon": float("nan")}, {"epsilon": float("inf")},
     {"max_bias": 0}, {"max_bias": 101}, {"verify_repeats": -1}, {"context": 1}, {"pending": 0},
-    {"verify_every": 0}, {"precision": "score"},
+    {"verify_every": 0}, {"refine_for": (20.0, 0.0)}, {"refine_for": (101.0,)},
     {"strategy": "guess"},
 ])
 def test_tracker_config_refuses_bad_numbers(bad):

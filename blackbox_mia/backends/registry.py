@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import NOT_AN_OPTION
 from ..types import BlackboxMIAError
 from .base import Backend
 
@@ -58,6 +59,9 @@ class BackendOptions:
         local_engine: engine of local models: ``torch`` (:mod:`.local`) or ``vllm``
             (:mod:`.vllm_engine`, extra ``vllm``).
         chat_template: with ``endpoint="chat"``: ``continuation`` or a template file.
+        refine_for: the precision bisection refines texts to, from the command's scorers
+            (:func:`~blackbox_mia.scorers.refine_for`; ``()``: every value to ε); not a
+            command-line option (``--precision`` chooses it).
         max_cost: stop before the request that would take the spend past this many USD.
     """
 
@@ -81,6 +85,7 @@ class BackendOptions:
     local_engine: str = "torch"
     chat_template: str | None = None
     max_cost: float | None = None
+    refine_for: tuple[float, ...] = field(default=(), metadata=NOT_AN_OPTION)
 
 
 Builder = Callable[[str, BackendOptions], Backend]
@@ -133,7 +138,9 @@ def _api(rest: str, options: BackendOptions) -> Backend:
         max_cost=options.max_cost,
         **({"api_key": options.api_key} if options.api_key else {}),
     )
-    tracker = TrackerConfig(strategy=options.strategy, epsilon=options.epsilon, context=options.context)
+    tracker = TrackerConfig(
+        strategy=options.strategy, epsilon=options.epsilon, context=options.context, refine_for=options.refine_for
+    )
     return ApiBackend(
         api,
         options.tokenizer,

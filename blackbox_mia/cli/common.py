@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..backends.api.config import display_url
 from ..backends.base import Backend
 from ..backends.registry import BackendOptions, build_backend, parse_spec
-from ..scorers import REFERENCE, TARGET, Scorer
+from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..types import BlackboxMIAError
 from .options import with_dataclass_options
 
@@ -48,6 +48,10 @@ def check_number(
         raise BlackboxMIAError(f"{option} must be {kind} {wanted}, got {value!r}")
 
 
+PRECISIONS = ("scores", "token")
+"""``--precision``: bisection refines a text until the requested scores are ε-precise, or every
+value to ε."""
+
 BASE_URL_ENV = "OPENAI_BASE_URL"
 """The environment variable the OpenAI SDK reads its endpoint from (the key: ``OPENAI_API_KEY``)."""
 
@@ -71,8 +75,11 @@ class TargetOptions(BackendOptions):
     base_url: str | None = None
     model: str | None = None
     dry_run: bool = False
+    precision: str = "scores"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise BlackboxMIAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         check_number("--epsilon", self.epsilon, above=0)
         check_number("--concurrency", self.concurrency, at_least=1)
         check_number("--rpm", self.rpm, above=0)
@@ -134,13 +141,16 @@ def normalized_spec(spec: str) -> str:
     return f"local:{local_model_path(rest)}" if kind == "local" and rest else spec
 
 
-def build_backends(opts: TargetOptions) -> dict[str, Backend]:
+def build_backends(opts: TargetOptions, scorers: Sequence[Scorer]) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options, through the backend
-    registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``).
+    registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``); a
+    black-box tracker refines values to the precision ``scorers`` need
+    (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
 
     Raises:
         BlackboxMIAError: no target, both a local model and an endpoint, a bad spec.
     """
+    opts = replace(opts, refine_for=refine_for(scorers) if opts.precision == "scores" else ())
     backends = {TARGET: build_backend(opts.target_spec(), opts)}
     if opts.ref:
         try:
@@ -210,6 +220,9 @@ TARGET_OPTIONS = {
     "local_engine": {"help": "torch, or vllm (extra 'vllm')", "rich_help_panel": "Local model"},
     "chat_template": {"help": "with --endpoint chat: 'continuation' or a template file", "rich_help_panel": "Target"},
     "max_cost": {"help": "stop cleanly before the request that would take the spend past this many USD", "rich_help_panel": "Tracker"},
+    "precision": {"help": "bisection refines each text until the requested scores are --epsilon-precise "
+                  "('scores': Min-K%'s and the loss score's bounds, fewer requests), or every token's value "
+                  "('token')", "rich_help_panel": "Tracker"},
     "dry_run": {"help": "print the expected requests, billed tokens and USD, and stop before scoring", "rich_help_panel": "Tracker"},
     "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
 }

@@ -76,7 +76,7 @@ def documents_command(
         plan = prepare_documents(config)
         out = out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}"
         log = messages(quiet)
-        backends = build_backends(target)
+        backends = build_backends(target, [plan.scorer])
         try:
             result = run_documents(plan, backends, out, progress=not quiet, log=log)
         finally:

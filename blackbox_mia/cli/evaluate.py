@@ -69,7 +69,7 @@ def eval_command(
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
         log = messages(quiet)
-        backends = build_backends(target)
+        backends = build_backends(target, plan.scorers)
         try:
             if target.dry_run:
                 print_dry_run({"eval": plan.items}, plan.scorers, backends, json_out)
@@ -173,7 +173,7 @@ def sweep_command(
         log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local, cache_dir=target.cache_dir, log=log)
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
-        backends = build_backends(target)
+        backends = build_backends(target, [plan.scorer])
         try:
             if target.dry_run:
                 print_dry_run(sweep_groups(plan), [plan.scorer], backends, json_out)

@@ -11,17 +11,25 @@ from collections.abc import Mapping
 
 import typer
 
+from ..config import NOT_AN_OPTION
 from .app import user_errors
 
 
+def option_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of the dataclass ``cls`` that are command-line options (not marked
+    :data:`~blackbox_mia.config.NOT_AN_OPTION`)."""
+    return [f for f in dataclasses.fields(cls) if not NOT_AN_OPTION.items() <= f.metadata.items()]
+
+
 def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]):
-    """Decorator: give a typer command one option per field of the dataclass ``cls``; the
-    command receives them as one keyword argument ``param`` holding a ``cls`` instance.
+    """Decorator: give a typer command one option per field of the dataclass ``cls`` (but those
+    marked :data:`~blackbox_mia.config.NOT_AN_OPTION`); the command receives them as one keyword argument ``param``
+    holding a ``cls`` instance.
 
     Args:
         cls: a dataclass whose fields have defaults (the options' defaults).
         param: the command's keyword-only parameter that receives the instance.
-        options: per field name (every field, in the order the help lists them), keyword
+        options: per option field name (every one, in the order the help lists them), keyword
             arguments of :func:`typer.Option` (``help``, ``envvar``, ``rich_help_panel``...)
             plus ``flags``: the option's names (default ``--field-name``).
 
@@ -29,7 +37,7 @@ def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]
     become one line on stderr and exit code 2, before the command body runs.
     """
     hints = typing.get_type_hints(cls)
-    defaults = {field.name: field.default for field in dataclasses.fields(cls)}
+    defaults = {field.name: field.default for field in option_fields(cls)}
     if set(options) != set(defaults):
         raise ValueError(f"options must name every field of {cls.__name__}: {sorted(defaults)}")
     extra = []

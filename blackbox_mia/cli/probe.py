@@ -77,7 +77,7 @@ def probe(
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         texts = gather_texts(text, file, dataset, limit, target.cache_dir)
-        backends = build_backends(target)
+        backends = build_backends(target, parsed)
         try:
             # a black-box backend's configuration holds what its probe found (local: nothing)
             capabilities = backends["target"].describe().get("capabilities")

@@ -41,7 +41,7 @@ def score(
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers)
         items, meta = load_items(dataset, limit, target.cache_dir)
-        backends = build_backends(target)
+        backends = build_backends(target, parsed)
         try:
             if target.dry_run:
                 print_dry_run({meta["name"]: items}, parsed, backends, json_out)

@@ -3,7 +3,7 @@ unlearn`` (an unlearned canary to validate it on)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -15,10 +15,10 @@ from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .canary import canary_app
 from .common import TARGET_OPTIONS, TargetOptions, format_table, normalized_spec
-from .options import with_dataclass_options
+from .options import option_fields, with_dataclass_options
 
 with_backend_options = with_dataclass_options(
-    BackendOptions, "backend", {f.name: TARGET_OPTIONS[f.name] for f in fields(BackendOptions)}
+    BackendOptions, "backend", {f.name: TARGET_OPTIONS[f.name] for f in option_fields(BackendOptions)}
 )
 
 

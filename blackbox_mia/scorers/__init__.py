@@ -6,6 +6,7 @@ A scorer spec on the command line is ``NAME`` or ``NAME:param=value,...`` (``min
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ..types import BlackboxMIAError
 from .base import REFERENCE, TARGET, Need, Scorer
@@ -49,6 +50,16 @@ def parse_scorer(spec: str) -> Scorer:
     return cls(**kwargs)
 
 
+def refine_for(scorers: Sequence[Scorer]) -> tuple[float, ...]:
+    """The precision the black-box tracker refines texts to for these scorers: the k of each
+    (:meth:`Scorer.lowest_percent`), sorted, without repeats; ``()`` (every value to ε) when one
+    of them reads the values otherwise (PAC, Min-K%++) or none is given."""
+    percents = [s.lowest_percent() for s in scorers]
+    if not percents or None in percents:
+        return ()
+    return tuple(sorted(set(percents)))
+
+
 def split_specs(text: str) -> list[str]:
     """Split ``"loss,min_k:k=10,pac:k1=5,k2=20"`` into ``["loss", "min_k:k=10", "pac:k1=5,k2=20"]``.
 
@@ -80,4 +91,4 @@ def parse_scorers(specs: list[str] | str) -> list[Scorer]:
     return scorers
 
 
-__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "Need", "Scorer", "parse_scorer", "parse_scorers", "split_specs"]
+__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "Need", "Scorer", "parse_scorer", "parse_scorers", "refine_for", "split_specs"]

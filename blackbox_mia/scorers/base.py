@@ -49,6 +49,14 @@ class Scorer(ABC):
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         """Membership score of ``text``; ``aux[j]`` holds the log-probs of ``self.needs(text)[j]``."""
 
+    def lowest_percent(self) -> float | None:
+        """k (percent) when the score is made of means of the lowest k% of the log-probs of each
+        text it reads (k = 100: their mean), so bounds on those means bound the score and the
+        black-box tracker need refine a text only until they are ε wide
+        (:mod:`blackbox_mia.backends.api.refine`); None when the score reads the values
+        otherwise (then every value is refined to ε)."""
+        return None
+
     def params(self) -> dict:
         """The scorer's parameters, as saved next to every result."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]

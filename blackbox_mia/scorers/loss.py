@@ -14,5 +14,8 @@ class Loss(Scorer):
 
     name = "loss"
 
+    def lowest_percent(self) -> float:
+        return 100.0
+
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         return mean_logprob(lp)

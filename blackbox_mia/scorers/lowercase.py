@@ -23,6 +23,9 @@ class Lowercase(Scorer):
     def needs(self, text: str) -> list[Need]:
         return [Need(text.lower())]
 
+    def lowest_percent(self) -> float:
+        return 100.0
+
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         lowered, own = mean_logprob(aux[0]), mean_logprob(lp)
         if own == 0.0:

@@ -20,5 +20,8 @@ class MinK(Scorer):
     name = "min_k"
     k: float = 20.0
 
+    def lowest_percent(self) -> float:
+        return self.k
+
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         return mean_smallest(lp.logprobs, self.k)

@@ -21,5 +21,8 @@ class Ref(Scorer):
     def needs(self, text: str) -> list[Need]:
         return [Need(text, REFERENCE)]
 
+    def lowest_percent(self) -> float:
+        return 100.0
+
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         return mean_logprob(lp) - mean_logprob(aux[0])

@@ -19,5 +19,8 @@ class Zlib(Scorer):
 
     name = "zlib"
 
+    def lowest_percent(self) -> float:
+        return 100.0
+
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
         return mean_logprob(lp) / len(_zlib.compress(text.encode("utf-8")))

@@ -104,16 +104,14 @@ def sampled_is_target(
 @dataclass
 class Position:
     """One target token after one prefix (token ids), and the unbiased answer there once asked
-    (strategies share it, so it is requested once). ``width``: how wide (nats) bisection may
-    leave this position's bracket; ``None``: ε."""
+    (strategies share it, so it is requested once)."""
 
     prefix: list[int]
     target: int
     unbiased: NextToken | None = None
-    width: float | None = None
 
 
-class _Unknown(Exception):
+class Unidentified(Exception):
     """A flip could not be told apart from the argmax (see :func:`sampled_is_target`)."""
 
 
@@ -281,16 +279,52 @@ class FlipChecks:
         self.always = True
 
 
+@dataclass
+class Bracket:
+    """Where bisection stands at one position: the flipping bias b* lies in (lo, hi] (nats).
+
+    ``top`` is the argmax's unbiased lp, so lp_i lies in [top − hi, top − lo); ``unbiased`` the
+    answer the flips are judged against. :class:`Bisect` opens, narrows and closes brackets;
+    the tracker narrows several of a text together to the precision its scores need
+    (:mod:`.refine`).
+    """
+
+    position: Position
+    unbiased: NextToken
+    top: float
+    lo: float
+    hi: float
+
+    @property
+    def lower(self) -> float:
+        """lp_i's lower bound, top − hi (nats)."""
+        return self.top - self.hi
+
+    @property
+    def upper(self) -> float:
+        """lp_i's upper bound, top − lo (nats)."""
+        return self.top - self.lo
+
+    @property
+    def width(self) -> float:
+        """hi − lo, nats: the width of lp_i's bounds."""
+        return self.hi - self.lo
+
+    def estimate(self, strategy: str = "bisect") -> Estimate:
+        """lp_i as the bracket's midpoint, with its bounds."""
+        return Estimate((self.lower + self.upper) / 2, self.lower, self.upper, strategy)
+
+
 class Bisect(Strategy):
     """Smallest bias b* that flips the greedy token to the target; lp_i = lp_top − b*.
 
     The top-n bound gives b* > lo = lp_top − upper. A galloping search (steps of
     :func:`first_step`, doubling: 1.28, 2.56, 5.12, ... nats at ε = 0.01, up to the cap) from lo
-    finds the upper end of the bracket, and bisection narrows it to ε. A listed target is read
-    from the list instead (:meth:`Strategy.resolve`). Re-checks (``verify_flips``; which
-    brackets: :class:`FlipChecks`) ask both ends again; a flip that does not reproduce widens the
-    bounds (``bisect~``) instead of moving the value, and turns re-checks on for every later
-    bracket.
+    finds the upper end of the bracket (:meth:`open`), and bisection narrows it to ε
+    (:meth:`narrow`). A listed target is read from the list instead (:meth:`Strategy.resolve`).
+    Re-checks (``verify_flips``; which brackets: :class:`FlipChecks`) ask both ends again
+    (:meth:`close`); a flip that does not reproduce widens the bounds (``bisect~``) instead of
+    moving the value, and turns re-checks on for every later bracket.
     """
 
     name = "bisect"
@@ -300,22 +334,23 @@ class Bisect(Strategy):
         self.checks = FlipChecks(not caps.flips_reproducible, config.verify_every)
 
     async def measure(self, position: Position) -> Estimate:
+        opened = await self.open(position)
+        if isinstance(opened, Estimate):
+            return opened
+        try:
+            await self.narrow(opened, self.config.epsilon)
+        except Unidentified:
+            return Estimate.at_most(opened.upper, "ambiguous")
+        return await self.close(opened)
+
+    async def open(self, position: Position) -> Bracket | Estimate:
+        """The gallop: a bracket (lo, hi] of b*, as wide as the last step (a multiple of ε), or
+        the estimate where there is nothing to bisect: an argmax target (exact), a target not
+        sampled at the cap (``bisect>cap``), a flip that cannot be identified (``ambiguous``)."""
         unbiased = await self.unbiased(position)
         listed = unbiased.find(position.target)
         # a listed target is bracketed by the argmax alone, not by its value
         upper = unbiased.top_logprob if listed is not None else topn_upper_bound(unbiased, position.target)
-        try:
-            return await self._bracket(position, unbiased, upper)
-        except _Unknown:
-            return Estimate.at_most(upper, "ambiguous")
-
-    async def _flips(self, position: Position, bias: float, unbiased: NextToken) -> bool:
-        hit = self.is_target(await self.biased(position, bias), position.target, unbiased)
-        if hit is None:
-            raise _Unknown
-        return hit
-
-    async def _bracket(self, position: Position, unbiased: NextToken, upper: float) -> Estimate:
         eps, cap = self.config.epsilon, self.config.max_bias
         top = unbiased.top_logprob
         if surely(unbiased.sampled, position.target):  # already the argmax: nothing to flip
@@ -323,27 +358,51 @@ class Bisect(Strategy):
         lo = max(0.0, top - upper)  # b* lies in (lo, hi]
         step = first_step(eps)
         hi = min(cap, round(lo + step, 6))
-        while not await self._flips(position, hi, unbiased):
-            if hi >= cap:
-                return Estimate.at_most(min(upper, top - cap), "bisect>cap")
-            lo, step = hi, step * 2
-            hi = min(cap, round(lo + step, 6))
-        width = position.width or eps
-        while hi - lo > width + 1e-9:
-            mid = round((lo + hi) / 2, 6)
-            if await self._flips(position, mid, unbiased):
-                hi = mid
-            else:
-                lo = mid
-        strategy = "bisect"
-        if self.config.verify_flips and self.checks.wanted(position):
-            lo, hi, consistent = await self._verify(position, lo, hi, unbiased)
-            if not consistent:
-                strategy = "bisect~"  # widened by a non-reproducible flip
-                self.checks.saw_unreproducible()
-        return Estimate(top - (lo + hi) / 2, top - hi, top - lo, strategy)
+        try:
+            while not await self._flips(position, hi, unbiased):
+                if hi >= cap:
+                    return Estimate.at_most(min(upper, top - cap), "bisect>cap")
+                lo, step = hi, step * 2
+                hi = min(cap, round(lo + step, 6))
+        except Unidentified:
+            return Estimate.at_most(upper, "ambiguous")
+        return Bracket(position, unbiased, top, lo, hi)
 
-    async def _verify(self, position: Position, lo: float, hi: float, unbiased: NextToken) -> tuple[float, float, bool]:
+    async def narrow(self, bracket: Bracket, width: float) -> None:
+        """Halve ``bracket`` until it is at most ``width`` nats wide (one request a halving).
+
+        Raises:
+            Unidentified: a flip could not be identified (the bracket keeps its last ends).
+        """
+        while bracket.hi - bracket.lo > width + 1e-9:
+            mid = round((bracket.lo + bracket.hi) / 2, 6)
+            if await self._flips(bracket.position, mid, bracket.unbiased):
+                bracket.hi = mid
+            else:
+                bracket.lo = mid
+
+    async def close(self, bracket: Bracket) -> Estimate:
+        """The bracket's estimate, after re-checking its ends where :class:`FlipChecks` wants it
+        (widened, ``bisect~``, when a flip does not reproduce)."""
+        if not (self.config.verify_flips and self.checks.wanted(bracket.position)):
+            return bracket.estimate()
+        try:
+            lo, hi, consistent = await self._verify(bracket)
+        except Unidentified:
+            return Estimate.at_most(bracket.upper, "ambiguous")
+        if consistent:
+            return bracket.estimate()
+        self.checks.saw_unreproducible()
+        bracket.lo, bracket.hi = lo, hi
+        return bracket.estimate("bisect~")  # widened by a non-reproducible flip
+
+    async def _flips(self, position: Position, bias: float, unbiased: NextToken) -> bool:
+        hit = self.is_target(await self.biased(position, bias), position.target, unbiased)
+        if hit is None:
+            raise Unidentified
+        return hit
+
+    async def _verify(self, bracket: Bracket) -> tuple[float, float, bool]:
         """Re-ask both ends of the bracket (lo, hi] with fresh requests; widen it until they agree.
 
         Serving at temperature 0 is not perfectly deterministic: near b* a flip may not
@@ -355,6 +414,7 @@ class Bisect(Strategy):
         to one noisy answer.
         """
         eps, cap, repeats = self.config.epsilon, self.config.max_bias, self.config.verify_repeats
+        position, unbiased, lo, hi = bracket.position, bracket.unbiased, bracket.lo, bracket.hi
 
         async def agree(at_lo: float, at_hi: float) -> bool:
             for j in range(1, repeats + 1):

@@ -55,12 +55,20 @@ from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .capabilities import Capabilities
 from .endpoint import Endpoint, with_bos
+from .refine import to_refine
 from .runs import RunReader
-from .strategies import FALLBACKS, Estimate, Position, Prompt, strategy_set
+from .strategies import (
+    FALLBACKS,
+    Bracket,
+    Estimate,
+    Position,
+    Prompt,
+    Unidentified,
+    strategy_set,
+)
 from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
-PRECISIONS = ("token", "mean")  # TrackerConfig.precision
 
 
 @dataclass(frozen=True)
@@ -80,10 +88,11 @@ class TrackerConfig:
         verify_repeats: fresh requests per bracket end (2 × this many per re-checked token).
         verify_every: while no flip has been seen not to reproduce, re-check the brackets of a
             text's first positions and one bisected position in this many (1: every one).
-        precision: how far bisection refines: ``"token"``, every value to ε; ``"mean"``, a
-            window's mean width to ε (the loss score's bound is that mean): listed targets,
-            exact, let unlisted ones stop at 2ε, 4ε, ... (fewer requests, each value still
-            within its reported bounds).
+        refine_for: how far bisection refines: empty, every value to ε; else the k (percent)
+            of each requested score that is the mean of a text's lowest k% of values (100: the
+            loss score; Min-K%'s k), and a text's brackets are narrowed until each such score's
+            interval is at most ε (:mod:`.refine`: fewer requests, each value still within its
+            reported bounds). Build it with :func:`~blackbox_mia.scorers.refine_for`.
         context: the model's context in tokens (≥ 2); longer texts use the local backend's
             sliding windows (stride = half the context). ``None``: whole prefixes.
         pending: most positions (or echo windows) in progress at once; ``None`` = twice the
@@ -100,7 +109,7 @@ class TrackerConfig:
     verify_flips: bool = True
     verify_repeats: int = 2
     verify_every: int = 32
-    precision: str = "token"
+    refine_for: tuple[float, ...] = ()
     context: int | None = None
     pending: int | None = None
 
@@ -113,8 +122,8 @@ class TrackerConfig:
             raise BlackboxMIAError(f"max_bias must be in (0, {MAX_BIAS:g}], got {self.max_bias}")
         if self.verify_repeats < 0:
             raise BlackboxMIAError(f"verify_repeats must be >= 0, got {self.verify_repeats}")
-        if self.precision not in PRECISIONS:
-            raise BlackboxMIAError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if not all(0 < k <= 100 for k in self.refine_for):
+            raise BlackboxMIAError(f"refine_for holds percents in (0, 100], got {self.refine_for}")
         if self.verify_every < 1:
             raise BlackboxMIAError(f"verify_every must be >= 1, got {self.verify_every}")
         if self.context is not None and self.context < 2:
@@ -199,8 +208,8 @@ class Tracker:
                 found = await self._window(seq, start, end, first)
             elif self.mode() == "run":
                 found = await self.runs.read(seq, start, first, end)
-            elif self.mode() == "bisect" and self.config.precision == "mean":
-                found = await self._bisect_window(seq, start, first, end)
+            elif self.refines():
+                found = await self._refine(seq)
             else:  # one position: target seq[first] after the window's prefix
                 found = [await self._resolve(Position(seq[start:first], seq[first]), self.mode())]
             estimates[t][first - 1 : end - 1] = found
@@ -225,11 +234,14 @@ class Tracker:
 
     def _jobs(self, sequences: list[list[int]]) -> Iterator[tuple[int, int, int, int]]:
         """``(text, start, end, first)``: an echo window, or (per position) one target ``first``
-        with prefix ``seq[start:first]`` (then ``end = first + 1``)."""
+        with prefix ``seq[start:first]`` (then ``end = first + 1``), or a whole text refined
+        together (:meth:`refines`: ``(text, 0, len, 1)``)."""
         for t, seq in enumerate(sequences):
-            windows = sliding_windows(len(seq), self.config.context) if self.config.context else [(0, len(seq), 1)]
-            for start, end, first in windows:
-                if self.mode() in ("prompt", "run") or (self.mode() == "bisect" and self.config.precision == "mean"):
+            if self.refines():
+                yield t, 0, len(seq), 1
+                continue
+            for start, end, first in self._windows(seq):
+                if self.mode() in ("prompt", "run"):
                     yield t, start, end, first
                 else:
                     for j in range(first, end):
@@ -270,6 +282,13 @@ class Tracker:
             return next((s for s in ("prompt", "run") if s in self.available), "auto")
         return self.config.strategy
 
+    def refines(self) -> bool:
+        """Whether texts are bisected to their scores' precision (``config.refine_for``) as a
+        whole, rather than every value to ε: with ``refine_for`` set, where bisection is the
+        per-position strategy (``bisect``, or ``auto`` falling back to it)."""
+        bisects = self.mode() == "bisect" or (self.mode() == "auto" and self.per_position_strategy() == "bisect")
+        return bool(self.config.refine_for) and bisects
+
     def per_position_strategy(self) -> str:
         """What ``auto`` does per position: forced read-out where available, else a listed
         target's value and the first fallback available for the others (``postbias``,
@@ -278,33 +297,56 @@ class Tracker:
             return "forced"
         return next((s for s in FALLBACKS if s in self.available), "topn")
 
-    # -- one window bisected to a mean width ---------------------------------------------------
+    # -- one text bisected to its scores' precision ----------------------------------------------
 
-    async def _bisect_window(self, seq: list[int], start: int, first: int, end: int) -> list[Estimate]:
-        """Targets ``first .. end-1`` of one window by bisection, the window's mean width at most
-        ε (``precision="mean"``: what the loss score, the mean of the values, needs).
+    def _windows(self, seq: list[int]) -> list[tuple[int, int, int]]:
+        """``(start, end, first)`` of each window of ``seq`` (one window without a context)."""
+        return sliding_windows(len(seq), self.config.context) if self.config.context else [(0, len(seq), 1)]
 
-        The unbiased answers come first (all at once): a listed target is exact (width 0) and
-        lends its ε to the unlisted ones, which start at ε and are widened in position order,
-        ε → 2ε → 4ε ..., while the lent budget lasts (each doubling saves one request). The
-        brackets are multiples of ε (:func:`~.strategies.first_step`), so a bisection allowed
-        ε·2^m stops m halvings early.
-        """
-        bisect, eps = self.strategies["bisect"], self.config.epsilon
-        positions = [Position(seq[start:j], seq[j]) for j in range(first, end)]
-        sendable = [p for p in positions if self.endpoint.sendable(p.prefix)]
-        answers = await asyncio.gather(*(bisect.unbiased(p) for p in sendable))
-        unlisted = [p for p, a in zip(sendable, answers) if a.find(p.target) is None]
-        for p in unlisted:
-            p.width = eps
-        budget, level = eps * (len(sendable) - len(unlisted)), eps
-        while unlisted and budget >= level:
-            for p in unlisted:
-                if budget < level:
-                    break
-                p.width, budget = 2 * level, budget - level
-            level *= 2
-        return list(await asyncio.gather(*(self._resolve(p, "bisect") for p in positions)))
+    async def _refine(self, seq: list[int]) -> list[Estimate]:
+        """Every target of ``seq`` by bisection, refined to the precision of the requested scores
+        (:mod:`.refine`): brackets are opened by the gallop all at once, then the widest that
+        may matter to a score wider than ε are halved together, round after round; re-checks
+        come last, on the final brackets. A whole text at once: Min-K%'s lowest k% are a text's,
+        not a window's."""
+        positions = [Position(seq[start:j], seq[j]) for start, end, first in self._windows(seq) for j in range(first, end)]
+        found: list[Estimate | Bracket] = list(await asyncio.gather(*(self._open(p) for p in positions)))
+        while True:
+            chosen = to_refine(
+                np.array([e.lower for e in found]),
+                np.array([e.upper for e in found]),
+                np.array([isinstance(e, Bracket) for e in found]),
+                self.config.refine_for,
+                self.config.epsilon,
+            )
+            if not len(chosen):
+                break
+            halved = await asyncio.gather(*(self._halve(found[i]) for i in chosen))
+            for i, outcome in zip(chosen, halved):
+                found[i] = outcome
+        opened = [i for i, e in enumerate(found) if isinstance(e, Bracket)]
+        closed = await asyncio.gather(*(self.strategies["bisect"].close(found[i]) for i in opened))
+        for i, estimate in zip(opened, closed):
+            found[i] = estimate
+        return found  # type: ignore[return-value]
+
+    async def _open(self, position: Position) -> Estimate | Bracket:
+        """A position's listed value, or bisection's opened bracket (or final estimate), or
+        ``unsendable``."""
+        if not self.endpoint.sendable(position.prefix):
+            return Estimate.at_most(0.0, "unsendable")
+        bisect = self.strategies["bisect"]
+        listed = (await bisect.unbiased(position)).find(position.target)
+        return Estimate.exact(listed, "topn") if listed is not None else await bisect.open(position)
+
+    async def _halve(self, bracket: Bracket) -> Bracket | Estimate:
+        """``bracket`` halved once, or ``ambiguous`` (its upper bound) when the flip cannot be
+        identified."""
+        try:
+            await self.strategies["bisect"].narrow(bracket, bracket.width / 2)
+        except Unidentified:
+            return Estimate.at_most(bracket.upper, "ambiguous")
+        return bracket
 
     # -- one echo window ------------------------------------------------------------------------
 
