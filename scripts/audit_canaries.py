@@ -22,7 +22,7 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   unlearning audit checked against the unlearned GSM8K canary. The script trains (or reuses) the
   default GSM8K canary (``--unlearn-canary-args`` for another), unlearns a forget set of 50 members
   drawn among those it memorized (``bbmia canary unlearn``, :data:`UNLEARN_RECIPE` unless
-  ``--unlearn-args``, seed ``--unlearn-seed``), and runs ``bbmia unlearning --before CANARY --after
+  ``--unlearn-args``, seeds ``--unlearn-seeds``), and runs ``bbmia unlearning --before CANARY --after
   UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask about); the
   label is the white-box one (a forgotten member still memorized: its loss score under the
   unlearned canary above the non-members' 95% quantile), the base rate the share of the audited
@@ -34,18 +34,25 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   audit with both models behind ``bbmia serve`` (per-text score differences, flags that differ,
   its own keys).
 
-  Measured (``python scripts/audit_canaries.py --serve --json``, 2 shared CPU cores, 6 min with the
-  document audit resumed from its files, 3 min for a rerun; the black-box runs start over each time,
-  their server's port being new): documents_auc 0.881 [0.742, 0.990]; truth inside the
-  corrected CI for 42 of 44 documents (raw Wilson: 14 of 44, it estimates the flagged share, not the
-  planted one). Unlearning (seed 1; the recipe was chosen on seed 0, every recipe tried is in
-  docs/unlearning-ground-truth.md): 14 of 50 flagged, precision 0.929 [0.685, 0.987] vs base rate
-  0.68 [0.542, 0.792], Fisher p = 0.017, recall 0.382 [0.239, 0.550], closeness AUC 0.776. 20
-  samples: ROUGE-L recall flagged 0.124 vs unflagged 0.121 (difference 0.003 [-0.014, 0.021],
-  p = 0.33): no difference; approximate 0.198 vs 0.215; Q&A 0.110 vs 0.126. Black box = local
-  (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags differ (its own
-  samples: ROUGE-L 0.127 vs 0.123, p = 0.23); documents, 563 chunks, 1.6e-7, 0 flags and 0 rates
-  differ, the same AUC.
+  ``unlearning_*_by_label_difference``: the same similarity comparison split by the white-box label
+  (still memorized minus the rest), the most a perfect flag could show. ``--unlearn-seeds`` (default
+  1,2,3): one unlearned canary per seed; the first gives the keys above, ``unlearning_by_seed``
+  each seed's and ``unlearning_pooled_*`` every seed's texts pooled into one table.
+
+  Measured (``python scripts/audit_canaries.py --serve --json``, 2 shared CPU cores, 4 min with the
+  document audit resumed from its files; the black-box runs start over each time, their server's
+  port being new): documents_auc 0.881 [0.742, 0.990]; truth inside the corrected CI for 42 of 44
+  documents (raw Wilson: 14 of 44, it estimates the flagged share, not the planted one).
+  Unlearning (the recipe and the completion setting were chosen on seed 0, every one tried is in
+  docs/unlearning-ground-truth.md), seed 1: 14 of 50 flagged, precision 0.929 [0.685, 0.987] vs
+  base rate 0.68 [0.542, 0.792], Fisher p = 0.017, recall 0.382 [0.239, 0.550], closeness AUC
+  0.776; seeds 1-3 pooled: 46 of 150 flagged, precision 0.761 [0.621, 0.861] vs 0.60, p = 0.0056.
+  ROUGE-L recall (20 samples) flagged vs unflagged: seed 1 0.124 vs 0.121 (+0.003 [-0.014, 0.021],
+  p = 0.33), pooled 0.108 vs 0.109 (-0.001 [-0.010, 0.009], p = 0.54): no difference, while by the
+  label it is +0.0135 [0.006, 0.021] (p = 0.003), diluted by the flags to an expected +0.003.
+  Black box = local (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags
+  differ (its own samples: ROUGE-L 0.127 vs 0.122, p = 0.22); documents, 563 chunks, 1.6e-7, 0 flags
+  and 0 rates differ, the same AUC.
 
 Usage:
     python scripts/audit_canaries.py --json
@@ -79,7 +86,7 @@ ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_
 # The forget set among the members the canary memorized before (the paper's setting), 6 gradient-ascent
 # steps of 8 windows at a high rate with the KL retain term at weight 10: of the recipes tried on
 # unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in docs/unlearning-ground-truth.md), the one
-# with the smallest Fisher p of enrichment; measured on a fresh seed (--unlearn-seed, default 1).
+# with the smallest Fisher p of enrichment; measured on fresh seeds (--unlearn-seeds, default 1,2,3).
 UNLEARN_RECIPE = "--steps 6 --lr 3e-3 --retain-weight 10 --forget-from memorized"
 TUNE_SEED = 0  # the unlearning seed the recipe and the completion setting were chosen on: never a measured one
 # The story-completion setting: of the 192 settings compared on unlearning seed 0 by how well they separate the
