@@ -231,3 +231,30 @@ def test_context_windows_match_local_sliding_window(tiny_model_dir, tmp_path):
         # comes from the generated position's top-n or, unlisted, from forced read-out
         assert white.n_tokens > 30 and set(black.strategies) <= ({"prompt", "topn", "forced"} if echo else {"forced"})
         np.testing.assert_allclose(black.logprobs, white.logprobs, atol=EXACT)
+
+
+def test_bisection_refined_for_the_scores_through_the_emulator(local, peaked_model_dir, texts, tmp_path):
+    """Loss and Min-K% (k = 20) of a served model's text by bisection refined to their needs: each
+    score's interval from the values' bounds is at most ε and holds the white-box score, every
+    value lies within its bounds, and it costs fewer requests than every value to ε."""
+    from blackbox_mia.backends.api.refine import score_widths
+    from blackbox_mia.scorers.base import mean_smallest
+
+    [white] = local.logprobs(texts[:1])
+    requests, tracked = {}, {}
+    with serve_in_background(ServerConfig(str(peaked_model_dir), logprobs_mode="raw", echo=False), backend=local) as url:
+        for refine_for in ((), (20.0, 100.0)):
+            config = ApiConfig(base_url=url, model=str(peaked_model_dir), max_retries=1, backoff_base_s=0.01)
+            tracker = TrackerConfig(strategy="bisect", epsilon=EPSILON, refine_for=refine_for)
+            backend = ApiBackend(config, tokenizer=str(peaked_model_dir), tracker=tracker,
+                                 cache_dir=tmp_path / str(len(refine_for)))
+            before = backend.usage.requests  # the probe's
+            [tracked[refine_for]] = backend.logprobs(texts[:1])
+            requests[refine_for] = backend.usage.requests - before
+            backend.close()
+    black = tracked[(20.0, 100.0)]
+    assert np.all(black.lower - EXACT <= white.logprobs) and np.all(white.logprobs <= black.upper + EXACT)
+    for k, width in zip((20.0, 100.0), score_widths(black.lower, black.upper, (20.0, 100.0))):
+        assert width <= EPSILON + 1e-9
+        assert mean_smallest(black.lower, k) - EXACT <= mean_smallest(white.logprobs, k) <= mean_smallest(black.upper, k) + EXACT
+    assert requests[(20.0, 100.0)] < requests[()]
