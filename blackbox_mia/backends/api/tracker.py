@@ -95,9 +95,9 @@ class TrackerConfig:
             reported bounds). Build it with :func:`~blackbox_mia.scorers.refine_for`.
         context: the model's context in tokens (≥ 2); longer texts use the local backend's
             sliding windows (stride = half the context). ``None``: whole prefixes.
-        pending: most positions (or echo windows) in progress at once; ``None`` = twice the
-            client's concurrency. Positions are generated lazily, so memory stays linear in
-            the text length.
+        pending: most positions (or echo windows, or texts refined for their scores) in
+            progress at once; ``None`` = twice the client's concurrency. Positions are generated
+            lazily, so memory stays linear in the text length (but for refined texts).
 
     Raises:
         BlackboxMIAError: an unknown strategy or an out-of-range number.
@@ -308,7 +308,8 @@ class Tracker:
         (:mod:`.refine`): brackets are opened by the gallop all at once, then the widest that
         may matter to a score wider than ε are halved together, round after round; re-checks
         come last, on the final brackets. A whole text at once: Min-K%'s lowest k% are a text's,
-        not a window's."""
+        not a window's (so its positions are held together: memory grows as the text's length
+        times its window's, unlike the lazy per-position modes)."""
         positions = [Position(seq[start:j], seq[j]) for start, end, first in self._windows(seq) for j in range(first, end)]
         found: list[Estimate | Bracket] = list(await asyncio.gather(*(self._open(p) for p in positions)))
         while True:
