@@ -7,8 +7,10 @@ paper's window (1/1.15, 1.15), labels each forget item by the white-box rule of 
 (:func:`~blackbox_mia.canary.unlearn.memorized_members` on the unlearned canary: loss above the
 non-members' 95% quantile) and prints one JSON line per (recipe, seed): precision, recall, base
 rate (Wilson CIs), the one-sided Fisher p of "flagged texts are enriched", the closeness AUC
-(``-|ln ratio|`` as a score of the label), how many forget items were memorized before, and the
-forget set's loss before/after. The recipe is chosen on ``--tune-seed``; ``audit_canaries.py``
+(``-|ln ratio|`` as a score of the label), how many forget items were memorized before, the
+forget set's loss before/after, and where the ratios lie (10/50/90% quantiles) for the forget
+items the ascent reached, those it did not, and the kept members (with the share of these inside
+the window: how far the unlearning spilled over). The recipe is chosen on ``--tune-seed``; ``audit_canaries.py``
 then measures it (with story completion) on a fresh seed.
 
 Usage:
@@ -24,6 +26,8 @@ import shlex
 import shutil
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from blackbox_mia.audits.unlearning import (
     RATIO_WINDOW,
@@ -79,8 +83,7 @@ def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path) -> di
     forget_ids = record["forget_ids"]
     after = dict(zip([it.id for it in items], scores(unlearned, [it.text for it in items])))
     memorized_after, _ = memorized_members(items, {i: s[1] for i, s in after.items()}, config.memorized_fpr)
-    by_id = {it.id: it for it in items}
-    before = dict(zip(forget_ids, scores(canary, [by_id[i].text for i in forget_ids])))
+    before = dict(zip([it.id for it in items], scores(canary, [it.text for it in items])))
     rows = []
     for i in forget_ids:
         ratio = score_ratio(before[i][0], after[i][0])
@@ -89,14 +92,26 @@ def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path) -> di
     flagged = {r["id"] for r in rows if r["flagged"]}
     positives = {r["id"] for r in rows if r["still_memorized"]}
     m = flag_metrics(flagged, positives, forget_ids)
+    reached = {i for i, n in record["ascents_per_item"].items() if n > 0}
+    kept = [score_ratio(before[it.id][0], after[it.id][0]) for it in items if it.label == 1 and it.id not in set(forget_ids)]
     return {
         "recipe": recipe, "seed": seed, **m, "closeness_auc": closeness_auc(rows),
         "n_memorized_before": len(record["memorized_before"]["ids"]),
         "forget_memorized_before": len(set(forget_ids) & set(record["memorized_before"]["ids"])),
         "forget_loss_before": record["forget_loss_before"], "forget_loss_after": record["forget_loss_after"],
         "changed_labels": record["changed_labels"],
-        "items_reached": sum(n > 0 for n in record["ascents_per_item"].values()),
+        "items_reached": len(reached),
+        "ratio_reached": ratio_quantiles([r["ratio"] for r in rows if r["id"] in reached]),
+        "ratio_unreached": ratio_quantiles([r["ratio"] for r in rows if r["id"] not in reached]),
+        "ratio_kept_members": ratio_quantiles(kept),
+        "kept_members_in_window": sum(in_window(r, RATIO_WINDOW) for r in kept) / len(kept) if kept else None,
     }  # fmt: skip
+
+
+def ratio_quantiles(ratios: list[float | None]) -> list[float] | None:
+    """The 10%, 50% and 90% quantiles of the Min-K% ratios (after / before) that exist; None if none."""
+    known = [r for r in ratios if r is not None]
+    return [round(float(q), 3) for q in np.quantile(known, [0.1, 0.5, 0.9])] if known else None
 
 
 def main() -> None:
