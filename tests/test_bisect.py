@@ -176,3 +176,10 @@ def test_refinement_picks_the_widest_brackets_that_may_matter():
     assert to_refine(lower, upper, is_open, [50.0], 10.0).tolist() == []  # interval already within ε
     exact = to_refine(upper, upper, is_open, [50.0, 100.0], 0.01)
     assert exact.tolist() == []
+    # a value known only from above (>cap: not open) keeps the mean's interval infinite: every open
+    # bracket wider than ε is halved, then nothing is left to do
+    capped = np.array([-np.inf, -9.0, -6.0, -3.0])
+    assert score_widths(capped, upper, [100.0]) == [np.inf]
+    assert to_refine(capped, upper, np.array([False, True, True, True]), [100.0], 0.01).tolist() == [1, 2, 3]
+    narrowed = upper - np.array([0.0, 0.01, 0.01, 0.01])
+    assert to_refine(np.r_[-np.inf, narrowed[1:]], upper, np.array([False, True, True, True]), [100.0], 0.01).tolist() == []
