@@ -23,7 +23,9 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   default GSM8K canary (``--unlearn-canary-args`` for another), unlearns a forget set of 50 members
   drawn among those it memorized (``bbmia canary unlearn``, :data:`UNLEARN_RECIPE` unless
   ``--unlearn-args``, seeds ``--unlearn-seeds``), and runs ``bbmia unlearning --before CANARY --after
-  UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask about); the
+  UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask about; the
+  paper's window, or with ``--flag-least-changed F`` the share F of them whose ratio is closest to 1,
+  per seed, passed to every ``bbmia unlearning`` run); the
   label is the white-box one (a forgotten member still memorized: its loss score under the
   unlearned canary above the non-members' 95% quantile), the base rate the share of the audited
   texts still memorized. ``unlearning_closeness_auc``: AUC of ``-|ln ratio|`` for that label.
@@ -232,6 +234,7 @@ def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
         **unlearning_keys(audit, "unlearning_"),
         **unlearning_keys(qa, "unlearning_qa_"),
         "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"], "recipe": args.unlearn_args,
+                       "flag_least_changed": args.flag_least_changed,
                        "unlearn_seed": seeds[0], "tune_seed": TUNE_SEED,
                        "completion": {"prompt_words": args.prompt_words, "max_new_tokens": args.max_new_tokens,
                                       "samples": args.samples, "temperature": 1.0, "aggregate": "mean"},
@@ -261,11 +264,16 @@ def audit_seed(args: argparse.Namespace, canary: str, seed: int) -> dict:
     unlearned = bbmia("canary", "unlearn", canary, "--forget", str(args.forget), "--seed", str(seed),
                       *args.unlearn_args.split())  # fmt: skip
     common = ("--samples", str(args.samples), "--max-new-tokens", str(args.max_new_tokens), "--seed", str(seed),
-              "--quiet")  # fmt: skip
+              "--quiet", *flag_rule_args(args))  # fmt: skip
     out = f"{args.out_dir}/unlearning-{Path(unlearned['path']).name}"
     audit = bbmia("unlearning", f"{unlearned['path']}/forget_items.jsonl", "--before", f"local:{canary}", "--after",
                   f"local:{unlearned['path']}", "--prompt-words", str(args.prompt_words), *common, "--out", out)  # fmt: skip
     return {"unlearned": unlearned, "audit": audit, "out": out, "common": common}
+
+
+def flag_rule_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``bbmia unlearning`` flag-rule options: ``--flag-least-changed F`` when given, else none (the window)."""
+    return () if args.flag_least_changed is None else ("--flag-least-changed", str(args.flag_least_changed))
 
 
 def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str, common: tuple, local_out: str) -> dict:
@@ -326,6 +334,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="story-completion continuation "
                         "length, tokens (the reference is cut to as many)")
     parser.add_argument("--samples", type=int, default=SAMPLES, help="sampled continuations per forgotten text (the paper's 20)")
+    parser.add_argument("--flag-least-changed", type=float, default=None, metavar="F", help="bbmia unlearning's "
+                        "flag rule: the share F of the forget set whose ratio is closest to 1, instead of the paper's "
+                        "window (default: the window)")
     parser.add_argument("--serve", action="store_true", help="also run the unlearning audit through bbmia serve "
                         "(black box) and compare it with the local run")
     parser.add_argument("--skip-documents", action="store_true", help="run only the unlearning audit")

@@ -3,7 +3,8 @@
 For each recipe (``bbmia canary unlearn`` options) and seed, unlearns the GSM8K canary, scores
 the forget set's texts under the base and the unlearned canary (Min-K% at k = 20 and loss, the
 local backend, as ``bbmia unlearning`` does), flags the texts whose Min-K% ratio lies inside the
-paper's window (1/1.15, 1.15), labels each forget item by the white-box rule of the audit
+paper's window (1/1.15, 1.15) (or, with ``--flag-least-changed F``, the share F of the forget set
+whose ratio is closest to 1, as ``bbmia unlearning --flag-least-changed F`` does), labels each forget item by the white-box rule of the audit
 (:func:`~blackbox_mia.canary.unlearn.memorized_members` on the unlearned canary: loss above the
 non-members' 95% quantile) and prints one JSON line per (recipe, seed): precision, recall, base
 rate (Wilson CIs), the one-sided Fisher p of "flagged texts are enriched", the closeness AUC
@@ -16,6 +17,7 @@ then measures it (with story completion) on a fresh seed.
 Usage:
     python scripts/unlearning_recipes.py --canary cache/canary/6338e872951d --seeds 0
     python scripts/unlearning_recipes.py --recipes "--steps 4 --lr 3e-3 --retain-weight 10" --seeds 0,1
+    python scripts/unlearning_recipes.py --canary cache/canary/aa8eb5d0dfad --flag-least-changed 0.3 --recipes ...
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from blackbox_mia.audits.unlearning import (
     RATIO_WINDOW,
     closeness_auc,
     flag_metrics,
+    flag_texts,
     in_window,
     score_ratio,
 )
@@ -74,8 +77,9 @@ def scores(model_dir: Path, texts: list[str]) -> list[tuple[float, float]]:
     return [(min_k.score(t, lp, []), mean_logprob(lp)) for t, lp in zip(texts, lps)]
 
 
-def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path) -> dict:
-    """Unlearn with ``recipe`` at ``seed`` and check the ratio window against the white-box label."""
+def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path, fraction: float | None = None) -> dict:
+    """Unlearn with ``recipe`` at ``seed`` and check the flags (the ratio window, or the share
+    ``fraction`` least changed) against the white-box label."""
     config = parse_recipe(recipe, seed)
     unlearned = unlearn_canary(canary, str(forget), config, work / "unlearned")
     record = json.loads((unlearned / "manifest.json").read_text())["unlearning"]
@@ -84,18 +88,16 @@ def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path) -> di
     after = dict(zip([it.id for it in items], scores(unlearned, [it.text for it in items])))
     memorized_after, _ = memorized_members(items, {i: s[1] for i, s in after.items()}, config.memorized_fpr)
     before = dict(zip([it.id for it in items], scores(canary, [it.text for it in items])))
-    rows = []
-    for i in forget_ids:
-        ratio = score_ratio(before[i][0], after[i][0])
-        rows.append({"id": i, "ratio": ratio, "flagged": in_window(ratio, RATIO_WINDOW),
-                     "still_memorized": i in set(memorized_after)})  # fmt: skip
+    ratios = [score_ratio(before[i][0], after[i][0]) for i in forget_ids]  # forget_items.jsonl's order
+    rows = [{"id": i, "ratio": ratio, "flagged": flag, "still_memorized": i in set(memorized_after)}
+            for i, ratio, flag in zip(forget_ids, ratios, flag_texts(ratios, RATIO_WINDOW, fraction))]
     flagged = {r["id"] for r in rows if r["flagged"]}
     positives = {r["id"] for r in rows if r["still_memorized"]}
     m = flag_metrics(flagged, positives, forget_ids)
     reached = {i for i, n in record["ascents_per_item"].items() if n > 0}
     kept = [score_ratio(before[it.id][0], after[it.id][0]) for it in items if it.label == 1 and it.id not in set(forget_ids)]
     return {
-        "recipe": recipe, "seed": seed, **m, "closeness_auc": closeness_auc(rows),
+        "recipe": recipe, "seed": seed, "flag_fraction": fraction, **m, "closeness_auc": closeness_auc(rows),
         "n_memorized_before": len(record["memorized_before"]["ids"]),
         "forget_memorized_before": len(set(forget_ids) & set(record["memorized_before"]["ids"])),
         "forget_loss_before": record["forget_loss_before"], "forget_loss_after": record["forget_loss_after"],
@@ -120,12 +122,14 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", default=list(DEFAULT_RECIPES), help="bbmia canary unlearn options")
     parser.add_argument("--seeds", default="0", help="comma-separated unlearning seeds (forget sample, batch order)")
     parser.add_argument("--forget", type=int, default=50, help="forget-set size")
+    parser.add_argument("--flag-least-changed", type=float, default=None, metavar="F", help="flag the share F of "
+                        "the forget set with the smallest |ln ratio| instead of the window (default: the window)")
     args = parser.parse_args()
     for recipe in args.recipes:
         for seed in (int(s) for s in args.seeds.split(",")):
             work = Path(tempfile.mkdtemp(prefix="unlearning_recipes-"))
             try:
-                row = measure(Path(args.canary), recipe, seed, args.forget, work)
+                row = measure(Path(args.canary), recipe, seed, args.forget, work, args.flag_least_changed)
             except BlackboxMIAError as exc:  # e.g. fewer memorized members than --forget
                 row = {"recipe": recipe, "seed": seed, "error": str(exc)}
             finally:

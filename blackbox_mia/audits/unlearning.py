@@ -7,7 +7,10 @@ tokens, nats/token, a negative number) and the loss score (mean log-probability)
 negative log-likelihoods of the k% tokens) stays near 1 when unlearning left the text as
 likely as before: a text whose ratio lies strictly inside the window (default (1/1.15, 1.15))
 is flagged, unlearning likely failed there. A ratio above the window means the text became
-less likely (forgotten); below, more likely.
+less likely (forgotten); below, more likely. The window's 1.15 is tied to the scores' scale (a
+member that must lose 2 nats/token to be forgotten never stays inside it); the scale-free
+alternative, ``flag_fraction`` (``--flag-least-changed F``), flags the share F of the texts that
+unlearning changed least, the smallest ``|ln ratio|`` (:func:`least_changed`).
 
 Story completion (:mod:`.completion`) then prompts the "after" model with each flagged text's
 first W words and compares sampled continuations with the true one (ROUGE-L recall and
@@ -70,7 +73,7 @@ class UnlearningConfig:
 
     Attributes:
         dataset: dataset spec of the audited texts (labels are not needed).
-        window: (low, high): a text is flagged when low < ratio < high.
+        window: (low, high): a text is flagged when low < ratio < high (the default rule).
         k: Min-K% percentage of tokens kept.
         prompt_words: W, the words of the story-completion prompt (segmenter words).
         samples: sampled continuations per text.
@@ -85,6 +88,9 @@ class UnlearningConfig:
         qa: Q&A mode: ``dataset`` is a JSONL of ``question`` and ``answer`` (:func:`load_qa`);
             the ratio is taken on ``question + " " + answer``, the prompt is the question and
             the reference its answer (``prompt_words`` unused).
+        flag_fraction: F in (0, 1), instead of the window: flag the share F of the texts (``F * n``
+            rounded half up, at least one) with the smallest ``|ln ratio|`` (:func:`least_changed`);
+            None: the window.
     """
 
     dataset: str
@@ -101,12 +107,18 @@ class UnlearningConfig:
     limit: int | None = None
     resume: bool = True
     qa: bool = False
+    flag_fraction: float | None = None
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
         low, high = self.window
         if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
             raise BlackboxMIAError(f"--window must be two finite numbers 0 < low < high, got {low}, {high}")
+        if self.flag_fraction is not None:
+            if not (math.isfinite(self.flag_fraction) and 0 < self.flag_fraction < 1):
+                raise BlackboxMIAError(f"--flag-least-changed must lie in (0, 1), got {self.flag_fraction}")
+            if self.window != RATIO_WINDOW:
+                raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         if not 0 < self.k <= 100:
             raise BlackboxMIAError(f"--k must lie in (0, 100] percent, got {self.k}")
         check_int("--prompt-words", self.prompt_words, 1)
@@ -133,6 +145,43 @@ def score_ratio(before: float | None, after: float | None) -> float | None:
 def in_window(ratio: float | None, window: tuple[float, float]) -> bool:
     """Whether ``ratio`` lies strictly inside ``window`` (flagged: unlearning likely failed)."""
     return ratio is not None and window[0] < ratio < window[1]
+
+
+def least_changed(ratios: list[float | None], fraction: float) -> list[bool]:
+    """The scale-free flag rule: flag the texts unlearning changed least.
+
+    Args:
+        ratios: per text, in text order, ``min_k(after) / min_k(before)`` (None: undefined).
+        fraction: F in (0, 1), the share of the texts to flag.
+
+    Returns:
+        Per text, whether it is flagged: the ``max(1, floor(F * n + 0.5))`` texts (``F * n``
+        rounded half up, ``n = len(ratios)``) with the smallest ``|ln ratio|``, ties going to
+        the earlier text. A text without a positive ratio is never flagged (so fewer are
+        flagged when fewer have one).
+    """
+    n_flag = max(1, math.floor(fraction * len(ratios) + 0.5))
+    known = [i for i, r in enumerate(ratios) if r is not None and r > 0]
+    ranked = sorted(known, key=lambda i: (abs(math.log(ratios[i])), i))
+    chosen = set(ranked[:n_flag])
+    return [i in chosen for i in range(len(ratios))]
+
+
+def flag_texts(ratios: list[float | None], window: tuple[float, float] = RATIO_WINDOW,
+               fraction: float | None = None) -> list[bool]:
+    """Per text (in text order), whether the audit's flag rule flags it: the share ``fraction``
+    least changed (:func:`least_changed`) when it is given, else the ratio strictly inside
+    ``window`` (:func:`in_window`)."""
+    if fraction is not None:
+        return least_changed(ratios, fraction)
+    return [in_window(r, window) for r in ratios]
+
+
+def flag_rule(config: UnlearningConfig) -> str:
+    """The flag rule in words (for the console and the report)."""
+    if config.flag_fraction is not None:
+        return f"the {config.flag_fraction:.0%} of the texts with the smallest |ln ratio| (least changed)"
+    return f"ratio inside {config.window[0]:.4g}..{config.window[1]:.4g}"
 
 
 def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> dict:
@@ -345,7 +394,8 @@ def run_unlearning(
             truth, or None.
 
     Returns:
-        The :class:`AuditResult`; its summary holds ``window``, ``n_items``, ``n_flagged``,
+        The :class:`AuditResult`; its summary holds ``window`` (None under ``flag_fraction``),
+        ``flag_fraction``, ``flag_rule`` (the rule in words), ``n_items``, ``n_flagged``,
         ``flagged_ids``, ``completion`` (per group ``flagged``/``unflagged`` and measure: n,
         mean and median of the per-text mean over samples), ``completion_difference``
         (:func:`mean_difference` per measure), ``skipped_completion`` and, with ``truth``,
@@ -366,12 +416,14 @@ def run_unlearning(
     per_item = {}
     for item in plan.items:
         b, a = scored["before"][item.id], scored["after"][item.id]
-        ratio = score_ratio(b["min_k"], a["min_k"])
         per_item[item.id] = {"id": item.id, "label": item.label, "min_k_before": b["min_k"], "min_k_after": a["min_k"],
-                             "loss_before": b["loss"], "loss_after": a["loss"], "ratio": ratio,
-                             "flagged": in_window(ratio, config.window)}
+                             "loss_before": b["loss"], "loss_after": a["loss"],
+                             "ratio": score_ratio(b["min_k"], a["min_k"])}
+    flags = flag_texts([row["ratio"] for row in per_item.values()], config.window, config.flag_fraction)
+    for row, flag in zip(per_item.values(), flags):
+        row["flagged"] = flag
     flagged = {i for i, row in per_item.items() if row["flagged"]}
-    log(f"{len(flagged)} of {len(plan.items)} texts flagged (ratio inside {config.window[0]:.4g}..{config.window[1]:.4g})")
+    log(f"{len(flagged)} of {len(plan.items)} texts flagged ({flag_rule(config)})")
 
     segmenter = get_segmenter(config.segmenter)
     chosen = [it for it in plan.items if it.id in flagged or config.unflagged]
@@ -419,7 +471,9 @@ def run_unlearning(
                       "".join(json_line(to_jsonable(row), f"item {i!r}") for i, row in per_item.items()))
 
     summary = {
-        "window": list(config.window),
+        "window": None if config.flag_fraction is not None else list(config.window),
+        "flag_fraction": config.flag_fraction,
+        "flag_rule": flag_rule(config),
         "ratio": f"min_k(after) / min_k(before), Min-K% at k = {config.k:g}% (mean log-prob of the k% least likely "
                  "tokens, nats/token, negative)",
         "n_items": len(plan.items),
@@ -433,10 +487,16 @@ def run_unlearning(
     prompt_note = ("Q&A: the question as the prompt, its answer as the reference (the ratio is taken on question + "
                    "answer)" if config.qa else f"Story completion: the first {config.prompt_words} {segmenter.unit} as "
                    "the prompt")
+    rule_note = (f"A text is flagged when the ratio of its Min-K% scores (after / before, both negative) lies strictly "
+                 f"inside ({config.window[0]:.4g}, {config.window[1]:.4g}): the unlearned model finds it about as likely "
+                 "as the original, so unlearning likely failed there (Shi et al. 2024 §7).")
+    if config.flag_fraction is not None:
+        rule_note = (f"A text is flagged when it is among the {config.flag_fraction:.0%} of the texts (F * n rounded half "
+                     "up, at least one; ties to the earlier text) whose Min-K% ratio (after / before, both negative) is "
+                     "closest to 1, the smallest |ln ratio|: where unlearning changed the model least, so it likely "
+                     "failed there (the paper's question, Shi et al. 2024 §7, without its scale-bound window 1/1.15..1.15).")
     notes = [
-        (f"A text is flagged when the ratio of its Min-K% scores (after / before, both negative) lies strictly inside "
-        f"({config.window[0]:.4g}, {config.window[1]:.4g}): the unlearned model finds it about as likely as the "
-        "original, so unlearning likely failed there (Shi et al. 2024 §7)."),
+        rule_note,
         (f"{prompt_note}, {config.samples} samples at temperature {config.temperature:g}, at most "
         f"{config.max_new_tokens} new tokens; similarity per text is the mean over its samples (ROUGE-L recall on "
         "words; approximate memorization on characters). 'completion_difference': flagged minus unflagged mean, "

@@ -70,6 +70,9 @@ def unlearning(
     after: str = typer.Option(..., "--after", help="the unlearned model (needs generation): a spec as --before"),
     window: str | None = typer.Option(None, "--window", help="LOW,HIGH: flag a text when LOW < ratio < HIGH "
                                       "(default 1/1.15,1.15)"),
+    flag_least_changed: float | None = typer.Option(None, "--flag-least-changed", help="F in (0, 1), instead of "
+                                                    "--window: flag the share F of the texts unlearning changed least "
+                                                    "(smallest |ln ratio|; ties to the earlier text)"),
     k: float = typer.Option(20.0, "--k", help="Min-K%: percentage of least likely tokens"),
     prompt_words: int = typer.Option(200, "--prompt-words", help="W: words of the story-completion prompt "
                                      "(use fewer for short texts such as canary items)"),
@@ -92,7 +95,8 @@ def unlearning(
     backend: BackendOptions,
 ):
     """Did unlearning fail? Min-K% under the original (--before) and the unlearned (--after)
-    model; a text whose ratio min_k(after) / min_k(before) lies inside the window is flagged.
+    model; a text whose ratio min_k(after) / min_k(before) lies inside the window is flagged
+    (or, with --flag-least-changed F, the share F of the texts whose ratio is closest to 1).
     The after model then continues each text's first W words (--samples samples), compared with
     the true continuation (ROUGE-L recall, approximate memorization), flagged vs unflagged. On an
     unlearned canary, precision and recall against its still-memorized forgotten members.
@@ -110,10 +114,13 @@ def unlearning(
         )
 
         TargetOptions(**asdict(backend))  # checks the numeric options
+        if window is not None and flag_least_changed is not None:
+            raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         config = UnlearningConfig(
             dataset=dataset, window=parse_window(window) or RATIO_WINDOW, k=k, prompt_words=prompt_words,
             samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter,
             unflagged=not flagged_only, truth_fpr=truth_fpr, seed=seed, limit=limit, resume=not overwrite, qa=qa,
+            flag_fraction=flag_least_changed,
         )
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
         truth_dir = truth if truth is not None else default_truth(after)
@@ -134,8 +141,7 @@ def unlearning(
             for model in models:
                 model.close()
         s = result.summary
-        typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts (ratio {s['ratio']} inside "
-                   f"{s['window'][0]:.4g}..{s['window'][1]:.4g})")
+        typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts ({s['flag_rule']}; ratio {s['ratio']})")
         typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
                                 [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
                                  for g, st in s["completion"].items()]))
