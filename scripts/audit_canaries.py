@@ -55,6 +55,11 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   Black box = local (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags
   differ (its own samples: ROUGE-L 0.127 vs 0.122, p = 0.22); documents, 563 chunks, 1.6e-7, 0 flags
   and 0 rates differ, the same AUC.
+  The least-changed rule on the dup-32 canary (``--unlearn-canary-args "--dup 32 --n-members 160
+  --n-nonmembers 100 --n-background 1000" --unlearn-args "--steps 150 --lr 3e-4 --retain-weight 10
+  --forget-from memorized" --flag-least-changed 0.3 --skip-documents``, 5 min; recipe chosen on seed 0,
+  F fixed a priori): seeds 1-3 pooled 45 of 150 flagged, precision 0.778 [0.637, 0.875] vs base rate
+  0.467, p = 4.8e-7; ROUGE-L flagged vs unflagged 0.060 vs 0.013 (+0.047 [0.029, 0.065], p = 1.6e-7).
 
 Usage:
     python scripts/audit_canaries.py --json
