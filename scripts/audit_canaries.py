@@ -19,10 +19,12 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   per kind of document in ``by_kind``;
 * ``unlearning_precision``, ``unlearning_recall``, ``unlearning_base_rate`` (each with a Wilson
   95% ``_ci``) and ``unlearning_fisher_p`` (one-sided Fisher exact test of enrichment): the
-  unlearning audit checked against the unlearned GSM8K canary. The script trains (or reuses) the
-  default GSM8K canary (``--unlearn-canary-args`` for another), unlearns a forget set of 50 members
-  drawn among those it memorized (``bbmia canary unlearn``, :data:`UNLEARN_RECIPE` unless
-  ``--unlearn-args``, seeds ``--unlearn-seeds``), and runs ``bbmia unlearning --before CANARY --after
+  unlearning audit checked against the unlearned GSM8K canary. The script trains (or reuses) a
+  GSM8K canary, unlearns a forget set of 50 members drawn among those it memorized (``bbmia canary
+  unlearn``), both as ``--setup`` says (:data:`SETUPS`: ``least-changed``, the default, a dup-32
+  canary and the least-changed flag rule; ``paper-window``, the default dup-8 canary and the
+  paper's window; ``--unlearn-canary-args``, ``--unlearn-args``, ``--flag-least-changed`` /
+  ``--window`` override a setup's parts), seeds ``--unlearn-seeds``, and runs ``bbmia unlearning --before CANARY --after
   UNLEARNED`` on the forget set (``forget_items.jsonl``, the texts an auditor would ask about; the
   paper's window, or with ``--flag-least-changed F`` the share F of them whose ratio is closest to 1,
   per seed, passed to every ``bbmia unlearning`` run); the
@@ -41,7 +43,7 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   1,2,3): one unlearned canary per seed; the first gives the keys above, ``unlearning_by_seed``
   each seed's and ``unlearning_pooled_*`` every seed's texts pooled into one table.
 
-  Measured (``python scripts/audit_canaries.py --serve --json``, 2 shared CPU cores, 4 min with the
+  Measured (``python scripts/audit_canaries.py --setup paper-window --serve --json``, 2 shared CPU cores, 4 min with the
   document audit resumed from its files; the black-box runs start over each time, their server's
   port being new): documents_auc 0.881 [0.742, 0.990]; truth inside the corrected CI for 42 of 44
   documents (raw Wilson: 14 of 44, it estimates the flagged share, not the planted one).
@@ -55,14 +57,14 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   Black box = local (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags
   differ (its own samples: ROUGE-L 0.127 vs 0.122, p = 0.22); documents, 563 chunks, 1.6e-7, 0 flags
   and 0 rates differ, the same AUC.
-  The least-changed rule on the dup-32 canary (``--unlearn-canary-args "--dup 32 --n-members 160
-  --n-nonmembers 100 --n-background 1000" --unlearn-args "--steps 150 --lr 3e-4 --retain-weight 10
-  --forget-from memorized" --flag-least-changed 0.3 --skip-documents``, 5 min; recipe chosen on seed 0,
-  F fixed a priori): seeds 1-3 pooled 45 of 150 flagged, precision 0.778 [0.637, 0.875] vs base rate
+  The default setup, the least-changed rule on the dup-32 canary (``--setup least-changed
+  --skip-documents``, 5 min once the canary is trained, 409 s; recipe chosen on seed 0, F fixed a
+  priori): seeds 1-3 pooled 45 of 150 flagged, precision 0.778 [0.637, 0.875] vs base rate
   0.467, p = 4.8e-7; ROUGE-L flagged vs unflagged 0.060 vs 0.013 (+0.047 [0.029, 0.065], p = 1.6e-7).
 
 Usage:
     python scripts/audit_canaries.py --json
+    python scripts/audit_canaries.py --setup paper-window --serve --json
     python scripts/audit_canaries.py --chunk-words 32 --rule max_accuracy --json
 """
 
@@ -90,11 +92,21 @@ from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 
 ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
-# The forget set among the members the canary memorized before (the paper's setting), 6 gradient-ascent
-# steps of 8 windows at a high rate with the KL retain term at weight 10: of the recipes tried on
-# unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in docs/unlearning-ground-truth.md), the one
-# with the smallest Fisher p of enrichment; measured on fresh seeds (--unlearn-seeds, default 1,2,3).
-UNLEARN_RECIPE = "--steps 6 --lr 3e-3 --retain-weight 10 --forget-from memorized"
+# The unlearning setups: (canary options, unlearning recipe, least-changed share F or None for the paper's
+# window). The forget set is drawn among the members the canary memorized before (the paper's setting); each
+# recipe is, of those tried on unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in
+# docs/unlearning-ground-truth.md), the one with the smallest Fisher p of enrichment under its flag rule;
+# measured on fresh seeds (--unlearn-seeds, default 1,2,3).
+# - "least-changed" (the default): a dup-32 canary, which reproduces its members when sampled, and the
+#   scale-free rule (the 30% of the forget set whose Min-K% ratio is closest to 1; F fixed before measuring).
+# - "paper-window": the default dup-8 canary and the paper's window (1/1.15, 1.15); its continuations
+#   are not closer (the canary reproduces almost nothing), and on dup 24-32 that window flags no forgotten text.
+SETUPS = {
+    "least-changed": ("--dup 32 --n-members 160 --n-nonmembers 100 --n-background 1000",
+                      "--steps 150 --lr 3e-4 --retain-weight 10 --forget-from memorized", 0.3),
+    "paper-window": ("", "--steps 6 --lr 3e-3 --retain-weight 10 --forget-from memorized", None),
+}
+DEFAULT_SETUP = "least-changed"
 TUNE_SEED = 0  # the unlearning seed the recipe and the completion setting were chosen on: never a measured one
 # The story-completion setting: of the 192 settings compared on unlearning seed 0 by how well they separate the
 # white-box label (scripts/completion_settings.py: prompt, continuation length, measure, mean or max over samples,
@@ -238,7 +250,8 @@ def audit_unlearning(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
     summary = {
         **unlearning_keys(audit, "unlearning_"),
         **unlearning_keys(qa, "unlearning_qa_"),
-        "unlearning": {"canary": trained["path"], "unlearned": unlearned["path"], "recipe": args.unlearn_args,
+        "unlearning": {"setup": args.setup, "canary": trained["path"], "canary_args": args.unlearn_canary_args,
+                       "unlearned": unlearned["path"], "recipe": args.unlearn_args,
                        "flag_least_changed": args.flag_least_changed,
                        "unlearn_seed": seeds[0], "tune_seed": TUNE_SEED,
                        "completion": {"prompt_words": args.prompt_words, "max_new_tokens": args.max_new_tokens,
@@ -327,26 +340,33 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the canary and the bootstrap")
     parser.add_argument("--canary-args", default="", help="more `bbmia canary train` options, e.g. '--epochs 3'")
     parser.add_argument("--forget", type=int, default=50, help="members of the GSM8K canary to unlearn")
-    parser.add_argument("--unlearn-canary-args", default="", help="more `bbmia canary train` options for the "
-                        "GSM8K canary that is unlearned, e.g. '--dup 64 --n-members 100' (default: the default canary)")
+    parser.add_argument("--setup", choices=sorted(SETUPS), default=DEFAULT_SETUP, help="the unlearning canary, "
+                        "recipe and flag rule together (see SETUPS; the options below override its parts)")
+    parser.add_argument("--unlearn-canary-args", default=None, help="`bbmia canary train` options for the "
+                        "GSM8K canary that is unlearned, e.g. '--dup 64 --n-members 100' (default: the setup's)")
     parser.add_argument("--unlearn-seeds", default="1,2,3", help="comma-separated seeds of the forget sample, the "
                         "unlearning batches and the sampling, one unlearned canary each; the first gives the "
                         f"unlearning_* keys, all of them the pooled ones (default 1,2,3: fresh; the recipe and the "
                         f"completion setting were chosen on {TUNE_SEED})")
-    parser.add_argument("--unlearn-args", default=UNLEARN_RECIPE,
-                        help=f"more `bbmia canary unlearn` options (default: {UNLEARN_RECIPE!r}, a short strong schedule)")
+    parser.add_argument("--unlearn-args", default=None, help="`bbmia canary unlearn` options (default: the setup's recipe)")
     parser.add_argument("--prompt-words", type=int, default=PROMPT_WORDS, help="story-completion prompt words (GSM8K items are short)")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="story-completion continuation "
                         "length, tokens (the reference is cut to as many)")
     parser.add_argument("--samples", type=int, default=SAMPLES, help="sampled continuations per forgotten text (the paper's 20)")
-    parser.add_argument("--flag-least-changed", type=float, default=None, metavar="F", help="bbmia unlearning's "
-                        "flag rule: the share F of the forget set whose ratio is closest to 1, instead of the paper's "
-                        "window (default: the window)")
+    rule = parser.add_mutually_exclusive_group()
+    rule.add_argument("--flag-least-changed", type=float, default=None, metavar="F", help="bbmia unlearning's "
+                      "flag rule: the share F of the forget set whose ratio is closest to 1 (default: the setup's)")
+    rule.add_argument("--window", action="store_true", help="bbmia unlearning's flag rule: the paper's window")
     parser.add_argument("--serve", action="store_true", help="also run the unlearning audit through bbmia serve "
                         "(black box) and compare it with the local run")
     parser.add_argument("--skip-documents", action="store_true", help="run only the unlearning audit")
     parser.add_argument("--json", action="store_true", help="one JSON line per document, then the summary, last")
     args = parser.parse_args()
+    canary_args, recipe, fraction = SETUPS[args.setup]
+    args.unlearn_canary_args = canary_args if args.unlearn_canary_args is None else args.unlearn_canary_args
+    args.unlearn_args = recipe if args.unlearn_args is None else args.unlearn_args
+    if args.flag_least_changed is None and not args.window:
+        args.flag_least_changed = fraction
 
     cache = ("--cache-dir", args.cache_dir) if args.cache_dir else ()
     summary: dict = {}
