@@ -23,8 +23,8 @@ def option_fields(cls: type) -> list[dataclasses.Field]:
 
 def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]):
     """Decorator: give a typer command one option per field of the dataclass ``cls`` (but those
-    marked :data:`~blackbox_mia.config.NOT_AN_OPTION`); the command receives them as one keyword argument ``param``
-    holding a ``cls`` instance.
+    marked :data:`~blackbox_mia.config.NOT_AN_OPTION`); the command receives them as one keyword
+    argument ``param`` holding a ``cls`` instance.
 
     Args:
         cls: a dataclass whose fields have defaults (the options' defaults).
