@@ -83,11 +83,10 @@ from blackbox_mia.audits.unlearning import (
     NOT_STILL_MEMORIZED,
     STILL_MEMORIZED,
     UNFLAGGED,
-    closeness_auc,
     compare_groups,
-    flag_metrics,
     split_completed,
 )
+from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 

@@ -11,12 +11,12 @@ import pytest
 from blackbox_mia.audits.unlearning import (
     RATIO_WINDOW,
     UnlearningConfig,
-    flag_metrics,
     in_window,
     prepare_unlearning,
     run_unlearning,
     score_ratio,
 )
+from blackbox_mia.audits.unlearning_truth import flag_metrics
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary import canary_items, load_manifest
 from blackbox_mia.canary.unlearn import (

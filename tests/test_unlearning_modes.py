@@ -11,15 +11,14 @@ from blackbox_mia.audits.completion import cut_at
 from blackbox_mia.audits.unlearning import (
     QA_SEPARATOR,
     UnlearningConfig,
-    closeness_auc,
     compare_groups,
-    flag_metrics,
     load_qa,
     mean_difference,
     prepare_unlearning,
     run_unlearning,
     split_completed,
 )
+from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.client import ApiConfig
 from blackbox_mia.backends.api.tracker import TrackerConfig

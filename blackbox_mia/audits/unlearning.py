@@ -21,7 +21,7 @@ forgotten member is *still memorized* when its loss score under the unlearned ca
 box, computed locally) exceeds the ``1 - truth_fpr`` quantile of the canary's non-members' loss
 scores under the same model; the report gives the precision and recall of the flagged set
 against that label and its base rate (the share of audited texts that are
-forgotten-but-still-memorized).
+forgotten-but-still-memorized): :mod:`.unlearning_truth`.
 
 Files in the output folder: ``scores_before.jsonl``, ``scores_after.jsonl`` (resumable, as
 ``bbmia score`` writes them), ``completions.jsonl`` (one row per text and sample, resumable),
@@ -43,12 +43,9 @@ from scipy import stats
 
 from .. import __version__
 from ..backends.base import Backend
-from ..canary import canary_items
-from ..canary.unlearn import memorized_members, unlearning_record
 from ..datasets import Item, file_sha256, limit_items, load_items, read_jsonl
 from ..datasets.formats import parse_label
-from ..evaluation import auc, bootstrap_ci, to_jsonable
-from ..evaluation.documents import wilson_interval
+from ..evaluation import bootstrap_ci, to_jsonable
 from ..evaluation.plots import plot_histogram
 from ..io import json_line, write_text_atomic
 from ..runner import run_config, score_items
@@ -59,6 +56,7 @@ from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
 from .common import AuditResult, Log, check_int, publish, quiet
 from .completion import complete, cut_at, cut_completion
+from .unlearning_truth import closeness_auc, flag_metrics, still_memorized
 
 RATIO_WINDOW = (1 / 1.15, 1.15)  # Shi et al. 2024 §7.1
 QA_SEPARATOR = " "  # between a question and its answer in the scored text
@@ -184,68 +182,6 @@ def flag_rule(config: UnlearningConfig) -> str:
     return f"ratio inside {config.window[0]:.4g}..{config.window[1]:.4g}"
 
 
-def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> dict:
-    """Precision, recall and base rate of a flagged set against a label.
-
-    Args:
-        flagged: ids flagged by the audit.
-        positives: ids with label 1 (forgotten but still memorized).
-        audited: every audited id.
-
-    Returns:
-        ``n_audited``, ``n_flagged``, ``n_positive``, ``true_positives``, ``precision``
-        (None without a flagged id), ``recall`` (None without a positive) and ``base_rate``
-        (positives / audited), each of the three with its Wilson 95% interval
-        (``precision_ci``, ``recall_ci``, ``base_rate_ci``; None where the share is None), and
-        ``fisher_p``: the one-sided Fisher exact p-value of "positives are enriched among the
-        flagged" (the 2×2 table flagged × positive; 1.0 when nothing or everything is flagged).
-        Enrichment shows as ``precision`` clearly above ``base_rate`` (a flagged set drawn at
-        random has precision ``base_rate`` in expectation) and a small ``fisher_p``.
-    """
-    audited_set = set(audited)
-    flagged, positives = flagged & audited_set, positives & audited_set
-    tp = len(flagged & positives)
-    shares = {"precision": (tp, len(flagged)), "recall": (tp, len(positives)),
-              "base_rate": (len(positives), len(audited_set))}
-    out = {"n_audited": len(audited_set), "n_flagged": len(flagged), "n_positive": len(positives), "true_positives": tp}
-    for name, (k, n) in shares.items():
-        out[name] = k / n if n else None
-        out[f"{name}_ci"] = list(wilson_interval(k, n)) if n else None
-    fp, fn = len(flagged) - tp, len(positives) - tp
-    table = [[tp, fp], [fn, len(audited_set) - tp - fp - fn]]
-    out["fisher_p"] = float(stats.fisher_exact(table, alternative="greater").pvalue)
-    return out
-
-
-def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float, resume: bool) -> dict:
-    """The ground truth of an unlearned canary: its forgotten members whose loss score under
-    the unlearned model (``truth_model``, loaded from ``truth_dir``) exceeds the ``1 - fpr``
-    quantile of its non-members' loss scores (:func:`~blackbox_mia.canary.unlearn.memorized_members`,
-    the rule that picks a forget set among the memorized members; scores saved to ``out``).
-
-    Returns:
-        ``ids`` (the still-memorized forgotten members), ``threshold`` (nats/token),
-        ``n_forget``, ``fpr``, ``canary`` (the directory).
-
-    Raises:
-        BlackboxMIAError: ``truth_dir`` is not an unlearned canary.
-    """
-    record = unlearning_record(truth_dir)
-    if record is None:
-        raise BlackboxMIAError(f"{truth_dir} is a canary that was not unlearned (no 'unlearning' in its manifest)")
-    items = canary_items(truth_dir)
-    scorers = [Loss()]
-    backends = {TARGET: truth_model}
-    meta = {"name": f"canary:{truth_dir}", "n_items": len(items)}
-    rows = score_items(items, scorers, backends, out, run_config(scorers, backends, meta), resume=resume,
-                       progress=False)
-    label = scorers[0].label
-    memorized, threshold = memorized_members(items, {r.id: r.scores[label] for r in rows}, fpr)
-    forget = set(record["forget_ids"])
-    ids = sorted(set(memorized) & forget)
-    return {"ids": ids, "threshold": threshold, "n_forget": len(forget), "fpr": fpr, "canary": str(truth_dir)}
-
-
 def load_qa(path: str | os.PathLike, limit: int | None = None) -> tuple[list[Item], dict[str, int], dict]:
     """Questions with reference answers (the paper's Q&A mode): a JSONL file, one object a line
     with non-empty strings ``question`` and ``answer``, an optional ``id`` (default ``qa-<line>``)
@@ -278,17 +214,6 @@ def load_qa(path: str | os.PathLike, limit: int | None = None) -> tuple[list[Ite
     items = limit_items(items, limit)
     meta = {"name": f"qa:{path.name}", "source": str(path), "sha256": file_sha256(path)}
     return items, {it.id: ends[it.id] for it in items}, meta
-
-
-def closeness_auc(rows: list[dict]) -> float | None:
-    """AUC of the ratio's closeness to 1 (``-|ln ratio|``) as a score of the label
-    ``still_memorized``, over the rows with a ratio: the window's ranking quality whatever its
-    width (0.5: the ratio says nothing about which texts stay memorized); None with one class."""
-    known = [r for r in rows if r["ratio"] is not None and r["ratio"] > 0]
-    labels = [int(r["still_memorized"]) for r in known]
-    if len(set(labels)) < 2:
-        return None
-    return auc(labels, [-abs(math.log(r["ratio"])) for r in known])
 
 
 @dataclass(frozen=True)
