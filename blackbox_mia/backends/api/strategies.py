@@ -142,10 +142,13 @@ class Strategy(ABC):
         Raises:
             BlackboxMIAError: a request failed (see the client).
         """
-        listed = (await self.unbiased(position)).find(position.target)
-        if listed is not None:
-            return Estimate.exact(listed, "topn")
-        return await self.measure(position)
+        return await self.listed(position) or await self.measure(position)
+
+    async def listed(self, position: Position) -> Estimate | None:
+        """The target's value read from the unbiased top-n (exact, ``topn``); None when it is not
+        listed."""
+        value = (await self.unbiased(position)).find(position.target)
+        return None if value is None else Estimate.exact(value, "topn")
 
     @abstractmethod
     async def measure(self, position: Position) -> Estimate:
@@ -177,11 +180,8 @@ class TopN(Strategy):
     name = "topn"
 
     async def measure(self, position: Position) -> Estimate:
-        answer = await self.unbiased(position)
-        listed = answer.find(position.target)
-        if listed is not None:
-            return Estimate.exact(listed, "topn")
-        return Estimate.at_most(topn_upper_bound(answer, position.target), "topn-bound")
+        listed = await self.listed(position)
+        return listed or Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target), "topn-bound")
 
 
 class Forced(Strategy):
@@ -342,6 +342,10 @@ class Bisect(Strategy):
         except Unidentified:
             return Estimate.at_most(opened.upper, "ambiguous")
         return await self.close(opened)
+
+    async def start(self, position: Position) -> Bracket | Estimate:
+        """:meth:`resolve` up to the bracket: the listed value, else :meth:`open`."""
+        return await self.listed(position) or await self.open(position)
 
     async def open(self, position: Position) -> Bracket | Estimate:
         """The gallop: a bracket (lo, hi] of b*, as wide as the last step (a multiple of ε), or

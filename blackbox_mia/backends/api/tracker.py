@@ -333,12 +333,8 @@ class Tracker:
 
     async def _open(self, position: Position) -> Estimate | Bracket:
         """A position's listed value, or bisection's opened bracket (or final estimate), or
-        ``unsendable``."""
-        if not self.endpoint.sendable(position.prefix):
-            return Estimate.at_most(0.0, "unsendable")
-        bisect = self.strategies["bisect"]
-        listed = (await bisect.unbiased(position)).find(position.target)
-        return Estimate.exact(listed, "topn") if listed is not None else await bisect.open(position)
+        ``unsendable`` (:meth:`_unsendable`)."""
+        return self._unsendable(position) or await self.strategies["bisect"].start(position)
 
     async def _halve(self, bracket: Bracket) -> Bracket | Estimate:
         """``bracket`` halved once, or ``ambiguous`` (its upper bound) when the flip cannot be
@@ -376,11 +372,13 @@ class Tracker:
 
     async def _resolve(self, position: Position, mode: str = "auto") -> Estimate:
         """lp of ``position``'s target with the strategy named ``mode`` (``auto``: the cheapest
-        available); a prefix that cannot be sent as its tokens is ``unsendable`` (an upper bound
-        of 0), never sent as a text the server would tokenize otherwise."""
-        if not self.endpoint.sendable(position.prefix):
-            return Estimate.at_most(0.0, "unsendable")
-        return await self.strategies[mode].resolve(position)
+        available), or ``unsendable`` (:meth:`_unsendable`)."""
+        return self._unsendable(position) or await self.strategies[mode].resolve(position)
+
+    def _unsendable(self, position: Position) -> Estimate | None:
+        """``unsendable`` (an upper bound of 0) when the prefix cannot be sent as its tokens: it is
+        never sent as a text the server would tokenize otherwise; None when it can."""
+        return None if self.endpoint.sendable(position.prefix) else Estimate.at_most(0.0, "unsendable")
 
     # -- assembly ---------------------------------------------------------------------------
 
