@@ -181,7 +181,9 @@ class TopN(Strategy):
 
     async def measure(self, position: Position) -> Estimate:
         listed = await self.listed(position)
-        return listed or Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target), "topn-bound")
+        if listed is not None:
+            return listed
+        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target), "topn-bound")
 
 
 class Forced(Strategy):
