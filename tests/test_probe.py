@@ -29,15 +29,16 @@ def url(peaked_model_dir):
 
 @pytest.fixture
 def bisections(monkeypatch):
-    """Every estimate :meth:`strategies.Bisect.measure` returns, in order (the real code runs)."""
+    """Every final bracket's estimate :meth:`strategies.Bisect.close` returns, in order (the real
+    code runs): the probe's trials and the tracker's text bisection both end there."""
     seen: list[Estimate] = []
-    real = strategies.Bisect.measure
+    real = strategies.Bisect.close
 
-    async def recorded(self, position):
-        seen.append(await real(self, position))
+    async def recorded(self, bracket):
+        seen.append(await real(self, bracket))
         return seen[-1]
 
-    monkeypatch.setattr(strategies.Bisect, "measure", recorded)
+    monkeypatch.setattr(strategies.Bisect, "close", recorded)
     return seen
 
 
@@ -61,10 +62,11 @@ def test_the_probe_bisects_with_the_users_epsilon(url, peaked_model_dir, tmp_pat
     assert caps.bisect and caps.evidence["bisect"]["epsilon"] == epsilon
     assert caps.evidence["bias"]["max_bias"] == 100.0
     bracketed = [e for e in bisections if e.strategy == "bisect" and e.lower < e.upper]
-    assert len(bracketed) == 2  # the two known positions the probe checks bisection on
+    # the two known positions the probe checks bisection on, and the three of the chain check
+    assert len(bracketed) == 2 + caps.evidence["chained_flips"]["positions"] == 5
     # the bracket is halved until it is at most ε wide: the gallop's steps are ε·2^m nats (1 nat
     # for ε = 0.5, 1.28 for ε = 0.01), so it ends at ε exactly
-    assert [e.upper - e.lower for e in bracketed] == pytest.approx([epsilon, epsilon], abs=1e-6)
+    assert [e.upper - e.lower for e in bracketed] == pytest.approx([epsilon] * 5, abs=1e-6)
     assert capabilities_path(tmp_path, url, str(peaked_model_dir), "completions", epsilon, 100.0).exists()
 
 
@@ -72,7 +74,7 @@ def test_the_probe_and_the_tracker_run_the_same_bisection(url, peaked_model_dir,
     config = TrackerConfig(strategy="bisect", epsilon=0.05)
     caps, _ = run(url, peaked_model_dir, tmp_path, config)
     probed = len(bisections)
-    assert caps.bisect and probed == 2  # the probe's trial
+    assert caps.bisect and probed == 2 + 3  # the probe's trial and its chain check
     again, [tracked] = run(url, peaked_model_dir, tmp_path, config, text="Natalia sold")  # the saved record
     unlisted = [lp for lp, s in zip(tracked.logprobs, tracked.strategies) if s != "topn"]  # listed: read from the top-n
     assert again == caps and len(unlisted) > 0 and len(bisections) - probed == len(unlisted)  # one call per bisected token

@@ -16,7 +16,7 @@ from pathlib import Path
 from ...io import read_json_object, write_json_atomic
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 4  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 5  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
@@ -58,6 +58,9 @@ class Capabilities:
         prompt_logprobs: vLLM's ``prompt_logprobs`` request field returns every prompt token's
             log-prob by token id, agreeing with per-prefix values (one request per text, like
             ``echo``; preferred to it).
+        chained_flips: a ``max_tokens = K`` request biasing several consecutive targets answers
+            each one's bisection question while the generated tokens are the text's (checked by
+            bisecting known values with chains: :mod:`.chains`).
 
     """
 
@@ -78,6 +81,7 @@ class Capabilities:
     flips_reproducible: bool = True
     run_reading: bool = False
     prompt_logprobs: bool = False
+    chained_flips: bool = False
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -112,7 +116,7 @@ class Capabilities:
             "reported": str, "forced_readout": bool, "postbias_solve": bool, "bisect": bool,
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
-            "prompt_logprobs": bool,
+            "prompt_logprobs": bool, "chained_flips": bool,
         }
         values = {}
         for f in fields(cls):

@@ -77,7 +77,7 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
         if strategy == "bisect":
             notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
                          f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
-        if strategy == "bisect" and tracker.refines():
+        if strategy == "bisect" and tracker.config.refine_for:
             notes.append("bisection refined to the scores' precision (means of the lowest "
                          f"{', '.join(f'{k:g}%' for k in tracker.config.refine_for)}): at most about this figure "
                          "(values that cannot change a score keep coarse bounds)")

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...types import BlackboxMIAError
+from .bisection import TextBisection
 from .capabilities import (
     MIN_TOLERANCE_NATS,
     Capabilities,
@@ -36,6 +37,7 @@ AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or
 GREEDY_STEPS = 6  # known positions on the model's greedy path
 TOP_N_TRIES = (20, 5, 1)
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
+CHAIN_STEPS = 3  # consecutive known positions the chained-request check bisects
 NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
 
 
@@ -200,10 +202,11 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
             enabled[strategy] = False
         else:
             enabled[strategy] = await _trial(p, strategy, non_argmax, base, agree)
+    chains = enabled["bisect"] and await _check_chains(p, path, base, agree)
     reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
                     and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
-                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm)
+                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains)
     await _check_partial_tokens(p, seq, caps)
     return caps
 
@@ -344,6 +347,54 @@ async def _trial(p: _Probe, strategy: str, checks, base: dict, agree: float) -> 
                             **({"epsilon": p.config.epsilon, "unreproduced_flips": widened} if strategy == "bisect" else {})}
     if not ok:
         p.reasons[strategy] = f"{strategy} missed known log-probs by up to {worst:.3g} nats on the probe text"
+    return ok
+
+
+async def _check_chains(p: _Probe, path, base: dict, agree: float) -> bool:
+    """Whether chained bisection requests (:mod:`.chains`) reproduce known values: along a path
+    that takes, at each of :data:`CHAIN_STEPS` prefixes from the probe path's first, the most
+    likely listed token that is not the argmax (its value known, a flip to find), the tracker's
+    text bisection with chains (every value to ε, every bracket re-checked alone) must find every
+    value to ε + ``agree`` nats, with at least one answer read deeper than a chain's first
+    position. Evidence and the reason (when not) go under ``chained_flips``."""
+    if not path:
+        p.reasons["chained_flips"] = "no probe path to check chained requests on"
+        return False
+    endpoint, prefix, known = p.endpoint, list(path[0][0]), []
+    before = p.spent()
+    for _ in range(CHAIN_STEPS):
+        if not endpoint.sendable(prefix):
+            break
+        answer = await endpoint.next_token(prefix, base["top_n"])
+        taken = {position.target for position, _ in known}
+        entries = [e for e in answer.top if e.ids is not None and len(e.ids) == 1 and not e.ids & taken
+                   and not surely(answer.sampled, next(iter(e.ids)))]
+        if not entries:
+            break
+        target = next(iter(max(entries, key=lambda e: e.logprob).ids))
+        known.append((Position(list(prefix), target, unbiased=answer), answer.find(target)))
+        prefix.append(target)
+    if len(known) < 2:
+        p.reasons["chained_flips"] = "the probe found no two consecutive non-argmax targets to chain"
+        return False
+    caps = Capabilities(endpoint.kind, base["top_n"], base["token_id_prompts"], False, base["bias_forces"],
+                        base["reported"], False, False, True, tolerance=base["tolerance"],
+                        flips_reproducible=False, chained_flips=True)
+    config = replace(p.config, refine_for=())
+    bisection = TextBisection(strategy_set(endpoint, caps, config)["bisect"], len(known))
+    positions = [position for position, _ in known]
+    found = [await bisection.bisect.gallop(position) for position in positions]
+    estimates = await bisection.run(positions, [True] * (len(known) - 1) + [False], found)
+    eps = config.epsilon + agree
+    worst = max(abs(e.value - lp) for e, (_, lp) in zip(estimates, known))
+    ok = bisection.chained_answers > 0 and all(
+        e.strategy == "bisect" and e.lower - eps <= lp <= e.upper + eps and abs(e.value - lp) <= eps
+        for e, (_, lp) in zip(estimates, known))
+    p.evidence["chained_flips"] = {"requests": p.spent() - before, "positions": len(known), "max_abs_diff": worst,
+                                   "chained_answers": bisection.chained_answers}
+    if not ok:
+        p.reasons["chained_flips"] = (f"chained bisection requests missed known log-probs by up to {worst:.3g} nats "
+                                      f"({bisection.chained_answers} answers read past a chain's first position)")
     return ok
 
 

@@ -24,8 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...scorers.base import set_size
-
-SLACK = 1e-9  # nats: widths compared with this much room (brackets are rounded to 1e-6)
+from .strategies import BIAS_ROUNDING_SLACK
 
 
 def score_widths(lower: np.ndarray, upper: np.ndarray, percents: Sequence[float]) -> list[float]:
@@ -51,7 +50,8 @@ def to_refine(
     lower: np.ndarray, upper: np.ndarray, open_: np.ndarray, percents: Sequence[float], epsilon: float
 ) -> np.ndarray:
     """Which brackets to halve next: for each score whose interval is wider than ε, the open
-    brackets that may hold one of its lowest k%, widest first, as many as its excess needs.
+    brackets that may hold one of its lowest k%, widest first, as many as its excess needs;
+    without scores (``percents`` empty), every open bracket wider than ε (every value to ε).
 
     Halving a bracket of width w inside the lowest E narrows a mean of E values by about w / 2E;
     brackets are taken, widest first, until those gains cover the score's width − ε (all of
@@ -61,7 +61,7 @@ def to_refine(
     Args:
         lower, upper: shape (n,): every value's current bounds (nats).
         open_: shape (n,), bool: whether the value's bracket can still be narrowed.
-        percents: the k of each score (100: the mean), in (0, 100].
+        percents: the k of each score (100: the mean), in (0, 100]; empty: every value to ε.
         epsilon: the width every score's interval must reach (nats), > 0.
 
     Returns:
@@ -70,15 +70,17 @@ def to_refine(
         interval open: the score carries that bound).
     """
     widths = upper - lower
-    refinable = open_ & (widths > epsilon + SLACK)
+    refinable = open_ & (widths > epsilon + BIAS_ROUNDING_SLACK)
+    if not len(percents):
+        return np.flatnonzero(refinable)
     chosen = np.zeros(len(lower), dtype=bool)
     for k, width in zip(percents, score_widths(lower, upper, percents)):
-        if width <= epsilon + SLACK:
+        if width <= epsilon + BIAS_ROUNDING_SLACK:
             continue
         e = set_size(len(lower), k)
         cutoff = np.sort(upper)[e - 1]  # a value whose lower bound reaches this is not among the lowest E
         may = np.flatnonzero(refinable & (lower < cutoff))
         widest = may[np.argsort(-widths[may], kind="stable")]
         gains = np.cumsum(widths[widest]) / (2 * e)
-        chosen[widest[: int(np.searchsorted(gains, width - epsilon - SLACK)) + 1]] = True
+        chosen[widest[: int(np.searchsorted(gains, width - epsilon - BIAS_ROUNDING_SLACK)) + 1]] = True
     return np.flatnonzero(chosen)

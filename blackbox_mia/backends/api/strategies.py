@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
 FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
+BIAS_ROUNDING_SLACK = 2e-6  # nats: biases are rounded to 1e-6, so a bracket halved to ε may be this much wider
 CHECK_LEADING = 1  # bisection re-checks every bracket whose prefix is at most this many tokens (a text's first)
 
 
@@ -286,9 +287,8 @@ class Bracket:
     """Where bisection stands at one position: the flipping bias b* lies in (lo, hi] (nats).
 
     ``top`` is the argmax's unbiased lp, so lp_i lies in [top − hi, top − lo); ``unbiased`` the
-    answer the flips are judged against. :class:`Bisect` opens, narrows and closes brackets;
-    the tracker narrows several of a text together to the precision its scores need
-    (:mod:`.refine`).
+    answer the flips are judged against. A flip was seen at ``hi``. :class:`Bisect` and the
+    text-level bisection (:mod:`.bisection`) open, narrow and close brackets.
     """
 
     position: Position
@@ -312,9 +312,53 @@ class Bracket:
         """hi − lo, nats: the width of lp_i's bounds."""
         return self.hi - self.lo
 
+    @property
+    def ask(self) -> float:
+        """The next question's bias: the midpoint (nats, rounded to 1e-6)."""
+        return round((self.lo + self.hi) / 2, 6)
+
+    def answer(self, flips: bool) -> None:
+        """Halve the bracket with the answer at :attr:`ask`."""
+        if flips:
+            self.hi = self.ask
+        else:
+            self.lo = self.ask
+
     def estimate(self, strategy: str = "bisect") -> Estimate:
         """lp_i as the bracket's midpoint, with its bounds."""
         return Estimate((self.lower + self.upper) / 2, self.lower, self.upper, strategy)
+
+
+@dataclass
+class Gallop:
+    """The galloping search at one position: b* > ``lo`` is known, and the question is whether
+    the bias :attr:`ask` (``lo + step``, at most ``cap``) flips the target.
+
+    ``upper`` is the top-n bound on lp_i (nats) the search started from (:class:`Bisect`).
+    """
+
+    position: Position
+    unbiased: NextToken
+    top: float
+    upper: float
+    lo: float
+    step: float
+    cap: float
+
+    @property
+    def ask(self) -> float:
+        """The next question's bias (nats, rounded to 1e-6)."""
+        return min(self.cap, round(self.lo + self.step, 6))
+
+    def answer(self, flips: bool) -> Bracket | Estimate | None:
+        """The bracket (lo, ask] once :attr:`ask` flips; ``bisect>cap`` when the cap does not (lp_i
+        ≤ top − cap, and ≤ ``upper``); else None, the search going on from ``lo = ask`` with a doubled step."""
+        if flips:
+            return Bracket(self.position, self.unbiased, self.top, self.lo, self.ask)
+        if self.ask >= self.cap:
+            return Estimate.at_most(min(self.upper, self.top - self.cap), "bisect>cap")
+        self.lo, self.step = self.ask, self.step * 2
+        return None
 
 
 class Bisect(Strategy):
@@ -345,34 +389,35 @@ class Bisect(Strategy):
             return Estimate.at_most(opened.upper, "ambiguous")
         return await self.close(opened)
 
-    async def start(self, position: Position) -> Bracket | Estimate:
-        """:meth:`resolve` up to the bracket: the listed value, else :meth:`open`."""
-        return await self.listed(position) or await self.open(position)
+    async def start(self, position: Position) -> Gallop | Estimate:
+        """:meth:`resolve` up to its first question: the listed value, else :meth:`gallop`."""
+        return await self.listed(position) or await self.gallop(position)
 
     async def open(self, position: Position) -> Bracket | Estimate:
-        """The gallop: a bracket (lo, hi] of b*, as wide as the last step (a multiple of ε), or
-        the estimate where there is nothing to bisect: an argmax target (exact), a target not
-        sampled at the cap (``bisect>cap``), a flip that cannot be identified (``ambiguous``)."""
+        """The gallop (:meth:`gallop`'s questions, one request each): a bracket (lo, hi] of b*, as
+        wide as the last step (a multiple of ε), or the estimate where there is nothing to
+        bisect (see :meth:`gallop`, ``bisect>cap``, ``ambiguous``)."""
+        search = await self.gallop(position)
+        try:
+            while isinstance(search, Gallop):
+                search = search.answer(await self.flips(position, search.ask, search.unbiased)) or search
+        except Unidentified:
+            return Estimate.at_most(search.upper, "ambiguous")
+        return search
+
+    async def gallop(self, position: Position) -> Gallop | Estimate:
+        """The galloping search's start at ``position`` from its unbiased answer: lo = the top-n
+        bound's gap to the argmax (b* > lo), the first step :func:`first_step`; or the exact
+        value when the target is already the argmax."""
         unbiased = await self.unbiased(position)
         listed = unbiased.find(position.target)
         # a listed target is bracketed by the argmax alone, not by its value
         upper = unbiased.top_logprob if listed is not None else topn_upper_bound(unbiased, position.target)
-        eps, cap = self.config.epsilon, self.config.max_bias
         top = unbiased.top_logprob
         if surely(unbiased.sampled, position.target):  # already the argmax: nothing to flip
             return Estimate.exact(top, "bisect")
-        lo = max(0.0, top - upper)  # b* lies in (lo, hi]
-        step = first_step(eps)
-        hi = min(cap, round(lo + step, 6))
-        try:
-            while not await self._flips(position, hi, unbiased):
-                if hi >= cap:
-                    return Estimate.at_most(min(upper, top - cap), "bisect>cap")
-                lo, step = hi, step * 2
-                hi = min(cap, round(lo + step, 6))
-        except Unidentified:
-            return Estimate.at_most(upper, "ambiguous")
-        return Bracket(position, unbiased, top, lo, hi)
+        return Gallop(position, unbiased, top, upper, max(0.0, top - upper), first_step(self.config.epsilon),
+                      self.config.max_bias)
 
     async def narrow(self, bracket: Bracket, width: float) -> None:
         """Halve ``bracket`` until it is at most ``width`` nats wide (one request a halving).
@@ -380,12 +425,8 @@ class Bisect(Strategy):
         Raises:
             Unidentified: a flip could not be identified (the bracket keeps its last ends).
         """
-        while bracket.hi - bracket.lo > width + 1e-9:
-            mid = round((bracket.lo + bracket.hi) / 2, 6)
-            if await self._flips(bracket.position, mid, bracket.unbiased):
-                bracket.hi = mid
-            else:
-                bracket.lo = mid
+        while bracket.hi - bracket.lo > width + BIAS_ROUNDING_SLACK:
+            bracket.answer(await self.flips(bracket.position, bracket.ask, bracket.unbiased))
 
     async def close(self, bracket: Bracket) -> Estimate:
         """The bracket's estimate, after re-checking its ends where :class:`FlipChecks` wants it
@@ -402,7 +443,12 @@ class Bisect(Strategy):
         bracket.lo, bracket.hi = lo, hi
         return bracket.estimate("bisect~")  # widened by a non-reproducible flip
 
-    async def _flips(self, position: Position, bias: float, unbiased: NextToken) -> bool:
+    async def flips(self, position: Position, bias: float, unbiased: NextToken) -> bool:
+        """Whether ``bias`` nats on the target alone make it the greedy token (one request).
+
+        Raises:
+            Unidentified: the sampled token cannot be told apart from the argmax.
+        """
         hit = self.is_target(await self.biased(position, bias), position.target, unbiased)
         if hit is None:
             raise Unidentified
@@ -425,9 +471,9 @@ class Bisect(Strategy):
         async def agree(at_lo: float, at_hi: float) -> bool:
             for j in range(1, repeats + 1):
                 nudge = j * 1e-6
-                if not await self._flips(position, min(cap, at_hi + nudge), unbiased):
+                if not await self.flips(position, min(cap, at_hi + nudge), unbiased):
                     return False
-                if at_lo > 0 and await self._flips(position, at_lo - nudge, unbiased):
+                if at_lo > 0 and await self.flips(position, at_lo - nudge, unbiased):
                     return False
             return True
 

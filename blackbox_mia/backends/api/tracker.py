@@ -53,19 +53,12 @@ from tqdm.auto import tqdm
 from ...text.windows import sliding_windows
 from ...tokenizers import TokenCodec
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
+from .bisection import TextBisection
 from .capabilities import Capabilities
+from .chains import CHAIN_TOKENS
 from .endpoint import Endpoint, with_bos
-from .refine import to_refine
 from .runs import RunReader
-from .strategies import (
-    FALLBACKS,
-    Bracket,
-    Estimate,
-    Position,
-    Prompt,
-    Unidentified,
-    strategy_set,
-)
+from .strategies import FALLBACKS, Estimate, Gallop, Position, Prompt, strategy_set
 from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
@@ -93,9 +86,12 @@ class TrackerConfig:
             loss score; Min-K%'s k), and a text's brackets are narrowed until each such score's
             interval is at most ε (:mod:`.refine`: fewer requests, each value still within its
             reported bounds). Build it with :func:`~blackbox_mia.scorers.refine_for`.
+        chain_tokens: the most consecutive positions one bisection request asks about where the
+            probe verified chained requests (:mod:`.chains`; each generated token is billed as
+            completion); 1: one question per request.
         context: the model's context in tokens (≥ 2); longer texts use the local backend's
             sliding windows (stride = half the context). ``None``: whole prefixes.
-        pending: most positions (or echo windows, or texts refined for their scores) in
+        pending: most positions (or echo windows, or texts bisected whole) in
             progress at once; ``None`` = twice the client's concurrency. Positions are generated
             lazily, so memory stays linear in the text length (but for refined texts).
 
@@ -110,6 +106,7 @@ class TrackerConfig:
     verify_repeats: int = 2
     verify_every: int = 32
     refine_for: tuple[float, ...] = ()
+    chain_tokens: int = CHAIN_TOKENS
     context: int | None = None
     pending: int | None = None
 
@@ -124,6 +121,8 @@ class TrackerConfig:
             raise BlackboxMIAError(f"verify_repeats must be >= 0, got {self.verify_repeats}")
         if not all(0 < k <= 100 for k in self.refine_for):
             raise BlackboxMIAError(f"refine_for holds percents in (0, 100], got {self.refine_for}")
+        if self.chain_tokens < 1:
+            raise BlackboxMIAError(f"chain_tokens must be at least 1, got {self.chain_tokens}")
         if self.verify_every < 1:
             raise BlackboxMIAError(f"verify_every must be >= 1, got {self.verify_every}")
         if self.context is not None and self.context < 2:
@@ -164,6 +163,8 @@ class Tracker:
         self.strategies = strategy_set(endpoint, capabilities, config)
         self.prompt = Prompt(endpoint, capabilities)
         self.runs = RunReader(endpoint, capabilities.top_n, self._resolve)
+        chain = config.chain_tokens if capabilities.chained_flips else 1
+        self.bisection = TextBisection(self.strategies["bisect"], chain)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -208,8 +209,8 @@ class Tracker:
                 found = await self._window(seq, start, end, first)
             elif self.mode() == "run":
                 found = await self.runs.read(seq, start, first, end)
-            elif self.refines():
-                found = await self._refine(seq)
+            elif self.bisects_texts():
+                found = await self._bisect(seq)
             else:  # one position: target seq[first] after the window's prefix
                 found = [await self._resolve(Position(seq[start:first], seq[first]), self.mode())]
             estimates[t][first - 1 : end - 1] = found
@@ -234,10 +235,10 @@ class Tracker:
 
     def _jobs(self, sequences: list[list[int]]) -> Iterator[tuple[int, int, int, int]]:
         """``(text, start, end, first)``: an echo window, or (per position) one target ``first``
-        with prefix ``seq[start:first]`` (then ``end = first + 1``), or a whole text refined
-        together (:meth:`refines`: ``(text, 0, len, 1)``)."""
+        with prefix ``seq[start:first]`` (then ``end = first + 1``), or a whole text bisected
+        together (:meth:`bisects_texts`: ``(text, 0, len, 1)``)."""
         for t, seq in enumerate(sequences):
-            if self.refines():
+            if self.bisects_texts():
                 yield t, 0, len(seq), 1
                 continue
             for start, end, first in self._windows(seq):
@@ -282,12 +283,10 @@ class Tracker:
             return next((s for s in ("prompt", "run") if s in self.available), "auto")
         return self.config.strategy
 
-    def refines(self) -> bool:
-        """Whether texts are bisected to their scores' precision (``config.refine_for``) as a
-        whole, rather than every value to ε: with ``refine_for`` set, where bisection is the
-        per-position strategy (``bisect``, or ``auto`` falling back to it)."""
-        bisects = self.mode() == "bisect" or (self.mode() == "auto" and self.per_position_strategy() == "bisect")
-        return bool(self.config.refine_for) and bisects
+    def bisects_texts(self) -> bool:
+        """Whether texts are bisected whole (:meth:`_bisect`): where bisection is the per-position
+        strategy (``bisect``, or ``auto`` falling back to it)."""
+        return self.mode() == "bisect" or (self.mode() == "auto" and self.per_position_strategy() == "bisect")
 
     def per_position_strategy(self) -> str:
         """What ``auto`` does per position: forced read-out where available, else a listed
@@ -303,47 +302,22 @@ class Tracker:
         """``(start, end, first)`` of each window of ``seq`` (one window without a context)."""
         return sliding_windows(len(seq), self.config.context) if self.config.context else [(0, len(seq), 1)]
 
-    async def _refine(self, seq: list[int]) -> list[Estimate]:
-        """Every target of ``seq`` by bisection, refined to the precision of the requested scores
-        (:mod:`.refine`): brackets are opened by the gallop all at once, then the widest that
-        may matter to a score wider than ε are halved together, round after round; re-checks
-        come last, on the final brackets. A whole text at once: Min-K%'s lowest k% are a text's,
-        not a window's (so its positions are held together: memory grows as the text's length
-        times its window's, unlike the lazy per-position modes)."""
-        positions = [Position(seq[start:j], seq[j]) for start, end, first in self._windows(seq) for j in range(first, end)]
-        found: list[Estimate | Bracket] = list(await asyncio.gather(*(self._open(p) for p in positions)))
-        while True:
-            chosen = to_refine(
-                np.array([e.lower for e in found]),
-                np.array([e.upper for e in found]),
-                np.array([isinstance(e, Bracket) for e in found]),
-                self.config.refine_for,
-                self.config.epsilon,
-            )
-            if not len(chosen):
-                break
-            halved = await asyncio.gather(*(self._halve(found[i]) for i in chosen))
-            for i, outcome in zip(chosen, halved):
-                found[i] = outcome
-        opened = [i for i, e in enumerate(found) if isinstance(e, Bracket)]
-        closed = await asyncio.gather(*(self.strategies["bisect"].close(found[i]) for i in opened))
-        for i, estimate in zip(opened, closed):
-            found[i] = estimate
-        return found  # type: ignore[return-value]
+    async def _bisect(self, seq: list[int]) -> list[Estimate]:
+        """Every target of ``seq`` by bisection, the text's positions together
+        (:class:`~.bisection.TextBisection`: chained requests where the probe verified them,
+        refined to the requested scores' precision or every value to ε). A whole text at once:
+        Min-K%'s lowest k% are a text's, not a window's (so its positions are held together:
+        memory grows as the text's length times its window's, unlike the per-position modes)."""
+        spans = [(start, j) for start, end, first in self._windows(seq) for j in range(first, end)]
+        positions = [Position(seq[start:j], seq[j]) for start, j in spans]
+        follows = [a[0] == b[0] and b[1] == a[1] + 1 for a, b in zip(spans, spans[1:])] + [False]
+        found = list(await asyncio.gather(*(self._open(p) for p in positions)))
+        return await self.bisection.run(positions, follows, found)
 
-    async def _open(self, position: Position) -> Estimate | Bracket:
-        """A position's listed value, or bisection's opened bracket (or final estimate), or
+    async def _open(self, position: Position) -> Estimate | Gallop:
+        """A position's listed value, or its galloping search (or final estimate), or
         ``unsendable`` (:meth:`_unsendable`)."""
         return self._unsendable(position) or await self.strategies["bisect"].start(position)
-
-    async def _halve(self, bracket: Bracket) -> Bracket | Estimate:
-        """``bracket`` halved once, or ``ambiguous`` (its upper bound) when the flip cannot be
-        identified."""
-        try:
-            await self.strategies["bisect"].narrow(bracket, bracket.width / 2)
-        except Unidentified:
-            return Estimate.at_most(bracket.upper, "ambiguous")
-        return bracket
 
     # -- one echo window ------------------------------------------------------------------------
 
