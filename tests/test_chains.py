@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities
 from blackbox_mia.backends.api.chains import Link, plan, read
@@ -115,3 +116,17 @@ def test_chains_change_the_requests_not_the_values():
     np.testing.assert_array_equal(chained.lower, solo.lower)
     np.testing.assert_array_equal(chained.upper, solo.upper)
     assert (calls, saved) == (12, 24) and calls == solo_calls - saved
+
+
+def test_the_cost_estimate_counts_chained_requests_and_their_tokens():
+    """ε = 0.01: 7 halvings + 2 gallop steps expected per unlisted target (60 %), re-checks 2 × 2
+    requests for 1 in 32: alone 1 + 0.6 × (9 + 0.125) = 6.475 requests per position, one
+    completion token each; chained, the search's 9 × 0.906 (measured): 1 + 0.6 × (8.154 + 0.125)
+    = 5.967, 1.46 completion tokens per request."""
+    from blackbox_mia.backends.api.costs import per_position_rate
+
+    caps = Capabilities(**{**CAPS.__dict__, "chained_flips": True})
+    rates = [per_position_rate(Tracker(SyntheticEndpoint(model), caps, TrackerConfig(strategy="bisect",
+                                                                                     chain_tokens=k)), "bisect")
+             for k in (1, 4)]
+    assert [r[:2] for r in rates] == [(pytest.approx(6.475), 1.0), (pytest.approx(5.9674), 1.46)]

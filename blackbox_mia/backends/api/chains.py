@@ -29,7 +29,10 @@ from dataclasses import dataclass
 
 from .endpoint import NextToken, surely
 
-CHAIN_TOKENS = 8  # the most positions (generated tokens) one chained request covers
+# the most positions (generated tokens) one chained request covers: on 8 GSM8K train questions
+# through the dup-16 canary, 4 / 8 / 16 gave 5.87 / 5.86 / 5.85 requests and 8.6 / 10.0 / 10.7
+# completion tokens per token: longer chains bill more for almost no request saved
+CHAIN_TOKENS = 4
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ for strategies whose request count depends on the model's answers:
 
 ``postbias``  1 request for a target listed in the top-n, 2 otherwise: 1.5 ± 0.5 per position.
 ``bisect``    1 for a listed target, else 1 + the flip search: about log2(first step / ε) + 2
-              requests (galloping, then halving to ε) plus the sampled re-checks;
+              questions (galloping, then halving to ε) plus the sampled re-checks;
               :data:`LISTED_SHARE` of targets listed (measured on the GSM8K canary by
-              ``scripts/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`.
+              ``scripts/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`; with chained
+              questions, fewer requests, each billing more completion tokens (measured rates).
 ``run``       never more than forced read-out: the forced figure, an upper bound.
 """
 
@@ -26,6 +27,11 @@ from .tracker import Tracker
 LISTED_SHARE = 0.4  # share of a text's targets listed in the top-5 (GSM8K canary: 0.34 non-members, 0.48 members)
 GALLOP_REQUESTS = 2.0  # mean galloping requests before the halving starts (canary gaps: median ~1.5-2.5 nats)
 RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (postbias, bisect)
+# chained bisection (Capabilities.chained_flips, chains of 4), measured on 8 GSM8K train questions
+# through the dup-16 canary: flip requests per flip question (5.87 requests/token chained, 6.38
+# alone), and completion tokens per request (8.56 per token over 5.87 requests)
+CHAINED_REQUESTS_PER_QUESTION = 0.906
+CHAINED_COMPLETION_PER_REQUEST = 1.46
 
 
 def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int]]:
@@ -42,16 +48,25 @@ def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int]]
     return prefixes, windows
 
 
-def per_position_rate(tracker: Tracker, strategy: str) -> tuple[float, float]:
-    """(expected requests per position, relative uncertainty) of a per-position strategy."""
+def chained(tracker: Tracker) -> bool:
+    """Whether the tracker bisects texts whole with chained questions (:mod:`.bisection`)."""
+    return tracker.bisects_texts() and tracker.bisection.chain_tokens > 1
+
+
+def per_position_rate(tracker: Tracker, strategy: str) -> tuple[float, float, float]:
+    """(expected requests per position, completion tokens per request, relative uncertainty) of
+    a per-position strategy."""
     if strategy in ("forced", "topn"):
-        return 1.0, 0.0
+        return 1.0, 1.0, 0.0
     if strategy == "postbias":
-        return 1.5, 1 / 3
+        return 1.5, 1.0, 1 / 3
     config = tracker.config
     search = math.log2(first_step(config.epsilon) / config.epsilon) + GALLOP_REQUESTS
     checks = 2 * config.verify_repeats * (1.0 if not tracker.caps.flips_reproducible else 1 / config.verify_every)
-    return 1.0 + (1 - LISTED_SHARE) * (search + checks * config.verify_flips), RATE_UNCERTAINTY
+    completion = 1.0
+    if chained(tracker):
+        search, completion = search * CHAINED_REQUESTS_PER_QUESTION, CHAINED_COMPLETION_PER_REQUEST
+    return 1.0 + (1 - LISTED_SHARE) * (search + checks * config.verify_flips), completion, RATE_UNCERTAINTY
 
 
 def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | None) -> CostEstimate:
@@ -71,12 +86,15 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
         strategy = "prompt"
     else:
         strategy = mode if mode not in ("auto", "run") else tracker.per_position_strategy()
-        rate, spread = per_position_rate(tracker, strategy)
+        rate, per_request, spread = per_position_rate(tracker, strategy)
         requests = round(rate * len(prefixes))
-        prompt, completion = round(rate * sum(prefixes)), requests
+        prompt, completion = round(rate * sum(prefixes)), round(per_request * requests)
         if strategy == "bisect":
             notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
                          f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
+        if strategy == "bisect" and chained(tracker):
+            notes.append("bisection questions of consecutive positions chained (up to "
+                         f"{tracker.bisection.chain_tokens} generated tokens a request): measured rates")
         if strategy == "bisect" and tracker.config.refine_for:
             notes.append("bisection refined to the scores' precision (means of the lowest "
                          f"{', '.join(f'{k:g}%' for k in tracker.config.refine_for)}): at most about this figure "

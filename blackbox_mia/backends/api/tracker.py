@@ -20,8 +20,11 @@ target token is x_i. Strategies, cheapest first (docs/blackbox.md); each is an o
 ``bisect``    greedy-flip bisection: the smallest bias b* that makes the temperature-0 output x_i
               gives lp_i = lp_top − b*. The top-n list gives the lower end of the bracket, a
               galloping search (steps of 1, 2, 4, ... nats) the upper end, and bisection stops
-              at ε nats; [lower, upper] are reported. A flip that does not reproduce when the
-              bracket is re-checked widens the bounds instead of moving the value (``bisect~``).
+              at ε nats; [lower, upper] are reported. A text's positions are bisected together
+              (:mod:`.bisection`), their questions chained where the probe verified it
+              (:mod:`.chains`: consecutive positions' questions in one ``max_tokens = K``
+              request). A flip that does not reproduce when the bracket is re-checked widens
+              the bounds instead of moving the value (``bisect~``).
 
 Every value carries [lower, upper] bounds (nats) and the strategy that produced it. Values known
 only from above have ``lower = -inf`` and one of these strategies:
