@@ -352,7 +352,8 @@ class Gallop:
 
     def answer(self, flips: bool) -> Bracket | Estimate | None:
         """The bracket (lo, ask] once :attr:`ask` flips; ``bisect>cap`` when the cap does not (lp_i
-        ≤ top − cap, and ≤ ``upper``); else None, the search going on from ``lo = ask`` with a doubled step."""
+        ≤ top − cap, and ≤ ``upper``); else None, the search going on from ``lo = ask`` with a
+        doubled step."""
         if flips:
             return Bracket(self.position, self.unbiased, self.top, self.lo, self.ask)
         if self.ask >= self.cap:

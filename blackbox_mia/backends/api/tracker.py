@@ -96,7 +96,7 @@ class TrackerConfig:
             sliding windows (stride = half the context). ``None``: whole prefixes.
         pending: most positions (or echo windows, or texts bisected whole) in
             progress at once; ``None`` = twice the client's concurrency. Positions are generated
-            lazily, so memory stays linear in the text length (but for refined texts).
+            lazily, so memory stays linear in the text length (but for texts bisected whole).
 
     Raises:
         BlackboxMIAError: an unknown strategy or an out-of-range number.
