@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from blackbox_mia.backends.api import strategies
+from blackbox_mia.backends.api import flips
 from blackbox_mia.backends.api.capabilities import capabilities_path
 from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.endpoint import Endpoint
@@ -29,16 +29,16 @@ def url(peaked_model_dir):
 
 @pytest.fixture
 def bisections(monkeypatch):
-    """Every final bracket's estimate :meth:`strategies.Bisect.close` returns, in order (the real
+    """Every final bracket's estimate :meth:`flips.Bisect.close` returns, in order (the real
     code runs): the probe's trials and the tracker's text bisection both end there."""
     seen: list[Estimate] = []
-    real = strategies.Bisect.close
+    real = flips.Bisect.close
 
     async def recorded(self, bracket):
         seen.append(await real(self, bracket))
         return seen[-1]
 
-    monkeypatch.setattr(strategies.Bisect, "close", recorded)
+    monkeypatch.setattr(flips.Bisect, "close", recorded)
     return seen
 
 
@@ -86,7 +86,7 @@ def test_a_broken_bisection_is_disabled_by_the_probe(url, peaked_model_dir, tmp_
     async def off_by_one(self, position):
         return Estimate.exact((await self.unbiased(position)).top_logprob - 1.0, "bisect")
 
-    monkeypatch.setattr(strategies.Bisect, "measure", off_by_one)
+    monkeypatch.setattr(flips.Bisect, "measure", off_by_one)
     caps, _ = run(url, peaked_model_dir, tmp_path, TrackerConfig())
     assert not caps.bisect and "bisect missed known log-probs" in caps.reasons["bisect"]
     assert caps.forced_readout  # the other strategies are untouched

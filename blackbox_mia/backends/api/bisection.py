@@ -1,11 +1,11 @@
 """Bisection of a whole text at once: its positions' questions asked round after round.
 
-Every position's search (:class:`~.strategies.Gallop`, then :class:`~.strategies.Bracket`)
+Every position's search (:class:`~.flips.Gallop`, then :class:`~.flips.Bracket`)
 asks one question per round; a round's questions go as chains of consecutive positions where
 the probe verified chained requests (:mod:`.chains`: several answers from one request), else
 one request each. Phases: the gallops until every bracket is open; then halvings, of the
 brackets :func:`~.refine.to_refine` picks (to the scores' precision, or every value to ε),
-until none is picked; then the re-checks of the final brackets (:meth:`~.strategies.Bisect.close`).
+until none is picked; then the re-checks of the final brackets (:meth:`~.flips.Bisect.close`).
 
 Each position asks exactly the questions it would ask alone (its biases depend only on its own
 answers), so chains change how many requests carry them, never the values or their bounds.
@@ -20,16 +20,9 @@ import numpy as np
 
 from .chains import Link, plan, read
 from .endpoint import surely
+from .flips import Bisect, Bracket, Gallop
 from .refine import to_refine
-from .strategies import (
-    Bisect,
-    Bracket,
-    Estimate,
-    Gallop,
-    Position,
-    Unidentified,
-    topn_upper_bound,
-)
+from .strategies import Estimate, Position, Unidentified, topn_upper_bound
 
 # chains presume an unlisted token this far below the top-n bound (chosen on 8 GSM8K train
 # questions through the dup-16 canary: 6.38 requests/token without chains; margins 2 / 4 / 6 /
@@ -42,7 +35,7 @@ class TextBisection:
     """Bisects the positions of one text together.
 
     Args:
-        bisect: the tracker's :class:`~.strategies.Bisect` (endpoint, record, configuration,
+        bisect: the tracker's :class:`~.flips.Bisect` (endpoint, record, configuration,
             re-check policy).
         chain_tokens: the most positions one request covers (1: no chains).
 
@@ -61,7 +54,7 @@ class TextBisection:
         Args:
             positions: the text's positions (their unbiased answers asked).
             follows: shape (n,): whether position i + 1 is position i's prefix plus its target.
-            found: each position's start (:meth:`~.strategies.Bisect.start`), updated in place.
+            found: each position's start (:meth:`~.flips.Bisect.start`), updated in place.
 
         Raises:
             BlackboxMIAError: a request failed (see the client).

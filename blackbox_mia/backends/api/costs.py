@@ -21,7 +21,7 @@ import math
 
 from ...text.windows import sliding_windows
 from ..base import CostEstimate
-from .strategies import CHECK_LEADING, first_step
+from .flips import CHECK_LEADING, first_step
 from .tracker import Tracker
 
 LISTED_SHARE = 0.4  # share of a text's targets listed in the top-5 (GSM8K canary: 0.34 non-members, 0.48 members)

@@ -27,9 +27,10 @@ from .capabilities import (
     load_capabilities,
     save_capabilities,
 )
+from .choice import strategy_set
 from .client import ApiError
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, surely
-from .strategies import Position, strategy_set
+from .strategies import Position
 from .tracker import TrackerConfig
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...scorers.base import set_size
-from .strategies import BIAS_ROUNDING_SLACK
+from .flips import BIAS_ROUNDING_SLACK
 
 
 def score_widths(lower: np.ndarray, upper: np.ndarray, percents: Sequence[float]) -> list[float]:

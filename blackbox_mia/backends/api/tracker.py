@@ -2,7 +2,8 @@
 
 For position i the prefix is x_<i (token ids, BOS first when the tokenizer has one) and the
 target token is x_i. Strategies, cheapest first (docs/blackbox.md); each is an object in
-:mod:`.strategies`, the same objects the capability probe checks on positions whose value it knows:
+:mod:`.strategies` (bisection: :mod:`.flips`), the same objects the capability probe checks on
+positions whose value it knows:
 
 ``prompt``    vLLM's ``prompt_logprobs`` field, or echo + logprobs, returns every prompt token's
               log-prob: 1 request per text (per window), exact.
@@ -59,9 +60,11 @@ from ...types import BlackboxMIAError, Provenance, TokenLogprobs
 from .bisection import TextBisection
 from .capabilities import Capabilities
 from .chains import CHAIN_TOKENS
+from .choice import FALLBACKS, strategy_set
 from .endpoint import Endpoint, with_bos
+from .flips import Gallop
 from .runs import RunReader
-from .strategies import FALLBACKS, Estimate, Gallop, Position, Prompt, strategy_set
+from .strategies import Estimate, Position, Prompt
 from .wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
@@ -80,7 +83,7 @@ class TrackerConfig:
         max_bias: the largest |logit_bias| sent (nats), at most the API's
             :data:`~.wire.MAX_BIAS`; the probe validates the strategies with it.
         verify_flips: re-ask bisection brackets' ends with fresh requests and widen the bounds
-            when a flip does not reproduce (which brackets: :class:`~.strategies.FlipChecks`).
+            when a flip does not reproduce (which brackets: :class:`~.flips.FlipChecks`).
         verify_repeats: fresh requests per bracket end (2 × this many per re-checked token).
         verify_every: while no flip has been seen not to reproduce, re-check the brackets of a
             text's first positions and one bisected position in this many (1: every one).
