@@ -122,11 +122,15 @@ def test_the_cost_estimate_counts_chained_requests_and_their_tokens():
     """ε = 0.01: 7 halvings + 2 gallop steps expected per unlisted target (60 %), re-checks 2 × 2
     requests for 1 in 32: alone 1 + 0.6 × (9 + 0.125) = 6.475 requests per position, one
     completion token each; chained, the search's 9 × 0.906 (measured): 1 + 0.6 × (8.154 + 0.125)
-    = 5.967, 1.46 completion tokens per request."""
+    = 5.9674 requests, 1 + 0.6 × (8.154 × 1.46 + 0.125) = 8.2179 completion tokens; with the
+    unbiased answers read by runs too, 0.789 requests and 2.89 completion tokens in place of the
+    unbiased request's 1 and 1 (measured): 5.7564 and 10.1079."""
     from blackbox_mia.backends.api.costs import per_position_rate
 
-    caps = Capabilities(**{**CAPS.__dict__, "chained_flips": True})
-    rates = [per_position_rate(Tracker(SyntheticEndpoint(model), caps, TrackerConfig(strategy="bisect",
-                                                                                     chain_tokens=k)), "bisect")
-             for k in (1, 4)]
-    assert [r[:2] for r in rates] == [(pytest.approx(6.475), 1.0), (pytest.approx(5.9674), 1.46)]
+    rates = []
+    for k, runs in ((1, False), (4, False), (4, True)):
+        caps = Capabilities(**{**CAPS.__dict__, "chained_flips": True, "run_reading": runs})
+        tracker = Tracker(SyntheticEndpoint(model), caps, TrackerConfig(strategy="bisect", chain_tokens=k))
+        rates.append(per_position_rate(tracker, "bisect")[:2])
+    assert rates == [(pytest.approx(6.475), pytest.approx(6.475)), (pytest.approx(5.9674), pytest.approx(8.2179)),
+                     (pytest.approx(5.7564), pytest.approx(10.1079))]

@@ -65,13 +65,15 @@ def test_auto_reads_runs_where_the_probe_verified_them():
 
 
 def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
-    """``auto`` = runs over bisection: the estimate is bisection's (an upper bound), with both notes."""
+    """``auto`` = runs over bisection: the estimate is bisection's position by position, one
+    unbiased request each (an upper bound), with both notes."""
     from blackbox_mia.backends.api.costs import estimate
 
     caps = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True, run_reading=True)
     tracker = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="auto"))
     tracker.sequence = lambda text: [0, 1, 2, 3, 4]
-    bisecting = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="bisect"))
+    no_runs = Capabilities(**{**caps.__dict__, "run_reading": False})
+    bisecting = Tracker(SyntheticEndpoint(row), no_runs, TrackerConfig(strategy="bisect"))
     bisecting.sequence = tracker.sequence
     runs, per_position = estimate(tracker, ["x"], None), estimate(bisecting, ["x"], None)
     assert tracker.mode() == "run" and runs.strategy == "run+bisect" and per_position.strategy == "bisect"
@@ -130,3 +132,35 @@ def test_run_reading_through_the_emulator(local, peaked_model_dir, tmp_path):
     tokens = sum(w.n_tokens for w in white)
     assert used["forced"] == tokens
     assert used["run"] < 0.8 * used["forced"]  # the memorized text's tail is read by runs
+
+
+def test_bisection_reads_its_unbiased_answers_by_runs():
+    """Targets 1 2 3 | 5 (not the argmax 4) | 6 | 8 (not 7) | 9 0: a 4-token run from the first
+    position answers positions 0-3 (its 4th token, 4, leaves the text), a run from position 4
+    answers 4 and 5, a 2-token run (the text's end) answers 6 and 7: 3 requests for 8 answers,
+    each the one a request at its own prefix gives. Bisection from them ends with the same bounds
+    as with one unbiased request per position, 5 requests fewer."""
+    from blackbox_mia.backends.api.runs import read_unbiased
+    from blackbox_mia.backends.api.strategies import Position
+
+    seq = [0, 1, 2, 3, 5, 6, 8, 9, 0]
+    endpoint = SyntheticEndpoint(row)
+    positions = [Position(seq[:j], seq[j]) for j in range(1, len(seq))]
+    sent = asyncio.run(read_unbiased(endpoint, 2, positions, [True] * 7 + [False], [len(seq)] * 8))
+    assert sent == endpoint.calls == 3
+    for p in positions:
+        assert p.unbiased == asyncio.run(endpoint.next_token(p.prefix, 2))
+
+    caps = Capabilities(**{**RUNS.__dict__, "bisect": True})
+    results = {}
+    for runs in (False, True):
+        endpoint = SyntheticEndpoint(row)
+        tracker = Tracker(endpoint, Capabilities(**{**caps.__dict__, "run_reading": runs}),
+                          TrackerConfig(strategy="bisect", verify_flips=False))
+        tracker.sequence = lambda text: seq
+        [results[runs]] = asyncio.run(tracker.track(["x"]))
+        results[runs, "calls"] = endpoint.calls
+    assert results[False, "calls"] - results[True, "calls"] == 5
+    np.testing.assert_array_equal(results[True].lower, results[False].lower)
+    np.testing.assert_array_equal(results[True].upper, results[False].upper)
+    assert np.all(results[True].lower <= truth(seq)) and np.all(truth(seq) <= results[True].upper)

@@ -48,20 +48,21 @@ class TextBisection:
         self.chain_tokens = chain_tokens
         self.chained_answers = 0
 
-    async def run(self, positions: Sequence[Position], follows: Sequence[bool], found: list[Search]) -> list[Estimate]:
+    async def run(self, positions: Sequence[Position], follows: Sequence[bool], room: Sequence[int],
+                  found: list[Search]) -> list[Estimate]:
         """Every position's estimate.
 
         Args:
             positions: the text's positions (their unbiased answers asked).
             follows: shape (n,): whether position i + 1 is position i's prefix plus its target.
+            room: shape (n,): the most tokens a request from position i may generate (≥ 1).
             found: each position's start (:meth:`~.flips.Bisect.start`), updated in place.
 
         Raises:
             BlackboxMIAError: a request failed (see the client).
         """
         config = self.bisect.config
-        room = [self.chain_tokens if config.context is None else min(self.chain_tokens, config.context - len(p.prefix))
-                for p in positions]
+        room = [min(self.chain_tokens, r) for r in room]
         solo: set[int] = set()
         while asks := {i: s.ask for i, s in enumerate(found) if isinstance(s, Gallop)}:
             await self._round(positions, follows, room, found, asks, solo)

@@ -11,7 +11,8 @@ for strategies whose request count depends on the model's answers:
               questions (galloping, then halving to ε) plus the sampled re-checks;
               :data:`LISTED_SHARE` of targets listed (measured on the GSM8K canary by
               ``scripts/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`; with chained
-              questions, fewer requests, each billing more completion tokens (measured rates).
+              questions, fewer requests, each billing more completion tokens, and with the
+              unbiased answers read by runs, fewer unbiased requests (measured rates).
 ``run``       never more than forced read-out: the forced figure, an upper bound.
 """
 
@@ -32,6 +33,11 @@ RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (postbias, 
 # alone), and completion tokens per request (8.56 per token over 5.87 requests)
 CHAINED_REQUESTS_PER_QUESTION = 0.906
 CHAINED_COMPLETION_PER_REQUEST = 1.46
+# unbiased answers read by runs (Capabilities.run_reading, runs.read_unbiased): requests and
+# completion tokens per position, replayed on white-box answers of 10 GSM8K train questions
+# through the dup-16 canary (22 % of targets the argmax)
+RUN_UNBIASED_REQUESTS = 0.789
+RUN_UNBIASED_COMPLETION = 2.89
 
 
 def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int]]:
@@ -53,20 +59,29 @@ def chained(tracker: Tracker) -> bool:
     return tracker.bisects_texts() and tracker.bisection.chain_tokens > 1
 
 
+def unbiased_runs(tracker: Tracker) -> bool:
+    """Whether the tracker bisects texts whole with their unbiased answers read by runs."""
+    return tracker.bisects_texts() and tracker.caps.run_reading
+
+
 def per_position_rate(tracker: Tracker, strategy: str) -> tuple[float, float, float]:
-    """(expected requests per position, completion tokens per request, relative uncertainty) of
-    a per-position strategy."""
+    """(expected requests, completion tokens, relative uncertainty) per position of a
+    per-position strategy."""
     if strategy in ("forced", "topn"):
         return 1.0, 1.0, 0.0
     if strategy == "postbias":
-        return 1.5, 1.0, 1 / 3
+        return 1.5, 1.5, 1 / 3
     config = tracker.config
     search = math.log2(first_step(config.epsilon) / config.epsilon) + GALLOP_REQUESTS
     checks = 2 * config.verify_repeats * (1.0 if not tracker.caps.flips_reproducible else 1 / config.verify_every)
-    completion = 1.0
+    unbiased, unbiased_completion = (RUN_UNBIASED_REQUESTS, RUN_UNBIASED_COMPLETION) if unbiased_runs(tracker) else (1.0, 1.0)
+    search_completion = 1.0
     if chained(tracker):
-        search, completion = search * CHAINED_REQUESTS_PER_QUESTION, CHAINED_COMPLETION_PER_REQUEST
-    return 1.0 + (1 - LISTED_SHARE) * (search + checks * config.verify_flips), completion, RATE_UNCERTAINTY
+        search, search_completion = search * CHAINED_REQUESTS_PER_QUESTION, CHAINED_COMPLETION_PER_REQUEST
+    checks *= config.verify_flips  # asked alone: one completion token each
+    unlisted = 1 - LISTED_SHARE
+    return (unbiased + unlisted * (search + checks),
+            unbiased_completion + unlisted * (search * search_completion + checks), RATE_UNCERTAINTY)
 
 
 def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | None) -> CostEstimate:
@@ -86,15 +101,18 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
         strategy = "prompt"
     else:
         strategy = mode if mode not in ("auto", "run") else tracker.per_position_strategy()
-        rate, per_request, spread = per_position_rate(tracker, strategy)
+        rate, per_position, spread = per_position_rate(tracker, strategy)
         requests = round(rate * len(prefixes))
-        prompt, completion = round(rate * sum(prefixes)), round(per_request * requests)
+        prompt, completion = round(rate * sum(prefixes)), round(per_position * len(prefixes))
         if strategy == "bisect":
             notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
                          f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
         if strategy == "bisect" and chained(tracker):
             notes.append("bisection questions of consecutive positions chained (up to "
                          f"{tracker.bisection.chain_tokens} generated tokens a request): measured rates")
+        if strategy == "bisect" and unbiased_runs(tracker):
+            notes.append("bisection's unbiased answers read by runs (one request per target that is not the "
+                         "argmax): measured rates")
         if strategy == "bisect" and tracker.config.refine_for:
             notes.append("bisection refined to the scores' precision (means of the lowest "
                          f"{', '.join(f'{k:g}%' for k in tracker.config.refine_for)}): at most about this figure "

@@ -385,7 +385,8 @@ async def _check_chains(p: _Probe, path, base: dict, agree: float) -> bool:
     bisection = TextBisection(strategy_set(endpoint, caps, config)["bisect"], len(known))
     positions = [position for position, _ in known]
     found = [await bisection.bisect.gallop(position) for position in positions]
-    estimates = await bisection.run(positions, [True] * (len(known) - 1) + [False], found)
+    follows = [True] * (len(known) - 1) + [False]
+    estimates = await bisection.run(positions, follows, [len(known) - i for i in range(len(known))], found)
     eps = config.epsilon + agree
     worst = max(abs(e.value - lp) for e, (_, lp) in zip(estimates, known))
     ok = bisection.chained_answers > 0 and all(

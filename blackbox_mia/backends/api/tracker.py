@@ -63,7 +63,7 @@ from .chains import CHAIN_TOKENS
 from .choice import FALLBACKS, strategy_set
 from .endpoint import Endpoint, with_bos
 from .flips import Gallop
-from .runs import RunReader
+from .runs import RunReader, read_unbiased
 from .strategies import Estimate, Position, Prompt
 from .wire import MAX_BIAS
 
@@ -311,14 +311,20 @@ class Tracker:
     async def _bisect(self, seq: list[int]) -> list[Estimate]:
         """Every target of ``seq`` by bisection, the text's positions together
         (:class:`~.bisection.TextBisection`: chained requests where the probe verified them,
-        refined to the requested scores' precision or every value to ε). A whole text at once:
+        refined to the requested scores' precision or every value to ε), the unbiased answers
+        read by runs where the probe verified run reading (:func:`~.runs.read_unbiased`: one
+        request per non-argmax target). A whole text at once:
         Min-K%'s lowest k% are a text's, not a window's (so its positions are held together:
         memory grows as the text's length times its window's, unlike the per-position modes)."""
         spans = [(start, j) for start, end, first in self._windows(seq) for j in range(first, end)]
         positions = [Position(seq[start:j], seq[j]) for start, j in spans]
         follows = [a[0] == b[0] and b[1] == a[1] + 1 for a, b in zip(spans, spans[1:])] + [False]
+        context = self.config.context
+        room = [len(seq) if context is None else context - len(p.prefix) for p in positions]
+        if self.caps.run_reading:
+            await read_unbiased(self.endpoint, self.caps.top_n, positions, follows, room)
         found = list(await asyncio.gather(*(self._open(p) for p in positions)))
-        return await self.bisection.run(positions, follows, found)
+        return await self.bisection.run(positions, follows, room, found)
 
     async def _open(self, position: Position) -> Estimate | Gallop:
         """A position's listed value, or its galloping search (or final estimate), or
