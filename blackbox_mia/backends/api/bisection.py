@@ -18,16 +18,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .chains import Link, plan, read
+from .chains import Disturbances, Link, plan, read
 from .endpoint import surely
 from .flips import Bisect, Bracket, Gallop
 from .refine import to_refine
 from .strategies import Estimate, Position, Unidentified, topn_upper_bound
 
 # chains presume an unlisted token this far below the top-n bound (chosen on 8 GSM8K train
-# questions through the dup-16 canary: 6.38 requests/token without chains; margins 2 / 4 / 6 /
-# 100 nats: 6.16 / 5.86 / 5.87 / 5.97)
-UNLISTED_MARGIN_NATS = 4.0
+# questions through the dup-16 canary, pairs found to disturb each other kept apart: margins
+# 2 / 3 / 4 / 6 / 8 / 12 / 100 nats gave 5.87 / 5.67 / 5.53 / 5.40 / 5.43 / 5.47 / 5.47
+# requests/token, 6.07 without chains)
+UNLISTED_MARGIN_NATS = 6.0
 Search = Estimate | Gallop | Bracket  # a position's state: final, galloping, or bracketed
 
 
@@ -63,9 +64,9 @@ class TextBisection:
         """
         config = self.bisect.config
         room = [min(self.chain_tokens, r) for r in room]
-        solo: set[int] = set()
+        learned = Disturbances()
         while asks := {i: s.ask for i, s in enumerate(found) if isinstance(s, Gallop)}:
-            await self._round(positions, follows, room, found, asks, solo)
+            await self._round(positions, follows, room, found, asks, learned)
         while True:
             chosen = to_refine(
                 np.array([s.lower for s in found]),
@@ -76,20 +77,22 @@ class TextBisection:
             )
             if not len(chosen):
                 break
-            await self._round(positions, follows, room, found, {int(i): found[i].ask for i in chosen}, solo)
+            await self._round(positions, follows, room, found, {int(i): found[i].ask for i in chosen}, learned)
         opened = [i for i, s in enumerate(found) if isinstance(s, Bracket)]
         for i, estimate in zip(opened, await asyncio.gather(*(self.bisect.close(found[i]) for i in opened))):
             found[i] = estimate
         return found  # type: ignore[return-value]
 
-    async def _round(self, positions, follows, room, found: list[Search], asks: dict[int, float], solo: set[int]) -> None:
+    async def _round(self, positions, follows, room, found: list[Search], asks: dict[int, float],
+                     learned: Disturbances) -> None:
         """Ask ``asks`` (position → bias) in chains and apply the answers to ``found``."""
         passes = {i: b for i, s in enumerate(found) if (b := self._flipping_bias(positions[i], s)) is not None}
         targets = [p.target for p in positions]
-        chains = plan(targets, follows, room, asks, passes, solo, lambda i, token, bias: self._safe(positions[i], token, bias))
-        await asyncio.gather(*(self._ask(positions, found, chain, solo) for chain in chains))
+        chains = plan(targets, follows, room, asks, passes, learned.solo,
+                      lambda i, token, bias: learned.allows(i, token) and self._safe(positions[i], token, bias))
+        await asyncio.gather(*(self._ask(positions, found, chain, learned) for chain in chains))
 
-    async def _ask(self, positions, found: list[Search], chain: list[Link], solo: set[int]) -> None:
+    async def _ask(self, positions, found: list[Search], chain: list[Link], learned: Disturbances) -> None:
         first = chain[0].index
         if len(chain) == 1:  # alone: the single-bias rules, which can tell more names apart
             try:
@@ -105,8 +108,7 @@ class TextBisection:
             answers, contradicted = read(chain, steps)
             if contradicted:
                 self.bisect.checks.saw_unreproducible()
-            if not answers or answers[0][0] != first:
-                solo.add(first)  # no answer where it had to come: ask it alone next time
+            learned.learn(chain, steps, answers)
             self.chained_answers += sum(i != first for i, _ in answers)
         for i, flips in answers:
             outcome = found[i].answer(flips)
@@ -118,7 +120,8 @@ class TextBisection:
         """Whether ``token`` biased by ``bias`` nats is presumed to stay below the argmax at
         ``position``: its listed value, else the top-n bound less :data:`UNLISTED_MARGIN_NATS`,
         plus the bias is below the argmax's value. A planning presumption only: a chain it gets
-        wrong answers less (:func:`~.chains.read` never takes a disturbed step for an answer)."""
+        wrong answers less (:func:`~.chains.read` never takes a disturbed step for an answer), and
+        the pair is kept apart from then on (:class:`~.chains.Disturbances`)."""
         answer = position.unbiased
         if answer is None:
             return False

@@ -16,7 +16,10 @@ Reading a step d with target t, sampled candidates S, the chain's biased ids B (
   so the argmax's logit ≥ t + b_t: no flip (the chain leaves the text here).
 * else (another biased target won, or the name is ambiguous): no answer; the chain ends.
 
-The unbiased argmax of a step is never needed, so chains rest on no name beyond ``S``. A pass
+The unbiased argmax of a step is never needed, so chains rest on no name beyond ``S``. A step
+another of the chain's biased targets may have taken keeps that (position, target) pair out of
+later chains (:class:`Disturbances`); a first step with no answer and nobody to blame sends its
+question alone from then on. A pass
 step that does not flip contradicts an earlier answer (flips did not reproduce): it is reported
 so the tracker re-checks every bracket. The capability probe enables chains only after they
 reproduced known values (``Capabilities.chained_flips``).
@@ -25,7 +28,7 @@ reproduced known values (``Capabilities.chained_flips``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .endpoint import NextToken, surely
 
@@ -131,3 +134,36 @@ def read(chain: Sequence[Link], steps: Sequence[NextToken]) -> tuple[list[tuple[
         if not flips:
             break
     return answers, False
+
+
+
+@dataclass
+class Disturbances:
+    """What one text's chains learned about their steps being taken by another biased target.
+
+    Attributes:
+        pairs: ``(position index, token)``: that token, biased in a chain, took the position's
+            step; the two are never chained together again (in :func:`plan`'s ``safe``).
+        solo: positions whose question goes alone: a chain's first step gave no answer and no
+            other biased target can be blamed (an unknown or ambiguous name).
+    """
+
+    pairs: set[tuple[int, int]] = field(default_factory=set)
+    solo: set[int] = field(default_factory=set)
+
+    def learn(self, chain: Sequence[Link], steps: Sequence[NextToken], answers: Sequence[tuple[int, bool]]) -> None:
+        """Record what a chained request's steps (read into ``answers`` by :func:`read`) showed:
+        at the first step that is not its target, the chain's other biased targets its name
+        may be; when there are none and the first step gave no answer, the first position."""
+        biased = frozenset(link.target for link in chain if link.bias > 0)
+        for link, step in zip(chain, steps):
+            if not surely(step.sampled, link.target):
+                others = (step.sampled or frozenset()) & (biased - {link.target})
+                self.pairs.update((link.index, token) for token in others)
+                if not others and (not answers or answers[0][0] != chain[0].index):
+                    self.solo.add(chain[0].index)
+                return
+
+    def allows(self, i: int, token: int) -> bool:
+        """Whether ``token`` may be biased in a chain through position ``i``."""
+        return (i, token) not in self.pairs

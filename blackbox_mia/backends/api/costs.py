@@ -29,10 +29,10 @@ LISTED_SHARE = 0.4  # share of a text's targets listed in the top-5 (GSM8K canar
 GALLOP_REQUESTS = 2.0  # mean galloping requests before the halving starts (canary gaps: median ~1.5-2.5 nats)
 RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (postbias, bisect)
 # chained bisection (Capabilities.chained_flips, chains of 4), measured on 8 GSM8K train questions
-# through the dup-16 canary: flip requests per flip question (5.87 requests/token chained, 6.38
-# alone), and completion tokens per request (8.56 per token over 5.87 requests)
-CHAINED_REQUESTS_PER_QUESTION = 0.906
-CHAINED_COMPLETION_PER_REQUEST = 1.46
+# through the dup-16 canary: flip requests per flip question (4.60 per token chained, 5.26 alone),
+# and completion tokens per flip request (7.53 generated tokens per token over those 4.60 requests)
+CHAINED_REQUESTS_PER_QUESTION = 0.874
+CHAINED_COMPLETION_PER_REQUEST = 1.64
 # unbiased answers read by runs (Capabilities.run_reading, runs.read_unbiased): requests and
 # completion tokens per position, replayed on white-box answers of 10 GSM8K train questions
 # through the dup-16 canary (22 % of targets the argmax)

@@ -24,7 +24,9 @@ positions whose value it knows:
               at ε nats; [lower, upper] are reported. A text's positions are bisected together
               (:mod:`.bisection`), their questions chained where the probe verified it
               (:mod:`.chains`: consecutive positions' questions in one ``max_tokens = K``
-              request). A flip that does not reproduce when the bracket is re-checked widens
+              request), their unbiased answers read by runs where the probe verified run
+              reading (:func:`.runs.read_unbiased`). A flip that does not reproduce when the
+              bracket is re-checked widens
               the bounds instead of moving the value (``bisect~``).
 
 Every value carries [lower, upper] bounds (nats) and the strategy that produced it. Values known
