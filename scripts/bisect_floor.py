@@ -4,8 +4,9 @@
 Such a search learns one bit per request (did the biased target become the greedy token?), so a
 target that is not in the unbiased top-n costs its unbiased request plus at least as many
 flips as it takes to tell its ε-wide bin of b* (the flipping bias) apart from the others.
-(Chained requests, ``backends/api/chains.py``, ask several positions' flips at once: the floor
-bounds the flip questions, not their requests.) This
+(Chained requests, ``backends/api/chains.py``, ask several positions' flips at once, and runs,
+``runs.read_unbiased``, several positions' unbiased answers: the floor bounds the questions of a
+search asking one per request, not searches that ask several.) This
 script computes that floor from white-box answers, without a server:
 
 * per position of the texts, the canary's full next-token distribution gives the unbiased top-n

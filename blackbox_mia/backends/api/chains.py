@@ -136,7 +136,6 @@ def read(chain: Sequence[Link], steps: Sequence[NextToken]) -> tuple[list[tuple[
     return answers, False
 
 
-
 @dataclass
 class Disturbances:
     """What one text's chains learned about their steps being taken by another biased target.

@@ -26,8 +26,7 @@ positions whose value it knows:
               (:mod:`.chains`: consecutive positions' questions in one ``max_tokens = K``
               request), their unbiased answers read by runs where the probe verified run
               reading (:func:`.runs.read_unbiased`). A flip that does not reproduce when the
-              bracket is re-checked widens
-              the bounds instead of moving the value (``bisect~``).
+              bracket is re-checked widens the bounds instead of moving the value (``bisect~``).
 
 Every value carries [lower, upper] bounds (nats) and the strategy that produced it. Values known
 only from above have ``lower = -inf`` and one of these strategies:
@@ -315,9 +314,9 @@ class Tracker:
         (:class:`~.bisection.TextBisection`: chained requests where the probe verified them,
         refined to the requested scores' precision or every value to ε), the unbiased answers
         read by runs where the probe verified run reading (:func:`~.runs.read_unbiased`: one
-        request per non-argmax target). A whole text at once:
-        Min-K%'s lowest k% are a text's, not a window's (so its positions are held together:
-        memory grows as the text's length times its window's, unlike the per-position modes)."""
+        request per non-argmax target). A whole text at once: Min-K%'s lowest k% are a text's,
+        not a window's (so its positions are held together: memory grows as the text's length
+        times its window's, unlike the per-position modes)."""
         spans = [(start, j) for start, end, first in self._windows(seq) for j in range(first, end)]
         positions = [Position(seq[start:j], seq[j]) for start, j in spans]
         follows = [a[0] == b[0] and b[1] == a[1] + 1 for a, b in zip(spans, spans[1:])] + [False]
