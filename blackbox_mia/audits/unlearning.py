@@ -56,7 +56,7 @@ from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
 from .common import AuditResult, Log, check_int, publish, quiet
 from .completion import complete, cut_at, cut_completion
-from .unlearning_truth import closeness_auc, flag_metrics, still_memorized
+from .unlearning_truth import closeness_auc, flag_metrics, log_change, still_memorized
 
 RATIO_WINDOW = (1 / 1.15, 1.15)  # Shi et al. 2024 §7.1
 QA_SEPARATOR = " "  # between a question and its answer in the scored text
@@ -159,8 +159,8 @@ def least_changed(ratios: list[float | None], fraction: float) -> list[bool]:
         flagged when fewer have one).
     """
     n_flag = max(1, math.floor(fraction * len(ratios) + 0.5))
-    known = [i for i, r in enumerate(ratios) if r is not None and r > 0]
-    ranked = sorted(known, key=lambda i: (abs(math.log(ratios[i])), i))
+    changes = [log_change(r) for r in ratios]
+    ranked = sorted((i for i, c in enumerate(changes) if c is not None), key=lambda i: (changes[i], i))
     chosen = set(ranked[:n_flag])
     return [i in chosen for i in range(len(ratios))]
 

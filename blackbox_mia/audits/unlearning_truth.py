@@ -89,12 +89,19 @@ def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float
     return {"ids": ids, "threshold": threshold, "n_forget": len(forget), "fpr": fpr, "canary": str(truth_dir)}
 
 
+def log_change(ratio: float | None) -> float | None:
+    """How far unlearning moved a text: ``|ln ratio|`` of its Min-K% ratio (0: unchanged);
+    None without a positive ratio."""
+    return abs(math.log(ratio)) if ratio is not None and ratio > 0 else None
+
+
 def closeness_auc(rows: list[dict]) -> float | None:
-    """AUC of the ratio's closeness to 1 (``-|ln ratio|``) as a score of the label
-    ``still_memorized``, over the rows with a ratio: the window's ranking quality whatever its
-    width (0.5: the ratio says nothing about which texts stay memorized); None with one class."""
-    known = [r for r in rows if r["ratio"] is not None and r["ratio"] > 0]
-    labels = [int(r["still_memorized"]) for r in known]
+    """AUC of the ratio's closeness to 1 (``-|ln ratio|``, :func:`log_change`) as a score of the
+    label ``still_memorized``, over the rows with a ratio: the window's ranking quality whatever
+    its width (0.5: the ratio says nothing about which texts stay memorized); None with one
+    class."""
+    known = [(r, change) for r in rows if (change := log_change(r["ratio"])) is not None]
+    labels = [int(r["still_memorized"]) for r, _ in known]
     if len(set(labels)) < 2:
         return None
-    return auc(labels, [-abs(math.log(r["ratio"])) for r in known])
+    return auc(labels, [-change for _, change in known])

@@ -75,7 +75,7 @@ class RunReader:
                 found += estimates
                 j += len(estimates)
                 running = matched > 0 or not lost
-                k = min(RUN_MAX_TOKENS, 2 * k) if matched == len(estimates) else RUN_FIRST_TOKENS
+                k = next_run_tokens(k, matched == len(estimates))
             else:
                 chunk = range(j, min(end, j + CHUNK))
                 estimates = await asyncio.gather(*(self.one(Position(seq[start:i], seq[i])) for i in chunk))
@@ -102,6 +102,13 @@ class RunReader:
             if not surely(step.sampled, seq[i]):  # the continuation left the text here
                 return out, len(out) - 1, False
         return out, len(out), False
+
+
+def next_run_tokens(k: int, throughout: bool) -> int:
+    """A text's next run length (tokens) after a run of ``k``: doubled, up to
+    :data:`RUN_MAX_TOKENS`, when every token it generated was the text's; else
+    :data:`RUN_FIRST_TOKENS`."""
+    return min(RUN_MAX_TOKENS, 2 * k) if throughout else RUN_FIRST_TOKENS
 
 
 def _argmax(estimate: Estimate) -> bool:
@@ -151,15 +158,14 @@ async def read_unbiased(endpoint: Endpoint, top_n: int, positions: Sequence[Posi
             want = min(k, end - j, room[j])
             steps = await endpoint.next_tokens(position.prefix, want, top_n)
             sent += 1
-            matched = 0  # positions answered
+            matched, throughout = 0, True  # positions answered; every generated token the text's
             for step, later in zip(steps, positions[j:end]):
                 later.unbiased = step
                 matched += 1
                 if not surely(step.sampled, later.target):  # the run left the text here
-                    k = RUN_FIRST_TOKENS
+                    throughout = False
                     break
-            else:
-                k = min(RUN_MAX_TOKENS, 2 * k) if matched == want else k
+            k = next_run_tokens(k, throughout)
             j += max(1, matched)
         return sent
 
