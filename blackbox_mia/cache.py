@@ -25,10 +25,8 @@ import json
 import logging
 import os
 import queue
-import socket
 import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +37,7 @@ from typing import Self
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
+from .claims import CLAIM_TTL_S, ClaimTable
 from .config import cache_root
 from .types import BlackboxMIAError
 
@@ -46,10 +45,6 @@ LOG = logging.getLogger(__name__)
 
 MIN_FILE_SIZE = 2**15  # bytes: smaller JSON values live in SQLite, larger ones in files
 SQLITE_FULL_SYNC = 2  # PRAGMA synchronous=FULL: a put is on disk before put() returns
-SQLITE_NORMAL_SYNC = 1  # claims need no durability: a claim lost in a crash only means waiting less
-CLAIMS_SUBDIR = "claims"  # claims live in their own database below the cache directory
-CLAIM_TTL_S = 60.0  # seconds a claim lasts unless its holder refreshes it
-CLAIM_REFRESH_S = CLAIM_TTL_S / 4  # how often a holder should call refresh_claims(), in seconds
 
 
 def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
@@ -70,37 +65,14 @@ def _open(directory: Path, synchronous: int) -> diskcache.Cache:
         disk=JsonDisk,
         disk_min_file_size=MIN_FILE_SIZE,
         eviction_policy="none",
+        cull_limit=0,  # nothing to evict: no expiry query on every write
         sqlite_synchronous=synchronous,
     )
 
 
-def holder_alive(holder: object) -> bool:
-    """Whether the process that wrote the claim ``holder`` ({pid, host, token, time}) may still run.
-
-    A claim from another host cannot be checked and counts as alive (its expiry ends it). On this
-    host the process must exist and not be a zombie (killed but not yet reaped). A claim that is
-    not such a dict counts as dead.
-    """
-    if not isinstance(holder, dict):
-        return False
-    host, pid = holder.get("host"), holder.get("pid")
-    if not isinstance(host, str) or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    except OSError:
-        return False
-    try:  # Linux: the state letter follows the parenthesised command name
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` says the database stayed locked by another connection."""
+    return getattr(exc, "sqlite_errorname", None) in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(exc)
 
 
 def _fsync(path: str) -> None:
@@ -116,11 +88,24 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def request_key(base_url: str, model: str, endpoint: str, payload: dict) -> str:
+def canonical_json(value: object) -> str:
+    """``value`` as canonical JSON text: keys sorted, no whitespace, non-ASCII characters as
+    themselves (not ``\\u`` escapes), NaN and infinities refused.
+
+    Raises:
+        BlackboxMIAError: ``value`` is not JSON-serialisable.
+    """
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BlackboxMIAError(f"request payload is not JSON-serialisable: {exc}") from exc
+
+
+def request_key(base_url: str, model: str, endpoint: str, payload: dict | str) -> str:
     """Cache key of one request: sha256 hex digest (64 characters) of its canonical JSON.
 
-    The digest covers ``{"base_url", "model", "endpoint", "payload"}`` serialised with sorted
-    keys and no whitespace, so dict order never matters.
+    The digest covers ``{"base_url", "model", "endpoint", "payload"}`` serialised by
+    :func:`canonical_json`, so dict order never matters.
 
     Args:
         base_url: the API base URL; a trailing ``/`` is ignored.
@@ -128,20 +113,20 @@ def request_key(base_url: str, model: str, endpoint: str, payload: dict) -> str:
         endpoint: ``"completions"`` or ``"chat"``.
         payload: every request parameter that can change the answer: the prompt (token ids or
             text) or messages, ``max_tokens``, ``temperature``, ``logprobs`` / ``top_logprobs``,
-            ``logit_bias``, ``echo``, ``seed`` and any extra body field. It must not hold
-            credentials: the API key is sent as a header and is deliberately NOT part of the key
-            (the same request with another key has the same answer, and the key must never reach
-            the cache directory).
+            ``logit_bias``, ``echo``, ``seed`` and any extra body field; or its
+            :func:`canonical_json` text (the client serialises a payload once, for the key and
+            the request body). It must not hold credentials: the API key is sent as a header and
+            is deliberately NOT part of the key (the same request with another key has the same
+            answer, and the key must never reach the cache directory).
 
     Raises:
         BlackboxMIAError: the payload is not JSON-serialisable.
     """
-    record = {"base_url": base_url.rstrip("/"), "model": model, "endpoint": endpoint, "payload": payload}
-    try:
-        canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise BlackboxMIAError(f"request payload is not JSON-serialisable: {exc}") from exc
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    text = payload if isinstance(payload, str) else canonical_json(payload)
+    # canonical_json of the whole record, its four keys in sorted order, the payload as given
+    record = (f'{{"base_url":{canonical_json(base_url.rstrip("/"))},"endpoint":{canonical_json(endpoint)},'
+              f'"model":{canonical_json(model)},"payload":{text}}}')
+    return hashlib.sha256(record.encode("utf-8")).hexdigest()
 
 
 class JsonDisk(diskcache.Disk):
@@ -266,8 +251,9 @@ class ResponseCache:
         self.directory = Path(directory) if directory is not None else cache_root() / "responses"
         self.hits = 0
         self.misses = 0
-        self._held: dict[str, str] = {}  # request key -> token of the claim this instance holds
-        self._claims_db: diskcache.Cache | None = None  # opened on the first claim
+        self._held: set[str] = set()  # request keys whose claim this instance holds
+        self._token = uuid.uuid4().hex  # this instance's claims carry it
+        self._claim_table = ClaimTable(self.directory)  # opened on the first claim
         self._writer: threading.Thread | None = None  # started by the first put_soon
         self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, claim token or None) rows, or None: stop
         self._writer_lock = threading.Lock()
@@ -279,7 +265,9 @@ class ResponseCache:
         """Turn a storage failure while ``doing`` something into a clear :class:`BlackboxMIAError`."""
         try:
             yield
-        except diskcache.Timeout as exc:
+        except (diskcache.Timeout, sqlite3.OperationalError) as exc:
+            if isinstance(exc, sqlite3.OperationalError) and not _busy(exc):
+                raise unusable(self.directory, f"{doing} failed ({type(exc).__name__}: {exc})") from exc
             raise BlackboxMIAError(
                 f"the response cache {self.directory} stayed locked by another process while {doing}; try again"
             ) from exc
@@ -338,7 +326,10 @@ class ResponseCache:
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_rows, name="bbmia-cache-writer", daemon=True)
                 self._writer.start()
-            self._pending.put((key, value, future, self._held.pop(key, None) if release else None))
+            claimed = release and key in self._held
+            if claimed:
+                self._held.discard(key)
+            self._pending.put((key, value, future, claimed))
         return future
 
     def _write_rows(self) -> None:
@@ -362,16 +353,14 @@ class ResponseCache:
                         self.put(key, value)
                     except BaseException as exc:  # noqa: BLE001 - handed to the caller
                         errors[i] = exc
-            held = [(key, token) for key, _, _, token in rows if token is not None]
+            held = [key for key, _, _, claimed in rows if claimed]
             if held:  # once the answers are durable; a failure only lets the claims expire
-                with contextlib.suppress(BlackboxMIAError):
-                    self._drop_claims(held)
+                with contextlib.suppress(BlackboxMIAError), self._guard("releasing claims"):
+                    self._claim_table.drop(held, self._token)
             for (_, _, future, _), error in zip(rows, errors):
                 _settle(future, error)
         with self._guard("closing"):
             self._cache.close()  # this thread's own SQLite connections
-            if self._claims_db is not None:
-                self._claims_db.close()
 
     def _stop_writer(self) -> None:
         """Write every queued row, then stop the writer thread (nothing when none started)."""
@@ -401,30 +390,19 @@ class ResponseCache:
         """Try to become the one process that asks the API for each of ``keys``, in one SQLite
         write transaction; per key, whether it worked.
 
-        Atomic across processes. A claim is a row ``{pid, host, token, time}`` that expires after
+        Atomic across processes (:class:`~blackbox_mia.claims.ClaimTable`). A claim expires after
         ``ttl_s`` seconds unless :meth:`refresh_claims` extends it. A claim whose holder is dead
-        (same host, the process is gone: :func:`holder_alive`) or that expired is taken over at
-        once; a live holder's is not (False: wait for its answer, or for the claim to go).
-        Release it with :meth:`release` (or with the answer: :meth:`put_soon`).
+        (same host, the process is gone: :func:`~blackbox_mia.claims.holder_alive`) or that
+        expired is taken over at once; a live holder's (this instance's own included) is not
+        (False: wait for its answer, or for the claim to go). Release it with :meth:`release`
+        (or with the answer: :meth:`put_soon`).
 
         Raises:
             BlackboxMIAError: the claims database is unusable.
         """
-        pid, host, now = os.getpid(), socket.gethostname(), time.time()
-        won = []
         with self._guard("claiming requests"):
-            claims = self._claims()
-            with claims.transact():
-                for key in keys:
-                    mine = {"pid": pid, "host": host, "token": uuid.uuid4().hex, "time": now}
-                    if not claims.add(key, mine, expire=ttl_s):  # add replaces an expired row
-                        holder = claims.get(key)
-                        if holder is not None and holder_alive(holder):
-                            won.append(False)
-                            continue
-                        claims.set(key, mine, expire=ttl_s)  # a dead holder's claim (same transaction)
-                    self._held[key] = mine["token"]
-                    won.append(True)
+            won = self._claim_table.claim_many(keys, self._token, ttl_s)
+        self._held.update(key for key, claimed in zip(keys, won) if claimed)
         return won
 
     def release(self, key: str) -> None:
@@ -434,58 +412,41 @@ class ResponseCache:
         Raises:
             BlackboxMIAError: the claims database is unusable.
         """
-        token = self._held.pop(key, None)
-        if token is not None:
-            self._drop_claims([(key, token)])
-
-    def _drop_claims(self, claims: Sequence[tuple[str, str]]) -> None:
-        """Delete each ``(key, token)`` claim that still holds ``token``, in one transaction."""
-        with self._guard("releasing claims"), self._claims().transact():
-            for key, token in claims:
-                holder = self._claims().get(key)
-                if isinstance(holder, dict) and holder.get("token") == token:
-                    self._claims().delete(key)
+        if key in self._held:
+            self._held.discard(key)
+            with self._guard("releasing claims"):
+                self._claim_table.drop([key], self._token)
 
     def refresh_claims(self, ttl_s: float = CLAIM_TTL_S) -> int:
         """Extend every claim this instance holds to expire ``ttl_s`` seconds from now; how many
-        were extended (an expired one that another process took over is dropped). Call it every
-        :data:`CLAIM_REFRESH_S` seconds while claims are held.
+        were extended (an expired one, which another process may have taken over, is dropped).
+        Call it every :data:`~blackbox_mia.claims.CLAIM_REFRESH_S` seconds while claims are held.
 
         Raises:
             BlackboxMIAError: the claims database is unusable.
         """
         if not self._held:
             return 0
-        extended = 0
-        with self._guard("refreshing claims"), self._claims().transact():
-            for key, token in list(self._held.items()):
-                holder = self._claims().get(key)
-                if isinstance(holder, dict) and holder.get("token") == token and self._claims().touch(key, ttl_s):
-                    extended += 1
-                else:
-                    del self._held[key]
-        return extended
+        with self._guard("refreshing claims"):
+            still = self._claim_table.refresh(self._token, ttl_s)
+        self._held &= still
+        return len(self._held)
 
     @property
     def held_claims(self) -> frozenset[str]:
         """Keys whose claim this instance holds."""
         return frozenset(self._held)
 
-    def _claims(self) -> diskcache.Cache:
-        if self._claims_db is None:
-            self._claims_db = _open(self.directory / CLAIMS_SUBDIR, SQLITE_NORMAL_SYNC)
-        return self._claims_db
-
     def close(self) -> None:
         """Write the rows queued by :meth:`put_soon`, release the claims this instance holds and
         close the databases (idempotent)."""
         self._stop_writer()
-        for key in list(self._held):
-            self.release(key)
         with self._guard("closing"):
+            if self._held:
+                self._claim_table.drop(list(self._held), self._token)
+                self._held.clear()
+            self._claim_table.close()
             self._cache.close()
-            if self._claims_db is not None:
-                self._claims_db.close()
 
     def __enter__(self) -> Self:
         return self

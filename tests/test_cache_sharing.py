@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -13,10 +14,10 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import diskcache
 import pytest
 
-from blackbox_mia.cache import CLAIMS_SUBDIR, ResponseCache, request_key
+from blackbox_mia.cache import ResponseCache, request_key
+from blackbox_mia.claims import ClaimTable
 
 from .helpers_client import KEY, MODEL, completion_answer
 
@@ -204,8 +205,13 @@ KEY_B = request_key("http://h/v1", "m", "completions", {"prompt": [2]})
 
 
 def _plant(directory: Path, holder: dict, ttl_s: float = 60.0) -> None:
-    with diskcache.Cache(str(directory / CLAIMS_SUBDIR)) as plain:
-        plain.set(KEY_A, json.dumps(holder).encode("utf-8"), expire=ttl_s)  # raw JSON bytes, as JsonDisk
+    """A claim on KEY_A by ``holder`` ({pid, host}), written as another process would."""
+    table = ClaimTable(directory)
+    table.refresh("nobody")  # creates the table
+    table.close()
+    with sqlite3.connect(table.path) as connection:
+        connection.execute("INSERT INTO claims VALUES (?, ?, ?, ?, ?)",
+                           (KEY_A, holder.get("pid"), holder.get("host"), "t", time.time() + ttl_s))
 
 
 def _dead_pid() -> int:

@@ -47,7 +47,8 @@ from tenacity import (
     stop_any,
 )
 
-from ...cache import CLAIM_REFRESH_S, ResponseCache, request_key
+from ...cache import ResponseCache, canonical_json, request_key
+from ...claims import CLAIM_REFRESH_S
 from ...types import BlackboxMIAError
 from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
 from .claims import ClaimBatcher
@@ -217,7 +218,8 @@ class ApiClient:
 
     async def _answer(self, dialect: Dialect, payload: dict) -> dict:
         """A valid cached answer, else a fresh one (identical concurrent requests are sent once)."""
-        key = request_key(self.config.base_url, self.config.model, dialect.name, payload)
+        text = canonical_json(payload)  # serialised once: the cache key and the request body
+        key = request_key(self.config.base_url, self.config.model, dialect.name, text)
         found = self._cached(dialect, key, payload)
         if found is not None:
             self.usage.cache_hits += 1
@@ -227,7 +229,7 @@ class ApiClient:
             raw, _, _ = await pending
             self.usage.cache_hits += 1
             return {**dialect.read(raw, payload), "cached": True}
-        pending = asyncio.ensure_future(self._obtain(dialect, key, payload))
+        pending = asyncio.ensure_future(self._obtain(dialect, key, payload, self._body(text)))
         self._inflight[key] = pending
         try:
             _, result, paid = await pending
@@ -254,8 +256,15 @@ class ApiClient:
             self.cache.delete(key)
             return None
 
-    async def _obtain(self, dialect: Dialect, key: str, payload: dict) -> tuple[dict, dict, bool]:
-        """``(raw JSON, normalised answer, paid)`` for a request missing from the cache.
+    def _body(self, text: str) -> bytes:
+        """The request body: ``{"model", **payload}`` as UTF-8 JSON, from the payload's canonical
+        JSON ``text`` (so what is sent is exactly what is hashed; extras cannot set ``model``)."""
+        model = canonical_json(self.config.model)
+        return (f'{{"model":{model}}}' if text == "{}" else f'{{"model":{model},{text[1:]}').encode("utf-8")
+
+    async def _obtain(self, dialect: Dialect, key: str, payload: dict, body: bytes) -> tuple[dict, dict, bool]:
+        """``(raw JSON, normalised answer, paid)`` for a request missing from the cache (``body``:
+        what is sent, :meth:`_body`).
 
         With a cache, this process first claims the request: while another live process holds
         the claim it polls the cache until that answer appears (``paid`` False) or the claim goes
@@ -263,7 +272,7 @@ class ApiClient:
         as soon as it has passed validation, and the claim is released after that (or on
         failure)."""
         if self.cache is None:
-            return *await self._fetch(dialect, payload), True
+            return *await self._fetch(dialect, payload, body), True
         delay = CLAIM_POLL_S
         while not await self._claims.claim(key):  # another process is asking for this very answer
             await asyncio.sleep(delay)
@@ -276,7 +285,7 @@ class ApiClient:
             found = self._cached(dialect, key, payload)  # answered between our miss and our claim
             if found is not None:
                 return *found, False
-            raw, result = await self._fetch(dialect, payload)
+            raw, result = await self._fetch(dialect, payload, body)
             # validated and paid for: on disk (the writer thread's next commit, which also
             # releases the claim) before it is returned
             await asyncio.wrap_future(self.cache.put_soon(key, raw, release=True))
@@ -290,7 +299,7 @@ class ApiClient:
             self._heartbeat = asyncio.ensure_future(self._refresh_claims())
 
     async def _refresh_claims(self) -> None:
-        """Extend the cache claims every :data:`~blackbox_mia.cache.CLAIM_REFRESH_S` seconds until
+        """Extend the cache claims every :data:`~blackbox_mia.claims.CLAIM_REFRESH_S` seconds until
         none is held (a failure is logged: the claims then expire, and at worst another process
         pays for a request again)."""
         while True:
@@ -303,7 +312,7 @@ class ApiClient:
                 LOG.warning("cannot refresh cache claims: %s", exc)
                 return
 
-    async def _fetch(self, dialect: Dialect, payload: dict) -> tuple[dict, dict]:
+    async def _fetch(self, dialect: Dialect, payload: dict, body: bytes) -> tuple[dict, dict]:
         """A fresh valid answer to ``payload``, ``(raw JSON, normalised)``, retrying by fault class.
 
         Raises:
@@ -312,7 +321,7 @@ class ApiClient:
         """
         tokens = estimate_tokens(payload)
         try:  # the first attempt without tenacity's machinery (a sixth of the loop's CPU per request)
-            return await self._send(dialect, payload, tokens)
+            return await self._send(dialect, payload, body, tokens)
         except (openai.APIError, Malformed) as exc:
             failure: BaseException | None = exc  # tenacity's first attempt: classified, waited on, counted
 
@@ -321,7 +330,7 @@ class ApiClient:
             if failure is not None:
                 exc, failure = failure, None
                 raise exc
-            return await self._send(dialect, payload, tokens)
+            return await self._send(dialect, payload, body, tokens)
 
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda exc: fault_of(exc) != "final"),
@@ -348,7 +357,7 @@ class ApiClient:
             raise self._error(exc, attempts, dialect) from None  # the SDK's message may quote the key
         return answer
 
-    async def _send(self, dialect: Dialect, payload: dict, tokens: int) -> tuple[dict, dict]:
+    async def _send(self, dialect: Dialect, payload: dict, body: bytes, tokens: int) -> tuple[dict, dict]:
         """One HTTP request under the limits: ``(raw JSON, normalised)``, validated.
 
         Raises:
@@ -364,9 +373,7 @@ class ApiClient:
             worst = self._reserve(payload, tokens)
             try:
                 self.usage.requests += 1
-                # The whole payload goes as the body, so what is sent is exactly what is hashed.
-                status, content = await self._transport.post(dialect.prompt_field,
-                                                             {"model": self.config.model, **payload})
+                status, content = await self._transport.post(dialect.prompt_field, body)
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)

@@ -3,7 +3,7 @@
 The OpenAI SDK spends most of a request's CPU outside the network: its type transform walks a
 token-id prompt element by element, and httpx's connection pool scans every pooled connection
 (a socket call each) for every request, so its cost grows with the concurrency. This transport
-sends the same body (``{"model", **payload}``) with the same ``Authorization: Bearer`` header and
+sends the same body (``{"model", **payload}``, serialised by the client) with the same ``Authorization: Bearer`` header and
 raises the SDK's exception classes with the same status codes, bodies and causes
 (:func:`status_error`), so the fault classes (:mod:`.faults`) and messages do not change.
 """
@@ -79,12 +79,13 @@ class Transport:
 
     def __init__(self, base_url: str, api_key: str, timeout_s: float):
         self._base = urlsplit(base_url)
+        self._urls = {field: URL(self.url(field)) for field in ENDPOINT_PATHS}  # parsed once
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
-    async def post(self, prompt_field: str, body: dict) -> tuple[int, bytes]:
-        """``(status, raw answer)`` of one POST of ``body`` as JSON to the endpoint of
+    async def post(self, prompt_field: str, body: bytes) -> tuple[int, bytes]:
+        """``(status, raw answer)`` of one POST of ``body`` (UTF-8 JSON) to the endpoint of
         ``prompt_field`` (:data:`ENDPOINT_PATHS`).
 
         Raises:
@@ -93,22 +94,21 @@ class Transport:
             openai.APIConnectionError: the connection failed or dropped (the aiohttp error, an
                 :class:`OSError` for a refused connection, is its ``__cause__``).
         """
-        url = self.url(prompt_field)
+        url = self._urls[prompt_field]
         if self._session is None:
-            proxy, proxy_auth = env_proxy(url)
+            proxy, proxy_auth = env_proxy(str(url))
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout,
-                                                  proxy=proxy, proxy_auth=proxy_auth)
-        data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+                                                  headers=self._headers, proxy=proxy, proxy_auth=proxy_auth)
         try:
-            async with self._session.post(url, data=data, headers=self._headers) as response:
+            async with self._session.post(url, data=body) as response:
                 content = await response.read()
                 status, headers = response.status, dict(response.headers)
         except asyncio.TimeoutError as exc:
-            raise openai.APITimeoutError(request=httpx.Request("POST", url)) from exc
+            raise openai.APITimeoutError(request=httpx.Request("POST", str(url))) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise openai.APIConnectionError(request=httpx.Request("POST", url)) from exc
+            raise openai.APIConnectionError(request=httpx.Request("POST", str(url))) from exc
         if not 200 <= status < 300:
-            raise status_error(status, headers, content, url)
+            raise status_error(status, headers, content, str(url))
         return status, content
 
     def url(self, prompt_field: str) -> str:
