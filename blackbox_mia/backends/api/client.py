@@ -55,6 +55,7 @@ from .claims import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect, estimate_tokens
 from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
+from .senders import Senders
 from .transport import Transport
 from .usage import Budget, BudgetExceeded, RateLimiter, Usage, request_cost
 
@@ -84,7 +85,7 @@ class ApiClient:
         self.usage = Usage(unpriced=config.price() is None)
         self._url = display_url(config.base_url)
         self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
-        self._slots = asyncio.Semaphore(config.concurrency)
+        self._senders = Senders(config.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
         self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
         self._claims = ClaimBatcher(cache) if cache is not None else None
@@ -202,6 +203,7 @@ class ApiClient:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
+        await self._senders.close()
         await self._transport.close()
         if self.cache is not None:
             self.cache.close()
@@ -369,14 +371,17 @@ class ApiClient:
             await self._rpm.acquire(1)
         if self._tpm is not None:
             await self._tpm.acquire(tokens)
-        async with self._slots:
+
+        async def post() -> tuple[int, bytes]:
             worst = self._reserve(payload, tokens)
             try:
                 self.usage.requests += 1
-                status, content = await self._transport.post(dialect.prompt_field, body)
+                return await self._transport.post(dialect.prompt_field, body)
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)
+
+        status, content = await self._senders.run(post)
         try:
             raw = decode_answer(content)
             self.usage.bill(raw.get("usage"), self.config.price())
