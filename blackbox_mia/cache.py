@@ -27,6 +27,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -45,6 +46,7 @@ LOG = logging.getLogger(__name__)
 
 MIN_FILE_SIZE = 2**15  # bytes: smaller JSON values live in SQLite, larger ones in files
 SQLITE_FULL_SYNC = 2  # PRAGMA synchronous=FULL: a put is on disk before put() returns
+GROUP_COMMIT_S = 0.002  # seconds the writer thread waits after a queued row for more to commit with it
 
 
 def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
@@ -333,10 +335,14 @@ class ResponseCache:
         return future
 
     def _write_rows(self) -> None:
-        """The writer thread: commit whatever is queued, batch by batch, until told to stop."""
+        """The writer thread: commit whatever is queued, batch by batch, until told to stop (after
+        a row arrives it waits :data:`GROUP_COMMIT_S` for more: one commit, so one fsync, for
+        the rows of many requests even when they come one by one)."""
         stop = False
         while not stop:
             batch = [self._pending.get()]
+            if batch[0] is not None:
+                time.sleep(GROUP_COMMIT_S)
             while True:
                 try:
                     batch.append(self._pending.get_nowait())

@@ -150,3 +150,45 @@ async def _cancel_all() -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+class ThreadResults:
+    """Awaits futures that other threads complete, waking the event loop once for all that
+    complete together (:func:`asyncio.wrap_future` wakes it once per future: a system call and a
+    loop turn for each row of a cache commit).
+
+    Use it from one event loop (the first :meth:`wait`'s).
+    """
+
+    def __init__(self) -> None:
+        self._done: list[tuple[concurrent.futures.Future, asyncio.Future]] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def wait(self, future: concurrent.futures.Future) -> asyncio.Future:
+        """An asyncio future with ``future``'s outcome (result, exception or cancellation);
+        cancelling it leaves ``future`` alone."""
+        self._loop = self._loop or asyncio.get_running_loop()
+        waiter = self._loop.create_future()
+        future.add_done_callback(lambda done: self._completed(done, waiter))
+        return waiter
+
+    def _completed(self, future: concurrent.futures.Future, waiter: asyncio.Future) -> None:
+        with self._lock:
+            first = not self._done
+            self._done.append((future, waiter))
+        if first:
+            self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+        for future, waiter in done:
+            if waiter.cancelled():
+                continue
+            if future.cancelled():
+                waiter.cancel()
+            elif future.exception() is not None:
+                waiter.set_exception(future.exception())
+            else:
+                waiter.set_result(future.result())

@@ -50,6 +50,7 @@ from tenacity import (
 from ...cache import ResponseCache, canonical_json, request_key
 from ...claims import CLAIM_REFRESH_S
 from ...types import BlackboxMIAError
+from ..loop import ThreadResults
 from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
 from .claims import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
@@ -86,6 +87,7 @@ class ApiClient:
         self._url = display_url(config.base_url)
         self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
         self._senders = Senders(config.concurrency)
+        self._written = ThreadResults()  # cache rows committed by the cache's writer thread
         self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
         self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
         self._claims = ClaimBatcher(cache) if cache is not None else None
@@ -290,7 +292,7 @@ class ApiClient:
             raw, result = await self._fetch(dialect, payload, body)
             # validated and paid for: on disk (the writer thread's next commit, which also
             # releases the claim) before it is returned
-            await asyncio.wrap_future(self.cache.put_soon(key, raw, release=True))
+            await self._written.wait(self.cache.put_soon(key, raw, release=True))
             return raw, result, True
         finally:
             self.cache.release(key)  # nothing when the writer has it (a failure or Ctrl-C: at once)
