@@ -65,3 +65,33 @@ async def test_errors_go_to_their_caller_and_a_cancelled_caller_drops_its_queued
     assert ran == ["fails"] and dropped.cancelled()
     await senders.close()
     await senders.close()  # idempotent
+
+
+async def test_thread_results_wake_the_loop_once_for_futures_completed_together(monkeypatch):
+    import concurrent.futures
+    import threading
+
+    from blackbox_mia.backends.loop import ThreadResults
+
+    results, loop = ThreadResults(), asyncio.get_running_loop()
+    wakeups = []
+    real = loop.call_soon_threadsafe
+    monkeypatch.setattr(loop, "call_soon_threadsafe", lambda *a: (wakeups.append(a), real(*a))[1])
+    futures = [concurrent.futures.Future() for _ in range(5)]
+    waiters = [results.wait(f) for f in futures]
+    waiters[3].cancel()  # its caller left: the others still get their outcome
+
+    def writer() -> None:  # one batch, as the cache's writer thread completes it
+        for i, f in enumerate(futures):
+            if i == 2:
+                f.set_exception(ValueError("row 2"))
+            else:
+                f.set_result(i)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join()
+    done = await asyncio.gather(*waiters, return_exceptions=True)
+    assert done[:3] == [0, 1, done[2]] and isinstance(done[2], ValueError) and done[4] == 4
+    assert isinstance(done[3], asyncio.CancelledError)
+    assert len(wakeups) == 1

@@ -21,6 +21,20 @@ T = TypeVar("T")
 CLOSE_GRACE_S = 10.0  # seconds close() lets the loop's remaining tasks unwind after cancelling them
 
 
+def copy_outcome(source: asyncio.Future | concurrent.futures.Future,
+                 target: asyncio.Future | concurrent.futures.Future) -> None:
+    """Give ``target`` the outcome of the finished ``source`` (result, exception or
+    cancellation); nothing when ``target`` is already done (e.g. its waiter was cancelled)."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
+
+
 class LoopThread:
     """An asyncio event loop in a daemon thread, started on first use.
 
@@ -66,14 +80,7 @@ class LoopThread:
 
         def copy(task: asyncio.Task) -> None:
             ended.set()
-            if result.done():  # cancelled by the caller: nobody reads it
-                return
-            if task.cancelled():
-                result.cancel()
-            elif task.exception() is not None:
-                result.set_exception(task.exception())
-            else:
-                result.set_result(task.result())
+            copy_outcome(task, result)
 
         def start() -> None:
             if result.cancelled():  # cancelled before it started
@@ -184,11 +191,4 @@ class ThreadResults:
         with self._lock:
             done, self._done = self._done, []
         for future, waiter in done:
-            if waiter.cancelled():
-                continue
-            if future.cancelled():
-                waiter.cancel()
-            elif future.exception() is not None:
-                waiter.set_exception(future.exception())
-            else:
-                waiter.set_result(future.result())
+            copy_outcome(future, waiter)

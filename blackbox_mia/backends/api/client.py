@@ -374,19 +374,25 @@ class ApiClient:
         if self._tpm is not None:
             await self._tpm.acquire(tokens)
 
-        async def post() -> tuple[int, bytes]:
+        async def post() -> tuple[int, dict | Malformed]:
             worst = self._reserve(payload, tokens)
             try:
                 self.usage.requests += 1
-                return await self._transport.post(dialect.prompt_field, body)
+                status, content = await self._transport.post(dialect.prompt_field, body)
+                try:
+                    raw = decode_answer(content)
+                except Malformed as exc:
+                    return status, exc
+                self.usage.bill(raw.get("usage"), self.config.price())  # billed before its reservation goes
+                return status, raw
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)
 
-        status, content = await self._senders.run(post)
+        status, raw = await self._senders.run(post)
         try:
-            raw = decode_answer(content)
-            self.usage.bill(raw.get("usage"), self.config.price())
+            if isinstance(raw, Malformed):
+                raise raw
             return raw, dialect.read(raw, payload)
         except Malformed as exc:
             self.usage.invalid_answers += 1
