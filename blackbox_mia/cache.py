@@ -257,7 +257,7 @@ class ResponseCache:
         self._token = uuid.uuid4().hex  # this instance's claims carry it
         self._claim_table = ClaimTable(self.directory)  # opened on the first claim
         self._writer: threading.Thread | None = None  # started by the first put_soon
-        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, claim token or None) rows, or None: stop
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, drop its claim) rows, or None: stop
         self._writer_lock = threading.Lock()
         with self._guard("opening it"):
             self._cache = _open(self.directory, SQLITE_FULL_SYNC)

@@ -297,3 +297,19 @@ def test_claims_in_one_transaction_and_released_with_the_answer(tmp_path):
         assert second.held_claims == frozenset()
         assert first.get(KEY_B) == {"answer": 1}
         assert first.claim(KEY_B)  # released by the writer once the answer was on disk
+
+
+def test_claims_locked_by_another_process_too_long_give_a_clear_error(tmp_path, monkeypatch):
+    from blackbox_mia import claims as claims_module
+    from blackbox_mia.types import BlackboxMIAError
+
+    monkeypatch.setattr(claims_module, "BUSY_TIMEOUT_S", 0.1)
+    _plant(tmp_path, {"pid": 1, "host": "another-host.example"})  # the table exists
+    other = sqlite3.connect(ClaimTable(tmp_path).path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process in a write transaction
+    try:
+        with ResponseCache(tmp_path) as cache, pytest.raises(BlackboxMIAError, match="stayed locked"):
+            cache.claim(KEY_B)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()

@@ -3,9 +3,10 @@
 The OpenAI SDK spends most of a request's CPU outside the network: its type transform walks a
 token-id prompt element by element, and httpx's connection pool scans every pooled connection
 (a socket call each) for every request, so its cost grows with the concurrency. This transport
-sends the same body (``{"model", **payload}``, serialised by the client) with the same ``Authorization: Bearer`` header and
-raises the SDK's exception classes with the same status codes, bodies and causes
-(:func:`status_error`), so the fault classes (:mod:`.faults`) and messages do not change.
+sends the same body (``{"model", **payload}``, serialised by the client) with the same
+``Authorization: Bearer`` header and raises the SDK's exception classes with the same status
+codes, bodies and causes (:func:`status_error`), so the fault classes (:mod:`.faults`) and
+messages do not change.
 """
 
 from __future__ import annotations
