@@ -85,6 +85,7 @@ class ApiClient:
         self.cache = cache
         self.usage = Usage(unpriced=config.price() is None)
         self._url = display_url(config.base_url)
+        self._model_json = canonical_json(config.model)  # the body's first field, serialised once
         self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
         self._senders = Senders(config.concurrency)
         self._written = ThreadResults()  # cache rows committed by the cache's writer thread
@@ -263,7 +264,7 @@ class ApiClient:
     def _body(self, text: str) -> bytes:
         """The request body: ``{"model", **payload}`` as UTF-8 JSON, from the payload's canonical
         JSON ``text`` (so what is sent is exactly what is hashed; extras cannot set ``model``)."""
-        model = canonical_json(self.config.model)
+        model = self._model_json
         return (f'{{"model":{model}}}' if text == "{}" else f'{{"model":{model},{text[1:]}').encode("utf-8")
 
     async def _obtain(self, dialect: Dialect, key: str, payload: dict, body: bytes) -> tuple[dict, dict, bool]:
