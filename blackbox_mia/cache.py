@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -125,10 +126,15 @@ def request_key(base_url: str, model: str, endpoint: str, payload: dict | str) -
         BlackboxMIAError: the payload is not JSON-serialisable.
     """
     text = payload if isinstance(payload, str) else canonical_json(payload)
-    # canonical_json of the whole record, its four keys in sorted order, the payload as given
-    record = (f'{{"base_url":{canonical_json(base_url.rstrip("/"))},"endpoint":{canonical_json(endpoint)},'
-              f'"model":{canonical_json(model)},"payload":{text}}}')
-    return hashlib.sha256(record.encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{_record_head(base_url, endpoint, model)}{text}}}".encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _record_head(base_url: str, endpoint: str, model: str) -> str:
+    """The start of :func:`request_key`'s record: canonical JSON of the whole record has its four
+    keys in sorted order, so the payload comes last."""
+    return (f'{{"base_url":{canonical_json(base_url.rstrip("/"))},"endpoint":{canonical_json(endpoint)},'
+            f'"model":{canonical_json(model)},"payload":')
 
 
 class JsonDisk(diskcache.Disk):
@@ -257,7 +263,7 @@ class ResponseCache:
         self._token = uuid.uuid4().hex  # this instance's claims carry it
         self._claim_table = ClaimTable(self.directory)  # opened on the first claim
         self._writer: threading.Thread | None = None  # started by the first put_soon
-        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, drop its claim) rows, or None: stop
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, release, claimed) rows, or None: stop
         self._writer_lock = threading.Lock()
         with self._guard("opening it"):
             self._cache = _open(self.directory, SQLITE_FULL_SYNC)
@@ -319,9 +325,11 @@ class ResponseCache:
         once the row is committed to disk, or with the :class:`BlackboxMIAError` :meth:`put`
         would raise. Rows queued together are committed in one transaction; a row that makes
         its batch fail is retried alone, so one bad value fails only its own future.
-        ``release``: give up this instance's claim on ``key`` once the row is committed (a
-        batch's claims in one transaction). Await it from asyncio with ``asyncio.wrap_future``;
-        rows queued before :meth:`close` are all written before it returns.
+        ``release``: the answer was obtained under a claim: once the row is committed, give up
+        this instance's claim on ``key`` and mark ``key`` answered (a batch's claims and marks in
+        one transaction; see :mod:`~blackbox_mia.claims`). Await it from asyncio with
+        ``asyncio.wrap_future``; rows queued before :meth:`close` are all written before it
+        returns.
         """
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._writer_lock:
@@ -331,7 +339,7 @@ class ResponseCache:
             claimed = release and key in self._held
             if claimed:
                 self._held.discard(key)
-            self._pending.put((key, value, future, claimed))
+            self._pending.put((key, value, future, release, claimed))
         return future
 
     def _write_rows(self) -> None:
@@ -354,16 +362,17 @@ class ResponseCache:
             try:
                 self.put_many([(key, value) for key, value, *_ in rows])
             except BaseException:  # noqa: BLE001 - each row's own outcome goes to its future below
-                for i, (key, value, _, _) in enumerate(rows):
+                for i, (key, value, *_) in enumerate(rows):
                     try:
                         self.put(key, value)
                     except BaseException as exc:  # noqa: BLE001 - handed to the caller
                         errors[i] = exc
-            held = [key for key, _, _, claimed in rows if claimed]
-            if held:  # once the answers are durable; a failure only lets the claims expire
+            held = [key for key, _, _, _, claimed in rows if claimed]
+            answered = [key for (key, _, _, release, _), error in zip(rows, errors) if release and error is None]
+            if held or answered:  # once the answers are durable; a failure only lets the claims expire
                 with contextlib.suppress(BlackboxMIAError), self._guard("releasing claims"):
-                    self._claim_table.drop(held, self._token)
-            for (_, _, future, _), error in zip(rows, errors):
+                    self._claim_table.drop(held, self._token, answered)
+            for (_, _, future, *_), error in zip(rows, errors):
                 _settle(future, error)
         with self._guard("closing"):
             self._cache.close()  # this thread's own SQLite connections
@@ -377,9 +386,12 @@ class ResponseCache:
             writer.join()
 
     def delete(self, key: str) -> bool:
-        """Remove ``key``; whether it was present."""
+        """Remove ``key`` (and its answered mark, so that a claim on it can be won again); whether
+        it was present."""
         with self._guard("deleting a row"):
-            return bool(self._cache.delete(key))
+            present = bool(self._cache.delete(key))
+            self._claim_table.forget([key])
+        return present
 
     def __len__(self) -> int:
         """Number of cached responses."""
@@ -399,9 +411,11 @@ class ResponseCache:
         Atomic across processes (:class:`~blackbox_mia.claims.ClaimTable`). A claim expires after
         ``ttl_s`` seconds unless :meth:`refresh_claims` extends it. A claim whose holder is dead
         (same host, the process is gone: :func:`~blackbox_mia.claims.holder_alive`) or that
-        expired is taken over at once; a live holder's (this instance's own included) is not
-        (False: wait for its answer, or for the claim to go). Release it with :meth:`release`
-        (or with the answer: :meth:`put_soon`).
+        expired is taken over at once; a live holder's (this instance's own included) is not,
+        nor is a key whose answer was just written under a claim (False: read the cache, or wait
+        for the answer or for the claim to go). So a key won here was not answered since the
+        caller last missed it in the cache. Release it with :meth:`release` (or with the answer:
+        :meth:`put_soon`).
 
         Raises:
             BlackboxMIAError: the claims database is unusable.

@@ -1,10 +1,17 @@
 """Claims: which process asks the API for a request when several share one response cache.
 
-A claim is a row ``(key, pid, host, token, expires)`` of one SQLite table in
-``<cache directory>/claims/claims.sqlite3`` (WAL journal, ``synchronous=NORMAL``: a claim lost in
-a crash only means waiting less). Each operation on many keys is one transaction of a few
-statements, not one per key: at 256 requests in flight, claims kept as rows of a key-value store
-(a transaction and several statements per key) cost about a tenth of the client's event loop.
+A claim is a row ``(key, pid, host, token, expires)`` of the ``claims`` table of one SQLite
+database, ``<cache directory>/claims/claims.sqlite3`` (WAL journal, ``synchronous=NORMAL``: a
+claim lost in a crash only means waiting less). Each operation on many keys is one transaction of
+a few statements, not one per key: at 256 requests in flight, claims kept as rows of a key-value
+store (a transaction and several statements per key) cost about a tenth of the client's event loop.
+
+When a holder's answer is in the cache, its claim is dropped and the key is marked answered (a row
+``(key, expires)`` of the ``answered`` table, kept :data:`ANSWERED_TTL_S` seconds) in one
+transaction. A process that missed the key in the cache just before another process answered it
+then finds the mark instead of a free key when it claims, and reads the cache: so a process that
+wins a claim knows the answer was not written in between, and asks the API without reading the
+cache a second time.
 
 Times are wall-clock seconds (``time.time()``), comparable between processes on one host; a claim
 from another host is trusted until it expires.
@@ -25,6 +32,8 @@ CLAIMS_SUBDIR = "claims"  # claims live in their own database below the cache di
 CLAIMS_FILE = "claims.sqlite3"
 CLAIM_TTL_S = 60.0  # seconds a claim lasts unless its holder refreshes it
 CLAIM_REFRESH_S = CLAIM_TTL_S / 4  # how often a holder should refresh its claims, in seconds
+ANSWERED_TTL_S = CLAIM_TTL_S  # seconds a key stays marked answered: far longer than a cache miss takes to
+# become a claim (one event-loop turn), so no answer written in between goes unseen
 BUSY_TIMEOUT_S = 60.0  # seconds to wait for another process's write transaction
 KEYS_PER_QUERY = 500  # keys in one ``IN (...)`` list (SQLite builds before 3.32 allow 999 variables)
 
@@ -53,6 +62,12 @@ def holder_alive(pid: object, host: object) -> bool:
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
+
+
+def _delete_expired(connection: sqlite3.Connection, now: float) -> None:
+    """Delete the claims and answered marks that expired before ``now`` (wall-clock seconds)."""
+    connection.execute("DELETE FROM claims WHERE expires <= ?", (now,))
+    connection.execute("DELETE FROM answered WHERE expires <= ?", (now,))
 
 
 class ClaimTable:
@@ -92,7 +107,7 @@ class ClaimTable:
             connection.commit()
 
     def _open(self) -> sqlite3.Connection:
-        """The connection, with the table created and expired claims deleted."""
+        """The connection, with the tables created and expired rows deleted."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                      check_same_thread=False)
@@ -101,7 +116,8 @@ class ClaimTable:
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, pid INTEGER, host TEXT, "
                                "token TEXT, expires REAL) WITHOUT ROWID")
-            connection.execute("DELETE FROM claims WHERE expires <= ?", (time.time(),))
+            connection.execute("CREATE TABLE IF NOT EXISTS answered (key TEXT PRIMARY KEY, expires REAL) WITHOUT ROWID")
+            _delete_expired(connection, time.time())
         except BaseException:
             connection.close()
             raise
@@ -111,9 +127,10 @@ class ClaimTable:
         """Claim each of ``keys`` for ``token`` (this process), in one transaction; per key,
         whether it is now held (a key repeated in ``keys`` is won at most once).
 
-        A key is taken when nobody holds it, or its claim expired, or its holder is dead
-        (:func:`holder_alive`); a live holder's claim (this process's own included) is kept.
-        The claim expires ``ttl_s`` seconds from now unless :meth:`refresh` extends it.
+        A key is taken when it is not marked answered (:meth:`drop`) and nobody holds it, or its
+        claim expired, or its holder is dead (:func:`holder_alive`); a live holder's claim (this
+        process's own included) is kept. The claim expires ``ttl_s`` seconds from now unless
+        :meth:`refresh` extends it.
         """
         pid, host, now = os.getpid(), socket.gethostname(), time.time()
         unique = list(dict.fromkeys(keys))
@@ -130,6 +147,9 @@ class ClaimTable:
                         alive[holder_pid, holder_host] = holder_alive(holder_pid, holder_host)
                     if alive[holder_pid, holder_host]:
                         taken.add(key)
+                taken.update(key for (key,) in connection.execute(
+                    f"SELECT key FROM answered WHERE expires > ? AND key IN ({','.join('?' * len(chunk))})",
+                    (now, *chunk)))
             won = [key for key in unique if key not in taken]
             connection.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?)",
                                    [(key, pid, host, token, now + ttl_s) for key in won])
@@ -140,16 +160,27 @@ class ClaimTable:
             first.discard(key)
         return result
 
-    def drop(self, keys: Sequence[str], token: str) -> None:
-        """Delete the claims on ``keys`` that ``token`` still holds, in one transaction."""
+    def drop(self, keys: Sequence[str], token: str, answered: Sequence[str] = ()) -> None:
+        """Delete the claims on ``keys`` that ``token`` still holds, and mark the ``answered``
+        keys (their answers are in the cache) for :data:`ANSWERED_TTL_S` seconds, in one
+        transaction."""
+        expires = time.time() + ANSWERED_TTL_S
         with self._transaction() as connection:
             connection.executemany("DELETE FROM claims WHERE key = ? AND token = ?", [(key, token) for key in keys])
+            connection.executemany("INSERT OR REPLACE INTO answered VALUES (?, ?)", [(key, expires) for key in answered])
+
+    def forget(self, keys: Sequence[str]) -> None:
+        """Unmark ``keys`` as answered (their cached answers were deleted), in one transaction."""
+        with self._transaction() as connection:
+            connection.executemany("DELETE FROM answered WHERE key = ?", [(key,) for key in keys])
 
     def refresh(self, token: str, ttl_s: float = CLAIM_TTL_S) -> set[str]:
         """Extend every unexpired claim of ``token`` to ``ttl_s`` seconds from now; the keys it
-        still holds (a claim that expired, and may have been taken over, is not extended)."""
+        still holds (a claim that expired, and may have been taken over, is not extended).
+        Expired rows are deleted in the same transaction."""
         now = time.time()
         with self._transaction() as connection:
+            _delete_expired(connection, now)
             held = {key for (key,) in connection.execute(
                 "SELECT key FROM claims WHERE token = ? AND expires > ?", (token, now))}
             connection.execute("UPDATE claims SET expires = ? WHERE token = ? AND expires > ?",

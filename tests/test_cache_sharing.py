@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -296,7 +297,44 @@ def test_claims_in_one_transaction_and_released_with_the_answer(tmp_path):
         second.put_soon(KEY_B, {"answer": 1}, release=True).result(timeout=10)
         assert second.held_claims == frozenset()
         assert first.get(KEY_B) == {"answer": 1}
-        assert first.claim(KEY_B)  # released by the writer once the answer was on disk
+        with sqlite3.connect(ClaimTable(tmp_path).path) as connection:  # released by the writer, marked answered
+            assert connection.execute("SELECT key FROM claims").fetchall() == [(KEY_A,)]
+            assert connection.execute("SELECT key FROM answered").fetchall() == [(KEY_B,)]
+        assert not first.claim(KEY_B)  # answered: read the cache, not the API
+        first.delete(KEY_B)  # the answer is gone, and its mark with it
+        assert first.claim(KEY_B)
+
+
+def test_a_request_answered_between_a_cache_miss_and_its_claim_is_read_not_paid_again(server, tmp_path,
+                                                                                       monkeypatch):
+    from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+
+    payload = {"prompt": [1, 2], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
+    answer = completion_answer(payload)
+    cache, other = ResponseCache(tmp_path), ResponseCache(tmp_path)
+    missed = cache.get
+
+    def get(key):  # the client's miss; then another process answers before the client claims
+        found = missed(key)
+        if found is None and other.claim(key):
+            other.put_soon(key, answer, release=True).result(timeout=10)
+        return found
+
+    monkeypatch.setattr(cache, "get", get)
+
+    async def main():
+        client = ApiClient(ApiConfig(base_url=server.base_url, model=MODEL, api_key=KEY), cache=cache)
+        try:
+            return await client.complete([1, 2], logprobs=1), client.usage
+        finally:
+            await client.close()
+
+    try:
+        result, usage = asyncio.run(main())
+    finally:
+        other.close()
+    assert not server.seen and usage.requests == 0 and usage.cache_hits == 1
+    assert result["cached"] and result["tokens"][0]["logprob"] == answer["choices"][0]["logprobs"]["token_logprobs"][0]
 
 
 def test_claims_locked_by_another_process_too_long_give_a_clear_error(tmp_path, monkeypatch):

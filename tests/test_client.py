@@ -183,6 +183,17 @@ async def test_claims_are_refreshed_while_held_and_released_after(client, fake, 
     assert client._heartbeat.done()  # no claims left: the heartbeat stopped
 
 
+async def test_identical_concurrent_requests_are_sent_once_and_share_the_outcome(client, fake):
+    fake.delay_s = 0.05
+    results = await asyncio.gather(*(client.complete([4, 5], logprobs=1) for _ in range(5)))
+    assert fake.hits == 1 and client.usage.requests == 1 and client.usage.cache_hits == 4
+    assert [r["cached"] for r in results] == [False, True, True, True, True]
+    assert {r["tokens"][0]["logprob"] for r in results} == {-0.5}
+    fake.faults = [{"status": 400, "json": {"error": {"message": "no"}}}]  # final: one failure for all
+    outcomes = await asyncio.gather(*(client.complete([6]) for _ in range(3)), return_exceptions=True)
+    assert fake.hits == 2 and all(isinstance(o, ApiError) and o.status_code == 400 for o in outcomes)
+
+
 async def test_a_cancelled_request_releases_its_claim(client, fake, tmp_path):
     fake.delay_s = 1.0
     task = asyncio.ensure_future(client.complete([1, 2], logprobs=1))

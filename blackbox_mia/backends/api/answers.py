@@ -184,19 +184,21 @@ def _legacy_entries(logprobs: object, payload: dict, usage: dict) -> tuple[list[
     n_top = payload["logprobs"]
     entries = []
     for i, (token, value, top) in enumerate(zip(tokens, values, tops)):
+        # the checks' messages name the field; they are formatted only for a value that fails
         listed = {} if top is None else _typed(top, dict, f"{where}.top_logprobs[{i}]", "an object or null")
         if n_top and i >= n_prompt and not listed:
             raise _missing_top(f"{where}.top_logprobs[{i}]", n_top, top)
-        entries.append({
-            "token": _typed(token, str, f"{where}.tokens[{i}]", "a string"),
-            "bytes": None,
+        if type(token) is not str:
+            _typed(token, str, f"{where}.tokens[{i}]", "a string")
+        if type(value) is not float and not (i == 0 < n_prompt and value is None):
             # the first echoed token has no conditional: null is its only valid value
-            "logprob": None if i == 0 < n_prompt and value is None else _number(value, f"{where}.token_logprobs[{i}]"),
-            "top": _by_logprob([
-                {"token": name, "bytes": None, "logprob": _number(lp_, f"{where}.top_logprobs[{i}][{name!r}]")}
-                for name, lp_ in listed.items()
-            ]),
-        })
+            value = _number(value, f"{where}.token_logprobs[{i}]")
+        top_entries = []
+        for name, listed_value in listed.items():
+            if type(listed_value) is not float:
+                listed_value = _number(listed_value, f"{where}.top_logprobs[{i}][{name!r}]")
+            top_entries.append({"token": name, "bytes": None, "logprob": listed_value})
+        entries.append({"token": token, "bytes": None, "logprob": value, "top": _by_logprob(top_entries)})
     offsets = lp.get("text_offset")
     if not (isinstance(offsets, list) and len(offsets) == len(tokens) and all(token_count(o) is not None for o in offsets)):
         offsets = None

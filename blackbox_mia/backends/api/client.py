@@ -89,7 +89,7 @@ class ApiClient:
         self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
         self._senders = Senders(config.concurrency)
         self._written = ThreadResults()  # cache rows committed by the cache's writer thread
-        self._inflight: dict[str, asyncio.Future] = {}  # request key -> answer being fetched
+        self._inflight: dict[str, list[asyncio.Future]] = {}  # key being fetched -> requests waiting for it
         self._heartbeat: asyncio.Task | None = None  # keeps this client's cache claims from expiring
         self._claims = ClaimBatcher(cache) if cache is not None else None
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
@@ -229,15 +229,25 @@ class ApiClient:
         if found is not None:
             self.usage.cache_hits += 1
             return {**found[1], "cached": True}
-        pending = self._inflight.get(key)
-        if pending is not None:  # the same question is already on its way: share its answer
-            raw, _, _ = await pending
+        followers = self._inflight.get(key)
+        if followers is not None:  # the same question is already on its way: share its answer
+            shared = asyncio.get_running_loop().create_future()
+            followers.append(shared)
+            raw = await shared
             self.usage.cache_hits += 1
             return {**dialect.read(raw, payload), "cached": True}
-        pending = asyncio.ensure_future(self._obtain(dialect, key, payload, self._body(text)))
-        self._inflight[key] = pending
+        self._inflight[key] = followers = []
         try:
-            _, result, paid = await pending
+            raw, result, paid = await self._obtain(dialect, key, payload, self._body(text))
+        except BaseException as exc:
+            for shared in followers:  # the same outcome (cancelled too) for every request sharing it
+                if not shared.done():
+                    shared.cancel() if isinstance(exc, asyncio.CancelledError) else shared.set_exception(exc)
+            raise
+        else:
+            for shared in followers:
+                if not shared.done():
+                    shared.set_result(raw)
         finally:
             del self._inflight[key]
         if not paid:
@@ -272,14 +282,16 @@ class ApiClient:
         what is sent, :meth:`_body`).
 
         With a cache, this process first claims the request: while another live process holds
-        the claim it polls the cache until that answer appears (``paid`` False) or the claim goes
-        (released, expired, or its holder died), then claims it itself. A fresh answer is cached
-        as soon as it has passed validation, and the claim is released after that (or on
-        failure)."""
+        the claim, or has just answered it, it polls the cache until that answer appears
+        (``paid`` False) or the claim goes (released, expired, or its holder died), then claims
+        it itself. A won claim means nobody answered since the cache missed (see
+        :mod:`~blackbox_mia.claims`): the request is sent without a second look. A fresh answer
+        is cached as soon as it has passed validation, and the claim is released after that (or
+        on failure)."""
         if self.cache is None:
             return *await self._fetch(dialect, payload, body), True
         delay = CLAIM_POLL_S
-        while not await self._claims.claim(key):  # another process is asking for this very answer
+        while not await self._claims.claim(key):  # another process is asking, or has just answered
             await asyncio.sleep(delay)
             delay = min(2 * delay, CLAIM_POLL_MAX_S)
             found = self._cached(dialect, key, payload)
@@ -287,9 +299,6 @@ class ApiClient:
                 return *found, False
         self._keep_claims()
         try:
-            found = self._cached(dialect, key, payload)  # answered between our miss and our claim
-            if found is not None:
-                return *found, False
             raw, result = await self._fetch(dialect, payload, body)
             # validated and paid for: on disk (the writer thread's next commit, which also
             # releases the claim) before it is returned

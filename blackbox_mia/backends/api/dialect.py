@@ -324,10 +324,10 @@ def check_prompt(prompt: list[int] | str) -> list[int] | str:
     if isinstance(prompt, str):
         return prompt
     try:
-        ids = [operator.index(i) for i in prompt]
+        ids = list(map(operator.index, prompt))
     except TypeError:
         raise ApiError(None, "a prompt must be a string or a list of token ids (int)") from None
-    if any(i < 0 for i in ids):
+    if ids and min(ids) < 0:
         raise ApiError(None, "token ids in a prompt must be non-negative")
     return ids
 

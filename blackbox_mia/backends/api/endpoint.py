@@ -131,7 +131,7 @@ class Endpoint:
 
     def _prompt(self, prefix: Sequence[int]) -> list[int] | str:
         if self.token_id_prompts:
-            return [int(i) for i in prefix]
+            return list(map(int, prefix))
         return self.codec.decode(prefix)
 
     def candidates(self, entry: dict) -> Candidates:
