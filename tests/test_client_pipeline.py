@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.backends.loop import LoopThread
@@ -83,6 +84,16 @@ def test_close_cancels_what_is_left_on_the_loop(caplog):
         thread.close()
         gc.collect()
     assert "Task was destroyed" not in caplog.text
+
+
+def test_backend_loop_is_uvloop_where_installed():
+    uvloop = pytest.importorskip("uvloop")
+    thread = LoopThread("test-loop")
+    try:
+        assert isinstance(thread.loop, uvloop.Loop)
+        assert thread.call(asyncio.sleep(0, result=7)) == 7
+    finally:
+        thread.close()
 
 
 def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
