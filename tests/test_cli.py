@@ -50,6 +50,19 @@ def test_score_writes_rows_and_resumes(tiny_model_dir, labelled_jsonl, tmp_path)
     assert again.exit_code == 0 and len(out.read_text().splitlines()) == 4  # resumed, nothing appended
 
 
+def test_a_bbmia_process_collects_young_objects_every_ten_thousand_allocations(tiny_model_dir, labelled_jsonl,
+                                                                               tmp_path, monkeypatch):
+    import gc
+
+    from blackbox_mia.cli.app import GC_YOUNG_THRESHOLD
+
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: seen.append(t))
+    seen: list[tuple] = []
+    result = invoke("score", labelled_jsonl, "--local", tiny_model_dir, "--scorers", "loss", "--out", tmp_path / "s.jsonl")
+    assert result.exit_code == 0, result.output
+    assert seen == [(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])] and GC_YOUNG_THRESHOLD == 10_000
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

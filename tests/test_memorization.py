@@ -116,8 +116,12 @@ def test_generation_only_endpoint_equals_local_and_rerun_is_free(canary, local, 
         distinct = {tuple(r["prompt_ids"]) for r in read_rows(tmp_path / "local" / "memorization.jsonl")}
         assert api.usage.requests == len(distinct)  # one greedy request per distinct prompt: no probe
         api.close()
-        with pytest.raises(BlackboxMIAError):  # scoring still needs log-probs: the probe says so
-            ApiBackend(config, tokenizer=str(canary), cache_dir=tmp_path / "cache").logprobs(["Tom has 3 apples."])
+        scorer = ApiBackend(config, tokenizer=str(canary), cache_dir=tmp_path / "cache")
+        try:
+            with pytest.raises(BlackboxMIAError):  # scoring still needs log-probs: the probe says so
+                scorer.logprobs(["Tom has 3 apples."])
+        finally:
+            scorer.close()
         rerun = ApiBackend(config, tokenizer=str(canary), cache_dir=tmp_path / "cache")
         run_memorize(plan_for(canary, limit=12, resume=False), rerun, tmp_path / "api", progress=False)
         assert rerun.usage.requests == 0  # every continuation from the response cache
