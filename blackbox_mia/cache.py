@@ -416,8 +416,9 @@ class ResponseCache:
         expired is taken over at once; a live holder's (this instance's own included) is not,
         nor is a key whose answer was just written under a claim (False: read the cache, or wait
         for the answer or for the claim to go). So a key won here was not answered since the
-        caller last missed it in the cache. Release it with :meth:`release` (or with the answer:
-        :meth:`put_soon`).
+        caller last missed it in the cache (less than
+        :data:`~blackbox_mia.claims.ANSWERED_TTL_S` ago). Release it with :meth:`release` (or
+        with the answer: :meth:`put_soon`).
 
         Raises:
             BlackboxMIAError: the claims database is unusable.
