@@ -44,6 +44,7 @@ from blackbox_mia.backends.api.client import ApiConfig
 from blackbox_mia.backends.api.refine import score_widths
 from blackbox_mia.backends.api.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.canary.config import CanaryConfig, canary_dir
 from blackbox_mia.datasets import load_items
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.scorers import parse_scorers, refine_for
@@ -68,12 +69,22 @@ CONCURRENCIES = (64, 256)
 
 
 def default_canary() -> Path:
-    """The first complete GSM8K canary with dup 16 under ``cache/canary``."""
+    """The canary ``bbmia canary train --dup 16`` makes (``cache/canary/<its config hash>``), else
+    the first complete dup-16 GSM8K canary under ``cache/canary`` with the same model shape
+    (layers, width, vocabulary: a canary of an older recipe version), so that another model
+    shape trained there for an experiment is never measured by default."""
+    wanted = CanaryConfig(dup=16)
+    made = canary_dir(wanted, ROOT / "cache")
+    if (made / "manifest.json").exists() and json.loads((made / "manifest.json").read_text()).get("complete"):
+        return made
+    shape = {"n_layer": wanted.n_layer, "n_embd": wanted.n_embd, "n_head": wanted.n_head, "vocab_size": wanted.vocab_size}
     for manifest in sorted((ROOT / "cache" / "canary").glob("*/manifest.json")):
         m = json.loads(manifest.read_text())
-        if m.get("corpus", "gsm8k") == "gsm8k" and m.get("dup") == 16 and m.get("complete"):
+        config = m.get("config", {})
+        if (m.get("corpus", "gsm8k") == "gsm8k" and m.get("dup") == 16 and m.get("complete")
+                and all(config.get(k) == v for k, v in shape.items())):
             return manifest.parent
-    raise SystemExit("no dup-16 GSM8K canary in cache/canary: train one with "
+    raise SystemExit("no dup-16 GSM8K canary of the default shape in cache/canary: train one with "
                      "`nice -n 10 bbmia canary train --dup 16` or pass --canary")
 
 
