@@ -41,6 +41,7 @@ from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
 from .claims import CLAIM_TTL_S, ClaimTable
 from .config import cache_root
+from .io import dumps_strict
 from .types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
@@ -101,8 +102,8 @@ def canonical_json(value: object) -> str:
         BlackboxMIAError: ``value`` is not JSON-serialisable.
     """
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        return dumps_strict(value, "request payload", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except TypeError as exc:
         raise BlackboxMIAError(f"request payload is not JSON-serialisable: {exc}") from exc
 
 
@@ -330,7 +331,8 @@ class ResponseCache:
         ``release``: the answer was obtained under a claim: once the row is committed, give up
         this instance's claim on ``key`` and mark ``key`` answered (a batch's claims and marks in
         one transaction; see :mod:`~blackbox_mia.claims`). Await it from asyncio with
-        ``asyncio.wrap_future``; rows queued before :meth:`close` are all written before it
+        ``asyncio.wrap_future`` (many of them: :class:`~blackbox_mia.backends.loop.ThreadResults`,
+        one loop wakeup per commit); rows queued before :meth:`close` are all written before it
         returns.
         """
         future: concurrent.futures.Future = concurrent.futures.Future()

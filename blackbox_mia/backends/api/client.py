@@ -241,8 +241,12 @@ class ApiClient:
             raw, result, paid = await self._obtain(dialect, key, payload, self._body(text))
         except BaseException as exc:
             for shared in followers:  # the same outcome (cancelled too) for every request sharing it
-                if not shared.done():
-                    shared.cancel() if isinstance(exc, asyncio.CancelledError) else shared.set_exception(exc)
+                if shared.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    shared.cancel()
+                else:
+                    shared.set_exception(exc)
             raise
         else:
             for shared in followers:
