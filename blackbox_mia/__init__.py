@@ -9,7 +9,8 @@ In a script or a notebook (the sync calls work inside Jupyter's running event lo
 
     target = build_backend("local:gpt2")          # or "api:MODEL@http://127.0.0.1:8000/v1"
     results = score_texts(["Tom has 3 apples."], parse_scorers("loss,min_k"), {"target": target})
-    scores, logprobs = results[0]                 # {"loss": ..., "min_k": ...}, TokenLogprobs
+    scores, logprobs = results[0]                 # {"loss": Bounded, "min_k": ...}, TokenLogprobs
+    scores["loss"].value, scores["loss"].lower, scores["loss"].upper   # nats/token, with its interval
 
     lps = await target.alogprobs(["Tom has 3 apples."])          # async form
     gens = target.generate(["Tom has"], max_new_tokens=16)       # greedy continuations

@@ -20,7 +20,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +32,14 @@ from .datasets import Item, read_jsonl
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
 from .progress import ProgressTicker
 from .scorers import TARGET, Scorer
+from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
 CONFIG_SUFFIX = ".config.json"
 OVERWRITE_HINT = "pass --overwrite or choose another --out"
 
-OnScored = Callable[[int, dict[str, float], TokenLogprobs], None]
+OnScored = Callable[[int, dict[str, Bounded], TokenLogprobs], None]
 """``on_scored(index, scores, logprobs)``: text ``index`` is fully scored."""
 
 
@@ -46,15 +47,20 @@ OnScored = Callable[[int, dict[str, float], TokenLogprobs], None]
 class ScoredText:
     """One output row: the item, its scores by scorer label, and N scored tokens.
 
-    A score that came out NaN or ±inf (e.g. ``lowercase`` on a text whose mean log-prob is
-    exactly 0) is stored as ``None``; its label is listed in :attr:`nonfinite` (JSON has no NaN).
+    A score is a number only when it is known: its log-prob aggregates are within the run's
+    tolerance (:attr:`~blackbox_mia.scorers.bounded.Bounded.spread` ≤ ``tolerance`` nats) and it
+    is finite. Otherwise it is ``None`` (JSON null): the labels of scores too imprecise to report
+    are in :attr:`unscored` with the reason, those that came out NaN or ±inf (e.g. ``lowercase``
+    on a text whose mean log-prob is exactly 0) in :attr:`nonfinite`.
 
     Attributes:
         bound_only: scored tokens of the text whose log-prob is known only from above (black-box
-            path: beyond the bias cap, ambiguous identity, unsendable prefix); the scores then
-            use those upper bounds.
+            path: beyond the bias cap, ambiguous identity, unsendable prefix).
         condition: ``None`` when the scores use the text's own log-probs, else what the
             log-probs are conditional on (``"chat-template"``).
+        bounds: label → ``[lower, upper]`` of the score (``None`` for an unbounded end), for
+            texts whose log-probs are not all exact (black-box path); empty otherwise.
+        unscored: label → why the score is null although it was computed (its interval).
     """
 
     id: str
@@ -63,18 +69,36 @@ class ScoredText:
     n_tokens: int
     bound_only: int = 0
     condition: str | None = None
+    bounds: dict[str, list[float | None]] = field(default_factory=dict)
+    unscored: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_scores(cls, id: str, label: int | None, scores: dict[str, float], lp: TokenLogprobs) -> ScoredText:
-        """A row from raw scores and the text's log-probs: non-finite scores become ``None``."""
-        clean = {k: (float(v) if math.isfinite(v) else None) for k, v in scores.items()}
+    def from_scores(cls, id: str, label: int | None, scores: dict[str, Bounded], lp: TokenLogprobs,
+                    tolerance: float = DEFAULT_TOLERANCE_NATS) -> ScoredText:
+        """A row from the scorers' bounded scores and the text's log-probs.
+
+        A score whose spread exceeds ``tolerance`` (nats) is ``None`` with its reason in
+        :attr:`unscored`; a non-finite one is ``None`` and listed in :attr:`nonfinite`.
+        """
+        exact = lp.lower is None and lp.upper is None
+        clean: dict[str, float | None] = {}
+        bounds: dict[str, list[float | None]] = {}
+        unscored: dict[str, str] = {}
+        for key, b in scores.items():
+            clean[key] = float(b.value) if math.isfinite(b.value) else None
+            if not exact:
+                bounds[key] = [_finite_or_none(b.lower), _finite_or_none(b.upper)]
+            if b.spread > tolerance:
+                clean[key] = None
+                unscored[key] = (f"interval [{b.lower:.4g}, {b.upper:.4g}]: its log-prob means are known only "
+                                 f"to {b.spread:.3g} nats (tolerance {tolerance:g})")
         bound_only = 0 if lp.lower is None else int((~np.isfinite(lp.lower)).sum())
-        return cls(id, label, clean, lp.n_tokens, bound_only, lp.provenance.condition)
+        return cls(id, label, clean, lp.n_tokens, bound_only, lp.provenance.condition, bounds, unscored)
 
     @property
     def nonfinite(self) -> list[str]:
         """Labels of the scorers whose score was NaN or ±inf (stored as ``None``)."""
-        return [k for k, v in self.scores.items() if v is None]
+        return [k for k, v in self.scores.items() if v is None and k not in self.unscored]
 
     def to_json(self) -> dict:
         row = {"id": self.id, "n_tokens": self.n_tokens, "scores": self.scores}
@@ -82,11 +106,19 @@ class ScoredText:
             row["label"] = self.label
         if self.nonfinite:
             row["nonfinite"] = self.nonfinite
+        if self.unscored:
+            row["unscored"] = self.unscored
+        if self.bounds:
+            row["score_bounds"] = self.bounds
         if self.bound_only:
             row["bound_only"] = self.bound_only
         if self.condition is not None:
             row["condition"] = self.condition
         return row
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
 
 
 def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) -> None:
@@ -147,7 +179,7 @@ def score_texts(
     backends: dict[str, Backend],
     progress: bool = False,
     on_scored: OnScored | None = None,
-) -> list[tuple[dict[str, float], TokenLogprobs]]:
+) -> list[tuple[dict[str, Bounded], TokenLogprobs]]:
     """Scores of every text under every scorer, plus the text's own log-probs.
 
     The log-probs of the non-target roles (the reference model) are computed first, then those
@@ -167,7 +199,9 @@ def score_texts(
 
     Returns:
         Per text, in input order: ``({label: score}, TokenLogprobs of the text under the
-        target)``. Scores are raw floats (a degenerate text may give NaN or ±inf).
+        target)``. Scores are :class:`~blackbox_mia.scorers.bounded.Bounded`: the value (a
+        degenerate text may give NaN or ±inf) and the interval the tokens' bounds allow;
+        :meth:`ScoredText.from_scores` decides which are reported as numbers.
 
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve, a text the backend or a scorer
@@ -192,7 +226,7 @@ def score_texts(
         pending.append(mine)
         for t in mine:
             waiting.setdefault(t, []).append(j)
-    out: list[tuple[dict[str, float], TokenLogprobs] | None] = [None] * len(texts)
+    out: list[tuple[dict[str, Bounded], TokenLogprobs] | None] = [None] * len(texts)
     targets = list(wanted[TARGET])
 
     def done(index: int, lp: TokenLogprobs) -> None:
@@ -241,12 +275,15 @@ def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     return {role: list(unique) for role, unique in _wanted(texts, needs, backends).items()}
 
 
-def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset: dict) -> dict:
-    """The exact configuration saved next to a result: scorers, backends, dataset, version."""
+def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset: dict,
+               tolerance: float = DEFAULT_TOLERANCE_NATS) -> dict:
+    """The exact configuration saved next to a result: scorers, the score tolerance (nats,
+    :meth:`ScoredText.from_scores`), backends, dataset, version."""
     return {
         "package": "blackbox_mia",
         "version": __version__,
         "scorers": {s.label: {"name": s.name, **s.params()} for s in scorers},
+        "score_tolerance_nats": tolerance,
         "backends": {role: b.describe() for role, b in backends.items()},
         "dataset": dataset,
     }
@@ -341,6 +378,7 @@ def score_items(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     resume: bool = True,
     progress: bool = True,
+    tolerance: float = DEFAULT_TOLERANCE_NATS,
 ) -> list[ScoredText]:
     """Score ``items``, appending one JSONL row per item to ``out_path`` as soon as it is scored.
 
@@ -363,6 +401,8 @@ def score_items(
         resume: keep the rows already in ``out_path``.
         progress: show a progress bar (texts) on stderr, with the requests sent, their rate and
             the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`).
+        tolerance: nats; a score resting on a log-prob mean known less precisely is null
+            (:meth:`ScoredText.from_scores`); the same value as in ``config``.
 
     Returns:
         One :class:`ScoredText` per item, in the order of ``items``.
@@ -395,8 +435,8 @@ def score_items(
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
 
-            def save(j: int, scores: dict[str, float], lp: TokenLogprobs, chunk=chunk) -> None:
-                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp)
+            def save(j: int, scores: dict[str, Bounded], lp: TokenLogprobs, chunk=chunk) -> None:
+                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp, tolerance)
                 if f is not None:
                     f.write(json_line(row.to_json(), f"row {row.id!r}"))
                     f.flush()
@@ -447,7 +487,19 @@ def _row(obj: dict, labels: Sequence[str] | None) -> ScoredText:
         raise ValueError(f"'bound_only' must be an integer in [0, n_tokens], got {bound_only!r}")
     if condition is not None and not isinstance(condition, str):
         raise ValueError(f"'condition' must be a string or absent, got {condition!r}")
-    return ScoredText(row_id, label, clean, n_tokens, bound_only, condition)
+    unscored = obj.get("unscored", {})
+    if not isinstance(unscored, dict) or not all(k in clean and clean[k] is None and isinstance(v, str)
+                                                  for k, v in unscored.items()):
+        raise ValueError(f"'unscored' must map null scores to reasons, got {unscored!r}")
+    bounds = obj.get("score_bounds", {})
+    if not isinstance(bounds, dict) or not all(k in clean and _is_interval(v) for k, v in bounds.items()):
+        raise ValueError(f"'score_bounds' must map scores to [lower, upper] (numbers or null), got {bounds!r}")
+    return ScoredText(row_id, label, clean, n_tokens, bound_only, condition, bounds, unscored)
+
+
+def _is_interval(value: object) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)) for v in value)
 
 
 def read_rows(path: Path, labels: Sequence[str] | None = None) -> list[ScoredText]:

@@ -64,7 +64,7 @@ def main() -> None:
         lps = model.logprobs([it.text for it in items])
         min_k = MinK(20.0)
         loss = {it.id: mean_logprob(lp) for it, lp in zip(items, lps)}
-        mink = {it.id: min_k.score(it.text, lp, []) for it, lp in zip(items, lps)}
+        mink = {it.id: min_k.score(it.text, lp, []).value for it, lp in zip(items, lps)}
         memorized, threshold = memorized_members(items, loss, args.fpr)
         chosen = [it for it in items if it.label == 1][: args.texts] + [it for it in items if it.label == 0][: args.texts]
         cuts = [cut_completion(it, args.prompt_words, args.max_new_tokens, segmenter, model) for it in chosen]

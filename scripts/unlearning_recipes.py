@@ -73,7 +73,7 @@ def scores(model_dir: Path, texts: list[str]) -> list[tuple[float, float]]:
     finally:
         backend.close()
     min_k = MinK(20.0)
-    return [(min_k.score(t, lp, []), mean_logprob(lp)) for t, lp in zip(texts, lps)]
+    return [(min_k.score(t, lp, []).value, mean_logprob(lp)) for t, lp in zip(texts, lps)]
 
 
 def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path, fraction: float | None = None) -> dict:

@@ -15,7 +15,7 @@ from blackbox_mia.backends.api.flips import CHECK_LEADING, FlipChecks, first_ste
 from blackbox_mia.backends.api.refine import score_widths, to_refine
 from blackbox_mia.backends.api.strategies import Position
 from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
-from blackbox_mia.scorers.base import mean_smallest
+from blackbox_mia.scorers.bounded import mean_smallest
 
 from .test_tracker import SyntheticEndpoint
 

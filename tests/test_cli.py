@@ -273,8 +273,11 @@ def test_nonfinite_scores_give_no_auc_and_no_bare_nan():
 
     lp = TokenLogprobs([1, 2, 3], ["a", "b", "c"], [-1.0, -2.0, -3.0], (0,), Provenance("api", "m", "forced", True),
                        lower=[-1.0, float("-inf"), -3.0], upper=[-1.0, -2.0, -3.0])
-    rows = [ScoredText.from_scores(str(i), i % 2, {"loss": float(i), "min_k": float(i)}, lp) for i in range(4)]
-    rows[1] = ScoredText.from_scores("1", 1, {"loss": float("-inf"), "min_k": 1.0}, lp)
+    from blackbox_mia.scorers.bounded import Bounded
+
+    rows = [ScoredText.from_scores(str(i), i % 2, {"loss": Bounded.exact(i), "min_k": Bounded.exact(i)}, lp)
+            for i in range(4)]
+    rows[1] = ScoredText.from_scores("1", 1, {"loss": Bounded.exact(float("-inf")), "min_k": Bounded.exact(1.0)}, lp)
     assert rows[0].to_json()["bound_only"] == 1 and "condition" not in rows[0].to_json()
     assert rows[1].scores == {"loss": None, "min_k": 1.0} and rows[1].nonfinite == ["loss"]
     assert auc_by_scorer(rows, parse_scorers("loss,min_k")) == {"loss": None, "min_k": 0.75}  # 3 of 4 pairs ordered

@@ -74,7 +74,7 @@ def test_sync_api_inside_a_running_event_loop(served, peaked_model_dir, texts, t
     assert requests > 0
     assert_within_bounds([lp for _, lp in black], [lp for _, lp in white])
     for (ws, _), (bs, _) in zip(white, black):
-        assert bs["loss"] == pytest.approx(ws["loss"], abs=EXACT)  # forced readout: exact per token
+        assert bs["loss"].value == pytest.approx(ws["loss"].value, abs=EXACT)  # forced readout: exact per token
     assert [g.text for g in generated] == [g.text for g in local.generate(texts[:2], max_new_tokens=4)]
 
 

@@ -173,11 +173,11 @@ def test_score_texts_reference_first_and_on_scored_in_completion_order():
     seen = []
     results = score_texts(texts, parse_scorers("loss,ref"), {"target": Recording("target"),
                           "reference": Recording("reference")},
-                          on_scored=lambda j, scores, lp: seen.append((j, scores["loss"])))
+                          on_scored=lambda j, scores, lp: seen.append((j, scores["loss"].value)))
     assert order == ["reference", "target"]
     assert sorted(j for j, _ in seen) == [0, 1, 2]
     assert seen[0][0] == 1  # the fake finishes the last distinct text first
-    assert [s["ref"] for s, _ in results] == [0.0, 0.0, 0.0]
+    assert [s["ref"].value for s, _ in results] == [0.0, 0.0, 0.0]
     assert results[0][0] == results[2][0]
 
 

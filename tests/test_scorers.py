@@ -22,49 +22,49 @@ def tlp(values, mu=None, sigma=None):
 
 
 def test_loss_is_mean_logprob():
-    assert parse_scorer("loss").score(TEXT, tlp(LP7), []) == pytest.approx(-4.0)
+    assert parse_scorer("loss").score(TEXT, tlp(LP7), []).value == pytest.approx(-4.0)
 
 
 @pytest.mark.parametrize("k, expected", [(20, -7.0), (30, -6.5), (50, -6.0), (100, -4.0), (1, -7.0)])
 def test_min_k_hand_values(k, expected):
     # N = 7: E = max(1, floor(7k/100)) -> k=20: 1, k=30: 2 (2.1), k=50: 3 (3.5), k=100: 7, k=1: 1
-    assert parse_scorer(f"min_k:k={k}").score(TEXT, tlp(LP7), []) == pytest.approx(expected)
+    assert parse_scorer(f"min_k:k={k}").score(TEXT, tlp(LP7), []).value == pytest.approx(expected)
 
 
 def test_one_token_text():
     one = tlp([-2.5])
-    assert parse_scorer("min_k").score(TEXT, one, []) == pytest.approx(-2.5)
-    assert parse_scorer("loss").score(TEXT, one, []) == pytest.approx(-2.5)
+    assert parse_scorer("min_k").score(TEXT, one, []).value == pytest.approx(-2.5)
+    assert parse_scorer("loss").score(TEXT, one, []).value == pytest.approx(-2.5)
     assert polarized_distance(one.logprobs, 5, 30) == pytest.approx(0.0)
 
 
 def test_zlib_divides_by_compressed_bytes():
     size = len(zlib.compress(TEXT.encode("utf-8")))
-    assert parse_scorer("zlib").score(TEXT, tlp(LP7), []) == pytest.approx(-4.0 / size)
+    assert parse_scorer("zlib").score(TEXT, tlp(LP7), []).value == pytest.approx(-4.0 / size)
 
 
 def test_lowercase_ratio_of_nll():
     scorer = parse_scorer("lowercase")
     assert [n.text for n in scorer.needs(TEXT)] == [TEXT.lower()]
     # NLL(lower) = 5, NLL(text) = 4 -> 1.25
-    assert scorer.score(TEXT, tlp(LP7), [tlp([-5.0, -5.0])]) == pytest.approx(1.25)
+    assert scorer.score(TEXT, tlp(LP7), [tlp([-5.0, -5.0])]).value == pytest.approx(1.25)
 
 
 def test_min_k_pp_hand_values():
     lp = tlp(LP7, mu=[-2.0] * 7, sigma=[2.0] * 7)  # z = 0.5, 0, -0.5, ..., -2.5
-    assert parse_scorer("min_k_pp").score(TEXT, lp, []) == pytest.approx(-2.5)
-    assert parse_scorer("min_k_pp:k=30").score(TEXT, lp, []) == pytest.approx(-2.25)
+    assert parse_scorer("min_k_pp").score(TEXT, lp, []).value == pytest.approx(-2.5)
+    assert parse_scorer("min_k_pp:k=30").score(TEXT, lp, []).value == pytest.approx(-2.25)
 
 
 def test_min_k_pp_refuses_without_vocab_stats():
     with pytest.raises(BlackboxMIAError, match="full next-token distribution"):
-        parse_scorer("min_k_pp").score(TEXT, tlp(LP7), [])
+        parse_scorer("min_k_pp").score(TEXT, tlp(LP7), []).value
 
 
 def test_ref_is_target_minus_reference_loss():
     scorer = parse_scorer("ref")
     assert [(n.text, n.role) for n in scorer.needs(TEXT)] == [(TEXT, "reference")]
-    assert scorer.score(TEXT, tlp(LP7), [tlp([-3.0, -3.0, -3.0])]) == pytest.approx(-1.0)
+    assert scorer.score(TEXT, tlp(LP7), [tlp([-3.0, -3.0, -3.0])]).value == pytest.approx(-1.0)
 
 
 def test_polarized_distance_hand_value():
@@ -75,7 +75,7 @@ def test_polarized_distance_hand_value():
 def test_pac_score_is_mean_neighbour_pd_minus_pd():
     scorer = parse_scorer("pac")
     neighbours = [tlp([-1.0, -1.0, -1.0]), tlp([-2.0, -8.0, -2.0, -2.0])]  # PD 0 and 6 (E2 = 1)
-    assert scorer.score(TEXT, tlp(LP7), neighbours) == pytest.approx(3.0 - 5.5)
+    assert scorer.score(TEXT, tlp(LP7), neighbours).value == pytest.approx(3.0 - 5.5)
 
 
 def test_pac_neighbours_deterministic_and_keep_words():
@@ -181,5 +181,5 @@ def test_lowercase_with_a_zero_nll_text_is_infinite_not_a_crash():
     prov = Provenance("test", "none", "fixed", True)
     certain = TokenLogprobs([1, 2], ["a", "b"], [0.0, 0.0], (0,), prov)
     lowered = TokenLogprobs([1, 2], ["a", "b"], [-1.0, -3.0], (0,), prov)
-    assert scorer.score("AB", certain, [lowered]) == math.inf
-    assert math.isnan(scorer.score("AB", certain, [certain]))
+    assert scorer.score("AB", certain, [lowered]).value == math.inf
+    assert math.isnan(scorer.score("AB", certain, [certain]).value)

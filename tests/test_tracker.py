@@ -238,7 +238,7 @@ def test_bisection_refined_for_the_scores_through_the_emulator(local, peaked_mod
     score's interval from the values' bounds is at most ε and holds the white-box score, every
     value lies within its bounds, and it costs fewer requests than every value to ε."""
     from blackbox_mia.backends.api.refine import score_widths
-    from blackbox_mia.scorers.base import mean_smallest
+    from blackbox_mia.scorers.bounded import mean_smallest
 
     [white] = local.logprobs(texts[:1])
     requests, tracked = {}, {}

@@ -78,13 +78,25 @@ def score_column(rows: Sequence[ScoredText], label: str) -> np.ndarray:
     """The scores of one scorer as a float64 array.
 
     Raises:
-        BlackboxMIAError: a row whose score was NaN or infinite (stored as null).
+        BlackboxMIAError: a row without a usable score (null in the scores file): its interval
+            was wider than the run's tolerance (tokens known only by bounds) or it was NaN or
+            infinite. No AUC or prevalence is computed from such a column; the message counts
+            both kinds and names the first text.
     """
-    bad = [r.id for r in rows if r.scores[label] is None]
-    if bad:
+    unscored = [r for r in rows if label in r.unscored]
+    nonfinite = [r for r in rows if r.scores[label] is None and label not in r.unscored]
+    if unscored:
         raise BlackboxMIAError(
-            f"scorer {label!r} gave a NaN or infinite score on {len(bad)} texts (first: {bad[0]!r}; null in the "
-            "scores file): no metric can use it; drop those texts or choose another scorer"
+            f"scorer {label!r} has no usable score for {len(unscored)} of {len(rows)} texts: their tokens are known "
+            f"only by bounds (first: {unscored[0].id!r}, {unscored[0].unscored[label]}; null in the scores file, "
+            f"{sum(r.bound_only for r in unscored)} bound-only tokens in all). No metric is computed from bounds: "
+            "drop those texts, or use an endpoint whose log-probs resolve them (see the capability notes)"
+            + (f"; {len(nonfinite)} more texts had a NaN or infinite score" if nonfinite else "")
+        )
+    if nonfinite:
+        raise BlackboxMIAError(
+            f"scorer {label!r} gave a NaN or infinite score on {len(nonfinite)} texts (first: {nonfinite[0].id!r}; null "
+            "in the scores file): no metric can use it; drop those texts or choose another scorer"
         )
     return np.array([r.scores[label] for r in rows], dtype=np.float64)
 

@@ -321,7 +321,8 @@ def run_unlearning(
     Returns:
         The :class:`AuditResult`; its summary holds ``window`` (None under ``flag_fraction``),
         ``flag_fraction``, ``flag_rule`` (the rule in words), ``n_items``, ``n_flagged``,
-        ``flagged_ids``, ``completion`` (per group ``flagged``/``unflagged`` and measure: n,
+        ``flagged_ids``, ``no_ratio_ids`` (texts without a usable ratio, never flagged),
+        ``completion`` (per group ``flagged``/``unflagged`` and measure: n,
         mean and median of the per-text mean over samples), ``completion_difference``
         (:func:`mean_difference` per measure), ``skipped_completion`` and, with ``truth``,
         ``truth`` (:func:`flag_metrics`, :func:`closeness_auc`, the label's threshold, and
@@ -344,6 +345,10 @@ def run_unlearning(
         per_item[item.id] = {"id": item.id, "label": item.label, "min_k_before": b["min_k"], "min_k_after": a["min_k"],
                              "loss_before": b["loss"], "loss_after": a["loss"],
                              "ratio": score_ratio(b["min_k"], a["min_k"])}
+    no_ratio = sorted(i for i, row in per_item.items() if row["ratio"] is None)
+    if no_ratio:
+        log(f"{len(no_ratio)} of {len(plan.items)} texts have no usable Min-K% ratio (a score is null: its tokens are "
+            f"known only by bounds, or it is 0 or not finite; see the scores files); they are never flagged")
     flags = flag_texts([row["ratio"] for row in per_item.values()], config.window, config.flag_fraction)
     for row, flag in zip(per_item.values(), flags):
         row["flagged"] = flag
@@ -404,6 +409,7 @@ def run_unlearning(
         "n_items": len(plan.items),
         "n_flagged": len(flagged),
         "flagged_ids": sorted(flagged),
+        "no_ratio_ids": no_ratio,
         "completion": similarity,
         "completion_difference": difference,
         "skipped_completion": skipped,

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from ..backends.base import Backend
-from ..datasets import load_items
+from ..datasets import Item, load_items
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors
@@ -22,6 +22,7 @@ from .common import (
     format_table,
     with_target_options,
 )
+from .spend import print_dry_run
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
 LONG_TEXT_CHARS = 200  # a text longer than this (characters) gets a per-token progress bar
@@ -71,7 +72,8 @@ def probe(
 ):
     """Recover the log-prob of every token of a text through a top-n API (logit_bias tracker).
 
-    Every value carries [lower, upper] bounds in nats and the strategy that produced it.
+    Every value carries [lower, upper] bounds in nats and the strategy that produced it. With
+    --dry-run: the expected requests, billed tokens and USD of probing the texts, nothing scored.
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)
@@ -79,6 +81,10 @@ def probe(
         texts = gather_texts(text, file, dataset, limit, target.cache_dir)
         backends = build_backends(target, parsed)
         try:
+            if target.dry_run:
+                print_dry_run({"probe": [Item(text_id, content) for text_id, content in texts]}, parsed, backends,
+                              json_out)
+                return
             # a black-box backend's configuration holds what its probe found (local: nothing)
             capabilities = backends["target"].describe().get("capabilities")
             long_text = any(len(content) > LONG_TEXT_CHARS for _, content in texts)
@@ -109,14 +115,14 @@ def probe_texts(
     printed = 0
     lock = threading.Lock()
 
-    def done(j: int, scores: dict[str, float], lp) -> None:
+    def done(j: int, scores: dict, lp) -> None:
         nonlocal printed
-        row = ScoredText.from_scores(texts[j][0], None, scores, lp)  # NaN/inf -> None
+        row = ScoredText.from_scores(texts[j][0], None, scores, lp)  # NaN/inf, too wide -> None
         record = {
             "id": texts[j][0],
             **lp.to_json(),
-            "scores": row.scores,
-            **({"nonfinite": row.nonfinite} if row.nonfinite else {}),
+            **{k: v for k, v in row.to_json().items() if k in ("scores", "nonfinite", "unscored", "score_bounds",
+                                                               "bound_only")},
             "usage": {k: v - start.get(k, 0) for k, v in _usage(backend).items()},
             "capabilities": capabilities,
         }
@@ -148,6 +154,10 @@ def _print_human(record: dict) -> None:
     ]
     typer.echo(f"== {record['id']}")
     typer.echo(format_table(["token", "logprob", "lower", "upper", "strategy"], rows))
-    typer.echo(format_table(["scorer", "score"], list(record["scores"].items())))
+    bounds, unscored = record.get("score_bounds", {}), record.get("unscored", {})
+    typer.echo(format_table(["scorer", "score", "lower", "upper"],
+                            [(k, v, *bounds.get(k, (v, v))) for k, v in record["scores"].items()]))
+    if unscored:
+        typer.echo(f"{len(unscored)} scores null: {next(iter(unscored.values()))}", err=True)
     if record["usage"]:
         typer.echo("usage: " + ", ".join(f"{k}={v:g}" for k, v in record["usage"].items()))

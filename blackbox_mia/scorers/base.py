@@ -1,8 +1,8 @@
 """The scorer interface: one small base class, one module per attack.
 
 Every scorer maps the :class:`~blackbox_mia.types.TokenLogprobs` of a text (computed once and
-shared by all scorers) to one float, with one sign convention: **higher = more likely a
-member**. A scorer that needs more log-probs (PAC's neighbours, the lowercased text, a
+shared by all scorers) to one :class:`~.bounded.Bounded` number (the score and the interval its
+tokens' bounds allow), with one sign convention: **higher = more likely a member**. A scorer that needs more log-probs (PAC's neighbours, the lowercased text, a
 reference model) declares them in :meth:`Scorer.needs`; the runner computes them through the
 same backend interface, batched with everything else, so scorers never touch torch or HTTP.
 """
@@ -16,7 +16,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..types import BlackboxMIAError, TokenLogprobs
+from ..types import TokenLogprobs
+from .bounded import Bounded, set_size
 
 TARGET = "target"
 REFERENCE = "reference"
@@ -46,8 +47,13 @@ class Scorer(ABC):
         return []
 
     @abstractmethod
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
-        """Membership score of ``text``; ``aux[j]`` holds the log-probs of ``self.needs(text)[j]``."""
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
+        """Membership score of ``text`` with its interval (:mod:`.bounded`); ``aux[j]`` holds the
+        log-probs of ``self.needs(text)[j]``.
+
+        Raises:
+            BlackboxMIAError: a text with no scored token, or log-probs the scorer cannot read.
+        """
 
     def lowest_percent(self) -> float | None:
         """k (percent) when the score is made of means of the lowest k% of the log-probs of each
@@ -74,31 +80,6 @@ class Scorer(ABC):
 
 def _format(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def set_size(n: int, percent: float) -> int:
-    """E = max(1, floor(n * percent / 100)): size of a k% set of n tokens (Shi et al. 2024, eq. 1).
-
-    Raises:
-        BlackboxMIAError: if n < 1 (no scored token) or percent is outside (0, 100].
-    """
-    if n < 1:
-        raise BlackboxMIAError("no scored token: the text is too short for this model's tokenizer")
-    if not 0 < percent <= 100:
-        raise BlackboxMIAError(f"k must lie in (0, 100] percent, got {percent}")
-    return max(1, int(np.floor(n * percent / 100.0 + 1e-9)))
-
-
-def mean_smallest(values: np.ndarray, percent: float) -> float:
-    """Mean of the k% smallest values (set size :func:`set_size`)."""
-    e = set_size(len(values), percent)
-    return float(np.mean(np.sort(values)[:e]))
-
-
-def mean_largest(values: np.ndarray, percent: float) -> float:
-    """Mean of the k% largest values (set size :func:`set_size`)."""
-    e = set_size(len(values), percent)
-    return float(np.mean(np.sort(values)[-e:]))
 
 
 def mean_logprob(lp: TokenLogprobs) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import Scorer, mean_logprob
+from .base import Scorer
+from .bounded import Bounded, BoundedValues
 
 
 @dataclass(frozen=True)
@@ -17,5 +18,5 @@ class Loss(Scorer):
     def lowest_percent(self) -> float:
         return 100.0
 
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
-        return mean_logprob(lp)
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
+        return BoundedValues.of(lp).mean()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import Scorer, mean_smallest
+from .base import Scorer
+from .bounded import Bounded, BoundedValues
 
 
 @dataclass(frozen=True)
@@ -23,5 +24,5 @@ class MinK(Scorer):
     def lowest_percent(self) -> float:
         return self.k
 
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
-        return mean_smallest(lp.logprobs, self.k)
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
+        return BoundedValues.of(lp).smallest(self.k)

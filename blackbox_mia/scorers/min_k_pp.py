@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import BlackboxMIAError, TokenLogprobs
-from .base import Scorer, mean_smallest
+from .base import Scorer
+from .bounded import Bounded, BoundedValues
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,11 @@ class MinKPlusPlus(Scorer):
     needs_vocab_stats = True
     k: float = 20.0
 
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
         if not lp.has_vocab_stats:
             raise BlackboxMIAError(
                 "min_k_pp needs the full next-token distribution (mu, sigma) at every position; "
                 f"the {lp.provenance.backend!r} backend does not provide it. Use --local."
             )
-        z = (lp.logprobs - lp.mu) / np.maximum(lp.sigma, 1e-12)
-        return mean_smallest(z, self.k)
+        sigma = np.maximum(lp.sigma, 1e-12)
+        return BoundedValues.of(lp).map(lambda v: (v - lp.mu) / sigma).smallest(self.k)

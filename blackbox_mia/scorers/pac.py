@@ -12,7 +12,8 @@ import numpy as np
 
 from ..text.segment import DEFAULT_SEGMENTER, Segmenter, get_segmenter
 from ..types import TokenLogprobs
-from .base import Need, Scorer, mean_largest, mean_smallest
+from .base import Need, Scorer
+from .bounded import Bounded, BoundedValues, mean_largest, mean_of, mean_smallest
 
 
 def polarized_distance(logprobs: np.ndarray, k1: float, k2: float) -> float:
@@ -97,6 +98,10 @@ class PAC(Scorer):
         neighbours = swap_neighbours(text, self.n_neighbours, self.swap_frac, self.seed, self._segmenter)
         return [Need(t) for t in neighbours]
 
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
-        neighbour_pd = [polarized_distance(a.logprobs, self.k1, self.k2) for a in aux]
-        return float(np.mean(neighbour_pd)) - polarized_distance(lp.logprobs, self.k1, self.k2)
+    def _pd(self, lp: TokenLogprobs) -> Bounded:
+        """PD of one text with its interval (the two k% means bounded apart)."""
+        values = BoundedValues.of(lp)
+        return values.largest(self.k1) - values.smallest(self.k2)
+
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
+        return mean_of([self._pd(a) for a in aux]) - self._pd(lp)

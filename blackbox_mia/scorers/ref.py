@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import REFERENCE, Need, Scorer, mean_logprob
+from .base import REFERENCE, Need, Scorer
+from .bounded import Bounded, BoundedValues
 
 
 @dataclass(frozen=True)
@@ -24,5 +25,5 @@ class Ref(Scorer):
     def lowest_percent(self) -> float:
         return 100.0
 
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
-        return mean_logprob(lp) - mean_logprob(aux[0])
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
+        return BoundedValues.of(lp).mean() - BoundedValues.of(aux[0]).mean()

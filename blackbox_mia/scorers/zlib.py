@@ -6,7 +6,8 @@ import zlib as _zlib
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import Scorer, mean_logprob
+from .base import Scorer
+from .bounded import Bounded, BoundedValues
 
 
 @dataclass(frozen=True)
@@ -22,5 +23,5 @@ class Zlib(Scorer):
     def lowest_percent(self) -> float:
         return 100.0
 
-    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> float:
-        return mean_logprob(lp) / len(_zlib.compress(text.encode("utf-8")))
+    def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
+        return BoundedValues.of(lp).mean() / len(_zlib.compress(text.encode("utf-8")))
