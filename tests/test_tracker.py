@@ -145,6 +145,9 @@ class SyntheticEndpoint:
     def sendable(self, prefix):
         return True
 
+    def may_bias(self, token_id):  # synthetic tokens have no bytes: none ends inside a character
+        return True
+
     def __init__(self, logprobs, noise: float = 0.0, seed: int = 0):
         self.logprobs = logprobs
         self.noise = noise

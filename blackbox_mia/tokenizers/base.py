@@ -26,6 +26,28 @@ def is_partial(token_bytes: bytes) -> bool:
     return False
 
 
+def ends_open(token_bytes: bytes) -> bool:
+    """Whether the bytes end inside a multi-byte character: a lead byte among the last three
+    whose character needs more bytes than follow it (``b" \xc3"``, ``b"\xe2\x80"``).
+
+    A server that keeps generating while its output ends so (llama-cpp-python ignores
+    ``max_tokens`` then) runs on for as long as a ``logit_bias`` keeps favouring such a token.
+    """
+    tail = token_bytes[-3:]
+    for k, byte in enumerate(reversed(tail), start=1):  # k: bytes from this one to the end
+        if byte & 0xC0 == 0x80:  # a continuation byte: look further back
+            continue
+        need = 4 if byte & 0xF8 == 0xF0 else 3 if byte & 0xF0 == 0xE0 else 2 if byte & 0xE0 == 0xC0 else 1
+        return need > k
+    return False
+
+
+LOSSY_NAMINGS = ("ignore", "replace")
+"""How servers that do not render partial tokens as ``bytes:`` name them: the token's bytes
+decoded with ``errors="ignore"`` (llama-cpp-python: ``b" \xc3"`` is named ``" "``, like the
+space) or ``errors="replace"`` (U+FFFD); some name them ``""``."""
+
+
 def render_token(token_bytes: bytes) -> str:
     """The package's name of a token: its UTF-8 text, else ``"bytes:"`` + ``\\xNN`` escapes.
 
@@ -87,11 +109,33 @@ class TokenCodec(ABC):
         """Ids whose bytes are not valid UTF-8 on their own (part of a multi-byte character)."""
         return frozenset(i for ids in self.ids_by_string.values() for i in ids if is_partial(self.token_bytes(i)))
 
-    def lookup(self, token: str, token_bytes: Sequence[int] | None = None) -> list[int]:
-        """Ids that a returned entry may denote: exact when its bytes are given, else by name."""
+    @cached_property
+    def open_ids(self) -> frozenset[int]:
+        """Ids whose bytes end inside a multi-byte character (:func:`ends_open`)."""
+        return frozenset(i for i in self.partial_ids if ends_open(self.token_bytes(i)))
+
+    @cached_property
+    def lossy_names(self) -> dict[str, frozenset[int]]:
+        """Every name a server may give a partial token under :data:`LOSSY_NAMINGS` or as ``""``,
+        mapped to the partial ids it may denote (a space plus a lead byte is ``" "`` under
+        ``ignore``: the name of the space token too)."""
+        table: dict[str, set[int]] = {"": set(self.partial_ids)}
+        for i in self.partial_ids:
+            for errors in LOSSY_NAMINGS:
+                table.setdefault(self.token_bytes(i).decode("utf-8", errors=errors), set()).add(i)
+        return {name: frozenset(ids) for name, ids in table.items()}
+
+    def lookup(self, token: str, token_bytes: Sequence[int] | None = None, lossy: bool = True) -> list[int]:
+        """Ids that a returned entry may denote: exact when its bytes are given, else by name:
+        the ids this package names so, plus (``lossy``, unless the server is known to name
+        partial tokens exactly) the partial ids a lossy naming gives that name
+        (:attr:`lossy_names`)."""
         if token_bytes is not None:
             rendered = render_token(bytes(token_bytes))
             return [i for i in self.ids_by_string.get(rendered, []) if self.token_bytes(i) == bytes(token_bytes)]
         if token.startswith("token_id:"):  # vLLM's return_tokens_as_token_ids
             return [int(token.removeprefix("token_id:"))]
-        return self.ids_by_string.get(token, [])
+        ids = self.ids_by_string.get(token, [])
+        if lossy and token in self.lossy_names:
+            return sorted(set(ids) | self.lossy_names[token])
+        return ids

@@ -5,9 +5,22 @@ and between token-id and text prompts, and maps the token names the server retur
 of the target tokenizer. The tracker and the capability probe talk only to it.
 
 Token identity is a set of candidate ids, never a guess: an entry with ``bytes`` maps to the ids
-with exactly those bytes; a name maps to the ids with that name; a name that is empty (some
-servers name a token that is only part of a UTF-8 character ``""``) maps to every such partial
-token; a name the tokenizer does not know maps to ``None``, meaning "any token".
+with exactly those bytes; a name maps to the ids with that name and, unless the probe saw the
+server name partial tokens exactly (``bytes:\\x..``), to every partial token a lossy naming gives
+that name (llama-cpp-python names a space plus a lead byte ``" "``, like the space:
+:attr:`~blackbox_mia.tokenizers.TokenCodec.lossy_names`); a name that is empty maps to every
+partial token; a name the tokenizer does not know maps to ``None``, meaning "any token".
+
+Legacy completions return ``top_logprobs`` as a dict keyed by name, so ids that share a name
+share one entry, whose value may be any of theirs (llama-cpp-python keeps the lowest-ranked):
+a candidate of a shared entry may hide above it, up to the largest listed value
+(:meth:`NextToken.ambiguous`).
+
+No request biases a token upward whose bytes end inside a character
+(:func:`~blackbox_mia.tokenizers.base.ends_open`) unless the probe found that the server stops
+at ``max_tokens`` even then (:attr:`Endpoint.open_bias`): llama-cpp-python keeps generating
+while its output ends mid-character, and a bias that keeps favouring such a token runs it to
+the end of its context, where it aborts.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...tokenizers import TokenCodec
+from ...tokenizers.base import BYTES_PREFIX
 from ...types import BlackboxMIAError
 from .client import ApiClient
 from .dialect import dialect_named
@@ -66,8 +80,11 @@ class NextToken:
         return None
 
     def ambiguous(self, token_id: int) -> float | None:
-        """The largest log-prob of an entry that may, but need not, be ``token_id`` (None if none)."""
-        values = [e.logprob for e in self.top if not surely(e.ids, token_id) and may_be(e.ids, token_id)]
+        """An upper bound (nats) on ``token_id``'s log-prob when an entry may, but need not, be it
+        (None if none): the entry's value, or, for an entry several ids share, the largest listed
+        value (a dict of names keeps one value per name: the others hide above it)."""
+        values = [self.top_logprob if e.ids is None or len(e.ids) > 1 else e.logprob
+                  for e in self.top if not surely(e.ids, token_id) and may_be(e.ids, token_id)]
         return max(values, default=None)
 
     @property
@@ -100,6 +117,14 @@ class Endpoint:
         dialect: the endpoint kind's dialect.
         token_id_prompts: whether prompts go as id lists (the probe sets it to what the server
             accepts).
+        exact_names: the server names partial tokens exactly (the probe saw ``bytes:`` names), so
+            names are looked up without lossy namings; False (the default) until the probe says so.
+        partial_names_rendered: answers' entries named ``bytes:\\x..`` seen so far: evidence
+            that the server names partial tokens exactly (the probe sets :attr:`exact_names`).
+        open_bias: a positive bias may go on a token whose bytes end inside a character (the
+            probe saw the server stop at ``max_tokens`` with such output); False (the default)
+            until the probe says so: :meth:`may_bias` is False for such tokens and
+            :meth:`next_tokens` refuses to send them.
 
     Raises:
         BlackboxMIAError: an unknown ``kind``, or a chat template (``client.config``) that
@@ -111,6 +136,9 @@ class Endpoint:
         self.client = client
         self.codec = codec
         self.token_id_prompts = token_id_prompts and self.dialect.token_id_prompts
+        self.exact_names = False
+        self.open_bias = False
+        self.partial_names_rendered = 0
 
     @property
     def kind(self) -> str:
@@ -129,6 +157,10 @@ class Endpoint:
             return False
         return self.codec.encode(text) == list(prefix)
 
+    def may_bias(self, token_id: int) -> bool:
+        """Whether a request may bias ``token_id`` upward (see :attr:`open_bias`)."""
+        return self.open_bias or token_id not in self.codec.open_ids
+
     def _prompt(self, prefix: Sequence[int]) -> list[int] | str:
         if self.token_id_prompts:
             return list(map(int, prefix))
@@ -136,7 +168,10 @@ class Endpoint:
 
     def candidates(self, entry: dict) -> Candidates:
         """Candidate ids of one returned entry (see the module docstring)."""
-        ids = self.codec.lookup(entry["token"], entry.get("bytes"))
+        name = entry["token"]
+        if name.startswith(BYTES_PREFIX):
+            self.partial_names_rendered += 1
+        ids = self.codec.lookup(name, entry.get("bytes"), lossy=not self.exact_names)
         if ids:
             return frozenset(ids)
         if entry["token"] == "" and entry.get("bytes") is None:
@@ -167,7 +202,15 @@ class Endpoint:
 
         Raises:
             ApiError: the request failed or the answer stayed invalid (see the client).
+            BlackboxMIAError: ``bias`` favours a token that :meth:`may_bias` forbids (nothing is
+                sent: a tracker bug, not a server fault).
         """
+        unsafe = [t for t, b in (bias or {}).items() if b > 0 and not self.may_bias(t)]
+        if unsafe:
+            raise BlackboxMIAError(
+                f"refused to send a request biasing token {unsafe[0]} upward: its bytes end inside a character, and "
+                "this server was not shown to stop at max_tokens then (it could generate to the end of its context)"
+            )
         result = await self.client.request(
             self.dialect, self._prompt(prefix), max_tokens=k, temperature=0.0, top_n=top_n, bias=bias
         )
