@@ -276,6 +276,19 @@ def _score(cut: list[DocumentChunks], plan: DocumentsPlan, backends: dict[str, B
     return [scores[bounds[i] : bounds[i + 1]] for i in range(len(cut))]
 
 
+def chunk_groups(plan: DocumentsPlan, target: Backend) -> dict[str, list[Item]]:
+    """The sampled chunks :func:`run_documents` scores, as runner items per group:
+    ``{"documents": ..., "calibration": ...}`` (chunks in tokens are cut with ``target``'s
+    tokenizer). Sends nothing: what a ``--dry-run`` estimates.
+
+    Raises:
+        BlackboxMIAError: as :func:`cut_documents`.
+    """
+    codec = target.codec if plan.config.unit == "tokens" else None
+    return {name: [it for d in cut_documents(docs, plan.config, plan.segmenter, codec) for it in d.items()]
+            for name, docs in (("documents", plan.docs), ("calibration", plan.calibration))}
+
+
 def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True,
                   log: Log = quiet) -> AuditResult:
     """Cut, score, calibrate on the validation chunks, rate every document and report (see the

@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..backends.base import GENERATE, Backend, Prompt
+from ..backends.base import GENERATE, Backend, CostEstimate, Prompt
 from ..datasets import Item, load_items
 from ..evaluation import to_jsonable
 from ..evaluation.memorization import (
@@ -250,6 +250,44 @@ def fits(split: Split, target: Backend) -> bool:
     return (target.codec.bos_id is not None) + len(prompt) + split.max_new_tokens <= target.context
 
 
+def plan_prompts(
+    plan: MemorizePlan, target: Backend
+) -> tuple[list[tuple[Item, int, Split]], dict[int, dict[str, int]]]:
+    """Every (item, prompt length, split) to generate, in the order (prompt length, item), and per
+    prompt length the items skipped: ``too_short`` (shorter than L + R) and ``over_context``
+    (BOS + L + R tokens exceed the target's context). Sends nothing."""
+    config = plan.config
+    skipped: dict[int, dict[str, int]] = {}
+    wanted: list[tuple[Item, int, Split]] = []
+    for length in config.prompt_lengths:
+        skipped[length] = {TOO_SHORT: 0, OVER_CONTEXT: 0}
+        for item in plan.items:
+            split = split_text(item.text, length, config.reference_length, config.unit, target.codec)
+            if split is None:
+                skipped[length][TOO_SHORT] += 1
+            elif not fits(split, target):
+                skipped[length][OVER_CONTEXT] += 1
+            else:
+                wanted.append((item, length, split))
+    return wanted, skipped
+
+
+def estimate_memorize(plan: MemorizePlan, target: Backend) -> tuple[int, CostEstimate]:
+    """``(prompts, estimate)``: how many prompts :func:`generate_rows` generates from and what that
+    is expected to cost (requests, billed tokens, USD: the backend's
+    :meth:`~blackbox_mia.backends.base.Backend.estimate_generation` of every prompt
+    :func:`plan_prompts` lists, rows already in a resumed file counted too). Sends nothing.
+
+    Raises:
+        BlackboxMIAError: the target lacks ``generate``.
+    """
+    target.require(GENERATE)
+    wanted, _ = plan_prompts(plan, target)
+    lengths = [len(s.prompt_ids) if s.prompt_ids is not None else len(target.codec.encode(s.prompt_text))
+               for _, _, s in wanted]
+    return len(wanted), target.estimate_generation(lengths, [s.max_new_tokens for _, _, s in wanted])
+
+
 def generate_rows(
     plan: MemorizePlan, target: Backend, path: Path, progress: bool = True
 ) -> tuple[list[dict], dict[int, dict[str, int]]]:
@@ -264,18 +302,7 @@ def generate_rows(
     config = plan.config
     target.require(GENERATE)
     done = _open_rows(path, to_jsonable(rows_config(plan, target)), config.resume)
-    skipped: dict[int, dict[str, int]] = {}
-    wanted: list[tuple[Item, int, Split]] = []
-    for length in config.prompt_lengths:
-        skipped[length] = {TOO_SHORT: 0, OVER_CONTEXT: 0}
-        for item in plan.items:
-            split = split_text(item.text, length, config.reference_length, config.unit, target.codec)
-            if split is None:
-                skipped[length][TOO_SHORT] += 1
-            elif not fits(split, target):
-                skipped[length][OVER_CONTEXT] += 1
-            else:
-                wanted.append((item, length, split))
+    wanted, skipped = plan_prompts(plan, target)
     todo = [w for w in wanted if row_key(w[0].id, w[1]) not in done]
     bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), unit="prompt", disable=not progress, desc="memorize")
     try:

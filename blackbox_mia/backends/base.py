@@ -220,6 +220,20 @@ class Backend(ABC):
         """Blocking form of :meth:`aestimate_cost`."""
         return self._call(self.aestimate_cost(texts))
 
+    def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> CostEstimate:
+        """What greedy generation (temperature 0, one answer per prompt) is expected to cost,
+        sending nothing: one prompt of ``prompt_tokens[i]`` tokens (the codec's BOS not counted)
+        generating at most ``max_new_tokens[i]`` tokens per entry.
+
+        The default (a backend that sends no requests): zeros.
+
+        Raises:
+            ValueError: the two sequences differ in length.
+        """
+        if len(prompt_tokens) != len(max_new_tokens):
+            raise ValueError("prompt_tokens and max_new_tokens must have one entry per prompt")
+        return CostEstimate()
+
     @property
     def usage(self) -> Usage | None:
         """Requests, tokens and estimated cost so far; ``None`` for a backend that sends no

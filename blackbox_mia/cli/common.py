@@ -223,7 +223,9 @@ TARGET_OPTIONS = {
     "precision": {"help": "bisection refines each text until the requested scores are --epsilon-precise "
                   "('scores': Min-K%'s and the loss score's bounds, fewer requests), or every token's value "
                   "('token')", "rich_help_panel": "Tracker"},
-    "dry_run": {"help": "print the expected requests, billed tokens and USD, and stop before scoring", "rich_help_panel": "Tracker"},
+    "dry_run": {"help": "print the expected requests, billed tokens and USD, and stop: nothing is scored or "
+                "generated (a black-box target's capability probe, a few dozen requests once per endpoint and "
+                "model, runs first when its record is not cached: the estimate needs it)", "rich_help_panel": "Tracker"},
     "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
 }
 

@@ -15,6 +15,7 @@ from .common import (
     format_table,
     with_target_options,
 )
+from .spend import print_dry_run
 
 TOP_SHOWN = 20  # documents listed on the terminal (the report lists all)
 
@@ -57,13 +58,14 @@ def documents_command(
     the FPR and TPR of resampled validation documents); documents ranked, most contaminated first.
 
     Writes scores.jsonl and calibration_scores.jsonl (resumable), chunks.jsonl, rates.png,
-    documents.json and documents.md.
+    documents.json and documents.md; with --dry-run only the expected cost of scoring the chunks.
     """
     with user_errors():
         from ..audits.common import dataset_slug
         from ..audits.documents import (
             DEFAULT_CHUNK_WORDS,
             DocumentsConfig,
+            chunk_groups,
             prepare_documents,
             run_documents,
         )
@@ -78,6 +80,9 @@ def documents_command(
         log = messages(quiet)
         backends = build_backends(target, [plan.scorer])
         try:
+            if target.dry_run:
+                print_dry_run(chunk_groups(plan, backends["target"]), [plan.scorer], backends, json_out)
+                return
             result = run_documents(plan, backends, out, progress=not quiet, log=log)
         finally:
             close_all(backends)

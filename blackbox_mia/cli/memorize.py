@@ -7,10 +7,12 @@ from pathlib import Path
 import typer
 
 from ..backends.registry import build_backend
+from ..cost import TOTAL
 from ..evaluation.memorization import EIDETIC_CHARS
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .common import TargetOptions, format_table, with_target_options
+from .spend import print_estimate
 
 
 def parse_lengths(value: str) -> tuple[int, ...]:
@@ -49,11 +51,12 @@ def memorize(
     memorization, by label and prompt length, and each measure's AUC as a membership score with
     bootstrap 95% CIs. Needs only generation: works on endpoints without log-probs.
 
-    Writes memorization.jsonl (resumable), memorization.png, memorize.json and memorize.md.
+    Writes memorization.jsonl (resumable), memorization.png, memorize.json and memorize.md; with
+    --dry-run only the expected requests, billed tokens and USD of the generations.
     """
     with user_errors():
         from ..audits.common import dataset_slug
-        from ..audits.memorization import MemorizeConfig, prepare_memorize, run_memorize
+        from ..audits.memorization import MemorizeConfig, estimate_memorize, prepare_memorize, run_memorize
 
         config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_lengths(prompt_lengths),
                                 reference_length=reference_tokens, unit=unit, n_boot=n_boot, seed=seed, limit=limit,
@@ -64,6 +67,12 @@ def memorize(
         out = out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}"
         backend = build_backend(target.target_spec(), target)
         try:
+            if target.dry_run:
+                prompts, estimate = estimate_memorize(plan, backend)
+                part = estimate.to_dict()
+                print_estimate({"memorize": {"target": part}, TOTAL: {"target": part, "all": part}},
+                               {"memorize": prompts}, json_out)
+                return
             result = run_memorize(plan, backend, out, progress=not quiet,
                                   log=messages(quiet))
         finally:

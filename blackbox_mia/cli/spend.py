@@ -1,5 +1,6 @@
 """What a command is expected to spend (``--dry-run``) and what it spent (usage), on the console
-and in its JSON; shared by ``score`` and the audits (``eval``, ``sweep``)."""
+and in its JSON; shared by ``score``, ``probe`` and the audits (``eval``, ``sweep``, ``documents``,
+``memorize``)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,20 @@ def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer
         BlackboxMIAError: a scorer the backends cannot serve; a failed capability probe.
     """
     report = estimate_groups(groups, scorers, backends)
+    print_estimate(report, {name: len(items) for name, items in groups.items()}, json_out)
+    return report
+
+
+def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int], json_out: bool) -> None:
+    """Print an estimate report (:func:`~blackbox_mia.cost.estimate_groups`'s shape: ``{group:
+    {role: CostEstimate.to_dict()}, "total": {..., "all": ...}}``): a table on stdout, the notes
+    on stderr, and with ``json_out`` a last JSON line ``{"dry_run": true, "n": n, "estimate":
+    report}`` (``n``: group -> texts or prompts in it)."""
     typer.echo(format_table(ESTIMATE_HEADER, estimate_lines(report)))
     for note in report[TOTAL]["all"]["notes"]:
         typer.echo(f"note: {note}", err=True)
     if json_out:
-        echo_json_line({"dry_run": True, "n": {name: len(items) for name, items in groups.items()}, "estimate": report})
-    return report
+        echo_json_line({"dry_run": True, "n": dict(n), "estimate": report})
 
 
 def print_usage(backends: Mapping[str, Backend]) -> dict | None:

@@ -14,6 +14,7 @@ Jupyter, and from other event loops alike.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,6 +159,24 @@ class ApiBackend(Backend):
         forced read-out, measured rates for postbias and bisection), from the capability probe
         (run now when it is not cached) and the tokenizer; no request for the texts."""
         return estimate(await self._tracking(), texts, self.client.config.price())
+
+    def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> CostEstimate:
+        """Requests, billed tokens and USD of greedy generation (:meth:`_agenerate` at temperature
+        0: one request per prompt, the codec's BOS added to each prompt), sending nothing (no
+        probe either). Completion tokens are counted at ``max_new_tokens``: an upper bound.
+
+        Raises:
+            ValueError: the two sequences differ in length.
+        """
+        super().estimate_generation(prompt_tokens, max_new_tokens)
+        bos = int(self.codec.bos_id is not None)
+        prompt, completion = sum(n + bos for n in prompt_tokens), sum(max_new_tokens)
+        price = self.client.config.price()
+        usd = 0.0 if price is None else (prompt * price[0] + completion * price[1]) / 1e6
+        notes = ("answers already in the response cache are counted as if paid",
+                 "completion tokens counted as if every generation ran to its token budget (an upper bound)")
+        return CostEstimate(requests=len(prompt_tokens), prompt_tokens=prompt, completion_tokens=completion, usd=usd,
+                            strategy="generate", unpriced=price is None, notes=notes)
 
     async def _agenerate(
         self, prompts: list[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None,

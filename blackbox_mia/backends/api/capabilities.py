@@ -16,7 +16,7 @@ from pathlib import Path
 from ...io import read_json_object, write_json_atomic
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 5  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 6  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
@@ -27,7 +27,10 @@ class Capabilities:
 
     Attributes:
         endpoint: ``"completions"`` or ``"chat"``.
-        top_n: top log-probs per position the endpoint returns (0: none).
+        top_n: the most top log-probs per position the endpoint returns (0: none): the entries
+            its answer listed when the probe asked for the tokenizer's whole vocabulary (or for
+            the cap a refusal named), at most the vocabulary size. The tracker asks for
+            ``min(top_n, TrackerConfig.max_top_n)`` per request.
         token_id_prompts: prompts may be lists of token ids.
         echo: echo + logprobs returns prompt log-probs that agree with per-prefix values.
             (``prompt`` is available with it or with ``prompt_logprobs``.)

@@ -23,7 +23,10 @@ per-request CPU) and adds what an audit needs:
   tokens-per-minute limits (:mod:`.usage`);
 * request bodies built and checked by the endpoint kind's :class:`~.dialect.Dialect`, and a
   normalised, JSON-ready result (see :meth:`ApiClient.complete`);
-* usage accounting: requests, retries, cache hits, invalid answers, tokens and cost in USD.
+* usage accounting: requests, retries, cache hits, invalid answers, tokens and cost in USD;
+* before its first request, the model name checked against ``GET /models`` where the server
+  lists models (:meth:`ApiClient.check_model`), and a 404 on the endpoint path said as such
+  (``404 at URL: wrong base URL?``).
 
 The API key is only ever sent in the ``Authorization`` header. It is not
 part of any cache key or cached value, any error message, log line, ``repr`` or ``describe()``:
@@ -57,7 +60,7 @@ from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect, estimate_tokens
 from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
 from .senders import Senders
-from .transport import Transport
+from .transport import MODELS_PATH, Transport
 from .usage import Budget, BudgetExceeded, RateLimiter, Usage, request_cost
 
 __all__ = ["ApiClient", "ApiConfig", "ApiError", "BudgetExceeded", "Usage", "display_url"]
@@ -65,6 +68,7 @@ __all__ = ["ApiClient", "ApiConfig", "ApiError", "BudgetExceeded", "Usage", "dis
 LOG = logging.getLogger(__name__)
 CLAIM_POLL_S = 0.02  # first wait (seconds) for another process's answer to a claimed request; doubles
 CLAIM_POLL_MAX_S = 0.5  # longest wait (seconds) between two looks at the cache for that answer
+SHOWN_MODELS = 20  # model ids an unknown-model error lists at most
 
 
 class ApiClient:
@@ -95,6 +99,8 @@ class ApiClient:
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
         self._budget = Budget(config.max_cost) if config.max_cost is not None else None
+        self._models: asyncio.Future | None = None  # the GET /models lookup, once (in memory only)
+        self._model_checked = False  # the model name was checked against it
 
     def __repr__(self) -> str:
         return f"ApiClient({self.config!r})"
@@ -201,8 +207,57 @@ class ApiClient:
         """
         return await self._answer(dialect, dialect.payload(prompt, **options))
 
+    async def served_models(self) -> list[str] | None:
+        """The model ids the server lists at ``GET {base_url}/models``, or ``None`` when it lists
+        none (any HTTP error, 404 included, a timeout, a refused connection, or an answer that is
+        not OpenAI's ``{"data": [{"id": ...}, ...]}``: the first real request then reports any
+        problem with its own retries). One GET per client, not retried; the result (or ``None``)
+        is kept in memory only, for the client's life. Sends nothing until first awaited."""
+        if self._models is None:
+            self._models = asyncio.ensure_future(self._list_models())
+        return await asyncio.shield(self._models)
+
+    async def check_model(self) -> None:
+        """Check the model name against :meth:`served_models` (once per client): a server that
+        lists models must list this one (or ``models/<name>``, as Gemini's endpoint names them);
+        one that lists none is trusted, as before. Many OpenAI-compatible servers (llama.cpp's
+        among them) answer any model name with the one model they serve, so a result would
+        otherwise be labelled with a name it does not belong to.
+
+        Raises:
+            BlackboxMIAError: the server lists models and not this one (the message names up to
+                :data:`SHOWN_MODELS` of those it lists).
+        """
+        if self._model_checked:
+            return
+        models = await self.served_models()
+        model = self.config.model
+        if models and model not in models and f"models/{model}" not in models:
+            shown = ", ".join(repr(self._masked(m, MESSAGE_CHARS)) for m in models[:SHOWN_MODELS])
+            more = f" and {len(models) - SHOWN_MODELS} more" if len(models) > SHOWN_MODELS else ""
+            raise BlackboxMIAError(
+                f"unknown model {model!r} at {self._url}: the server lists {shown}{more} (GET /models); "
+                "pass one of them with --model"
+            )
+        self._model_checked = True
+
+    async def _list_models(self) -> list[str] | None:
+        """The ids of ``GET /models``, or ``None`` (see :meth:`served_models`)."""
+        try:
+            _, content = await self._transport.get(MODELS_PATH)
+            data = json.loads(content).get("data")
+        except (openai.APIError, ValueError, AttributeError) as exc:
+            LOG.debug("%s: no model list (%s)", self._url, type(exc).__name__)
+            return None
+        if not isinstance(data, list):
+            return None
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
     async def close(self) -> None:
         """Close the HTTP connections and the cache (releasing its claims)."""
+        if self._models is not None and not self._models.done():
+            self._models.cancel()
+            await asyncio.gather(self._models, return_exceptions=True)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
@@ -336,7 +391,11 @@ class ApiClient:
         Raises:
             ApiError: the last failure, with its fault class (a 500 answering the same body
                 twice in a row is final).
+            BlackboxMIAError: (before the first request) the server lists models and not this
+                one (:meth:`check_model`).
         """
+        if not self._model_checked:  # before the first request this client sends
+            await self.check_model()
         tokens = estimate_tokens(payload)
         try:  # the first attempt without tenacity's machinery (a sixth of the loop's CPU per request)
             return await self._send(dialect, payload, body, tokens)
@@ -467,7 +526,8 @@ class ApiClient:
         else:
             why = f"{fault}: gave up after {tries}"
         status, message = self._describe(exc, dialect)
-        return ApiError(status, f"{message} ({why})", fault)
+        detail = self._server_message(exc) if isinstance(exc, openai.APIStatusError) else None
+        return ApiError(status, f"{message} ({why})", fault, detail)
 
     def _describe(self, exc: openai.APIError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
         """(HTTP status or ``None``, what went wrong) for one failed attempt."""
@@ -489,7 +549,8 @@ class ApiClient:
         if status == 404:
             if exc.code == "model_not_found" or "model" in detail.lower():
                 return status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}"
-            return status, f"{url} has no such endpoint (HTTP 404): {detail}; the base URL usually ends in /v1"
+            where = display_url(self._transport.url(dialect.prompt_field))
+            return status, f"404 at {where}: wrong base URL? (it usually ends in /v1; the server said: {detail})"
         if status == 429:
             return status, f"rate limited by {url} (HTTP 429): {detail}; lower the concurrency or set rpm / tpm"
         if status >= 500:

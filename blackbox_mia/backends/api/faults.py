@@ -44,19 +44,23 @@ class ApiError(BlackboxMIAError):
             * ``"invalid"``: every attempt got a 2xx answer that was not JSON or failed
               validation; the message names the field (``choices[0].logprobs is missing``).
 
+        detail: the server's own error message (the key masked, cut short), ``None`` when the
+            server gave none (no answer, an invalid 200).
+
     Attributes:
-        status_code, fault: as given.
+        status_code, fault, detail: as given.
 
     Raises:
         ValueError: ``fault`` is not one of :data:`FAULTS`.
     """
 
-    def __init__(self, status_code: int | None, message: str, fault: str = "final"):
+    def __init__(self, status_code: int | None, message: str, fault: str = "final", detail: str | None = None):
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
         super().__init__(message)
         self.status_code = status_code
         self.fault = fault
+        self.detail = detail
 
 
 def retry_after_s(exc: BaseException | None) -> float | None:

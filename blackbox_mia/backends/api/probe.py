@@ -14,6 +14,7 @@ evidence that a feature is missing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from .tracker import TrackerConfig
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
 AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)
 GREEDY_STEPS = 6  # known positions on the model's greedy path
-TOP_N_TRIES = (20, 5, 1)
+TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal names no smaller cap
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
 CHAIN_STEPS = 3  # consecutive known positions the chained-request check bisects
 NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
@@ -69,13 +70,16 @@ async def _attempt(request: Awaitable) -> tuple[object, ApiError | None]:
     """``(answer, None)``, or ``(None, error)`` for a refusal that is evidence (final or invalid).
 
     Raises:
-        BlackboxMIAError: a transient failure that outlasted the retries (the probe stops).
+        BlackboxMIAError: a transient failure that outlasted the retries, or a 404 (a wrong base
+            URL or an unknown model: no evidence about a feature); the probe stops, nothing saved.
     """
     try:
         return await request, None
     except ApiError as exc:
         if exc.fault == "transient":
             raise BlackboxMIAError(f"capability probe stopped, nothing saved (rerun later): {exc}") from None
+        if exc.status_code == 404:
+            raise
         return None, exc
 
 
@@ -107,13 +111,22 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
 
     ``endpoint.token_id_prompts`` is updated to what the server accepts.
 
+    The largest top-n the endpoint honours is found first: one request asks for the tokenizer's
+    whole vocabulary; a server that caps the list silently answers with as many entries as it
+    allows, one that refuses is asked again for the cap its refusal names (else 100, 20, 5, 1:
+    :func:`next_top_n`). The record's ``top_n`` is the number of entries returned (at most the
+    vocabulary size); every later probe request, like the tracker's, asks for at most
+    ``config.max_top_n`` of them.
+
     Returns:
         The record; ``top_n = 0`` (no strategy) when no valid log-probs come back, with the
         refusals in ``reasons["topn"]``.
 
     Raises:
-        BlackboxMIAError: a transient failure (nothing is saved), or a request outside the
-            checks above failed for good.
+        BlackboxMIAError: a transient failure or a 404 (wrong base URL, unknown model: nothing
+            is saved), the model is not among those the server lists
+            (:meth:`~.client.ApiClient.check_model`), or a request outside the checks above
+            failed for good.
     """
     p = _Probe(endpoint, config)
     codec, dialect = endpoint.codec, endpoint.dialect
@@ -140,22 +153,27 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     if config.context:
         seq = seq[: config.context - 1]  # room for the generated token
 
-    first, refusals = None, []
+    first, refusals, asked = None, [], []
     before = p.spent()
-    for n in TOP_N_TRIES:
+    n = codec.vocab_size
+    while n is not None:
+        asked.append(n)
         first, error = await _attempt(endpoint.next_token(seq[:3], n))
         if first is not None:
             break
         refusals.append(f"top_n={n}: {error}")
+        n = next_top_n(error, asked)
     if first is None:
-        p.evidence["topn"] = {"requests": p.spent() - before, "refusals": refusals}
+        p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "refusals": refusals}
         p.reasons["topn"] = (
             "no valid top-n log-probs are returned (" + "; ".join(refusals) + "): bisection can measure "
             "lp_top − lp_i but never lp_top itself, so absolute log-probs cannot be recovered"
         )
         return p.caps(token_id_prompts=token_ids)
-    top_n = min(n, len(first.top))
-    p.evidence["topn"] = {"requests": p.spent() - before, "top_n": top_n}
+    honoured = min(n, len(first.top), codec.vocab_size)
+    top_n = min(honoured, config.max_top_n)  # what the checks below (and the tracker) ask per request
+    p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "top_n": honoured,
+                          **({"refusals": refusals} if refusals else {})}
 
     path = await _greedy_path(p, seq[:3], top_n)
     checks = _known_targets(path)
@@ -209,7 +227,18 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
                   flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains)
     await _check_partial_tokens(p, seq, caps)
-    return caps
+    return replace(caps, top_n=honoured)
+
+
+def next_top_n(refusal: ApiError, asked: list[int]) -> int | None:
+    """The top-n to ask after ``refusal`` refused ``asked[-1]``: the largest number below it that
+    the server's message names (its cap, as in "must be less than or equal to 20"), else the next
+    smaller entry of :data:`TOP_N_TRIES`; never one already asked; ``None`` when none is left."""
+    last = asked[-1]
+    named = [int(m) for m in re.findall(r"\d+", refusal.detail or "") if 1 <= int(m) < last]
+    if named and max(named) not in asked:
+        return max(named)
+    return next((n for n in TOP_N_TRIES if n < last and n not in asked), None)
 
 
 async def _greedy_path(p: _Probe, start: list[int], top_n: int) -> list[tuple[list[int], NextToken]]:

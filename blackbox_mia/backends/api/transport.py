@@ -22,6 +22,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
 ENDPOINT_PATHS = {"prompt": "/completions", "messages": "/chat/completions"}  # by the dialect's prompt field
+MODELS_PATH = "/models"  # GET: the models the server lists (OpenAI's "List models")
 STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
     400: openai.BadRequestError,
     401: openai.AuthenticationError,
@@ -95,19 +96,31 @@ class Transport:
             openai.APIConnectionError: the connection failed or dropped (the aiohttp error, an
                 :class:`OSError` for a refused connection, is its ``__cause__``).
         """
-        url = self._urls[prompt_field]
+        return await self._send("POST", self._urls[prompt_field], body)
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """``(status, raw answer)`` of one GET of the base URL's path + ``path`` (e.g.
+        :data:`MODELS_PATH`), on the same session and with the same header as :meth:`post`.
+
+        Raises:
+            openai.APIStatusError, openai.APITimeoutError, openai.APIConnectionError: as :meth:`post`.
+        """
+        return await self._send("GET", URL(self.path_url(path)), None)
+
+    async def _send(self, method: str, url: URL, body: bytes | None) -> tuple[int, bytes]:
+        """One request on the session (opened here on first use); failures as the SDK's errors."""
         if self._session is None:
             proxy, proxy_auth = env_proxy(str(url))
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout,
                                                   headers=self._headers, proxy=proxy, proxy_auth=proxy_auth)
         try:
-            async with self._session.post(url, data=body) as response:
+            async with self._session.request(method, url, data=body) as response:
                 content = await response.read()
                 status, headers = response.status, dict(response.headers)
         except asyncio.TimeoutError as exc:
-            raise openai.APITimeoutError(request=httpx.Request("POST", str(url))) from exc
+            raise openai.APITimeoutError(request=httpx.Request(method, str(url))) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise openai.APIConnectionError(request=httpx.Request("POST", str(url))) from exc
+            raise openai.APIConnectionError(request=httpx.Request(method, str(url))) from exc
         if not 200 <= status < 300:
             raise status_error(status, headers, content, str(url))
         return status, content
@@ -115,13 +128,17 @@ class Transport:
     def url(self, prompt_field: str) -> str:
         """The endpoint URL for ``prompt_field``: the base URL's path + :data:`ENDPOINT_PATHS`,
         its query kept, user info left out (the key goes in the header)."""
+        return self.path_url(ENDPOINT_PATHS[prompt_field])
+
+    def path_url(self, path: str) -> str:
+        """The base URL's path + ``path`` (``"/models"``), its query kept, user info left out."""
         base = self._base
         netloc = base.hostname or ""
         if ":" in netloc:
             netloc = f"[{netloc}]"
         if base.port:
             netloc += f":{base.port}"
-        return urlunsplit((base.scheme, netloc, base.path.rstrip("/") + ENDPOINT_PATHS[prompt_field], base.query, ""))
+        return urlunsplit((base.scheme, netloc, base.path.rstrip("/") + path, base.query, ""))
 
     async def close(self) -> None:
         """Close the session's connections (idempotent)."""
