@@ -12,6 +12,7 @@ from blackbox_mia.backends.api.client import ApiClient
 from blackbox_mia.cache import ResponseCache
 
 from .helpers_client import FakeApi, config
+from .realserver.fixtures import _llama_server_session, llama_peaked_gguf, llama_python, llama_server  # noqa: F401
 
 DATA = Path(__file__).resolve().parents[1] / "blackbox_mia" / "data"
 
