@@ -16,7 +16,7 @@ from pathlib import Path
 from ...io import read_json_object, write_json_atomic
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 6  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 7  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
@@ -61,6 +61,12 @@ class Capabilities:
         prompt_logprobs: vLLM's ``prompt_logprobs`` request field returns every prompt token's
             log-prob by token id, agreeing with per-prefix values (one request per text, like
             ``echo``; preferred to it).
+        exact_names: the server names tokens that are part of a character exactly (``bytes:``
+            names seen), so a name denotes the ids this package gives it; otherwise lossy namings
+            are presumed (:attr:`~blackbox_mia.tokenizers.TokenCodec.lossy_names`).
+        open_bias: the server stops at ``max_tokens`` when its output ends inside a character,
+            so a request may bias such a token upward (else the tracker never does:
+            :meth:`~.endpoint.Endpoint.may_bias`).
         chained_flips: a ``max_tokens = K`` request biasing several consecutive targets answers
             each one's bisection question while the generated tokens are the text's (checked by
             bisecting known values with chains: :mod:`.chains`).
@@ -85,6 +91,8 @@ class Capabilities:
     run_reading: bool = False
     prompt_logprobs: bool = False
     chained_flips: bool = False
+    exact_names: bool = False
+    open_bias: bool = False
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -119,7 +127,7 @@ class Capabilities:
             "reported": str, "forced_readout": bool, "postbias_solve": bool, "bisect": bool,
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
-            "prompt_logprobs": bool, "chained_flips": bool,
+            "prompt_logprobs": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
         }
         values = {}
         for f in fields(cls):

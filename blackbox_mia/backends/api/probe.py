@@ -40,6 +40,7 @@ GREEDY_STEPS = 6  # known positions on the model's greedy path
 TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal names no smaller cap
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
 CHAIN_STEPS = 3  # consecutive known positions the chained-request check bisects
+OPEN_STOP_REQUESTS = 12  # most unbiased probe-text prefixes asked for a greedy token that ends mid-character
 NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
 
 
@@ -63,6 +64,7 @@ async def load_or_probe(
         caps = await probe(endpoint, config)
         save_capabilities(path, caps)
     endpoint.token_id_prompts = caps.token_id_prompts
+    endpoint.exact_names, endpoint.open_bias = caps.exact_names, caps.open_bias
     return caps
 
 
@@ -186,7 +188,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     runs = await _check_runs(p, path, top_n, agree)
 
     forces, reported = False, "unknown"
-    non_argmax = [c for c in checks if not surely(c[3].sampled, c[1])]
+    non_argmax = [c for c in checks if not surely(c[3].sampled, c[1]) and endpoint.may_bias(c[1])]
     if not non_argmax:
         p.reasons["bias"] = "no listed non-argmax token on the probe path: logit_bias semantics untested"
     else:
@@ -226,6 +228,8 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
                     and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
                   flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains)
+    open_bias = await _check_open_stop(p, seq, top_n)
+    caps = replace(caps, exact_names=endpoint.exact_names, open_bias=open_bias)
     await _check_partial_tokens(p, seq, caps)
     return replace(caps, top_n=honoured)
 
@@ -398,6 +402,7 @@ async def _check_chains(p: _Probe, path, base: dict, agree: float) -> bool:
         answer = await endpoint.next_token(prefix, base["top_n"])
         taken = {position.target for position, _ in known}
         entries = [e for e in answer.top if e.ids is not None and len(e.ids) == 1 and not e.ids & taken
+                   and endpoint.may_bias(next(iter(e.ids)))
                    and not surely(answer.sampled, next(iter(e.ids)))]
         if not entries:
             break
@@ -429,6 +434,45 @@ async def _check_chains(p: _Probe, path, base: dict, agree: float) -> bool:
     return ok
 
 
+async def _check_open_stop(p: _Probe, seq: list[int], top_n: int) -> bool:
+    """Whether the server stops at ``max_tokens`` when its output ends inside a character, so a
+    request may bias such a token upward (:attr:`~.endpoint.Endpoint.open_bias`); also settles
+    :attr:`~.endpoint.Endpoint.exact_names` from the names seen so far.
+
+    Safe by construction: only unbiased one-token requests at the probe text's sendable prefixes
+    (those before a partial token first, most already asked, so answered from the cache; at most
+    :data:`OPEN_STOP_REQUESTS`), until one whose greedy token ends inside
+    a character (:func:`~blackbox_mia.tokenizers.base.ends_open`) answers with one token (the
+    server stops: True) or with more than one (it runs on mid-character, as llama-cpp-python
+    does: False). Without such a prefix nothing is known: False, with the reason.
+    """
+    endpoint, codec = p.endpoint, p.endpoint.codec
+    endpoint.exact_names = endpoint.partial_names_rendered > 0
+    before, asked = p.spent(), 0
+    # prefixes before a partial token first: there the greedy token is likeliest a partial one
+    order = sorted(range(1, len(seq)), key=lambda j: seq[j] not in codec.partial_ids)
+    for j in order:
+        if asked >= OPEN_STOP_REQUESTS:
+            break
+        if not endpoint.sendable(seq[:j]):
+            continue
+        asked += 1
+        answer, error = await _attempt(endpoint.next_token(seq[:j], top_n))
+        if error is not None and "more than max_tokens" in str(error):
+            p.evidence["open_bias"] = {"requests": p.spent() - before, "prefix_tokens": j, "overrun": str(error)}
+            p.reasons["open_bias"] = ("the server generates past max_tokens while its output ends inside a "
+                                      f"character ({error}): no request biases such a token upward")
+            return False
+        if answer is not None and answer.sampled is not None and answer.sampled <= codec.open_ids:
+            p.evidence["open_bias"] = {"requests": p.spent() - before, "prefix_tokens": j, "overrun": None}
+            return True
+    p.evidence["open_bias"] = {"requests": p.spent() - before, "prefix_tokens": None, "overrun": None}
+    p.reasons["open_bias"] = (f"no greedy token after {asked} of the probe text's prefixes ends inside a character, "
+                              "so whether the server stops at max_tokens then is unknown: no request biases such a "
+                              "token upward")
+    return False
+
+
 async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -> None:
     """Measure how the server names tokens that are part of a UTF-8 character, on the probe text's
     accented and CJK positions, and how many of them the tracker resolves."""
@@ -437,12 +481,14 @@ async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -
     positions = positions[:PARTIAL_POSITIONS]
     if not positions or not caps.strategies():
         return
-    auto = strategy_set(endpoint, caps, p.config)["auto"]
+    strategies = strategy_set(endpoint, caps, p.config)
+    auto, topn = strategies["auto"], strategies["topn"]
     before, unnamed, ambiguous = p.spent(), 0, 0
     for j in positions:
         answer = await endpoint.next_token(seq[:j], caps.top_n)
         unnamed += sum(1 for e in answer.top if e.ids is None or len(e.ids) > 1)
-        ambiguous += (await auto.resolve(Position(seq[:j], seq[j]))).strategy == "ambiguous"
+        strategy = auto if endpoint.may_bias(seq[j]) else topn  # no upward bias on an open token
+        ambiguous += (await strategy.resolve(Position(seq[:j], seq[j]))).strategy != "topn"
     p.evidence["partial_tokens"] = {"requests": p.spent() - before, "positions": len(positions),
                                     "ambiguous_names": unnamed, "unresolved": ambiguous}
     if unnamed:

@@ -38,6 +38,10 @@ only from above have ``lower = -inf`` and one of these strategies:
                 the top-n bound, never a guess.
 ``unsendable``  prompts go as text and this prefix does not reach the model as these tokens (it
                 ends inside a character, or re-tokenizes differently): [−inf, 0].
+``unbiasable``  no request may bias this target upward (its bytes end inside a character and
+                the server was not shown to stop at ``max_tokens`` then,
+                :attr:`~.endpoint.Endpoint.open_bias`), and the top-n does not list it: the
+                top-n bound.
 
 Token identity never rests on a name alone. With a bias on the target only, the greedy token is
 either the unbiased argmax or the target, so an unnamed sampled token is the target when it
@@ -343,9 +347,9 @@ class Tracker:
         return await self.bisection.run(positions, follows, room, found)
 
     async def _open(self, position: Position) -> Estimate | Gallop:
-        """A position's listed value, or its galloping search (or final estimate), or
-        ``unsendable`` (:meth:`_unsendable`)."""
-        return self._unsendable(position) or await self.strategies["bisect"].start(position)
+        """A position's listed value, or its galloping search (or final estimate), or what
+        :meth:`_gate` says."""
+        return await self._gate(position) or await self.strategies["bisect"].start(position)
 
     # -- one echo window ------------------------------------------------------------------------
 
@@ -374,13 +378,24 @@ class Tracker:
 
     async def _resolve(self, position: Position, mode: str = "auto") -> Estimate:
         """lp of ``position``'s target with the strategy named ``mode`` (``auto``: the cheapest
-        available), or ``unsendable`` (:meth:`_unsendable`)."""
-        return self._unsendable(position) or await self.strategies[mode].resolve(position)
+        available), or what :meth:`_gate` says."""
+        return await self._gate(position) or await self.strategies[mode].resolve(position)
 
-    def _unsendable(self, position: Position) -> Estimate | None:
-        """``unsendable`` (an upper bound of 0) when the prefix cannot be sent as its tokens: it is
-        never sent as a text the server would tokenize otherwise; None when it can."""
-        return None if self.endpoint.sendable(position.prefix) else Estimate.at_most(0.0, "unsendable")
+    async def _gate(self, position: Position) -> Estimate | None:
+        """What a position gets without a biased request, where none may be sent; None when the
+        strategies may run.
+
+        ``unsendable`` (an upper bound of 0) when the prefix cannot be sent as its tokens: it is
+        never sent as a text the server would tokenize otherwise. For a target no request may
+        bias upward (:meth:`~.endpoint.Endpoint.may_bias`): its listed value (``topn``), else
+        the top-n bound (``unbiasable``).
+        """
+        if not self.endpoint.sendable(position.prefix):
+            return Estimate.at_most(0.0, "unsendable")
+        if self.endpoint.may_bias(position.target):
+            return None
+        estimate = await self.strategies["topn"].resolve(position)
+        return estimate if estimate.strategy == "topn" else Estimate.at_most(estimate.upper, "unbiasable")
 
     # -- assembly ---------------------------------------------------------------------------
 
