@@ -441,7 +441,8 @@ async def _check_open_stop(p: _Probe, seq: list[int], top_n: int) -> bool:
 
     Safe by construction: only unbiased one-token requests at the probe text's sendable prefixes
     (those before a partial token first, most already asked, so answered from the cache; at most
-    :data:`OPEN_STOP_REQUESTS`), until one whose greedy token ends inside
+    :data:`OPEN_STOP_REQUESTS`, none longer than :func:`_check_partial_tokens` sends), until one
+    whose greedy token ends inside
     a character (:func:`~blackbox_mia.tokenizers.base.ends_open`) answers with one token (the
     server stops: True) or with more than one (it runs on mid-character, as llama-cpp-python
     does: False). Without such a prefix nothing is known: False, with the reason.
@@ -449,8 +450,11 @@ async def _check_open_stop(p: _Probe, seq: list[int], top_n: int) -> bool:
     endpoint, codec = p.endpoint, p.endpoint.codec
     endpoint.exact_names = endpoint.partial_names_rendered > 0
     before, asked = p.spent(), 0
-    # prefixes before a partial token first: there the greedy token is likeliest a partial one
-    order = sorted(range(1, len(seq)), key=lambda j: seq[j] not in codec.partial_ids)
+    # prefixes before a partial token first: there the greedy token is likeliest a partial one; none
+    # longer than the partial-token check's (a server with a short context may abort on a longer prompt)
+    partial = [j for j in range(1, len(seq)) if seq[j] in codec.partial_ids and endpoint.sendable(seq[:j])]
+    longest = max(partial[:PARTIAL_POSITIONS], default=GREEDY_STEPS + 3)
+    order = sorted(range(1, longest + 1), key=lambda j: seq[j] not in codec.partial_ids)
     for j in order:
         if asked >= OPEN_STOP_REQUESTS:
             break
