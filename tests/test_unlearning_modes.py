@@ -191,9 +191,11 @@ def test_audit_through_serve_equals_local(canary, unlearned, models, tmp_path):
     before, after = models
     # at a temperature near 0 both sample the argmax: the same continuations whatever the RNG (the
     # emulator draws with numpy, the local backend with torch, so at T = 1 the samples differ and
-    # only their distribution agrees)
+    # only their distribution agrees). 1e-3 was not near enough with transformers 5.24 / numpy 2.4: one
+    # step's top two tokens lie within a few thousandths of a nat, and the two RNGs split there
+    # (item 18 of the session-start commit 3afb835 failed the same way)
     config = UnlearningConfig(dataset=str(unlearned / FORGET_FILE), samples=2, max_new_tokens=12,
-                              segmenter="whitespace", prompt_words=8, temperature=1e-3)
+                              segmenter="whitespace", prompt_words=8, temperature=1e-6)
     plan = prepare_unlearning(config)
     local = run_unlearning(plan, before, after, tmp_path / "local", progress=False)
     tracker = TrackerConfig(context=64)  # the tiny canary's block_size
