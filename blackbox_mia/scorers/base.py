@@ -2,9 +2,10 @@
 
 Every scorer maps the :class:`~blackbox_mia.types.TokenLogprobs` of a text (computed once and
 shared by all scorers) to one :class:`~.bounded.Bounded` number (the score and the interval its
-tokens' bounds allow), with one sign convention: **higher = more likely a member**. A scorer that needs more log-probs (PAC's neighbours, the lowercased text, a
-reference model) declares them in :meth:`Scorer.needs`; the runner computes them through the
-same backend interface, batched with everything else, so scorers never touch torch or HTTP.
+tokens' bounds allow), with one sign convention: **higher = more likely a member**. A scorer
+that needs more log-probs (PAC's neighbours, the lowercased text, a reference model) declares
+them in :meth:`Scorer.needs`; the runner computes them through the same backend interface,
+batched with everything else, so scorers never touch torch or HTTP.
 """
 
 from __future__ import annotations
