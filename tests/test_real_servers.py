@@ -71,6 +71,7 @@ def test_partial_utf8_tokens_named_empty_stay_within_bounds(mode, local, peaked_
         probe = backend_for(url, peaked_model_dir, tmp_path / "auto")
         caps = probe.capabilities
         assert caps.evidence["partial_tokens"]["ambiguous_names"] > 0  # the probe saw the "" names
+        assert not caps.exact_names and caps.evidence["token_names"]["exact"] is False  # a forced byte named ""
         strategies = ["auto"] + caps.strategies()
         black = probe.logprobs(TEXTS)
         probe.close()
@@ -139,6 +140,7 @@ def test_special_token_strings_are_plain_text(local, peaked_model_dir, tmp_path)
     assert eos not in white.token_ids.tolist()
     with serve_in_background(ServerConfig(str(peaked_model_dir), echo=False), backend=local) as url:
         backend = backend_for(url, peaked_model_dir, tmp_path)
+        assert backend.capabilities.exact_names  # the forced continuation byte came back named "bytes:\x.."
         black = backend.logprobs([text])[0]
         backend.close()
     assert_within_bounds(black, white, "auto")

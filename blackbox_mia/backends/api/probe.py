@@ -434,6 +434,23 @@ async def _check_chains(p: _Probe, path, base: dict, agree: float) -> bool:
     return ok
 
 
+async def _ask_partial_name(p: _Probe, seq: list[int], top_n: int) -> None:
+    """Ask how the server names a token that is part of a character: one request forcing (bias at
+    the cap) a partial token that does not end inside a character (a lone continuation byte: safe
+    on every server), so its sampled name is seen (``bytes:\\x..`` counts as exact naming in
+    :attr:`~.endpoint.Endpoint.partial_names_rendered`). Nothing is asked when the tokenizer has
+    no such token."""
+    codec, endpoint = p.endpoint.codec, p.endpoint
+    probe_id = min(codec.partial_ids - codec.open_ids, default=None)
+    if probe_id is None or not endpoint.sendable(seq[:3]):
+        return
+    before, seen = p.spent(), endpoint.partial_names_rendered
+    answer, error = await _attempt(endpoint.next_token(seq[:3], top_n, {probe_id: p.config.max_bias}))
+    p.evidence["token_names"] = {"requests": p.spent() - before, "forced_partial_id": probe_id,
+                                 "exact": endpoint.partial_names_rendered > seen,
+                                 "refusal": None if error is None else str(error)}
+
+
 async def _check_open_stop(p: _Probe, seq: list[int], top_n: int) -> bool:
     """Whether the server stops at ``max_tokens`` when its output ends inside a character, so a
     request may bias such a token upward (:attr:`~.endpoint.Endpoint.open_bias`); also settles
@@ -448,6 +465,7 @@ async def _check_open_stop(p: _Probe, seq: list[int], top_n: int) -> bool:
     does: False). Without such a prefix nothing is known: False, with the reason.
     """
     endpoint, codec = p.endpoint, p.endpoint.codec
+    await _ask_partial_name(p, seq, top_n)
     endpoint.exact_names = endpoint.partial_names_rendered > 0
     before, asked = p.spent(), 0
     # prefixes before a partial token first: there the greedy token is likeliest a partial one; none
