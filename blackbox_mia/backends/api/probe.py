@@ -14,6 +14,7 @@ evidence that a feature is missing.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable
 from dataclasses import replace
@@ -510,12 +511,12 @@ async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -
         answer = await endpoint.next_token(seq[:j], caps.top_n)
         unnamed += sum(1 for e in answer.top if e.ids is None or len(e.ids) > 1)
         strategy = auto if endpoint.may_bias(seq[j]) else topn  # no upward bias on an open token
-        ambiguous += (await strategy.resolve(Position(seq[:j], seq[j]))).strategy != "topn"
+        ambiguous += (await strategy.resolve(Position(seq[:j], seq[j]))).lower == -math.inf  # bound only
     p.evidence["partial_tokens"] = {"requests": p.spent() - before, "positions": len(positions),
                                     "ambiguous_names": unnamed, "unresolved": ambiguous}
     if unnamed:
         p.notes.append(
             f"the server does not name tokens that are part of a UTF-8 character uniquely ({unnamed} listed "
             f"entries at {len(positions)} probe positions): their identity is inferred by elimination; "
-            f"{ambiguous} of those positions stayed ambiguous and get a top-n upper bound"
+            f"{ambiguous} of those positions stayed ambiguous or unbiasable and get a top-n upper bound"
         )
