@@ -267,7 +267,7 @@ def test_probe_unreadable_file(tmp_path):
 def test_nonfinite_scores_give_no_auc_and_no_bare_nan():
     from blackbox_mia.cli.app import echo_json_line
     from blackbox_mia.cli.common import auc_by_scorer
-    from blackbox_mia.runner import ScoredText
+    from blackbox_mia.results import ScoredText
     from blackbox_mia.scorers import parse_scorers
     from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
 

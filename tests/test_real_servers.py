@@ -159,7 +159,7 @@ def test_chat_values_are_conditional_and_refused_without_opt_in(local, peaked_mo
         backend.close()
     assert caps.condition == "chat-template" and any("chat template" in n for n in caps.notes)
     assert black.provenance.condition == "chat-template"
-    from blackbox_mia.runner import ScoredText
+    from blackbox_mia.results import ScoredText
 
     assert ScoredText.from_scores("x", None, {}, black).to_json()["condition"] == "chat-template"  # every row says it
     white = LocalBackend(LocalConfig(str(peaked_model_dir), bos=False)).logprobs([CHAT_TEXT])[0]

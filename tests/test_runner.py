@@ -13,10 +13,9 @@ import pytest
 from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.datasets import Item, limit_items
 from blackbox_mia.io import write_json_atomic
+from blackbox_mia.results import ScoredText, read_rows
 from blackbox_mia.runner import (
-    ScoredText,
     config_path_for,
-    read_rows,
     repair_tail,
     score_items,
     score_texts,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from blackbox_mia.audits.common import score_column
-from blackbox_mia.runner import ScoredText, read_rows, score_items
+from blackbox_mia.results import ScoredText, read_rows
+from blackbox_mia.runner import score_items
 from blackbox_mia.scorers import parse_scorers
 from blackbox_mia.scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs

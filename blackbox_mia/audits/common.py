@@ -12,7 +12,7 @@ import numpy as np
 from ..datasets import CANARY, Item, is_canary_spec
 from ..evaluation import render_markdown, to_jsonable, write_report
 from ..io import write_text_atomic
-from ..runner import ScoredText
+from ..results import ScoredText
 from ..types import BlackboxMIAError
 
 Log = Callable[[str], None]

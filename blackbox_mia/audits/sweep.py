@@ -36,7 +36,8 @@ from ..evaluation import (
     min_nonmembers,
     plot_histogram,
 )
-from ..runner import ScoredText, run_config, score_items
+from ..results import ScoredText
+from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer
 from ..types import BlackboxMIAError
 from .common import (

@@ -47,7 +47,8 @@ def demo(
             raise BlackboxMIAError(f"--mode must be one of {', '.join(LOGPROBS_MODES)}, got {mode!r}")
         from ..backends.local import LocalBackend, LocalConfig
         from ..canary import CanaryConfig, canary_items, ensure_canary
-        from ..runner import ScoredText, score_texts
+        from ..results import ScoredText
+        from ..runner import score_texts
 
         path = ensure_canary(CanaryConfig(), progress=not json_out, cache=cache_dir, log=messages(quiet=json_out))
         items = canary_items(path)
@@ -124,7 +125,8 @@ def blackbox_agreement(path, local, items, mode: str, echo: bool, cache_dir, pro
     from ..backends.api import ApiBackend
     from ..backends.api.client import ApiConfig
     from ..backends.api.tracker import TrackerConfig
-    from ..runner import ScoredText, score_texts
+    from ..results import ScoredText
+    from ..runner import score_texts
 
     scorers = parse_scorers(BLACKBOX_DEMO_SCORERS)
     texts = [it.text for it in items]

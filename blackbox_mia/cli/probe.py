@@ -107,7 +107,8 @@ def probe_texts(
         BlackboxMIAError: as :func:`~blackbox_mia.runner.score_texts`; the records of the texts
             done before the error are printed.
     """
-    from ..runner import ScoredText, score_texts
+    from ..results import ScoredText
+    from ..runner import score_texts
 
     backend = backends["target"]
     start = _usage(backend)
