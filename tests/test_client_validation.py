@@ -56,8 +56,6 @@ INVALID_COMPLETIONS = {  # name: (request, answer, message naming the field)
                          r"choices\[0\]\.logprobs is missing"),
     "no-generated-token": (dict(logprobs=1), _completion([], [], []),
                            r"choices\[0\]\.logprobs\.tokens has no generated token"),
-    "more-than-max-tokens": (dict(logprobs=1), _completion([" A", " B"], [-0.5, -1.0], [TOP, TOP]),
-                             r"2 generated tokens, more than max_tokens=1"),
     "null-logprob": (dict(logprobs=1), _completion([" A"], [None], [TOP]),
                      r"choices\[0\]\.logprobs\.token_logprobs\[0\] is None, expected a number"),
     "empty-top": (dict(logprobs=1), _completion([" A"], [-0.5], [{}]),
@@ -131,7 +129,6 @@ INVALID_CHATS = {
     "empty-top": (_chat({"content": [_item(top=())]}), r"content\[0\]\.top_logprobs is \[\], expected at least"),
     "top-without-logprob": (_chat({"content": [_item(top=({"token": "A"},))]}),
                             r"content\[0\]\.top_logprobs\[0\]\.logprob is None, expected a number"),
-    "too-many": (_chat({"content": [_item(), _item()]}), "2 generated tokens, more than max_tokens=1"),
 }
 
 
@@ -142,6 +139,19 @@ async def test_invalid_chat_answers_name_the_field(client, fake, name):
     with pytest.raises(ApiError, match=match) as err:
         await client.chat("x", top_logprobs=1)
     assert err.value.fault == "invalid" and fake.hits == 4 and len(client.cache) == 0
+
+
+async def test_tokens_past_max_tokens_are_set_apart_not_refused(client, fake):
+    """llama-cpp-python generates past max_tokens while its output ends inside a character: the
+    first max_tokens entries are the answer's tokens (the conditionals they claim to be), the
+    rest are kept apart under past_max_tokens."""
+    fake.faults = [{"status": 200, "json": _completion([" A", " B"], [-0.5, -1.0], [TOP, {" B": -1.0}])}]
+    result = await client.complete([1, 2], max_tokens=1, logprobs=1)
+    assert [(e["token"], e["logprob"]) for e in result["tokens"]] == [(" A", -0.5)] and fake.hits == 1
+    assert [(e["token"], e["logprob"]) for e in result["past_max_tokens"]] == [(" B", -1.0)]
+    fake.faults = [{"status": 200, "json": _chat({"content": [_item(-1.0), _item(-2.0)]})}]
+    chat = await client.chat("x", top_logprobs=1)
+    assert [e["logprob"] for e in chat["tokens"]] == [-1.0] and [e["logprob"] for e in chat["past_max_tokens"]] == [-2.0]
 
 
 async def test_echo_with_one_generated_token_splits_prompt_and_generation(client):

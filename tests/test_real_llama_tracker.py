@@ -64,14 +64,16 @@ def test_values_and_scores_within_bounds_and_the_server_survives(strategy, llama
         if strategy != "auto" and strategy not in caps.strategies():
             pytest.skip(f"{strategy}: {caps.reason(strategy)}")
         assert not caps.open_bias  # llama.cpp runs past max_tokens mid-character: never shown safe
+        assert caps.grammar, caps.reason("grammar")  # so positions inside a character are spelled
         scorers = parse_scorers(SCORERS)
         black = score_texts(texts, scorers, {"target": backend})
     finally:
         backend.close()
     truth = score_texts(texts, scorers, {"target": white})
-    outside, bound_only, tokens = [], 0, 0
+    outside, bound_only, tokens, exact = [], 0, 0, {}
     for name, (scores, lp), (true_scores, w) in zip(TEXTS, black, truth):
         assert lp.token_ids.tolist() == w.token_ids.tolist()
+        exact[name] = float(((lp.upper - lp.lower) <= EPSILON + EXACT).mean())
         for i in range(lp.n_tokens):
             if not lp.lower[i] - EXACT <= w.logprobs[i] <= lp.upper[i] + EXACT:
                 outside.append((name, lp.tokens[i], lp.strategies[i], w.logprobs[i], lp.lower[i], lp.upper[i]))
@@ -81,6 +83,8 @@ def test_values_and_scores_within_bounds_and_the_server_survives(strategy, llama
             t = true_scores[label].value
             assert b.lower - EXACT <= t <= b.upper + EXACT, (name, label, b, t)
     assert outside == [], outside[:5]
+    # the Japanese text's characters are single-byte tokens here: every position inside one is spelled
+    assert exact["japanese"] >= 0.9, exact
     assert llama.alive(), llama.log_tail()
     assert llama.server_errors() == probe_errors, llama.log_tail()
-    print(f"{strategy}: {tokens} tokens, {bound_only} bound-only, strategies {caps.strategies()}")
+    print(f"{strategy}: {tokens} tokens, {bound_only} bound-only, exact shares {exact}, strategies {caps.strategies()}")

@@ -3,8 +3,10 @@
 One validation step for every answer, fresh or read back from the cache (:func:`read_completion`,
 :func:`read_chat`): the shape and types the result needs, every field the request asked for
 (log-probs, ``top`` alternatives), every number finite (NaN or an infinity anywhere fails), and
-lengths that agree with each other, with ``max_tokens`` and, with echo, with the prompt. A
-failure is a :class:`Malformed` naming the first field that fails.
+lengths that agree with each other and, with echo, with the prompt. Generated entries past
+``max_tokens`` are set apart under ``past_max_tokens`` (llama-cpp-python keeps generating while
+its output ends inside a character): ``tokens`` holds at most ``max_tokens``. A failure is a
+:class:`Malformed` naming the first field that fails.
 """
 
 from __future__ import annotations
@@ -142,12 +144,12 @@ def _by_logprob(top: list[dict]) -> list[dict]:
     return sorted(top, key=lambda e: -e["logprob"])
 
 
-def _check_generated(n: int, max_tokens: int, where: str) -> None:
-    """``n`` generated tokens must be at least 1 (when ``max_tokens >= 1``) and at most ``max_tokens``."""
-    if max_tokens >= 1 and n < 1:
+def _split_generated(generated: list[dict], max_tokens: int, where: str) -> tuple[list[dict], list[dict]]:
+    """The generated entries up to ``max_tokens`` and those past it; at least one must be there
+    (when ``max_tokens >= 1``)."""
+    if max_tokens >= 1 and not generated:
         raise Malformed(where, f"has no generated token (max_tokens={max_tokens})")
-    if n > max_tokens:
-        raise Malformed(where, f"has {n} generated tokens, more than max_tokens={max_tokens}")
+    return generated[:max_tokens], generated[max_tokens:]
 
 
 def _missing_top(where: str, n_top: int, value: object) -> Malformed:
@@ -180,7 +182,6 @@ def _legacy_entries(logprobs: object, payload: dict, usage: dict) -> tuple[list[
         raise Malformed(where, f"has tokens ({len(tokens)}), token_logprobs ({len(values)}) and "
                                 f"top_logprobs ({len(tops)}) of different lengths")
     n_prompt = _prompt_count(payload, usage, len(tokens)) if payload.get("echo") else 0
-    _check_generated(len(tokens) - n_prompt, payload["max_tokens"], f"{where}.tokens")
     n_top = payload["logprobs"]
     entries = []
     for i, (token, value, top) in enumerate(zip(tokens, values, tops)):
@@ -219,16 +220,17 @@ def read_completion(raw: dict, payload: dict) -> dict:
     text = _optional(choice.get("text"), str, "choices[0].text", "a string") or ""
     usage = _usage(raw)
     prompt, echo = payload["prompt"], bool(payload.get("echo"))
-    tokens, prompt_tokens, offsets, n_prompt = [], None, None, 0
+    tokens, past, prompt_tokens, offsets, n_prompt = [], [], None, None, 0
     if payload.get("logprobs") is not None:  # asked for: must be there (ignored when not asked for)
         tokens, offsets, n_prompt = _legacy_entries(choice.get("logprobs"), payload, usage)
         if echo:
             prompt_tokens, tokens = tokens[:n_prompt], tokens[n_prompt:]
+        tokens, past = _split_generated(tokens, payload["max_tokens"], "choices[0].logprobs.tokens")
     if echo and isinstance(prompt, str) and text.startswith(prompt):
         text = text[len(prompt):]
     elif echo and offsets is not None:  # cut the echoed prompt at the first generated token
         text = text[offsets[n_prompt]:] if n_prompt < len(offsets) else ""
-    result = {"text": text, "tokens": tokens, "prompt_tokens": prompt_tokens,
+    result = {"text": text, "tokens": tokens, "past_max_tokens": past, "prompt_tokens": prompt_tokens,
               "finish_reason": _finish(choice), "usage": usage}
     if payload.get("prompt_logprobs") is not None:  # vLLM's field: absent where the server ignores it
         result["prompt_logprobs"] = _prompt_logprobs(choice.get("prompt_logprobs"), payload, usage)
@@ -281,11 +283,10 @@ def read_chat(raw: dict, payload: dict) -> dict:
     choice = _first_choice(_valid_body(raw))
     message = _required(choice.get("message"), dict, "choices[0].message", "an object")
     text = _optional(message.get("content"), str, "choices[0].message.content", "a string") or ""
-    tokens = []
+    tokens, past = [], []
     if payload.get("logprobs"):  # asked for: must be there (ignored when not asked for)
         lp = _required(choice.get("logprobs"), dict, "choices[0].logprobs", "an object")
         items = _required(lp.get("content"), list, "choices[0].logprobs.content", "a list")
-        _check_generated(len(items), payload["max_tokens"], "choices[0].logprobs.content")
         n_top = payload.get("top_logprobs") or 0
         for i, item in enumerate(items):
             where = f"choices[0].logprobs.content[{i}]"
@@ -299,8 +300,9 @@ def read_chat(raw: dict, payload: dict) -> dict:
                 "logprob": _number(item.get("logprob"), f"{where}.logprob"),
                 "top": _by_logprob([_alternative(t, f"{where}.top_logprobs[{j}]") for j, t in enumerate(top)]),
             })
-    return {"text": text, "tokens": tokens, "prompt_tokens": None, "finish_reason": _finish(choice),
-            "usage": _usage(raw)}
+        tokens, past = _split_generated(tokens, payload["max_tokens"], "choices[0].logprobs.content")
+    return {"text": text, "tokens": tokens, "past_max_tokens": past, "prompt_tokens": None,
+            "finish_reason": _finish(choice), "usage": _usage(raw)}
 
 
 def _alternative(entry: object, where: str) -> dict:

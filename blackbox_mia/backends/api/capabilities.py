@@ -16,7 +16,7 @@ from pathlib import Path
 from ...io import read_json_object, write_json_atomic
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 8  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 9  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
@@ -70,6 +70,10 @@ class Capabilities:
         chained_flips: a ``max_tokens = K`` request biasing several consecutive targets answers
             each one's bisection question while the generated tokens are the text's (checked by
             bisecting known values with chains: :mod:`.chains`).
+        grammar: a GBNF ``grammar`` request field constrains the output without changing the
+            reported log-probs (a known non-argmax token forced by a grammar alone came back with
+            its known value), and forced read-out holds: the tracker reads positions inside a
+            character by spelled requests (:mod:`.spelling`).
 
     """
 
@@ -93,6 +97,7 @@ class Capabilities:
     chained_flips: bool = False
     exact_names: bool = False
     open_bias: bool = False
+    grammar: bool = False
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -128,6 +133,7 @@ class Capabilities:
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
             "prompt_logprobs": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
+            "grammar": bool,
         }
         values = {}
         for f in fields(cls):

@@ -20,7 +20,8 @@ No request biases a token upward whose bytes end inside a character
 (:func:`~blackbox_mia.tokenizers.base.ends_open`) unless the probe found that the server stops
 at ``max_tokens`` even then (:attr:`Endpoint.open_bias`): llama-cpp-python keeps generating
 while its output ends mid-character, and a bias that keeps favouring such a token runs it to
-the end of its context, where it aborts.
+the end of its context, where it aborts. The one exception is :meth:`Endpoint.spell`, on servers
+that honour a GBNF grammar (:attr:`Endpoint.grammar`): its grammar ends the output on a character.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ...types import BlackboxMIAError
 from .client import ApiClient
 from .dialect import dialect_named
 from .faults import ApiError
+from .grammar import spelling_grammar
 
 Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)
 ECHO = "echo"  # prompt log-probs from echo + logprobs (OpenAI's legacy completions)
@@ -125,6 +127,8 @@ class Endpoint:
             probe saw the server stop at ``max_tokens`` with such output); False (the default)
             until the probe says so: :meth:`may_bias` is False for such tokens and
             :meth:`next_tokens` refuses to send them.
+        grammar: the server honours a GBNF ``grammar`` field without changing the log-probs it
+            reports (the probe checked it), so :meth:`spell` may run; False until the probe says so.
 
     Raises:
         BlackboxMIAError: an unknown ``kind``, or a chat template (``client.config``) that
@@ -138,6 +142,7 @@ class Endpoint:
         self.token_id_prompts = token_id_prompts and self.dialect.token_id_prompts
         self.exact_names = False
         self.open_bias = False
+        self.grammar = False
         self.partial_names_rendered = 0
 
     @property
@@ -215,6 +220,36 @@ class Endpoint:
             self.dialect, self._prompt(prefix), max_tokens=k, temperature=0.0, top_n=top_n, bias=bias
         )
         return [self._answer(entry) for entry in result["tokens"]]
+
+    async def spell(self, prefix: Sequence[int], tokens: Sequence[int], bias: float) -> tuple[list[NextToken], str]:
+        """The greedy continuation of ``prefix`` under a grammar that admits exactly the text of
+        ``tokens`` (whole characters) and then printable ASCII, with ``bias`` nats on each of
+        ``tokens``: ``max_tokens = len(tokens)``, temperature 0, the sampled token's log-prob per
+        position (``bias`` 0: none sent). Safe for tokens that end inside a character where the
+        server honours the grammar: after the spelled characters every token ends on one, so
+        the server stops at ``max_tokens``.
+
+        Returns:
+            One answer per generated token (those past ``max_tokens`` too) and the generated text.
+
+        Raises:
+            BlackboxMIAError: ``tokens`` are not whole characters, or a positive ``bias`` would
+                favour a token that ends inside a character while :attr:`grammar` is off
+                (nothing is sent).
+            ApiError: the request failed or the answer stayed invalid (see the client).
+        """
+        try:
+            text = b"".join(self.codec.token_bytes(t) for t in tokens).decode("utf-8")
+        except UnicodeDecodeError:
+            raise BlackboxMIAError(f"refused to spell tokens {list(tokens)}: they are not whole characters") from None
+        if bias > 0 and not self.grammar and any(t in self.codec.open_ids for t in tokens):
+            raise BlackboxMIAError(f"refused to send a request biasing tokens {list(tokens)} upward: one ends inside "
+                                   "a character, and this server was not shown to honour a grammar")
+        result = await self.client.request(
+            self.dialect, self._prompt(prefix), max_tokens=len(tokens), temperature=0.0, top_n=1,
+            bias={t: bias for t in tokens} if bias else None, extra={"grammar": spelling_grammar(text)},
+        )
+        return [self._answer(entry) for entry in result["tokens"] + result["past_max_tokens"]], result["text"]
 
     def _answer(self, entry: dict) -> NextToken:
         """One generated entry as a :class:`NextToken` (the sampled token listed too)."""

@@ -32,6 +32,7 @@ from .capabilities import (
 from .choice import strategy_set
 from .client import ApiError
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, surely
+from .spelling import Speller
 from .strategies import Position
 from .tracker import TrackerConfig
 
@@ -65,7 +66,7 @@ async def load_or_probe(
         caps = await probe(endpoint, config)
         save_capabilities(path, caps)
     endpoint.token_id_prompts = caps.token_id_prompts
-    endpoint.exact_names, endpoint.open_bias = caps.exact_names, caps.open_bias
+    endpoint.exact_names, endpoint.open_bias, endpoint.grammar = caps.exact_names, caps.open_bias, caps.grammar
     return caps
 
 
@@ -230,7 +231,12 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
                   flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains)
     open_bias = await _check_open_stop(p, seq, top_n)
-    caps = replace(caps, exact_names=endpoint.exact_names, open_bias=open_bias)
+    if enabled["forced"]:
+        grammar = await _check_grammar(p, checks, agree)
+    else:
+        grammar, p.reasons["grammar"] = False, "spelled read-out reads forced tokens' values: forced read-out is off"
+    endpoint.grammar = grammar
+    caps = replace(caps, exact_names=endpoint.exact_names, open_bias=open_bias, grammar=grammar)
     await _check_partial_tokens(p, seq, caps)
     return replace(caps, top_n=honoured)
 
@@ -385,6 +391,35 @@ async def _trial(p: _Probe, strategy: str, checks, base: dict, agree: float) -> 
     return ok
 
 
+async def _check_grammar(p: _Probe, checks, agree: float) -> bool:
+    """Whether a GBNF grammar alone (no bias) forces a known non-argmax token of printable ASCII,
+    which comes back with its known, unconstrained log-prob (so a spelled read-out may trust
+    both: :mod:`.spelling`). Safe on any server: the token ends a character, so even a server
+    that ignores the grammar stops at ``max_tokens``. Evidence and the reason (when not) go
+    under ``grammar``."""
+    printable = [c for c in checks if not surely(c[3].sampled, c[1])
+                 and all(0x20 <= b < 0x7F for b in p.endpoint.codec.token_bytes(c[1]))]
+    if not printable:
+        p.reasons["grammar"] = "no known non-argmax ASCII token on the probe path to force by a grammar"
+        return False
+    prefix, target, lp, _ = printable[-1]  # the most likely one
+    before = p.spent()
+    result, error = await _attempt(p.endpoint.spell(prefix, [target], 0.0))
+    if error is not None:
+        p.reasons["grammar"] = f"a request with a grammar failed: {error}"
+        return False
+    steps, text = result
+    forced = bool(steps) and surely(steps[0].sampled, target)
+    reported = steps[0].sampled_logprob if steps else None
+    p.evidence["grammar"] = {"requests": p.spent() - before, "target_logprob": lp, "forced": forced,
+                             "reported": reported, "text": text[:40]}
+    if not forced or abs(reported - lp) > agree:
+        p.reasons["grammar"] = ("a grammar did not force a known token with its own log-prob "
+                                f"(forced: {forced}; reported {reported} vs {lp:.6g})")
+        return False
+    return True
+
+
 async def _check_chains(p: _Probe, path, base: dict, agree: float) -> bool:
     """Whether chained bisection requests (:mod:`.chains`) reproduce known values: along a path
     that takes, at each of :data:`CHAIN_STEPS` prefixes from the probe path's first, the most
@@ -506,17 +541,23 @@ async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -
         return
     strategies = strategy_set(endpoint, caps, p.config)
     auto, topn = strategies["auto"], strategies["topn"]
+    speller = Speller(endpoint, p.config.max_bias) if caps.grammar else None
     before, unnamed, ambiguous = p.spent(), 0, 0
     for j in positions:
         answer = await endpoint.next_token(seq[:j], caps.top_n)
         unnamed += sum(1 for e in answer.top if e.ids is None or len(e.ids) > 1)
         strategy = auto if endpoint.may_bias(seq[j]) else topn  # no upward bias on an open token
-        ambiguous += (await strategy.resolve(Position(seq[:j], seq[j]))).lower == -math.inf  # bound only
+        position = Position.at(seq, 0, j, len(seq))
+        estimate = await strategy.resolve(position)
+        if estimate.lower == -math.inf and speller is not None:
+            estimate = await speller.resolve(position) or estimate
+        ambiguous += estimate.lower == -math.inf  # bound only
     p.evidence["partial_tokens"] = {"requests": p.spent() - before, "positions": len(positions),
                                     "ambiguous_names": unnamed, "unresolved": ambiguous}
     if unnamed:
         p.notes.append(
             f"the server does not name tokens that are part of a UTF-8 character uniquely ({unnamed} listed "
             f"entries at {len(positions)} probe positions): their identity is inferred by elimination; "
-            f"{ambiguous} of those positions stayed ambiguous or unbiasable and get a top-n upper bound"
+            f"{ambiguous} of those positions stayed ambiguous or unbiasable (after spelled read-out, where the "
+            "server honours a grammar) and get a top-n upper bound"
         )

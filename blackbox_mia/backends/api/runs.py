@@ -71,32 +71,32 @@ class RunReader:
         j, k, running = first, RUN_FIRST_TOKENS, False
         while j < end:
             if running:
-                estimates, matched, lost = await self._run(seq, start, j, min(k, end - j))
+                estimates, matched, lost = await self._run(seq, start, j, end, min(k, end - j))
                 found += estimates
                 j += len(estimates)
                 running = matched > 0 or not lost
                 k = next_run_tokens(k, matched == len(estimates))
             else:
                 chunk = range(j, min(end, j + CHUNK))
-                estimates = await asyncio.gather(*(self.one(Position(seq[start:i], seq[i])) for i in chunk))
+                estimates = await asyncio.gather(*(self.one(Position.at(seq, start, i, end)) for i in chunk))
                 found += estimates
                 j += len(estimates)
                 running = len(found) >= STREAK and all(_argmax(e) for e in found[-STREAK:])
         return found
 
-    async def _run(self, seq: list[int], start: int, j: int, k: int) -> tuple[list[Estimate], int, bool]:
-        """One run request at position ``j`` (``k`` tokens): the estimates it gives (from ``j`` on,
+    async def _run(self, seq: list[int], start: int, j: int, end: int, k: int) -> tuple[list[Estimate], int, bool]:
+        """One run request at position ``j`` (``k`` tokens, window end ``end``): the estimates it gives (from ``j`` on,
         at least one), how many generated tokens matched the text, and whether the mismatching
         target needed a request of its own (not listed)."""
         if not self.endpoint.sendable(seq[start:j]):
-            return [await self.one(Position(seq[start:j], seq[j]))], 0, True
+            return [await self.one(Position.at(seq, start, j, end))], 0, True
         steps = await self.endpoint.next_tokens(seq[start:j], k, self.top_n)
         out: list[Estimate] = []
         for step in steps:
             i = j + len(out)
             listed = step.find(seq[i])
             if listed is None:  # not listed at the first mismatch: read it on its own
-                out.append(await self.one(Position(seq[start:i], seq[i], unbiased=step)))
+                out.append(await self.one(Position.at(seq, start, i, end, unbiased=step)))
                 return out, len(out) - 1, True
             out.append(Estimate.exact(listed, self.name))
             if not surely(step.sampled, seq[i]):  # the continuation left the text here

@@ -99,14 +99,32 @@ def sampled_is_target(
     return None
 
 
+AFTER_TOKENS = 8  # the text's tokens after its target a position carries (a spelled read-out's span, :mod:`.spelling`)
+
+
 @dataclass
 class Position:
     """One target token after one prefix (token ids), and the unbiased answer there once asked
-    (strategies share it, so it is requested once)."""
+    (strategies share it, so it is requested once).
+
+    Attributes:
+        prefix: the ids before the target (within its window).
+        target: the target id.
+        unbiased: the unbiased answer after ``prefix`` once asked.
+        after: the window's next ids after the target (at most :data:`AFTER_TOKENS`): where the
+            target ends inside a character, the ids that complete it.
+    """
 
     prefix: list[int]
     target: int
     unbiased: NextToken | None = None
+    after: tuple[int, ...] = ()
+
+    @classmethod
+    def at(cls, seq: Sequence[int], start: int, i: int, end: int, unbiased: NextToken | None = None) -> Position:
+        """Target ``seq[i]`` after the window ``seq[start:i]``, carrying ``seq[i + 1 : end]``'s
+        first :data:`AFTER_TOKENS` ids."""
+        return cls(list(seq[start:i]), seq[i], unbiased, tuple(seq[i + 1 : min(end, i + 1 + AFTER_TOKENS)]))
 
 
 class Unidentified(Exception):

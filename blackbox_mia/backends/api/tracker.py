@@ -28,6 +28,11 @@ positions whose value it knows:
               reading (:func:`.runs.read_unbiased`). A flip that does not reproduce when the
               bracket is re-checked widens the bounds instead of moving the value (``bisect~``).
 
+``spelled``    positions inside a character, on servers that take text prompts or must never
+              be sent a bias on such a token: one grammar-constrained request reads the
+              character's tokens at once, identified by the bytes they spell
+              (:mod:`.spelling`; where the probe found the server honours a grammar).
+
 Every value carries [lower, upper] bounds (nats) and the strategy that produced it. Values known
 only from above have ``lower = -inf`` and one of these strategies:
 
@@ -37,11 +42,12 @@ only from above have ``lower = -inf`` and one of these strategies:
                 target (e.g. a partial UTF-8 token named ``""``, and the argmax is one too):
                 the top-n bound, never a guess.
 ``unsendable``  prompts go as text and this prefix does not reach the model as these tokens (it
-                ends inside a character, or re-tokenizes differently): [−inf, 0].
+                ends inside a character, or re-tokenizes differently), and no spelled read-out
+                proved the value: [−inf, 0].
 ``unbiasable``  no request may bias this target upward (its bytes end inside a character and
                 the server was not shown to stop at ``max_tokens`` then,
-                :attr:`~.endpoint.Endpoint.open_bias`), and the top-n does not list it: the
-                top-n bound.
+                :attr:`~.endpoint.Endpoint.open_bias`), the top-n does not list it and no
+                spelled read-out proved the value: the top-n bound.
 
 Token identity never rests on a name alone. With a bias on the target only, the greedy token is
 either the unbiased argmax or the target, so an unnamed sampled token is the target when it
@@ -69,6 +75,7 @@ from .choice import FALLBACKS, strategy_set
 from .endpoint import Endpoint, with_bos
 from .flips import Gallop
 from .runs import RunReader, read_unbiased
+from .spelling import Speller
 from .strategies import Estimate, Position, Prompt
 from .wire import MAX_BIAS
 
@@ -191,6 +198,7 @@ class Tracker:
         self.runs = RunReader(endpoint, capabilities.top_n, self._resolve)
         chain = config.chain_tokens if capabilities.chained_flips else 1
         self.bisection = TextBisection(self.strategies["bisect"], chain)
+        self.speller = Speller(endpoint, config.max_bias) if capabilities.grammar else None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -238,8 +246,8 @@ class Tracker:
             elif self.bisects_texts():
                 found = await self._bisect(seq)
             else:  # one position: target seq[first] after the window's prefix
-                found = [await self._resolve(Position(seq[start:first], seq[first]), self.mode())]
-            estimates[t][first - 1 : end - 1] = found
+                found = [await self._resolve(Position.at(seq, start, first, end), self.mode())]
+            estimates[t][first - 1 : first - 1 + len(found)] = found
             remaining[t] -= len(found)
             bar.update(len(found))
             if remaining[t] == 0:
@@ -261,7 +269,7 @@ class Tracker:
 
     def _jobs(self, sequences: list[list[int]]) -> Iterator[tuple[int, int, int, int]]:
         """``(text, start, end, first)``: an echo window, or (per position) one target ``first``
-        with prefix ``seq[start:first]`` (then ``end = first + 1``), or a whole text bisected
+        with prefix ``seq[start:first]`` in the window ending at ``end``, or a whole text bisected
         together (:meth:`bisects_texts`: ``(text, 0, len, 1)``)."""
         for t, seq in enumerate(sequences):
             if self.bisects_texts():
@@ -272,7 +280,7 @@ class Tracker:
                     yield t, start, end, first
                 else:
                     for j in range(first, end):
-                        yield t, start, j + 1, j
+                        yield t, start, end, j
 
     async def _work(self, jobs: Iterator, run: Callable) -> None:
         """Run ``run(job)`` for every job with at most ``pending`` in progress (lazy: a job is
@@ -337,14 +345,16 @@ class Tracker:
         not a window's (so its positions are held together: memory grows as the text's length
         times its window's, unlike the per-position modes)."""
         spans = [(start, j) for start, end, first in self._windows(seq) for j in range(first, end)]
-        positions = [Position(seq[start:j], seq[j]) for start, j in spans]
+        positions = [Position.at(seq, start, j, end) for start, end, first in self._windows(seq)
+                     for j in range(first, end)]
         follows = [a[0] == b[0] and b[1] == a[1] + 1 for a, b in zip(spans, spans[1:])] + [False]
         context = self.config.context
         room = [len(seq) if context is None else context - len(p.prefix) for p in positions]
         if self.caps.run_reading:
             await read_unbiased(self.endpoint, self.caps.top_n, positions, follows, room)
         found = list(await asyncio.gather(*(self._open(p) for p in positions)))
-        return await self.bisection.run(positions, follows, room, found)
+        done = await self.bisection.run(positions, follows, room, found)
+        return list(await asyncio.gather(*(self._respell(p, e) for p, e in zip(positions, done))))
 
     async def _open(self, position: Position) -> Estimate | Gallop:
         """A position's listed value, or its galloping search (or final estimate), or what
@@ -363,14 +373,14 @@ class Tracker:
         full = self.config.context is None or end - start < self.config.context
         ids = seq[start:end] if full else seq[start : end - 1]
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
-            return [await self._resolve(Position(seq[start:j], seq[j])) for j in range(first, end)]
+            return [await self._resolve(Position.at(seq, start, j, end)) for j in range(first, end)]
         values, after = await self.prompt.resolve(ids)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
         if not full:
             listed = after.find(seq[end - 1])
             found.append(
                 Estimate.exact(listed, "topn") if listed is not None
-                else await self._resolve(Position(seq[start : end - 1], seq[end - 1]))
+                else await self._resolve(Position.at(seq, start, end - 1, end))
             )
         return found
 
@@ -378,24 +388,38 @@ class Tracker:
 
     async def _resolve(self, position: Position, mode: str = "auto") -> Estimate:
         """lp of ``position``'s target with the strategy named ``mode`` (``auto``: the cheapest
-        available), or what :meth:`_gate` says."""
-        return await self._gate(position) or await self.strategies[mode].resolve(position)
+        available), or what :meth:`_gate` says; an ``ambiguous`` bound spelled where it can be."""
+        return await self._gate(position) or await self._respell(position, await self.strategies[mode].resolve(position))
+
+    async def _respell(self, position: Position, estimate: Estimate) -> Estimate:
+        """``estimate``, or for an ``ambiguous`` bound (the sampled name does not tell the target
+        from another token) the spelled read-out where it proves the target's value."""
+        if estimate.strategy != "ambiguous":
+            return estimate
+        return await self._spelled(position) or estimate
+
+    async def _spelled(self, position: Position) -> Estimate | None:
+        """The spelled read-out (:mod:`.spelling`) where the probe found the server honours a
+        grammar, else None."""
+        return None if self.speller is None else await self.speller.resolve(position)
 
     async def _gate(self, position: Position) -> Estimate | None:
-        """What a position gets without a biased request, where none may be sent; None when the
-        strategies may run.
+        """What a position gets where the strategies' requests may not be sent; None when they may.
 
-        ``unsendable`` (an upper bound of 0) when the prefix cannot be sent as its tokens: it is
-        never sent as a text the server would tokenize otherwise. For a target no request may
-        bias upward (:meth:`~.endpoint.Endpoint.may_bias`): its listed value (``topn``), else
-        the top-n bound (``unbiasable``).
+        A prefix that cannot be sent as its tokens is never sent as a text the server would
+        tokenize otherwise: the spelled read-out (:mod:`.spelling`, from the last sendable
+        prefix) where it proves the value, else ``unsendable`` (an upper bound of 0). A target
+        no request may bias upward (:meth:`~.endpoint.Endpoint.may_bias`): its listed value
+        (``topn``), else the spelled read-out, else the top-n bound (``unbiasable``).
         """
         if not self.endpoint.sendable(position.prefix):
-            return Estimate.at_most(0.0, "unsendable")
+            return await self._spelled(position) or Estimate.at_most(0.0, "unsendable")
         if self.endpoint.may_bias(position.target):
             return None
         estimate = await self.strategies["topn"].resolve(position)
-        return estimate if estimate.strategy == "topn" else Estimate.at_most(estimate.upper, "unbiasable")
+        if estimate.strategy == "topn":
+            return estimate
+        return await self._spelled(position) or Estimate.at_most(estimate.upper, "unbiasable")
 
     # -- assembly ---------------------------------------------------------------------------
 
