@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from blackbox_mia.backends.api.client import ApiClient
+from blackbox_mia.backends.api.config import ApiConfig
 from blackbox_mia.backends.api.endpoint import Endpoint
+from blackbox_mia.backends.api.faults import ApiError
 from blackbox_mia.backends.api.grammar import gbnf_literal, spelling_grammar
 from blackbox_mia.backends.api.spelling import Speller, unique_spelling
 from blackbox_mia.backends.api.strategies import Position
 from blackbox_mia.tokenizers.load import load_codec
 from blackbox_mia.types import BlackboxMIAError
+
+from .realserver.server import free_port
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +142,22 @@ async def test_an_upward_bias_on_an_open_token_needs_a_grammar_the_probe_saw(cod
     assert server.sent == []  # refused before sending
     steps, spelled = await endpoint.spell(ids[:3], ids[3:5], 0.0)  # no bias: safe anywhere
     assert spelled == "京" and len(steps) == 2 and server.sent[0]["bias"] is None
+
+
+async def test_a_server_that_stops_answering_is_named_with_the_request_pattern(codec, tmp_path):
+    """A server that dies mid-run: one error naming what the last request asked (here a spelled
+    request: a bias on tokens that end inside a character, under a grammar), and that answers so
+    far are cached."""
+    config = ApiConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=1, backoff_base_s=0.01)
+    client = ApiClient(config)
+    endpoint = Endpoint(client, codec, "completions", token_id_prompts=False)
+    endpoint.grammar = True
+    ids = codec.encode(TOKYO)
+    try:
+        with pytest.raises(ApiError, match=r"stopped answering during a request of this pattern: 3 prompt tokens, "
+                                           r"max_tokens 2, 2 token\(s\) biased upward \(1 ending inside a character\), "
+                                           r"0 downward, a grammar\. Answers so far are cached") as err:
+            await endpoint.spell(ids[:3], ids[3:5], 100.0)
+        assert err.value.fault == "transient" and err.value.status_code is None
+    finally:
+        await client.close()

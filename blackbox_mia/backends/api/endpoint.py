@@ -216,9 +216,7 @@ class Endpoint:
                 f"refused to send a request biasing token {unsafe[0]} upward: its bytes end inside a character, and "
                 "this server was not shown to stop at max_tokens then (it could generate to the end of its context)"
             )
-        result = await self.client.request(
-            self.dialect, self._prompt(prefix), max_tokens=k, temperature=0.0, top_n=top_n, bias=bias
-        )
+        result = await self._ask(prefix, max_tokens=k, temperature=0.0, top_n=top_n, bias=bias)
         return [self._answer(entry) for entry in result["tokens"]]
 
     async def spell(self, prefix: Sequence[int], tokens: Sequence[int], bias: float) -> tuple[list[NextToken], str]:
@@ -245,11 +243,35 @@ class Endpoint:
         if bias > 0 and not self.grammar and any(t in self.codec.open_ids for t in tokens):
             raise BlackboxMIAError(f"refused to send a request biasing tokens {list(tokens)} upward: one ends inside "
                                    "a character, and this server was not shown to honour a grammar")
-        result = await self.client.request(
-            self.dialect, self._prompt(prefix), max_tokens=len(tokens), temperature=0.0, top_n=1,
-            bias={t: bias for t in tokens} if bias else None, extra={"grammar": spelling_grammar(text)},
-        )
+        result = await self._ask(prefix, max_tokens=len(tokens), temperature=0.0, top_n=1,
+                                 bias={t: bias for t in tokens} if bias else None,
+                                 extra={"grammar": spelling_grammar(text)})
         return [self._answer(entry) for entry in result["tokens"] + result["past_max_tokens"]], result["text"]
+
+    async def _ask(self, prompt: Sequence[int], **options) -> dict:
+        """``client.request`` for the prompt whose token ids are ``prompt``. A failure that
+        outlasted the retries (``"transient"``: the server went away, timed out or kept
+        answering 5xx) is raised again naming the request's pattern (what a server that dies
+        mid-run died on), and that the answers so far are cached.
+
+        Raises:
+            ApiError: as the client raises it (see :meth:`ApiClient.request`).
+        """
+        try:
+            return await self.client.request(self.dialect, self._prompt(prompt), **options)
+        except ApiError as exc:
+            if exc.fault != "transient":
+                raise
+            bias = options.get("bias") or {}
+            upward = [t for t, b in bias.items() if b > 0]
+            pattern = (f"{len(prompt)} prompt tokens, max_tokens {options['max_tokens']}, "
+                       f"{len(upward)} token(s) biased upward ({sum(t in self.codec.open_ids for t in upward)} ending "
+                       f"inside a character), {len(bias) - len(upward)} downward"
+                       + (", a grammar" if "grammar" in (options.get("extra") or {}) else "")
+                       + (", echo" if options.get("echo") else ""))
+            raise ApiError(exc.status_code, f"{exc}. The server stopped answering during a request of this pattern: "
+                                            f"{pattern}. Answers so far are cached (a rerun resumes)",
+                           exc.fault, exc.detail) from exc
 
     def _answer(self, entry: dict) -> NextToken:
         """One generated entry as a :class:`NextToken` (the sampled token listed too)."""
@@ -290,11 +312,8 @@ class Endpoint:
         Raises:
             ApiError: invalid arguments, or the request failed or stayed invalid (see the client).
         """
-        return await self.client.request(
-            self.dialect, self._prompt(with_bos(self.codec, prompt, self.token_id_prompts)),
-            max_tokens=max_new_tokens, temperature=temperature, top_n=top_n,
-            extra=None if seed is None else {"seed": seed},
-        )
+        return await self._ask(with_bos(self.codec, prompt, self.token_id_prompts), max_tokens=max_new_tokens,
+                               temperature=temperature, top_n=top_n, extra=None if seed is None else {"seed": seed})
 
     async def prompt_logprobs(
         self, ids: Sequence[int], top_n: int = 1, form: str = ECHO
@@ -319,13 +338,10 @@ class Endpoint:
             BlackboxMIAError: echo without one entry per prompt token.
         """
         if form == PROMPT_LOGPROBS:
-            result = await self.client.request(self.dialect, self._prompt(ids), max_tokens=1, temperature=0.0,
-                                               top_n=top_n, extra={PROMPT_LOGPROBS: 0})
+            result = await self._ask(ids, max_tokens=1, temperature=0.0, top_n=top_n, extra={PROMPT_LOGPROBS: 0})
             values = self._own_values(ids, result.get(PROMPT_LOGPROBS))
         else:
-            result = await self.client.request(
-                self.dialect, self._prompt(ids), max_tokens=1, temperature=0.0, top_n=top_n, echo=True
-            )
+            result = await self._ask(ids, max_tokens=1, temperature=0.0, top_n=top_n, echo=True)
             echoed = result.get("prompt_tokens")
             if not echoed or len(echoed) != len(ids):
                 raise BlackboxMIAError(
