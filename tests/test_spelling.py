@@ -82,7 +82,7 @@ async def test_the_tokens_of_a_character_are_read_from_one_request(codec):
     ids = server.ids
     assert [codec.token_bytes(t) for t in ids[3:5]] == [b"\xe4\xba", b"\xac"]  # "京", both named ""
     speller = Speller(endpoint_for(server, codec), 100.0)
-    inside = Position.at(ids, 0, 4, len(ids))  # target "\xac" after a prefix ending inside "京"
+    inside = Position.at(ids, 0, 4, len(ids), None)  # target "\xac" after a prefix ending inside "京"
     assert not speller.endpoint.sendable(inside.prefix)
     assert speller.span(inside) == (3, 4)
     estimate = await speller.resolve(inside)
@@ -91,7 +91,7 @@ async def test_the_tokens_of_a_character_are_read_from_one_request(codec):
     assert sent["prompt"] == "Tokyo " and sent["max_tokens"] == 2 and sent["bias"] == {ids[3]: 100.0, ids[4]: 100.0}
     assert sent["extra"] == {"grammar": 'root ::= "\\u4EAC" [ -~]*'}
     # the span's first position (an open target after a sendable prefix) reads the same answer
-    opening = await speller.resolve(Position.at(ids, 0, 3, len(ids)))
+    opening = await speller.resolve(Position.at(ids, 0, 3, len(ids), None))
     assert opening.value == -0.4 and server.sent == [sent, sent]
 
 
@@ -102,7 +102,7 @@ async def test_tokens_past_max_tokens_are_part_of_the_proof(codec):
     path = sorted(path, key=lambda t: b"\xe4\xba\xac".index(codec.token_bytes(t)))
     assert len(path) == 3
     speller = Speller(endpoint_for(SpellingServer(codec, TOKYO, path=path), codec), 100.0)
-    assert await speller.resolve(Position.at(ids, 0, 4, len(ids))) is None
+    assert await speller.resolve(Position.at(ids, 0, 4, len(ids), None)) is None
 
 
 async def test_a_spelling_the_names_cannot_prove_is_no_value(codec):
@@ -113,22 +113,25 @@ async def test_a_spelling_the_names_cannot_prove_is_no_value(codec):
     # " " + "\xe6\x9d" + "\xb1" spells it too, with the same names: not proven
     assert unique_spelling(" 東".encode(), [frozenset(codec.lookup(n)) for n in (" ", "", "")], codec.token_bytes) is None
     speller = Speller(endpoint_for(server, codec), 100.0)
-    assert await speller.resolve(Position.at(ids, 0, 3, len(ids))) is None and len(server.sent) == 1
+    assert await speller.resolve(Position.at(ids, 0, 3, len(ids), None)) is None and len(server.sent) == 1
 
 
 async def test_a_server_that_spells_otherwise_gives_no_value(codec):
     ids = codec.encode(TOKYO)
     wrong = [ids[3]] + codec.encode("x")  # the character left unfinished: the bytes do not spell it
     speller = Speller(endpoint_for(SpellingServer(codec, TOKYO, path=wrong), codec), 100.0)
-    assert await speller.resolve(Position.at(ids, 0, 4, len(ids))) is None
+    assert await speller.resolve(Position.at(ids, 0, 4, len(ids), None)) is None
 
 
 def test_no_span_without_a_sendable_start_or_a_character_end(codec):
     ids = codec.encode("東京")  # the text starts inside a character: no prefix of at least one token is text
     speller = Speller(endpoint_for(SpellingServer(codec, "東京"), codec), 100.0)
-    assert speller.span(Position.at(ids, 0, 1, len(ids))) is None
+    assert speller.span(Position.at(ids, 0, 1, len(ids), None)) is None
     cut = codec.encode("Tokyo 東")
-    assert speller.span(Position.at(cut, 0, len(cut) - 2, len(cut) - 1)) is None  # the window ends inside "東"
+    assert speller.span(Position.at(cut, 0, len(cut) - 2, len(cut) - 1, None)) is None  # the window ends inside "東"
+    ids = codec.encode(TOKYO)  # "京" is ids[3:5]: a request from "Tokyo " generates 2 tokens, and may overrun by 3
+    assert speller.span(Position.at(ids, 0, 4, len(ids), context=8)) == (3, 4)  # room 4: 1 more token + 3
+    assert speller.span(Position.at(ids, 0, 4, len(ids), context=7)) is None  # room 3: llama.cpp could run past it
 
 
 async def test_an_upward_bias_on_an_open_token_needs_a_grammar_the_probe_saw(codec):

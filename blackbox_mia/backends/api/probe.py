@@ -547,7 +547,7 @@ async def _check_partial_tokens(p: _Probe, seq: list[int], caps: Capabilities) -
         answer = await endpoint.next_token(seq[:j], caps.top_n)
         unnamed += sum(1 for e in answer.top if e.ids is None or len(e.ids) > 1)
         strategy = auto if endpoint.may_bias(seq[j]) else topn  # no upward bias on an open token
-        position = Position.at(seq, 0, j, len(seq))
+        position = Position.at(seq, 0, j, len(seq), p.config.context)
         estimate = await strategy.resolve(position)
         if estimate.lower == -math.inf and speller is not None:
             estimate = await speller.resolve(position) or estimate

@@ -52,14 +52,17 @@ class RunReader:
         one: resolves one position (prefix, target, its unbiased answer when known) per position:
             the tracker's ``auto`` (forced read-out where the probe allows it), a prefix that
             cannot be sent as its tokens an ``unsendable`` bound.
+        context: the model's context in tokens (``None``: no limit known), for the positions' room.
     """
 
     name = "run"
 
-    def __init__(self, endpoint: Endpoint, top_n: int, one: Callable[[Position], Awaitable[Estimate]]):
+    def __init__(self, endpoint: Endpoint, top_n: int, one: Callable[[Position], Awaitable[Estimate]],
+                 context: int | None):
         self.endpoint = endpoint
         self.top_n = top_n
         self.one = one
+        self.context = context
 
     async def read(self, seq: list[int], start: int, first: int, end: int) -> list[Estimate]:
         """Estimates of targets ``seq[first:end]``, each after its prefix ``seq[start:j]``.
@@ -78,7 +81,7 @@ class RunReader:
                 k = next_run_tokens(k, matched == len(estimates))
             else:
                 chunk = range(j, min(end, j + CHUNK))
-                estimates = await asyncio.gather(*(self.one(Position.at(seq, start, i, end)) for i in chunk))
+                estimates = await asyncio.gather(*(self.one(Position.at(seq, start, i, end, self.context)) for i in chunk))
                 found += estimates
                 j += len(estimates)
                 running = len(found) >= STREAK and all(_argmax(e) for e in found[-STREAK:])
@@ -89,14 +92,14 @@ class RunReader:
         at least one), how many generated tokens matched the text, and whether the mismatching
         target needed a request of its own (not listed)."""
         if not self.endpoint.sendable(seq[start:j]):
-            return [await self.one(Position.at(seq, start, j, end))], 0, True
+            return [await self.one(Position.at(seq, start, j, end, self.context))], 0, True
         steps = await self.endpoint.next_tokens(seq[start:j], k, self.top_n)
         out: list[Estimate] = []
         for step in steps:
             i = j + len(out)
             listed = step.find(seq[i])
             if listed is None:  # not listed at the first mismatch: read it on its own
-                out.append(await self.one(Position.at(seq, start, i, end, unbiased=step)))
+                out.append(await self.one(Position.at(seq, start, i, end, self.context, unbiased=step)))
                 return out, len(out) - 1, True
             out.append(Estimate.exact(listed, self.name))
             if not surely(step.sampled, seq[i]):  # the continuation left the text here

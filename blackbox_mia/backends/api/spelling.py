@@ -34,6 +34,12 @@ from collections.abc import Callable, Sequence
 from .endpoint import Candidates, Endpoint
 from .strategies import AFTER_TOKENS, Estimate, Position
 
+# tokens llama-cpp-python may generate past max_tokens once the spelled characters are complete
+# (its unfinished-character check runs on for as many steps as the last lead byte wanted): a span
+# is spelled only with this much room left in the model's context
+OVERRUN_TOKENS = 3
+
+
 def unique_spelling(data: bytes, steps: Sequence[Candidates], token_bytes: Callable[[int], bytes]) -> list[int] | None:
     """The one sequence of token ids, one from each step's candidates, whose bytes spell ``data``;
     ``None`` when there is none, or more than one.
@@ -77,7 +83,8 @@ class Speller:
     def span(self, position: Position) -> tuple[int, int] | None:
         """``(j, m)``: the span of ``position`` as indices into ``prefix + [target] + after``
         (the target is at ``len(prefix)``), or ``None`` when no sendable start with at least one
-        token before it, or no character end, lies within :data:`AFTER_TOKENS` tokens."""
+        token before it, or no character end, lies within :data:`AFTER_TOKENS` tokens, or the
+        request would not leave :data:`OVERRUN_TOKENS` of the position's room free."""
         ids = [*position.prefix, position.target, *position.after]
         i, codec = len(position.prefix), self.endpoint.codec
         start = next((j for j in range(i, max(0, i - AFTER_TOKENS), -1) if self.endpoint.sendable(ids[:j])), None)
@@ -90,7 +97,8 @@ class Speller:
                 data.decode("utf-8")
             except UnicodeDecodeError:
                 continue
-            return start, m
+            fits = position.room is None or m - i + 1 + OVERRUN_TOKENS <= position.room
+            return (start, m) if fits else None
         return None
 
     async def resolve(self, position: Position) -> Estimate | None:

@@ -113,18 +113,23 @@ class Position:
         unbiased: the unbiased answer after ``prefix`` once asked.
         after: the window's next ids after the target (at most :data:`AFTER_TOKENS`): where the
             target ends inside a character, the ids that complete it.
+        room: the most tokens a request after ``prefix`` may generate within the model's context
+            (``None``: no limit known).
     """
 
     prefix: list[int]
     target: int
     unbiased: NextToken | None = None
     after: tuple[int, ...] = ()
+    room: int | None = None
 
     @classmethod
-    def at(cls, seq: Sequence[int], start: int, i: int, end: int, unbiased: NextToken | None = None) -> Position:
+    def at(cls, seq: Sequence[int], start: int, i: int, end: int, context: int | None,
+           unbiased: NextToken | None = None) -> Position:
         """Target ``seq[i]`` after the window ``seq[start:i]``, carrying ``seq[i + 1 : end]``'s
-        first :data:`AFTER_TOKENS` ids."""
-        return cls(list(seq[start:i]), seq[i], unbiased, tuple(seq[i + 1 : min(end, i + 1 + AFTER_TOKENS)]))
+        first :data:`AFTER_TOKENS` ids, in a model context of ``context`` tokens (``None``: no limit)."""
+        after = tuple(seq[i + 1 : min(end, i + 1 + AFTER_TOKENS)])
+        return cls(list(seq[start:i]), seq[i], unbiased, after, None if context is None else context - (i - start))
 
 
 class Unidentified(Exception):

@@ -195,7 +195,7 @@ class Tracker:
         self.available = available
         self.strategies = strategy_set(endpoint, capabilities, config)
         self.prompt = Prompt(endpoint, capabilities)
-        self.runs = RunReader(endpoint, capabilities.top_n, self._resolve)
+        self.runs = RunReader(endpoint, capabilities.top_n, self._resolve, config.context)
         chain = config.chain_tokens if capabilities.chained_flips else 1
         self.bisection = TextBisection(self.strategies["bisect"], chain)
         self.speller = Speller(endpoint, config.max_bias) if capabilities.grammar else None
@@ -246,7 +246,7 @@ class Tracker:
             elif self.bisects_texts():
                 found = await self._bisect(seq)
             else:  # one position: target seq[first] after the window's prefix
-                found = [await self._resolve(Position.at(seq, start, first, end), self.mode())]
+                found = [await self._resolve(Position.at(seq, start, first, end, self.config.context), self.mode())]
             estimates[t][first - 1 : first - 1 + len(found)] = found
             remaining[t] -= len(found)
             bar.update(len(found))
@@ -344,12 +344,10 @@ class Tracker:
         request per non-argmax target). A whole text at once: Min-K%'s lowest k% are a text's,
         not a window's (so its positions are held together: memory grows as the text's length
         times its window's, unlike the per-position modes)."""
-        spans = [(start, j) for start, end, first in self._windows(seq) for j in range(first, end)]
-        positions = [Position.at(seq, start, j, end) for start, end, first in self._windows(seq)
-                     for j in range(first, end)]
-        follows = [a[0] == b[0] and b[1] == a[1] + 1 for a, b in zip(spans, spans[1:])] + [False]
-        context = self.config.context
-        room = [len(seq) if context is None else context - len(p.prefix) for p in positions]
+        spans = [(start, end, j) for start, end, first in self._windows(seq) for j in range(first, end)]
+        positions = [Position.at(seq, start, j, end, self.config.context) for start, end, j in spans]
+        follows = [a[0] == b[0] and b[2] == a[2] + 1 for a, b in zip(spans, spans[1:])] + [False]
+        room = [len(seq) if p.room is None else p.room for p in positions]
         if self.caps.run_reading:
             await read_unbiased(self.endpoint, self.caps.top_n, positions, follows, room)
         found = list(await asyncio.gather(*(self._open(p) for p in positions)))
@@ -373,14 +371,14 @@ class Tracker:
         full = self.config.context is None or end - start < self.config.context
         ids = seq[start:end] if full else seq[start : end - 1]
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
-            return [await self._resolve(Position.at(seq, start, j, end)) for j in range(first, end)]
+            return [await self._resolve(Position.at(seq, start, j, end, self.config.context)) for j in range(first, end)]
         values, after = await self.prompt.resolve(ids)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
         if not full:
             listed = after.find(seq[end - 1])
             found.append(
                 Estimate.exact(listed, "topn") if listed is not None
-                else await self._resolve(Position.at(seq, start, end - 1, end))
+                else await self._resolve(Position.at(seq, start, end - 1, end, self.config.context))
             )
         return found
 
