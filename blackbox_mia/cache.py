@@ -130,7 +130,7 @@ def _read_only(exc: BaseException) -> bool:
         getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly" in str(exc))
 
 
-def _open_read_only(directory: Path) -> sqlite3.Connection:
+def open_read_only(directory: Path) -> sqlite3.Connection:
     """A read-only connection to ``directory``'s ``cache.db`` (``mode=ro``; ``immutable=1`` when
     the WAL's shared-memory file cannot be made, as on a read-only file system).
 
@@ -152,7 +152,7 @@ def _open_read_only(directory: Path) -> sqlite3.Connection:
     raise last
 
 
-def _open(directory: Path, synchronous: int) -> diskcache.Cache:
+def open_store(directory: Path, synchronous: int) -> diskcache.Cache:
     """A :class:`diskcache.Cache` storing JSON only (:class:`JsonDisk`) that never evicts.
 
     Raises:
@@ -394,7 +394,7 @@ class ResponseCache:
         self._disk = JsonDisk(str(self.directory))
         if not read_only:
             try:
-                self._cache = _open(self.directory, SQLITE_FULL_SYNC)
+                self._cache = open_store(self.directory, SQLITE_FULL_SYNC)
                 return
             except (diskcache.Timeout, sqlite3.Error, OSError) as exc:
                 if not _read_only(exc):
@@ -405,7 +405,7 @@ class ResponseCache:
                             self.read_only)
         self.read_only = self.read_only or "opened read-only"
         with self._guard("opening it read-only"):
-            self._reader = _open_read_only(self.directory)
+            self._reader = open_read_only(self.directory)
 
     @contextmanager
     def _guard(self, doing: str, needed: functools.partial | None = None) -> Iterator[None]:

@@ -8,6 +8,7 @@ as another user.
 from __future__ import annotations
 
 import errno
+import json
 import hashlib
 import os
 import sqlite3
@@ -81,7 +82,7 @@ def test_a_cache_that_cannot_be_written_is_opened_read_only(tmp_path, monkeypatc
     def refuse(*args, **kwargs):  # what diskcache raises opening a database it may not write
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setattr("blackbox_mia.cache._open", refuse)
+    monkeypatch.setattr("blackbox_mia.cache.open_store", refuse)
     with caplog.at_level("WARNING", logger="blackbox_mia.cache"), ResponseCache(directory) as cache:
         assert "readonly database" in cache.read_only and cache.get(KEYS[1]) == {"n": 1}
     assert any("using it read-only" in r.getMessage() for r in caplog.records)
@@ -91,7 +92,7 @@ def test_any_other_failure_to_open_is_not_mistaken_for_read_only(tmp_path, monke
     def broken(*args, **kwargs):
         raise sqlite3.DatabaseError("file is not a database")
 
-    monkeypatch.setattr("blackbox_mia.cache._open", broken)
+    monkeypatch.setattr("blackbox_mia.cache.open_store", broken)
     with pytest.raises(BlackboxMIAError, match="not a database.*bbmia cache repair"):
         ResponseCache(tmp_path)
 
@@ -185,3 +186,33 @@ async def test_a_poisoned_row_is_asked_again_by_the_client(fake, tmp_path):
     assert "mode 3" in rerun.cache.quarantined[key]
     assert await rerun.complete([1, 2], logprobs=1) == {**answer, "cached": True} and fake.hits == 2
     await rerun.close()
+
+
+# -- --out on a full disk -------------------------------------------------------------------------
+
+
+def test_out_on_a_full_disk_names_the_path_and_keeps_the_rows_written(tiny_model_dir, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from blackbox_mia.cli import app
+
+    items, out = tmp_path / "items.jsonl", tmp_path / "out" / "scores.jsonl"
+    items.write_text("".join(json.dumps({"id": f"t{i}", "text": f"Tom has {i} apples."}) + "\n" for i in range(3)))
+    real_fsync, synced = os.fsync, []
+
+    def fsync(fd):  # the second row of --out finds the disk full
+        if os.readlink(f"/proc/self/fd/{fd}") == str(out):
+            synced.append(fd)
+            if len(synced) == 2:
+                _no_space()
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    args = ["score", str(items), "--local", str(tiny_model_dir), "--scorers", "loss", "--out", str(out)]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2 and f"error: cannot write {out}: No space left on device" in result.output
+    assert "Traceback" not in result.output and "[Errno" not in result.output
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()][:1] == ["t0"]
+    monkeypatch.undo()
+    assert CliRunner().invoke(app, args, catch_exceptions=False).exit_code == 0  # resumes
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == ["t0", "t1", "t2"]
