@@ -397,8 +397,8 @@ class ResponseCache:
                 self._cache = open_store(self.directory, SQLITE_FULL_SYNC)
                 return
             except (diskcache.Timeout, sqlite3.Error, OSError) as exc:
-                if not _read_only(exc):
-                    with self._guard("opening it"):
+                if not (_read_only(exc) or self.directory.is_dir() and not os.access(self.directory, os.W_OK)):
+                    with self._guard("opening it"):  # (a read-only file system: SQLite cannot open)
                         raise
                 self.read_only = f"{type(exc).__name__}: {exc}"
                 LOG.warning("the response cache %s cannot be written (%s): using it read-only", self.directory,
