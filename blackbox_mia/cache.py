@@ -9,9 +9,20 @@ The store is a :class:`diskcache.Cache` (SQLite plus files for large values) wit
 :class:`JsonDisk` that writes values as UTF-8 JSON bytes and refuses to read anything else: a
 cache directory shared between people or machines must never be a way to run code, and
 diskcache's default ``Disk`` (and even its ``JSONDisk``, through the pickle branch of
-``Disk.fetch``) unpickles whatever a crafted row holds. Any corruption (a damaged SQLite page, a
-row that is not JSON, a truncated value file) is a :class:`BlackboxMIAError` naming the directory
-and the way out, never a traceback.
+``Disk.fetch``) unpickles whatever a crafted row holds.
+
+The cache never asks to be deleted (it holds paid answers):
+
+* a bad row (pickled, text mode, a file name pointing outside the directory, a value that is not
+  a UTF-8 JSON object, a truncated value file) is quarantined: moved, with its reason, to the
+  ``Quarantine`` table of ``cache.db`` (never read back as an answer), reported once in the log,
+  and counted as a miss, so the request is asked again;
+* a read-only cache (a shared, archived audit: a read-only file system or files) is opened
+  read-only: hits are served, and a miss is a :class:`BlackboxMIAError` naming the fix;
+* a full disk is a :class:`BlackboxMIAError` naming the directory, the bytes the write needed and
+  the bytes free; every committed answer stays;
+* a damaged database (a corrupt SQLite page) is a :class:`BlackboxMIAError` pointing at
+  ``bbmia cache repair`` (:mod:`blackbox_mia.cache_check`), which keeps every readable row.
 
 The API key is never part of a key or a value.
 """
@@ -20,12 +31,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import functools
 import hashlib
 import json
 import logging
 import os
 import queue
+import shutil
 import sqlite3
 import threading
 import time
@@ -34,12 +47,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 from typing import Self
 
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
-from .claims import CLAIM_TTL_S, ClaimTable
+from .claims import BUSY_TIMEOUT_S, CLAIM_TTL_S, ClaimTable
 from .config import cache_root
 from .io import dumps_strict
 from .types import BlackboxMIAError
@@ -53,14 +67,92 @@ GROUP_COMMIT_S = 0.01  # seconds the writer thread waits after a queued row for 
 # for it (only the request's caller does), so at 64 in flight it saved 0.1-0.15 ms of CPU per request
 
 
+CACHE_FILE = "cache.db"  # diskcache's database in the cache directory
+QUARANTINE_TABLE = "Quarantine"  # bad rows kept aside in cache.db: the Cache columns plus reason, time
+READ_ONLY_ERRORS = (errno.EROFS, errno.EACCES, errno.EPERM)  # errnos of a cache that cannot be written
+
+
 def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
-    """The error for a cache directory that cannot be used: names it and the way out."""
+    """The error for a cache directory that cannot be used: names it and the ways out (none of
+    which throws paid answers away)."""
     return BlackboxMIAError(
-        f"the response cache {directory} cannot be used: {problem}; delete {directory} or use another --cache-dir"
+        f"the response cache {directory} cannot be used: {problem}; run `bbmia cache repair {directory}` "
+        f"(it keeps every readable answer and moves the damaged database aside) or use another --cache-dir"
     )
 
 
-def _open(directory: Path, synchronous: int) -> diskcache.Cache:
+class BadRow(BlackboxMIAError):
+    """A row of the response cache that cannot be trusted as an answer (it is quarantined).
+
+    Attributes:
+        reason: why, in words (``"a row stored in mode 3 ..."``).
+    """
+
+    def __init__(self, directory: str | os.PathLike, reason: str):
+        super().__init__(f"the response cache {directory} holds a bad row: {reason}")
+        self.reason = reason
+
+
+def read_only_error(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
+    """The error for a request missing from a read-only cache: names the directory and the fix."""
+    return BlackboxMIAError(
+        f"the response cache {directory} is read-only ({why}): it serves the answers it holds, but a request "
+        f"missing from it cannot be cached; copy the cache root to a writable place and pass that as --cache-dir "
+        f"(e.g. cp -r {Path(directory).parent} NEW_DIR), or make {directory} writable"
+    )
+
+
+def disk_full(directory: str | os.PathLike, doing: str, needed: int | None) -> BlackboxMIAError:
+    """The error for a write that found the cache's disk full: the directory, the bytes the
+    write needed (``None``: not known) and the bytes free; committed answers are untouched."""
+    sizes = [] if needed is None else [f"it needed about {needed:,} bytes"]
+    with contextlib.suppress(OSError):
+        sizes.append(f"{shutil.disk_usage(directory).free:,} bytes free")
+    return BlackboxMIAError(
+        f"no space left on the disk of the response cache {directory} while {doing} ({'; '.join(sizes) or '?'}): "
+        f"free some space or move the cache (--cache-dir) and rerun; every answer already cached is kept"
+    )
+
+
+def _full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk is full (ENOSPC, SQLite's SQLITE_FULL)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(exc, sqlite3.Error) and (
+        getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL" or "disk is full" in str(exc))
+
+
+def _read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` says the cache cannot be written (read-only file system or files)."""
+    if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRORS:
+        return True
+    return isinstance(exc, sqlite3.Error) and (
+        getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly" in str(exc))
+
+
+def open_read_only(directory: Path) -> sqlite3.Connection:
+    """A read-only connection to ``directory``'s ``cache.db`` (``mode=ro``; ``immutable=1`` when
+    the WAL's shared-memory file cannot be made, as on a read-only file system).
+
+    Raises:
+        sqlite3.Error: there is no readable database.
+    """
+    path = directory / CACHE_FILE
+    if not path.is_file():
+        raise sqlite3.OperationalError(f"{path} does not exist")
+    last: sqlite3.Error | None = None
+    for flags in ("mode=ro", "mode=ro&immutable=1"):
+        connection = sqlite3.connect(f"file:{quote(str(path))}?{flags}", uri=True, check_same_thread=False)
+        try:
+            connection.execute("SELECT count(*) FROM Cache WHERE rowid = 0").fetchone()
+            return connection
+        except sqlite3.Error as exc:
+            connection.close()
+            last = exc
+    raise last
+
+
+def open_store(directory: Path, synchronous: int) -> diskcache.Cache:
     """A :class:`diskcache.Cache` storing JSON only (:class:`JsonDisk`) that never evicts.
 
     Raises:
@@ -140,12 +232,32 @@ def _record_head(base_url: str, endpoint: str, model: str) -> str:
             f'"model":{canonical_json(model)},"payload":')
 
 
+def _stored_bytes(rows: Sequence[tuple[str, dict]]) -> int:
+    """About how many bytes ``rows`` take in the cache (their keys and JSON values)."""
+    return sum(len(key) + len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+               for key, value in rows)
+
+
+def quarantine_rows(connection: sqlite3.Connection, keys: Sequence[str], reason: str) -> int:
+    """Move the rows of ``keys`` (raw or not) from ``Cache`` to :data:`QUARANTINE_TABLE` (made on
+    first use) with ``reason`` and the time, inside the caller's transaction; how many moved.
+    Value files are not touched (a quarantined row may name a file outside the cache)."""
+    connection.execute(f"CREATE TABLE IF NOT EXISTS {QUARANTINE_TABLE} (key BLOB, raw INTEGER, mode INTEGER, "
+                       "filename TEXT, value BLOB, reason TEXT, quarantined REAL)")
+    moved = 0
+    for key in keys:
+        connection.execute(f"INSERT INTO {QUARANTINE_TABLE} SELECT key, raw, mode, filename, value, ?, ? "
+                           "FROM Cache WHERE key = ?", (reason, time.time(), key))
+        moved += connection.execute("DELETE FROM Cache WHERE key = ?", (key,)).rowcount
+    return moved
+
+
 class JsonDisk(diskcache.Disk):
     """A :class:`diskcache.Disk` that stores keys as raw strings and values as UTF-8 JSON bytes.
 
     Reading refuses every row that was not written this way (pickled keys or values, text mode,
-    file names pointing outside the cache directory) with a :class:`BlackboxMIAError` naming the
-    directory, so a planted row can never be unpickled.
+    file names pointing outside the cache directory) with a :class:`BadRow`, so a planted row can
+    never be unpickled.
     """
 
     def put(self, key):
@@ -155,7 +267,7 @@ class JsonDisk(diskcache.Disk):
 
     def get(self, key, raw):
         if not raw or type(key) is not str:
-            raise self._refused("a key that is not a raw string (possibly pickled)")
+            raise BadRow(self._directory, "a key that is not a raw string (possibly pickled)")
         return key
 
     def store(self, value, read, key=UNKNOWN):
@@ -189,8 +301,9 @@ class JsonDisk(diskcache.Disk):
         client's validation can drop rows an older version cached).
 
         Raises:
-            BlackboxMIAError: a row not written by :meth:`store` (pickled, text mode, a file
-                outside the directory) or a value that is not UTF-8 JSON (corrupt, truncated).
+            BadRow: a row not written by :meth:`store` (pickled, text mode, a file outside the
+                directory) or a value that is not UTF-8 JSON (corrupt, truncated).
+            OSError: a value file inside the directory cannot be read (missing: a miss).
         """
         if read:
             raise BlackboxMIAError(f"the response cache returns JSON values only, not files ({self._directory})")
@@ -200,11 +313,12 @@ class JsonDisk(diskcache.Disk):
             with open(os.path.join(self._directory, filename), "rb") as reader:
                 data = reader.read()
         else:
-            raise self._refused(f"a row stored in mode {mode!r}, not raw or binary JSON (possibly pickled)")
+            raise BadRow(self._directory, f"a row stored in mode {mode!r} with file {filename!r}, not raw or binary "
+                                          f"JSON inside the cache (possibly pickled, or planted)")
         try:
             return json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise self._refused(f"a value that is not UTF-8 JSON ({exc})") from exc
+            raise BadRow(self._directory, f"a value that is not UTF-8 JSON ({exc})") from exc
 
     def remove(self, file_path):
         if self._inside(file_path):
@@ -218,9 +332,6 @@ class JsonDisk(diskcache.Disk):
             return False
         root = os.path.realpath(self._directory)
         return os.path.commonpath([root, os.path.realpath(os.path.join(root, filename))]) == root
-
-    def _refused(self, what: str) -> BlackboxMIAError:
-        return unusable(self._directory, f"refusing {what} (the cache is corrupt, or was not written by bbmia)")
 
 
 def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
@@ -238,6 +349,9 @@ class ResponseCache:
 
     Args:
         directory: where the cache lives; default ``cache_root() / "responses"``.
+        read_only: ``True``: open it read-only (``mode=ro``; nothing is ever written, a miss
+            that would be asked is an error). ``None`` (default): writable, but read-only when
+            it cannot be written (a read-only file system or files), with a warning.
 
     Nothing is ever evicted (no size limit), and every :meth:`put` is committed with SQLite
     ``synchronous=FULL`` before it returns (a value stored in a file is fsynced first).
@@ -247,81 +361,162 @@ class ResponseCache:
     then. Several processes may share one directory; :meth:`claim_many` and :meth:`release` let
     them agree on who asks the API for each request (claims live in ``<directory>/claims``).
 
+    A bad row met by :meth:`get` is quarantined (see the module docstring) and read as a miss.
+
     Attributes:
         directory: the cache directory.
+        read_only: why the cache is read-only (``None``: it is writable).
         hits, misses: :meth:`get` calls that found / did not find a value (this instance only).
+        quarantined: ``{key: reason}`` of the bad rows this instance met (each is logged once).
 
     Raises:
-        BlackboxMIAError: (from every method) the directory cannot be opened or is corrupt (a
-            damaged SQLite page, a row that is not JSON written by this class, a truncated value
-            file), or it stayed locked by another process; the message names the directory and
-            the way out.
+        BlackboxMIAError: (from every method) the directory cannot be opened, its database is
+            damaged (a corrupt SQLite page), it stayed locked by another process, its disk is
+            full, or a request must be asked but the cache is read-only; the message names the
+            directory and the way out.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None):
+    def __init__(self, directory: str | os.PathLike | None = None, read_only: bool | None = None):
         self.directory = Path(directory) if directory is not None else cache_root() / "responses"
         self.hits = 0
         self.misses = 0
+        self.quarantined: dict[str, str] = {}
+        self.read_only: str | None = None
         self._held: set[str] = set()  # request keys whose claim this instance holds
         self._token = uuid.uuid4().hex  # this instance's claims carry it
         self._claim_table = ClaimTable(self.directory)  # opened on the first claim
         self._writer: threading.Thread | None = None  # started by the first put_soon
         self._pending: queue.SimpleQueue = queue.SimpleQueue()  # (key, value, future, release, claimed) rows, or None: stop
         self._writer_lock = threading.Lock()
-        with self._guard("opening it"):
-            self._cache = _open(self.directory, SQLITE_FULL_SYNC)
+        self._cache: diskcache.Cache | None = None  # writable
+        self._reader: sqlite3.Connection | None = None  # read-only
+        self._reader_lock = threading.Lock()
+        self._disk = JsonDisk(str(self.directory))
+        if not read_only:
+            try:
+                self._cache = open_store(self.directory, SQLITE_FULL_SYNC)
+                return
+            except (diskcache.Timeout, sqlite3.Error, OSError) as exc:
+                if not (_read_only(exc) or self.directory.is_dir() and not os.access(self.directory, os.W_OK)):
+                    with self._guard("opening it"):  # (a read-only file system: SQLite cannot open)
+                        raise
+                self.read_only = f"{type(exc).__name__}: {exc}"
+                LOG.warning("the response cache %s cannot be written (%s): using it read-only", self.directory,
+                            self.read_only)
+        self.read_only = self.read_only or "opened read-only"
+        with self._guard("opening it read-only"):
+            self._reader = open_read_only(self.directory)
 
     @contextmanager
-    def _guard(self, doing: str) -> Iterator[None]:
-        """Turn a storage failure while ``doing`` something into a clear :class:`BlackboxMIAError`."""
+    def _guard(self, doing: str, needed: functools.partial | None = None) -> Iterator[None]:
+        """Turn a storage failure while ``doing`` something into a clear :class:`BlackboxMIAError`
+        (``needed()``: the bytes the write needed, for a full disk)."""
         try:
             yield
-        except (diskcache.Timeout, sqlite3.OperationalError) as exc:
-            if isinstance(exc, sqlite3.OperationalError) and not _busy(exc):
-                raise unusable(self.directory, f"{doing} failed ({type(exc).__name__}: {exc})") from exc
-            raise BlackboxMIAError(
-                f"the response cache {self.directory} stayed locked by another process while {doing}; try again"
-            ) from exc
-        except (OSError, sqlite3.Error) as exc:
+        except (diskcache.Timeout, sqlite3.Error, OSError) as exc:
+            if _full(exc):
+                raise disk_full(self.directory, doing, None if needed is None else needed()) from exc
+            if self.read_only is None and _read_only(exc):
+                raise read_only_error(self.directory, f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(exc, diskcache.Timeout) or isinstance(exc, sqlite3.OperationalError) and _busy(exc):
+                raise BlackboxMIAError(
+                    f"the response cache {self.directory} stayed locked by another process while {doing}; try again"
+                ) from exc
             raise unusable(self.directory, f"{doing} failed ({type(exc).__name__}: {exc})") from exc
 
     def get(self, key: str) -> dict | None:
-        """The cached response for ``key``, or ``None`` when there is none."""
-        with self._guard("reading a row"):
-            value = self._cache.get(key)
+        """The cached response for ``key``, or ``None`` when there is none (a bad row is
+        quarantined and counts as none)."""
+        try:
+            with self._guard("reading a row"):
+                value = self._read(key)
+            if value is not None and not isinstance(value, dict):
+                raise BadRow(self.directory, f"a JSON {type(value).__name__} where an answer (an object) belongs")
+        except BadRow as exc:
+            self._quarantine(key, exc.reason)
+            value = None
         if value is None:
             self.misses += 1
             return None
-        if not isinstance(value, dict):
-            raise unusable(self.directory, f"row {key} is not a JSON object")
         self.hits += 1
         return value
+
+    def _read(self, key: str) -> object:
+        """The stored value of ``key`` (``None``: no row, or its value file is missing).
+
+        Raises:
+            BadRow: the row was not written by :class:`JsonDisk` or its value is not JSON.
+        """
+        if self._cache is not None:
+            return self._cache.get(key)
+        with self._reader_lock:
+            row = self._reader.execute("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1",
+                                       (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return self._disk.fetch(*row, False)
+        except FileNotFoundError:
+            return None
+
+    def _quarantine(self, key: str, reason: str) -> None:
+        """Move the row of ``key`` to the :data:`QUARANTINE_TABLE` with ``reason`` (one
+        transaction; a value file stays where it is, never removed), unmark it as answered (see
+        :meth:`delete`) and log it once; a read-only cache only logs it."""
+        if key in self.quarantined:
+            return
+        self.quarantined[key] = reason
+        where = "left in place: the cache is read-only"
+        if self.read_only is None:
+            with self._guard("quarantining a bad row"), contextlib.closing(
+                    sqlite3.connect(self.directory / CACHE_FILE, timeout=BUSY_TIMEOUT_S)) as connection, connection:
+                quarantine_rows(connection, [key], reason)
+            with self._guard("quarantining a bad row"):
+                self._claim_table.forget([key])  # a fresh answer mark would make the rerun wait for it
+            where = f"moved to table {QUARANTINE_TABLE} of {self.directory / CACHE_FILE}"
+        LOG.warning("the response cache %s: quarantined row %s (%s; %s); asking for it again. "
+                    "`bbmia cache verify %s` lists quarantined rows", self.directory, key, reason, where,
+                    self.directory)
+
+    def _writable(self) -> diskcache.Cache:
+        """The writable store.
+
+        Raises:
+            BlackboxMIAError: the cache is read-only (the message names the fix).
+        """
+        if self._cache is None:
+            raise read_only_error(self.directory, self.read_only)
+        return self._cache
 
     def put(self, key: str, value: dict) -> None:
         """Store ``value`` under ``key`` (overwriting); on disk when this returns.
 
         Raises:
             BlackboxMIAError: ``value`` is not a JSON-serialisable dict (NaN and infinities are
-                refused), or the cache is unusable.
+                refused), the cache is read-only, its disk is full, or it is unusable.
         """
-        if not isinstance(value, dict):
-            raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
-        with self._guard("writing a row"):
-            self._cache.set(key, value)
+        self._store([(key, value)])
 
     def put_many(self, rows: Sequence[tuple[str, dict]]) -> None:
         """Store every ``(key, value)`` of ``rows`` in one transaction (one commit, so one fsync);
         all on disk when this returns, or none.
 
         Raises:
-            BlackboxMIAError: a value is not a JSON-serialisable dict, or the cache is unusable.
+            BlackboxMIAError: a value is not a JSON-serialisable dict, the cache is read-only,
+                its disk is full (the message says how many bytes the rows needed), or it is
+                unusable.
         """
+        self._store(rows)
+
+    def _store(self, rows: Sequence[tuple[str, dict]]) -> None:
+        """:meth:`put_many` (also what :meth:`put` and the writer thread's retries use)."""
         for _, value in rows:
             if not isinstance(value, dict):
                 raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
-        with self._guard("writing rows"), self._cache.transact():
+        cache = self._writable()
+        with self._guard("writing rows", functools.partial(_stored_bytes, rows)), cache.transact():
             for key, value in rows:
-                self._cache.set(key, value)
+                cache.set(key, value)
 
     def put_soon(self, key: str, value: dict, release: bool = False) -> concurrent.futures.Future:
         """Queue ``value`` under ``key`` for the writer thread; the future completes (``None``)
@@ -336,6 +531,9 @@ class ResponseCache:
         returns.
         """
         future: concurrent.futures.Future = concurrent.futures.Future()
+        if self._cache is None:
+            future.set_exception(read_only_error(self.directory, self.read_only))
+            return future
         with self._writer_lock:
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_rows, name="bbmia-cache-writer", daemon=True)
@@ -391,7 +589,9 @@ class ResponseCache:
 
     def delete(self, key: str) -> bool:
         """Remove ``key`` (and its answered mark, so that a claim on it can be won again); whether
-        it was present."""
+        it was present (a read-only cache removes nothing: ``False``)."""
+        if self._cache is None:
+            return False  # read-only: the row stays (its request cannot be asked again here anyway)
         with self._guard("deleting a row"):
             present = bool(self._cache.delete(key))
             self._claim_table.forget([key])
@@ -400,7 +600,10 @@ class ResponseCache:
     def __len__(self) -> int:
         """Number of cached responses."""
         with self._guard("counting rows"):
-            return len(self._cache)
+            if self._cache is not None:
+                return len(self._cache)
+            with self._reader_lock:
+                return self._reader.execute("SELECT count(*) FROM Cache").fetchone()[0]
 
     # -- claims: which process asks the API for a request ---------------------------------------
 
@@ -423,8 +626,13 @@ class ResponseCache:
         with the answer: :meth:`put_soon`).
 
         Raises:
-            BlackboxMIAError: the claims database is unusable.
+            BlackboxMIAError: the claims database is unusable, or the cache is read-only (a key
+                to claim is a request missing from it: the message names the fix).
         """
+        if self._cache is None:
+            if keys:
+                raise read_only_error(self.directory, f"{self.read_only}; {len(set(keys))} request(s) not in it")
+            return []
         with self._guard("claiming requests"):
             won = self._claim_table.claim_many(keys, self._token, ttl_s)
         self._held.update(key for key, claimed in zip(keys, won) if claimed)
@@ -471,7 +679,10 @@ class ResponseCache:
                 self._claim_table.drop(list(self._held), self._token)
                 self._held.clear()
             self._claim_table.close()
-            self._cache.close()
+            if self._cache is not None:
+                self._cache.close()
+            if self._reader is not None:
+                self._reader.close()
 
     def __enter__(self) -> Self:
         return self
@@ -482,4 +693,5 @@ class ResponseCache:
         self.close()
 
     def __repr__(self) -> str:
-        return f"ResponseCache({str(self.directory)!r}, hits={self.hits}, misses={self.misses})"
+        mode = "" if self.read_only is None else ", read-only"
+        return f"ResponseCache({str(self.directory)!r}{mode}, hits={self.hits}, misses={self.misses})"

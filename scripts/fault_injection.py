@@ -20,12 +20,20 @@ d. ``bbmia score`` through a fault-free proxy killed with SIGKILL once the proxy
 e. two ``bbmia score`` processes started together on one ``--cache-dir`` and the same texts
    (different ``--out``): request bodies paid for more than once (answered 200 upstream more
    than once; bodies forwarded twice but refused, e.g. with a 400, are reported apart).
+f. poisoned rows: a copy of the clean run's cache with one row of each kind in
+   :data:`POISON_KINDS` (pickled, text mode, a file outside the cache, a JSON list, bytes that
+   are not JSON), rerun: ``poisoned_row_kinds_survived`` counts the kinds whose row was
+   quarantined while the run completed every text with the clean values;
+g. read-only rerun: ``bbmia score`` rerun on the finished cache of (d) made read-only (a
+   read-only bind mount as root, where chmod does not bite; chmod otherwise):
+   ``read_only_rerun_requests`` upstream requests (0 expected).
 
 Progress goes to stderr; the last line of stdout is one JSON object (``--json`` also keeps
 everything else off stdout). A measurement that could not be made (the killed run finished
 before the kill point, a ``bbmia score`` failed, no text completed) is null there, with the
 reason beside it, and the exit status is 1. Expected: every text completed, max_abs_diff
-<= 1e-6, and 0 for invalid_rows_cached, repaid_after_kill and paid_twice_two_processes.
+<= 1e-6, 0 for invalid_rows_cached, repaid_after_kill, paid_twice_two_processes and
+read_only_rerun_requests, and poisoned_row_kinds_survived equal to the number of kinds.
 
 Usage: python scripts/fault_injection.py [--json] [--model PATH] [--texts 20] [--rate 0.2] [--seed 0]
 """
@@ -33,9 +41,13 @@ Usage: python scripts/fault_injection.py [--json] [--model PATH] [--texts 20] [-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import pickle
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -354,6 +366,91 @@ def two_processes(proxy: FaultProxy, commands: Sequence[list[str]], outs: Sequen
     return result
 
 
+POISON_KINDS = {  # kind -> (SQL altering one row of the Cache table, its arguments before the key)
+    "pickle": ("UPDATE Cache SET mode = 4, value = ? WHERE key = ?", (pickle.dumps({"choices": []}),)),
+    "text_mode": ("UPDATE Cache SET mode = 3 WHERE key = ?", ()),
+    "file_outside": ("UPDATE Cache SET mode = 2, value = NULL, filename = '../../outside.val' WHERE key = ?", ()),
+    "json_list": ("UPDATE Cache SET value = ? WHERE key = ?", (b"[1, 2, 3]",)),
+    "not_json": ("UPDATE Cache SET value = ? WHERE key = ?", (b'{"choices": \xff',)),
+}
+
+
+def poisoned_rows(url: str, model: str, texts: Sequence[str], clean: Run, clean_cache: Path, work: Path,
+                  context: int | None) -> dict:
+    """Rerun on a copy of ``clean_cache`` (the clean run's cache root) with one row of each
+    :data:`POISON_KINDS` kind (distinct rows, the last ones stored: tracker answers, which a
+    rerun reads, not the probe's, whose record is cached apart) through ``url``.
+
+    Returns:
+        ``poisoned_row_kinds`` (the kinds), ``poisoned_row_kinds_survived`` (kinds whose row was
+        quarantined while every text completed with the clean values), the rerun's error and
+        requests (one per poisoned row expected: each is asked again).
+    """
+    from blackbox_mia.backends.api import ApiBackend
+    from blackbox_mia.backends.api.client import ApiConfig
+    from blackbox_mia.backends.api.tracker import TrackerConfig
+
+    root = work / "poisoned-cache"
+    shutil.copytree(clean_cache, root)
+    with contextlib.closing(sqlite3.connect(root / "responses" / "cache.db")) as db, db:
+        keys = [key for (key,) in db.execute("SELECT key FROM Cache WHERE raw = 1 AND mode = 1 ORDER BY rowid DESC")]
+        poisoned = dict(zip(POISON_KINDS, keys))
+        for kind, key in poisoned.items():
+            sql, args = POISON_KINDS[kind]
+            db.execute(sql, (*args, key))
+    run, backend = Run(), None
+    try:
+        backend = ApiBackend(ApiConfig(base_url=url, model=model), tokenizer=model,
+                             tracker=TrackerConfig(context=context), cache_dir=root)
+        backend.logprobs(list(texts), on_done=run.values.__setitem__)
+    except BlackboxMIAError as exc:
+        run.error = str(exc)
+    finally:
+        quarantined = {} if backend is None else dict(backend.client.cache.quarantined)
+        if backend is not None:
+            run.usage = backend.usage.to_dict()
+            backend.close()
+    complete = len(run.values) == len(texts) and max_abs_diff(clean.values, run.values)[1] <= 1e-6
+    return {"poisoned_row_kinds": list(poisoned),
+            "poisoned_row_kinds_survived": sum(complete and key in quarantined for key in poisoned.values()),
+            "quarantined": {kind: quarantined.get(key) for kind, key in poisoned.items()},
+            "requests": run.usage.get("requests"), "error": run.error}
+
+
+def read_only_command(command: list[str], cache_dir: Path) -> list[str]:
+    """``command`` run with ``cache_dir`` read-only: under a private read-only bind mount as root
+    (chmod does not stop root), else after ``chmod -R a-w`` (see :func:`read_only_rerun`)."""
+    if os.geteuid() != 0:
+        return command
+    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, str(cache_dir), *command]
+
+
+def read_only_rerun(proxy: FaultProxy, command: list[str], cache_dir: Path, work: Path) -> dict:
+    """Rerun ``command`` (a ``bbmia score`` whose answers are all in ``cache_dir``) with the
+    cache read-only, through ``proxy``.
+
+    Returns:
+        ``read_only_rerun_requests``: upstream requests of the rerun (``None`` when it failed,
+        with its exit status and log tail).
+    """
+    if os.geteuid() != 0:
+        subprocess.run(["chmod", "-R", "a-w", str(cache_dir)], check=True)
+    log_path = work / "read-only.log"
+    start = proxy.stats.upstream_requests
+    try:
+        code = _wait(_start(read_only_command(command, cache_dir), log_path))
+    finally:
+        if os.geteuid() != 0:
+            subprocess.run(["chmod", "-R", "u+w", str(cache_dir)], check=True)
+    requests = proxy.stats.upstream_requests - start
+    result = {"read_only_rerun_requests": requests if code == 0 else None, "exit": code,
+              "upstream_requests": requests, "mode": "bind mount" if os.geteuid() == 0 else "chmod"}
+    if code != 0:
+        result["log_tail"] = _tail(log_path)
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="keep stdout to the final JSON line")
@@ -434,6 +531,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
         walls["two_processes"] = time.perf_counter() - began
         log(f"   {two}")
 
+        log("f. a poisoned cache row of each kind")
+        began = time.perf_counter()
+        poisoned = poisoned_rows(url, model, texts, clean, work / "clean", work, context)
+        walls["poisoned_rows"] = time.perf_counter() - began
+        log(f"   {poisoned}")
+
+        log("g. the finished run of (d) rerun on its cache made read-only")
+        began = time.perf_counter()
+        with proxy_in_background(FaultConfig(upstream=url, rate=0.0)) as proxy:
+            read_only = read_only_rerun(proxy, score_command(jsonl, proxy.base_url, model, work / "kill-cache",
+                                                             work / "read-only.jsonl", context),
+                                        work / "kill-cache", work)
+        walls["read_only_rerun"] = time.perf_counter() - began
+        log(f"   {read_only}")
+
     # A phase that could not measure gives null, never a reassuring 0.
     kill_ok = kill["killed"] and kill["rerun_exit"] == 0
     two_ok = not any(two["exits"])
@@ -445,6 +557,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "repaid_after_kill": kill["repaid_after_kill"] if kill_ok else None,
         "paid_twice_two_processes": two["paid_twice"] if two_ok else None,
         "resumed_rows_complete": kill["rerun_rows"] == kill["rerun_unique_ids"] == len(items),
+        "poisoned_row_kinds": poisoned["poisoned_row_kinds"],
+        "poisoned_row_kinds_survived": poisoned["poisoned_row_kinds_survived"],
+        "read_only_rerun_requests": read_only["read_only_rerun_requests"] if kill_ok else None,
         "model": "tiny-random-gpt2" if args.model is None else model,
         "context": context,
         "rate": args.rate,
@@ -463,6 +578,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "invalid_rows_cached_clean": sum(clean_problems.values()),
         "kill": kill,
         "two_processes": two,
+        "poisoned": poisoned,
+        "read_only": read_only,
         "wall_s": {k: round(v, 2) for k, v in walls.items()},
     }
     return result
@@ -482,7 +599,9 @@ def finite(value: object) -> object:
 SUMMARY = [("texts completed", "texts_completed"), ("max |diff| (values and bounds)", "max_abs_diff"),
            ("invalid rows cached", "invalid_rows_cached"), ("delivered answers paid again after kill -9",
                                                             "repaid_after_kill"),
-           ("requests paid twice by two processes", "paid_twice_two_processes")]
+           ("requests paid twice by two processes", "paid_twice_two_processes"),
+           ("poisoned row kinds survived", "poisoned_row_kinds_survived"),
+           ("requests of a cached rerun on a read-only cache", "read_only_rerun_requests")]
 
 
 if __name__ == "__main__":

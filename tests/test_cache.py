@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import pickle
 import sqlite3
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from blackbox_mia.cache import MIN_FILE_SIZE, JsonDisk, ResponseCache, request_key
+from blackbox_mia.cache import MIN_FILE_SIZE, BadRow, JsonDisk, ResponseCache, request_key
 from blackbox_mia.types import BlackboxMIAError
 
 KEY = request_key("http://h/v1", "m", "completions", {"prompt": [1, 2], "max_tokens": 1})
@@ -76,46 +77,83 @@ def test_rejects_non_json_values_and_non_str_keys(tmp_path):
         assert len(cache) == 0
 
 
+def _quarantine(directory: Path) -> list[tuple]:
+    """The rows of the Quarantine table: (key, mode, filename, value, reason)."""
+    with sqlite3.connect(directory / "cache.db") as db:
+        return list(db.execute("SELECT key, mode, filename, value, reason FROM Quarantine"))
+
+
+def _assert_quarantined(directory: Path, key: str, reason: str, caplog) -> tuple:
+    """A bad row of ``key``: read as a miss (asked again), moved to the Quarantine table with a
+    reason matching ``reason``, reported once; the quarantined row is returned."""
+    with caplog.at_level("WARNING", logger="blackbox_mia.cache"), ResponseCache(directory) as cache:
+        before = len(cache)
+        assert cache.get(key) is None and cache.get(key) is None
+        assert list(cache.quarantined) == [key] and re.search(reason, cache.quarantined[key])
+        assert len(cache) == before - 1  # out of the Cache table (diskcache's count follows)
+        cache.put(key, {"asked": "again"})  # the answer asked again takes its place
+        assert cache.get(key) == {"asked": "again"}
+    reports = [r.getMessage() for r in caplog.records if "quarantined row" in r.getMessage()]
+    assert len(reports) == 1 and key in reports[0] and str(directory) in reports[0]
+    (row,) = _quarantine(directory)
+    assert row[0] == key and re.search(reason, row[4])
+    return row
+
+
 @pytest.mark.parametrize("padding", [0, MIN_FILE_SIZE + 100], ids=["pickle-in-sqlite", "pickle-in-file"])
-def test_planted_pickle_row_is_refused_not_unpickled(tmp_path, padding):
+def test_planted_pickle_row_is_quarantined_not_unpickled(tmp_path, padding, caplog):
     marker = tmp_path / "marker"
     directory = tmp_path / "responses"
     with diskcache.Cache(str(directory)) as plain:  # diskcache's default Disk pickles the value
         plain.set(KEY, Planted(marker, padding))
-    with ResponseCache(directory) as cache:
-        with pytest.raises(BlackboxMIAError, match="refusing") as err:
-            cache.get(KEY)
-        assert str(directory) in str(err.value)
+    _, mode, filename, value, _ = _assert_quarantined(directory, KEY, "mode 4", caplog)
     assert not marker.exists()
-    # Control: the planted row really runs code when read by a pickling cache.
-    with diskcache.Cache(str(directory)) as plain:
-        assert plain.get(KEY) == "pwned"
-    assert marker.read_text() == "code ran"
+    # Control: the quarantined row is a real pickle that runs code when unpickled.
+    data = value if filename is None else (directory / filename).read_bytes()
+    assert pickle.loads(data) == "pwned" and marker.read_text() == "code ran"
 
 
 def test_pickled_key_is_refused(tmp_path):
     marker = tmp_path / "marker"
     disk = JsonDisk(str(tmp_path))
-    with pytest.raises(BlackboxMIAError, match="refusing"):
+    with pytest.raises(BadRow, match="not a raw string"):
         disk.get(sqlite3.Binary(pickle.dumps(Planted(marker))), raw=False)
     assert not marker.exists()
     assert disk.get(KEY, raw=True) == KEY
 
 
-def test_file_name_outside_the_cache_is_neither_read_nor_removed(tmp_path):
+def _plant(directory: Path, sql: str, *args) -> None:
+    """Write good rows and KEY, then alter KEY's row with ``sql`` (``?`` placeholders, KEY last)."""
+    with ResponseCache(directory) as cache:
+        cache.put_many([(k, {"n": i}) for i, k in enumerate(_keys(5))] + [(KEY, {"a": 1})])
+    with sqlite3.connect(directory / "cache.db") as db:
+        db.execute(sql, (*args, KEY))
+
+
+def test_file_name_outside_the_cache_is_quarantined_neither_read_nor_removed(tmp_path, caplog):
     directory = tmp_path / "responses"
     victim = tmp_path / "victim.json"
     victim.write_text('{"secret": 1}')
-    with ResponseCache(directory) as cache:
-        cache.put(KEY, {"a": 1})
-    with sqlite3.connect(directory / "cache.db") as db:
-        db.execute("UPDATE Cache SET mode = 2, value = NULL, filename = '../victim.json' WHERE key = ?", (KEY,))
-    with ResponseCache(directory) as cache:
-        with pytest.raises(BlackboxMIAError, match="refusing"):
-            cache.get(KEY)
-        cache.put(KEY, {"b": 2})  # overwriting makes diskcache remove the old file: not this one
-        assert cache.get(KEY) == {"b": 2}
+    _plant(directory, "UPDATE Cache SET mode = 2, value = NULL, filename = '../victim.json' WHERE key = ?")
+    row = _assert_quarantined(directory, KEY, "file '../victim.json'", caplog)
+    assert row[2] == "../victim.json"
     assert victim.read_text() == '{"secret": 1}'
+    with ResponseCache(directory) as cache:
+        assert [cache.get(k) for k in _keys(5)] == [{"n": i} for i in range(5)]
+
+
+@pytest.mark.parametrize(("sql", "args", "reason"), [
+    ("UPDATE Cache SET mode = 3, value = ? WHERE key = ?", ('{"a": 1}',), "mode 3"),  # diskcache's text mode
+    ("UPDATE Cache SET value = ? WHERE key = ?", (b"[1, 2, 3]",), "JSON list"),
+    ("UPDATE Cache SET value = ? WHERE key = ?", (b'{"a": \xff',), "not UTF-8 JSON"),
+    ("UPDATE Cache SET value = ? WHERE key = ?", (b"7",), "JSON int"),
+], ids=["text-mode", "json-list", "not-json", "json-number"])
+def test_a_bad_row_among_good_ones_is_quarantined_and_asked_again(tmp_path, sql, args, reason, caplog):
+    directory = tmp_path / "responses"
+    _plant(directory, sql, *args)
+    _assert_quarantined(directory, KEY, reason, caplog)
+    with ResponseCache(directory) as cache:
+        assert [cache.get(k) for k in _keys(5)] == [{"n": i} for i in range(5)] and cache.quarantined == {}
 
 
 def test_default_directory_is_under_cache_root(tmp_path, monkeypatch):
@@ -151,14 +189,11 @@ def test_request_key_is_canonical_and_covers_every_parameter():
 
 # -- corruption and durability -------------------------------------------------------------------
 
-WAY_OUT = "or use another --cache-dir"
-
-
 def _keys(n: int) -> list[str]:
     return [request_key("http://h/v1", "m", "completions", {"prompt": [i]}) for i in range(n)]
 
 
-def test_corrupted_database_page_gives_a_clear_error(tmp_path):
+def test_corrupted_database_page_gives_a_clear_error_pointing_at_repair(tmp_path):
     directory = tmp_path / "responses"
     keys = _keys(40)
     with ResponseCache(directory) as cache:
@@ -178,31 +213,18 @@ def test_corrupted_database_page_gives_a_clear_error(tmp_path):
             cache.put(keys[0], {"a": 1})
             len(cache)
     message = str(err.value)
-    assert str(directory) in message and f"delete {directory} {WAY_OUT}" in message
+    assert str(directory) in message and f"`bbmia cache repair {directory}`" in message and "delete" not in message
     assert isinstance(err.value.__cause__, sqlite3.DatabaseError) and "malformed" in message
 
 
-def test_row_that_is_not_json_gives_the_way_out(tmp_path):
-    with ResponseCache(tmp_path) as cache:
-        cache.put(KEY, {"a": 1})
-    with sqlite3.connect(tmp_path / "cache.db") as db:
-        db.execute("UPDATE Cache SET value = ? WHERE key = ?", (b'{"a": \xff', KEY))
-    with ResponseCache(tmp_path) as cache:
-        with pytest.raises(BlackboxMIAError, match="not UTF-8 JSON") as err:
-            cache.get(KEY)
-    assert f"delete {tmp_path} {WAY_OUT}" in str(err.value)
-
-
-def test_truncated_file_value_gives_the_way_out(tmp_path):
+def test_truncated_file_value_is_quarantined(tmp_path, caplog):
     with ResponseCache(tmp_path) as cache:
         cache.put(KEY, {"blob": "z" * (MIN_FILE_SIZE + 10)})
     (file,) = list(tmp_path.rglob("*.val"))
     data = file.read_bytes()
     file.write_bytes(data[: len(data) // 2])  # a value cut short, as by a crash
-    with ResponseCache(tmp_path) as cache:
-        with pytest.raises(BlackboxMIAError, match="not UTF-8 JSON") as err:
-            cache.get(KEY)
-    assert f"delete {tmp_path} {WAY_OUT}" in str(err.value)
+    _assert_quarantined(tmp_path, KEY, "not UTF-8 JSON", caplog)
+    assert file.read_bytes() == data[: len(data) // 2]  # kept aside with its row, not removed
 
 
 def test_puts_are_on_disk_before_put_returns(tmp_path, monkeypatch):

@@ -247,7 +247,7 @@ def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, t
         ('{"text": 5}\n', "text must be a string"),
         ("[1, 2]\n", "expected a JSON object, got list"),
         ('{"text": "fine", "id": [1]}\n', "id must be a string or an integer"),
-        (b"\xff\xfe{}\n", "cannot read"),
+        (b"\xff\xfe{}\n", "bad.jsonl:1: not UTF-8 (byte 0xff at column 1"),
     ],
 )
 def test_wrong_types_in_dataset_rows(tmp_path, content, message):

@@ -1,6 +1,7 @@
 """``bbmia`` command line. Each command lives in its own module and registers on :data:`app`."""
 
 from . import (  # noqa: F401  (registers commands)
+    cache,
     canary,
     demo,
     documents,

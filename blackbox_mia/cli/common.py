@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -13,39 +12,9 @@ from ..backends.api.config import display_url
 from ..backends.base import Backend
 from ..backends.registry import BackendOptions, build_backend, parse_spec
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
+from ..config import check_number
 from ..types import BlackboxMIAError
 from .options import with_dataclass_options
-
-
-def check_number(
-    option: str,
-    value: float | None,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-    below: float | None = None,
-    at_most: float | None = None,
-) -> None:
-    """Check a numeric command-line option: finite and within the given bounds (None passes).
-
-    Args:
-        option: the option as typed (``--epsilon``), named in the message.
-        value: its value.
-        above, at_least, below, at_most: strict / inclusive lower and upper bounds.
-
-    Raises:
-        BlackboxMIAError: ``"--epsilon must be a finite number > 0, got nan"`` and the like.
-    """
-    if value is None:
-        return
-    bounds = [(above, ">", lambda v, b: v > b), (at_least, ">=", lambda v, b: v >= b),
-              (below, "<", lambda v, b: v < b), (at_most, "<=", lambda v, b: v <= b)]
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and all(bound is None or test(value, bound) for bound, _, test in bounds)
-    if not ok:
-        wanted = " and ".join(f"{sign} {bound:g}" for bound, sign, _ in bounds if bound is not None)
-        kind = "an integer" if isinstance(value, int) and not isinstance(value, bool) else "a finite number"
-        raise BlackboxMIAError(f"{option} must be {kind} {wanted}, got {value!r}")
 
 
 PRECISIONS = ("scores", "token")

@@ -65,7 +65,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for every non-blank line of a JSON Lines file (numbers from 1).
 
     Raises:
-        BlackboxMIAError: the file is missing/unreadable, or a line is not a JSON object.
+        BlackboxMIAError: the file is missing/unreadable, a line is not UTF-8 (named by line and
+            column) or not a JSON object.
     """
     path = Path(path)
     if not path.is_file():
@@ -73,8 +74,14 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             f"dataset file not found: {path} (named datasets: {', '.join(NAMED)}; anything else is a JSONL path)"
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
+        with open(path, "rb") as f:  # decoded line by line: a non-UTF-8 byte is named by line
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise BlackboxMIAError(
+                        f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}: "
+                        f"{exc.reason}); save the file as UTF-8") from exc
                 if not line.strip():
                     continue
                 try:
@@ -84,8 +91,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                 if not isinstance(obj, dict):
                     raise BlackboxMIAError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
                 yield number, obj
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BlackboxMIAError(f"cannot read {path}: {exc}") from exc
+    except OSError as exc:
+        raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def shipped_path(spec: str) -> Path:

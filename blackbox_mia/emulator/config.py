@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from ..backends.api.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
+from ..config import MAX_PORT, check_number
 from ..types import BlackboxMIAError
 from .templates import check_chat_template
 
@@ -97,16 +98,16 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise BlackboxMIAError(f"logprobs_mode must be raw or processed, got {self.logprobs_mode!r}")
-        if self.batch_window_ms < 0 or self.max_batch < 1:
-            raise BlackboxMIAError("batch_window_ms must be >= 0 and max_batch >= 1")
-        if self.max_logprobs_completions < 0 or self.max_logprobs_chat < 0:
-            raise BlackboxMIAError("max_logprobs_completions and max_logprobs_chat must be >= 0")
-        if not 400 <= self.token_id_refusal_status <= 599:
-            raise BlackboxMIAError(f"token_id_refusal_status must be an HTTP error status in 400..599, "
-                                   f"got {self.token_id_refusal_status}")
+        # named as `bbmia serve` spells them
+        check_number("--port", self.port, at_least=0, at_most=MAX_PORT)
+        check_number("--batch-window-ms", self.batch_window_ms, at_least=0)
+        check_number("--max-batch", self.max_batch, at_least=1)
+        check_number("--max-logprobs", self.max_logprobs_completions, at_least=0)
+        check_number("--max-top-logprobs", self.max_logprobs_chat, at_least=0)
+        check_number("--token-id-refusal-status", self.token_id_refusal_status, at_least=400, at_most=599)
+        check_number("--max-body-bytes", self.max_body_bytes, at_least=1)
+        check_number("--threads", self.threads, at_least=1)
         check_chat_template(self.chat_template)
-        if self.max_body_bytes < 1:
-            raise BlackboxMIAError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
 
     @property
     def name(self) -> str:

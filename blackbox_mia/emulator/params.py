@@ -18,6 +18,11 @@ SEED_LIMIT = 2**63  # seeds are integers in [0, 2**63)
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 # Sampling options the server reads but only supports at their neutral value: (neutral, lo, hi).
 NEUTRAL_ONLY = {"top_p": (1.0, 0.0, 1.0), "presence_penalty": (0.0, -2.0, 2.0), "frequency_penalty": (0.0, -2.0, 2.0)}
+# Parameters of the other endpoint, refused rather than silently ignored (OpenAI refuses them too).
+FOREIGN_PARAMETERS = {
+    "completions": ("top_logprobs", "messages", "max_completion_tokens"),
+    "chat": ("prompt", "echo", "suffix"),
+}
 
 
 def int_field(body: dict, name: str, default: int | None, lo: int | None = None, hi: int | None = None) -> int | None:
@@ -52,6 +57,20 @@ def number_field(body: dict, name: str, default: float, lo: float, hi: float) ->
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
         raise bad_request(f"Invalid value for '{name}': must be a number in [{lo:g}, {hi:g}].", name, "invalid_value")
     return float(value)
+
+
+def refuse_foreign(body: dict, endpoint: str) -> None:
+    """Refuse the parameters of the other endpoint (:data:`FOREIGN_PARAMETERS`) set (not null) in
+    ``body``, a request to ``endpoint`` (``"completions"`` or ``"chat"``).
+
+    Raises:
+        HttpError: 400 ``unsupported_parameter`` naming every such parameter (``param``: the first).
+    """
+    given = [name for name in FOREIGN_PARAMETERS[endpoint] if body.get(name) is not None]  # null: not given
+    if given:
+        path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
+        raise bad_request(f"Unsupported parameter(s) on {path}: {', '.join(given)}.", given[0],
+                          "unsupported_parameter")
 
 
 def bool_field(body: dict, name: str, default: bool) -> bool:

@@ -62,7 +62,7 @@ from .config import ServerConfig
 from .errors import HttpError, bad_request, server_error, too_large
 from .listen import listen
 from .names import TokenNames
-from .params import bool_field, chat_messages, int_field, parse_sampling
+from .params import bool_field, chat_messages, int_field, parse_sampling, refuse_foreign
 from .render import chat_entry, envelope, legacy_logprobs
 from .sampling import Continuation, Sampling, choose
 from .templates import ChatFormatter
@@ -72,6 +72,7 @@ LOG = logging.getLogger(__name__)
 TOKENIZE_WORKERS = 2  # threads of the tokenization pool (separate from the single model thread)
 INLINE_CHARS = 4096  # texts (and JSON bodies) up to this many characters are handled on the loop
 INLINE_TOKENS = 1024  # token sequences up to this long are decoded / rendered on the loop
+CLIENT_CLOSED_REQUEST = 499  # status logged for a request whose client left (nginx's convention; never sent)
 
 
 class ValidationServer:
@@ -167,6 +168,9 @@ class ValidationServer:
                 raise
             message = f"Invalid URL ({request.method} {request.path})" if exc.status in (404, 405) else exc.reason
             return HttpError(exc.status, message, code=None).response()
+        except ConnectionError as exc:  # the client left: nobody to answer, and not a server error
+            LOG.debug("client disconnected during %s %s (%s)", request.method, request.path, exc)
+            return web.Response(status=CLIENT_CLOSED_REQUEST)
         except Exception:  # a server bug must still answer JSON
             LOG.exception("internal error on %s %s", request.method, request.path)
             return server_error().response()
@@ -175,8 +179,10 @@ class ValidationServer:
     async def _auth(self, request: web.Request, handler):
         key = self.config.api_key
         if key is not None:
-            header = request.headers.get("Authorization", "")
-            given = header[7:] if header.startswith("Bearer ") else ""
+            scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+            if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 9110 section 11.1)
+                given = ""
+            given = given.strip()
             if not hmac.compare_digest(given.encode(), key.encode()):
                 raise HttpError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
                                 code="invalid_api_key")
@@ -332,6 +338,7 @@ class ValidationServer:
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await self._body(request, require_model=True)
+        refuse_foreign(body, "completions")
         sampling = parse_sampling(body, self.backend.vocab_size)
         echo = bool_field(body, "echo", False)
         top = int_field(body, "logprobs", None, lo=0, hi=self.config.max_logprobs_completions)
@@ -400,6 +407,7 @@ class ValidationServer:
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await self._body(request, require_model=True)
+        refuse_foreign(body, "chat")
         sampling = parse_sampling(body, self.backend.vocab_size)
         logprobs = bool_field(body, "logprobs", False)
         top = int_field(body, "top_logprobs", None, lo=0, hi=self.config.max_logprobs_chat)

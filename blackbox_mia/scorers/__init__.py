@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from ..config import check_number
 from ..types import BlackboxMIAError
 from .base import REFERENCE, TARGET, Need, Scorer
 from .loss import Loss
@@ -29,7 +30,9 @@ def parse_scorer(spec: str) -> Scorer:
     """Build a scorer from ``NAME`` or ``NAME:param=value,...``.
 
     Raises:
-        BlackboxMIAError: unknown scorer, unknown parameter, or a value of the wrong type.
+        BlackboxMIAError: unknown scorer, unknown parameter, a value of the wrong type, or out of
+            its range (:attr:`Scorer.ranges`; ``pac:n_neighbours=0``: "scorer 'pac': n_neighbours
+            must be an integer >= 1, got 0").
     """
     name, _, arg_text = spec.strip().partition(":")
     if name not in REGISTRY:
@@ -47,6 +50,8 @@ def parse_scorer(spec: str) -> Scorer:
             kwargs[key] = type(fields[key].default)(value)
         except ValueError as exc:
             raise BlackboxMIAError(f"scorer {name!r}: {key}={value!r} is not a {type(fields[key].default).__name__}") from exc
+        if isinstance(kwargs[key], (int, float)):
+            check_number(f"scorer {name!r}: {key}", kwargs[key], given=value, **cls.ranges.get(key, {}))
     return cls(**kwargs)
 
 

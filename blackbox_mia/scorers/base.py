@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,6 +20,8 @@ import numpy as np
 
 from ..types import TokenLogprobs
 from .bounded import Bounded, set_size
+
+PERCENT = {"above": 0.0, "at_most": 100.0}  # bounds of a k% parameter (check_number keywords)
 
 TARGET = "target"
 REFERENCE = "reference"
@@ -38,10 +41,13 @@ class Scorer(ABC):
     Class attributes:
         name: registry name (``"min_k"``).
         needs_vocab_stats: True when the scorer reads ``mu``/``sigma`` (local backend only).
+        ranges: per numeric parameter, its bounds as keyword arguments of
+            :func:`~blackbox_mia.config.check_number` (checked when a spec is parsed).
     """
 
     name: ClassVar[str]
     needs_vocab_stats: ClassVar[bool] = False
+    ranges: ClassVar[Mapping[str, Mapping[str, float]]] = {}
 
     def needs(self, text: str) -> list[Need]:
         """Texts beyond ``text`` itself (under the target) whose log-probs :meth:`score` reads."""

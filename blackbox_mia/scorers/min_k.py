@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import Scorer
+from .base import PERCENT, Scorer
 from .bounded import Bounded, BoundedValues
 
 
@@ -19,6 +19,7 @@ class MinK(Scorer):
     """
 
     name = "min_k"
+    ranges = {"k": PERCENT}
     k: float = 20.0
 
     def lowest_percent(self) -> float:

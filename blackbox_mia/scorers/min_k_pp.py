@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import BlackboxMIAError, TokenLogprobs
-from .base import Scorer
+from .base import PERCENT, Scorer
 from .bounded import Bounded, BoundedValues
 
 
@@ -24,6 +24,7 @@ class MinKPlusPlus(Scorer):
 
     name = "min_k_pp"
     needs_vocab_stats = True
+    ranges = {"k": PERCENT}
     k: float = 20.0
 
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:

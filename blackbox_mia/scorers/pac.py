@@ -12,7 +12,7 @@ import numpy as np
 
 from ..text.segment import DEFAULT_SEGMENTER, Segmenter, get_segmenter
 from ..types import TokenLogprobs
-from .base import Need, Scorer
+from .base import PERCENT, Need, Scorer
 from .bounded import Bounded, BoundedValues, mean_largest, mean_of, mean_smallest
 
 
@@ -79,6 +79,7 @@ class PAC(Scorer):
     """
 
     name = "pac"
+    ranges = {"k1": PERCENT, "k2": PERCENT, "n_neighbours": {"at_least": 1}, "swap_frac": {"above": 0.0}}
     k1: float = 5.0
     k2: float = 30.0
     n_neighbours: int = 5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..types import BlackboxMIAError
 from .base import TokenCodec
 
@@ -27,8 +29,13 @@ class HFTokenCodec(TokenCodec):
         """Load with ``AutoTokenizer.from_pretrained``.
 
         Raises:
-            BlackboxMIAError: transformers is missing or the tokenizer cannot be loaded.
+            BlackboxMIAError: ``path`` is a file system path that does not exist (a hub name is
+                ``NAME`` or ``ORG/NAME``), transformers is missing, or the tokenizer cannot be
+                loaded.
         """
+        if _is_path(path) and not Path(path).expanduser().exists():
+            raise BlackboxMIAError(f"cannot load tokenizer {path!r}: no such directory "
+                                   f"(and not a hub name, which is NAME or ORG/NAME)")
         try:
             from transformers import AutoTokenizer
 
@@ -61,6 +68,13 @@ class HFTokenCodec(TokenCodec):
     @property
     def vocab_size(self) -> int:
         return len(self.tokenizer)
+
+
+def _is_path(name: str) -> bool:
+    """Whether ``name`` can only be a file system path, not a hub repository id (``NAME`` or
+    ``ORG/NAME``): it starts with ``/``, ``.`` or ``~``, has more than one ``/``, a backslash, or
+    ends with ``/``."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
 
 
 def _byte_level_decoder(tokenizer) -> dict[str, int] | None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+from ...config import MAX_PORT
 from ...types import BlackboxMIAError
 from .dialect import dialect_named
 from .usage import DEFAULT_PRICES, price_of
@@ -20,17 +21,32 @@ def _default_api_key() -> str:
 
 
 def display_url(url: str) -> str:
-    """``url`` without user info, query or fragment: safe to show in messages and results."""
+    """``url`` without user info, query or fragment: safe to show in messages and results (the
+    port as given, even when it is not a valid one)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
+    port = _port_text(parts.netloc)
     netloc = host + (f":{port}" if port else "")
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _port_text(netloc: str) -> str:
+    """The port of ``netloc`` as written (``""`` when none): after the user info and an IPv6
+    address's ``]``."""
+    return netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an ``http(s)://HOST[:PORT]/PATH`` base URL, or ``None``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "it must be http(s)://HOST[:PORT]/PATH"
+    port = _port_text(parts.netloc)
+    if port and not (port.isdigit() and 1 <= int(port) <= MAX_PORT):
+        return f"its port {port} is not a TCP port (1 to {MAX_PORT})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,13 +99,11 @@ class ApiConfig:
 
     def __post_init__(self) -> None:
         try:
-            parts = urlsplit(self.base_url)
-            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-        except ValueError:  # a bad port
-            valid = False
-        if not valid:
-            shown = display_url(self.base_url)
-            raise BlackboxMIAError(f"base URL must be http(s)://HOST[:PORT]/PATH, got {shown!r}")
+            problem = url_problem(self.base_url)
+        except ValueError as exc:  # urlsplit: e.g. an unclosed IPv6 bracket
+            problem = str(exc)
+        if problem is not None:
+            raise BlackboxMIAError(f"base URL {display_url(self.base_url)!r}: {problem}")
         if not self.model:
             raise BlackboxMIAError("the model name is empty")
         dialect_named(self.endpoint, self.chat_template)  # raises on an unknown kind or template
