@@ -42,6 +42,8 @@ from .tracker import Tracker, TrackerConfig
 if TYPE_CHECKING:
     from .client import Usage
 
+INTERRUPT_GRACE_S = 5.0  # Ctrl-C: seconds the requests in flight get to land in the cache before they are cancelled
+
 
 class ApiBackend(Backend):
     """Per-token log-probs and generations through an OpenAI-compatible API.
@@ -239,6 +241,15 @@ class ApiBackend(Backend):
             sample=sample,
             provenance=provenance,
         )
+
+    async def _settle(self) -> None:
+        """Ctrl-C: send nothing more and give the requests in flight :data:`INTERRUPT_GRACE_S`
+        seconds to land in the cache (answers paid for are not paid again by the rerun)."""
+        await self.client.stop_sending(INTERRUPT_GRACE_S)
+
+    async def _resume(self) -> None:
+        """After the interrupted call: the next one sends again."""
+        self.client.resume_sending()
 
     @property
     def usage(self) -> Usage:

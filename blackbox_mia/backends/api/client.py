@@ -7,9 +7,9 @@ per-request CPU) and adds what an audit needs:
 * one validation step for every answer, fresh or cached: shape, every requested field present,
   every number finite, lengths consistent (see :mod:`.answers`). An answer that fails it is
   never cached: it is retried, and a cached row that fails it is dropped and asked again;
-* a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), written as
-  soon as an answer has passed validation, before the answer is returned, so a rerun makes zero
-  requests; the rows go to the cache's writer thread, which commits many in one transaction,
+* a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), queued as
+  soon as an answer has passed validation (in the step that received it) and written before the
+  answer is returned, so a rerun makes zero requests; the rows go to the cache's writer thread, which commits many in one transaction,
   so the event loop never waits on a disk flush; processes sharing a cache directory claim
   each request so none is paid for twice;
 * retries with tenacity by fault class (:mod:`.faults`, carried by :class:`ApiError`):
@@ -22,7 +22,8 @@ per-request CPU) and adds what an audit needs:
 * an optional spending cap (``ApiConfig.max_cost``, :class:`~.usage.Budget`): the request that
   could take the spend past it is not sent (:class:`~.usage.BudgetExceeded`);
 * at most ``concurrency`` requests in flight, optional requests-per-minute and
-  tokens-per-minute limits (:mod:`.usage`);
+  tokens-per-minute limits (:mod:`.usage`); :meth:`ApiClient.stop_sending` (Ctrl-C) sends
+  nothing more and lets the requests in flight land in the cache for a grace period;
 * request bodies built and checked by the endpoint kind's :class:`~.dialect.Dialect`, and a
   normalised, JSON-ready result (see :meth:`ApiClient.complete`);
 * usage accounting: requests, retries, cache hits, invalid answers, tokens and cost in USD;
@@ -38,6 +39,7 @@ text from a server is masked before it is cut short, so no prefix of the key can
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 from types import TracebackType
@@ -259,6 +261,26 @@ class ApiClient:
             return None
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
+    async def stop_sending(self, grace_s: float) -> int:
+        """Send no further request (retries included: what is queued never starts) and wait up to
+        ``grace_s`` seconds for the requests in flight, whose valid answers are queued for the
+        cache as they arrive (:meth:`close` writes them). For Ctrl-C: answers already paid for
+        are kept, not paid again by the rerun. Requests wait until :meth:`resume_sending` (or
+        :meth:`close`).
+
+        Returns:
+            The requests still in flight when the grace period ended (their answers are lost).
+        """
+        in_flight = self._senders.in_progress
+        if in_flight:
+            LOG.warning("%s: waiting up to %g s for %d answer%s in flight (Ctrl-C again to exit at once)", self._url,
+                        grace_s, in_flight, "s" if in_flight != 1 else "")
+        return await self._senders.drain(grace_s)
+
+    def resume_sending(self) -> None:
+        """Undo :meth:`stop_sending`: waiting requests are sent again."""
+        self._senders.resume()
+
     async def close(self) -> None:
         """Close the HTTP connections and the cache (releasing its claims)."""
         if self._models is not None and not self._models.done():
@@ -356,7 +378,8 @@ class ApiClient:
         is cached as soon as it has passed validation, and the claim is released after that (or
         on failure)."""
         if self.cache is None:
-            return *await self._fetch(dialect, payload, body, attempts), True
+            raw, result, _ = await self._fetch(dialect, payload, body, attempts, None)
+            return raw, result, True
         delay = CLAIM_POLL_S
         while not await self._claims.claim(key):  # another process is asking, or has just answered
             await asyncio.sleep(delay)
@@ -366,10 +389,10 @@ class ApiClient:
                 return *found, False
         self._keep_claims()
         try:
-            raw, result = await self._fetch(dialect, payload, body, attempts)
-            # validated and paid for: on disk (the writer thread's next commit, which also
-            # releases the claim) before it is returned
-            await self._written.wait(self.cache.put_soon(key, raw, release=True))
+            raw, result, written = await self._fetch(dialect, payload, body, attempts, key)
+            # validated, paid for and queued: on disk (the writer thread's next commit, which
+            # also releases the claim) before it is returned
+            await self._written.wait(written)
             return raw, result, True
         finally:
             self.cache.release(key)  # nothing when the writer has it (a failure or Ctrl-C: at once)
@@ -393,9 +416,11 @@ class ApiClient:
                 LOG.warning("cannot refresh cache claims: %s", exc)
                 return
 
-    async def _fetch(self, dialect: Dialect, payload: dict, body: bytes, attempts: int) -> tuple[dict, dict]:
-        """A fresh valid answer to ``payload``, ``(raw JSON, normalised)``, in at most ``attempts``
-        requests, retrying by fault class.
+    async def _fetch(self, dialect: Dialect, payload: dict, body: bytes, attempts: int,
+                     key: str | None) -> tuple[dict, dict, concurrent.futures.Future | None]:
+        """A fresh valid answer to ``payload`` in at most ``attempts`` requests, retrying by fault
+        class: ``(raw JSON, normalised, its cache write)`` as :meth:`_send` (``key``: the cache
+        key, ``None``: not cached).
 
         Raises:
             ApiError: the last failure, with its fault class and the number of attempts (a 500
@@ -408,19 +433,19 @@ class ApiClient:
             await self.check_model()
         tokens = estimate_tokens(payload)
         try:  # the first attempt without tenacity's machinery (a sixth of the loop's CPU per request)
-            return await self._send(dialect, payload, body, tokens)
+            return await self._send(dialect, payload, body, tokens, key)
         except (openai.APIError, Malformed) as exc:
             failure: BaseException | None = exc  # tenacity's first attempt: classified, waited on, counted
         tries, bodies = 0, set()  # requests sent; what the failed ones answered: (status, body), None: no status
 
-        async def send() -> tuple[dict, dict]:
+        async def send() -> tuple[dict, dict, concurrent.futures.Future | None]:
             nonlocal failure, tries
             tries += 1
             try:
                 if failure is not None:
                     exc, failure = failure, None
                     raise exc
-                return await self._send(dialect, payload, body, tokens)
+                return await self._send(dialect, payload, body, tokens, key)
             except openai.APIStatusError as exc:
                 bodies.add((exc.status_code, exc.response.content))
                 raise
@@ -444,8 +469,13 @@ class ApiClient:
             raise self._error(exc, tries, dialect, repeated) from None  # the SDK's message may quote the key
         return answer
 
-    async def _send(self, dialect: Dialect, payload: dict, body: bytes, tokens: int) -> tuple[dict, dict]:
-        """One HTTP request under the limits: ``(raw JSON, normalised)``, validated.
+    async def _send(self, dialect: Dialect, payload: dict, body: bytes, tokens: int,
+                    key: str | None) -> tuple[dict, dict, concurrent.futures.Future | None]:
+        """One HTTP request under the limits: ``(raw JSON, normalised, its cache write)``,
+        validated. A valid answer is queued for the cache under ``key`` (the writer thread's
+        future; ``None`` when ``key`` is) in the step that received it, before its sender takes
+        the next request: an answer that has arrived is never lost to a Ctrl-C
+        (:meth:`stop_sending`).
 
         Raises:
             openai.APIError: the request failed.
@@ -457,30 +487,28 @@ class ApiClient:
         if self._tpm is not None:
             await self._tpm.acquire(tokens)
 
-        async def post() -> tuple[int, dict | Malformed]:
+        async def post() -> tuple[int, tuple[dict, dict, concurrent.futures.Future | None] | Malformed]:
             worst = self._reserve(payload, tokens)
             try:
                 self.usage.requests += 1
                 status, content = await self._transport.post(dialect.prompt_field, body)
                 try:
                     raw = decode_answer(content)
+                    self.usage.bill(raw.get("usage"), self.config.price())  # billed before its reservation goes
+                    result = dialect.read(raw, payload)
                 except Malformed as exc:
                     return status, exc
-                self.usage.bill(raw.get("usage"), self.config.price())  # billed before its reservation goes
-                return status, raw
+                return status, (raw, result, None if key is None else self.cache.put_soon(key, raw, release=True))
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)
 
-        status, raw = await self._senders.run(post)
-        try:
-            if isinstance(raw, Malformed):
-                raise raw
-            return raw, dialect.read(raw, payload)
-        except Malformed as exc:
+        status, answer = await self._senders.run(post)
+        if isinstance(answer, Malformed):
             self.usage.invalid_answers += 1
-            exc.status = status
-            raise
+            answer.status = status
+            raise answer
+        return answer
 
     def _reserve(self, payload: dict, tokens: int) -> float:
         """Reserve the worst-case cost (USD) of one request under the budget (0 without one).
