@@ -187,6 +187,32 @@ async def _cancel_all() -> None:
     await asyncio.get_running_loop().shutdown_asyncgens()
 
 
+async def in_daemon_thread(fn: Callable[[threading.Event], T], name: str) -> T:
+    """``fn(stop)`` in a new daemon thread named ``name``, awaited without blocking the loop:
+    for long CPU work (tokenizing a 10 MB text) that must neither stop the loop nor delay the
+    process's exit after Ctrl-C. Cancelling the awaiting task sets ``stop`` (``fn`` may look at
+    it between steps and return early; its result is then dropped).
+
+    Raises:
+        whatever ``fn`` raises.
+    """
+    loop = asyncio.get_running_loop()
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(stop))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    try:
+        return await asyncio.wrap_future(future, loop=loop)
+    finally:
+        stop.set()
+
+
 class ThreadResults:
     """Awaits futures that other threads complete, waking the event loop once for all that
     complete together (:func:`asyncio.wrap_future` wakes it once per future: a system call and a
