@@ -134,7 +134,8 @@ def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
     with serve_in_background(ServerConfig(str(tiny_model_dir), echo=False)) as url:
         cmd = [bbmia, "score", "gsm8k", "--limit", "30", "--scorers", "loss", "--base-url", url, "--model",
                str(tiny_model_dir), "--tokenizer", str(tiny_model_dir), "--strategy", "forced", "--concurrency", "16",
-               "--context-tokens", "64", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "s.jsonl")]
+               "--context-tokens", "64", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "s.jsonl"),
+               "--yes"]
         env = {**os.environ, "OPENAI_API_KEY": "none", "OMP_NUM_THREADS": "1"}
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + 120

@@ -21,8 +21,9 @@ def interrupt_once() -> Iterator[None]:
     exits with one line. A second SIGINT during that unwinding exits at once with status
     :data:`INTERRUPTED_EXIT` and one line on stderr (answers still in flight, and rows not yet
     committed, are asked again by the rerun), instead of interrupting the cleanup itself (which
-    printed asyncio's "Task was destroyed" lines or an atexit traceback). Otherwise the previous
-    handler is restored on exit. Outside the main thread nothing changes."""
+    printed asyncio's "Task was destroyed" lines or an atexit traceback); once the block is left
+    after an interrupt, SIGINT is ignored. Otherwise the previous handler is restored on exit.
+    Outside the main thread nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -43,5 +44,6 @@ def interrupt_once() -> Iterator[None]:
     try:
         yield
     finally:
-        if not interrupted:
-            signal.signal(signal.SIGINT, previous)
+        # after an interrupt the cleanup has run by now and the process is exiting: later SIGINTs
+        # are ignored (Python's finalization would put back the default action, death by signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted else previous)
