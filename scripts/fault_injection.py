@@ -7,9 +7,11 @@ GPT-2 built on the fly in a temporary directory, exactly as ``tests/conftest.py`
 texts, with the model's context (long texts in sliding windows):
 
 a. clean run: an ApiBackend straight to the emulator (own fresh cache);
-b. faulty run: an ApiBackend through the proxy at ``--rate`` with every fault class (fresh
-   cache, client timeout shorter than the proxy's stall): texts completed, and the largest
-   |value - clean value| over every token, lower and upper bound of the completed texts;
+b. faulty run: an ApiBackend through the proxy at ``--rate`` with every fault class, server
+   errors with the same body every time ("Internal Server Error": a client must retry them too)
+   (fresh cache, client timeout shorter than the proxy's stall): texts completed in this ONE
+   run, and the largest |value - clean value| over every token, lower and upper bound of the
+   completed texts;
 c. invalid rows in the faulty run's cache (not a JSON object, ``choices`` missing or empty,
    ``logprobs`` null, a choice without its log-prob lists, any non-finite number, a row that
    cannot be read);
@@ -19,12 +21,19 @@ d. ``bbmia score`` through a fault-free proxy killed with SIGKILL once the proxy
    the kill, so every delivered answer had time to reach the cache), and the resumed JSONL;
 e. two ``bbmia score`` processes started together on one ``--cache-dir`` and the same texts
    (different ``--out``): request bodies paid for more than once (answered 200 upstream more
-   than once; bodies forwarded twice but refused, e.g. with a 400, are reported apart).
-f. poisoned rows: a copy of the clean run's cache with one row of each kind in
+   than once; bodies forwarded twice but refused, e.g. with a 400, are reported apart);
+f. ``bbmia score`` through a fault-free proxy interrupted with SIGINT (Ctrl-C) once the proxy
+   has forwarded 40% of the clean run's requests (no pause: the answers in flight must land
+   during the command's own grace period), then rerun: answers delivered whole that were paid
+   for again (``repaid_after_sigint``);
+g. ``bbmia probe --file`` on a :data:`HUGE_TEXT_CHARS`-character text (the GSM8K texts repeated;
+   the capability record already cached), interrupted with SIGINT :data:`HUGE_SIGINT_AFTER_S`
+   seconds after start (tokenizing): seconds from SIGINT to exit and the peak RSS (VmHWM) in GB;
+h. poisoned rows: a copy of the clean run's cache with one row of each kind in
    :data:`POISON_KINDS` (pickled, text mode, a file outside the cache, a JSON list, bytes that
    are not JSON), rerun: ``poisoned_row_kinds_survived`` counts the kinds whose row was
    quarantined while the run completed every text with the clean values;
-g. read-only rerun: ``bbmia score`` rerun on the finished cache of (d) made read-only (a
+i. read-only rerun: ``bbmia score`` rerun on the finished cache of (d) made read-only (a
    read-only bind mount as root, where chmod does not bite; chmod otherwise):
    ``read_only_rerun_requests`` upstream requests (0 expected).
 
@@ -32,8 +41,9 @@ Progress goes to stderr; the last line of stdout is one JSON object (``--json`` 
 everything else off stdout). A measurement that could not be made (the killed run finished
 before the kill point, a ``bbmia score`` failed, no text completed) is null there, with the
 reason beside it, and the exit status is 1. Expected: every text completed, max_abs_diff
-<= 1e-6, 0 for invalid_rows_cached, repaid_after_kill, paid_twice_two_processes and
-read_only_rerun_requests, and poisoned_row_kinds_survived equal to the number of kinds.
+<= 1e-6, 0 for invalid_rows_cached, repaid_after_kill, paid_twice_two_processes,
+repaid_after_sigint and read_only_rerun_requests, poisoned_row_kinds_survived equal to the number
+of kinds, huge_text_sigint_exit_s < 2 and huge_text_peak_rss_gb < 1.
 
 Usage: python scripts/fault_injection.py [--json] [--model PATH] [--texts 20] [--rate 0.2] [--seed 0]
 """
@@ -48,6 +58,7 @@ import os
 import pickle
 import shutil
 import sqlite3
+import signal
 import subprocess
 import sys
 import tempfile
@@ -76,6 +87,9 @@ STALL_S = 2.0  # ...the proxy's stall
 BACKOFF_BASE_S = 0.01
 MAX_RETRIES = 8
 SUBPROCESS_TIMEOUT_S = 600.0
+HUGE_TEXT_CHARS = 10_000_000  # g: the huge text's length (10 MB of ASCII)
+HUGE_SIGINT_AFTER_S = 8.0  # g: SIGINT this long after `bbmia probe` started (past imports, while tokenizing)
+RSS_POLL_S = 0.05  # g: how often the peak RSS is read
 
 
 def log(message: str) -> None:
@@ -238,7 +252,7 @@ def bbmia_command() -> list[str]:
 
 def score_command(jsonl: Path, url: str, model: str, cache_dir: Path, out: Path, context: int | None) -> list[str]:
     command = [*bbmia_command(), "score", str(jsonl), "--base-url", url, "--model", model, "--tokenizer", model,
-               "--cache-dir", str(cache_dir), "--scorers", "loss", "--out", str(out)]
+               "--cache-dir", str(cache_dir), "--scorers", "loss", "--out", str(out), "--yes"]
     return command + ([] if context is None else ["--context-tokens", str(context)])
 
 
@@ -283,10 +297,11 @@ def jsonl_ids(path: Path) -> list[str]:
 
 
 def kill_and_rerun(proxy: FaultProxy, command: list[str], out: Path, kill_after: int, work: Path,
-                   grace_s: float = GRACE_S) -> dict:
-    """Run ``command`` (a ``bbmia score`` writing ``out``) through ``proxy``, SIGKILL it once the
-    proxy has forwarded ``kill_after`` more requests (after pausing the proxy ``grace_s``
-    seconds), resume the proxy and rerun the command to completion.
+                   grace_s: float = GRACE_S, signum: int = signal.SIGKILL) -> dict:
+    """Run ``command`` (a ``bbmia score`` writing ``out``) through ``proxy``, send it ``signum``
+    once the proxy has forwarded ``kill_after`` more requests (SIGKILL: after pausing the proxy
+    ``grace_s`` seconds; SIGINT: at once, the command lands its answers in flight itself), resume
+    the proxy and rerun the command to completion.
 
     Returns:
         ``repaid_after_kill``: upstream payments of bodies whose answer had been delivered
@@ -294,7 +309,7 @@ def kill_and_rerun(proxy: FaultProxy, command: list[str], out: Path, kill_after:
         requests before the kill and in the rerun, rows before the kill and after the rerun,
         the rerun's exit status and its ids, each of which must appear once).
     """
-    log_path = work / "kill.log"
+    log_path = work / f"signal-{signum}.log"
     start = proxy.stats.upstream_requests
     process = _start(command, log_path)
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
@@ -304,17 +319,18 @@ def kill_and_rerun(proxy: FaultProxy, command: list[str], out: Path, kill_after:
         time.sleep(0.005)
     killed = process.poll() is None
     at_kill = proxy.stats.upstream_requests - start
-    if killed:
+    if killed and signum == signal.SIGKILL:
         proxy.pause()
         time.sleep(grace_s)
-        process.kill()
-    first_rc = process.wait()
+    if killed:
+        process.send_signal(signum)
+    first_rc = _wait(process)
     delivered_before = sum(proxy.stats.delivered.values())
     time.sleep(0.1)  # requests the killed process left in the proxy give up (their client is gone)
     proxy.resume()
     rows_before = len(jsonl_ids(out))
     middle = proxy.stats.upstream_requests
-    rerun_log = work / "rerun.log"
+    rerun_log = work / f"rerun-{signum}.log"
     rerun_rc = _wait(_start(command, rerun_log))
     ids = jsonl_ids(out)
     result = {
@@ -333,6 +349,44 @@ def kill_and_rerun(proxy: FaultProxy, command: list[str], out: Path, kill_after:
         result["first_log_tail"] = _tail(log_path)
     if rerun_rc != 0:
         result["rerun_log_tail"] = _tail(rerun_log)
+    return result
+
+
+def peak_rss_gb(pid: int) -> float | None:
+    """The peak resident set size (VmHWM) of a live process in GB, ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        return None
+    return None
+
+
+def huge_text_sigint(command: list[str], work: Path, after_s: float = HUGE_SIGINT_AFTER_S) -> dict:
+    """Run ``command`` (``bbmia probe --file`` on a huge text), SIGINT it ``after_s`` seconds
+    after start, and measure.
+
+    Returns:
+        ``exit_s``: seconds from SIGINT to exit (``None`` when it had ended before); ``peak_rss_gb``:
+        the largest VmHWM read while it ran; its exit status and, unless 130, its log's tail.
+    """
+    log_path = work / "huge.log"
+    process = _start(command, log_path)
+    peak, began, sent = 0.0, time.monotonic(), None
+    while process.poll() is None:
+        peak = max(peak, peak_rss_gb(process.pid) or 0.0)
+        if sent is None and time.monotonic() - began >= after_s:
+            process.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+        if time.monotonic() - began > SUBPROCESS_TIMEOUT_S:
+            process.kill()
+        time.sleep(RSS_POLL_S)
+    result = {"exit_s": None if sent is None else round(time.monotonic() - sent, 2), "peak_rss_gb": round(peak, 3),
+              "exit": process.returncode}
+    if process.returncode != 130:
+        result["log_tail"] = _tail(log_path)
     return result
 
 
@@ -491,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         log(f"   {clean_requests} requests, {clean.wall_s:.1f} s")
 
         log(f"b. faulty run: rate {args.rate}, every class, seed {args.seed}")
-        config = FaultConfig(upstream=url, rate=args.rate, seed=args.seed, stall_s=STALL_S)
+        config = FaultConfig(upstream=url, rate=args.rate, seed=args.seed, stall_s=STALL_S, same_5xx_body=True)
         with proxy_in_background(config) as proxy:
             faulty = run_backend(proxy.base_url, model, texts, work / "faulty", context, timeout_s=CLIENT_TIMEOUT_S,
                                  max_retries=MAX_RETRIES, backoff_base_s=BACKOFF_BASE_S)
@@ -531,13 +585,33 @@ def main(argv: Sequence[str] | None = None) -> dict:
         walls["two_processes"] = time.perf_counter() - began
         log(f"   {two}")
 
-        log("f. a poisoned cache row of each kind")
+        log(f"f. bbmia score interrupted (SIGINT) after {kill_after} upstream requests, then rerun")
+        began = time.perf_counter()
+        with proxy_in_background(FaultConfig(upstream=url, rate=0.0)) as proxy:
+            out = work / "sigint.jsonl"
+            sigint = kill_and_rerun(proxy, score_command(jsonl, proxy.base_url, model, work / "sigint-cache", out,
+                                                         context), out, kill_after, work, signum=signal.SIGINT)
+        walls["sigint_rerun"] = time.perf_counter() - began
+        log(f"   {sigint}")
+
+        log(f"g. bbmia probe on a {HUGE_TEXT_CHARS:,}-character text, SIGINT after {HUGE_SIGINT_AFTER_S:g} s")
+        began = time.perf_counter()
+        one = "\n\n".join(item.text for item in load_dataset("gsm8k").items)
+        huge = work / "huge.txt"
+        huge.write_text((one * (HUGE_TEXT_CHARS // len(one) + 1))[:HUGE_TEXT_CHARS], encoding="ascii", errors="replace")
+        probe = [*bbmia_command(), "probe", "--file", str(huge), "--base-url", url, "--model", model, "--tokenizer",
+                 model, "--cache-dir", str(work / "clean"), "--scorers", "loss", "--json"]
+        huge_run = huge_text_sigint(probe + ([] if context is None else ["--context-tokens", str(context)]), work)
+        walls["huge_text"] = time.perf_counter() - began
+        log(f"   {huge_run}")
+
+        log("h. a poisoned cache row of each kind")
         began = time.perf_counter()
         poisoned = poisoned_rows(url, model, texts, clean, work / "clean", work, context)
         walls["poisoned_rows"] = time.perf_counter() - began
         log(f"   {poisoned}")
 
-        log("g. the finished run of (d) rerun on its cache made read-only")
+        log("i. the finished run of (d) rerun on its cache made read-only")
         began = time.perf_counter()
         with proxy_in_background(FaultConfig(upstream=url, rate=0.0)) as proxy:
             read_only = read_only_rerun(proxy, score_command(jsonl, proxy.base_url, model, work / "kill-cache",
@@ -549,13 +623,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     # A phase that could not measure gives null, never a reassuring 0.
     kill_ok = kill["killed"] and kill["rerun_exit"] == 0
     two_ok = not any(two["exits"])
+    sigint_ok = sigint["killed"] and sigint["first_exit"] == 130 and sigint["rerun_exit"] == 0
+    huge_ok = huge_run["exit_s"] is not None and huge_run["exit"] == 130
     result = {
         "texts_total": len(texts),
         "texts_completed": len(faulty.values),
+        "texts_completed_one_run": len(faulty.values),
         "max_abs_diff": diff_all if faulty.values else None,
         "invalid_rows_cached": sum(problems.values()),
         "repaid_after_kill": kill["repaid_after_kill"] if kill_ok else None,
         "paid_twice_two_processes": two["paid_twice"] if two_ok else None,
+        "repaid_after_sigint": sigint["repaid_after_kill"] if sigint_ok else None,
+        "huge_text_sigint_exit_s": huge_run["exit_s"] if huge_ok else None,
+        "huge_text_peak_rss_gb": huge_run["peak_rss_gb"] if huge_ok else None,
         "resumed_rows_complete": kill["rerun_rows"] == kill["rerun_unique_ids"] == len(items),
         "poisoned_row_kinds": poisoned["poisoned_row_kinds"],
         "poisoned_row_kinds_survived": poisoned["poisoned_row_kinds_survived"],
@@ -580,6 +660,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "two_processes": two,
         "poisoned": poisoned,
         "read_only": read_only,
+        "sigint": sigint,
+        "huge_text": huge_run,
         "wall_s": {k: round(v, 2) for k, v in walls.items()},
     }
     return result
@@ -600,6 +682,9 @@ SUMMARY = [("texts completed", "texts_completed"), ("max |diff| (values and boun
            ("invalid rows cached", "invalid_rows_cached"), ("delivered answers paid again after kill -9",
                                                             "repaid_after_kill"),
            ("requests paid twice by two processes", "paid_twice_two_processes"),
+           ("delivered answers paid again after Ctrl-C", "repaid_after_sigint"),
+           ("10 MB text: seconds from Ctrl-C to exit", "huge_text_sigint_exit_s"),
+           ("10 MB text: peak RSS (GB)", "huge_text_peak_rss_gb"),
            ("poisoned row kinds survived", "poisoned_row_kinds_survived"),
            ("requests of a cached rerun on a read-only cache", "read_only_rerun_requests")]
 

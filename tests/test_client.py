@@ -207,6 +207,41 @@ async def test_a_cancelled_request_releases_its_claim(client, fake, tmp_path):
         assert other.claim(key)  # free again, not left to expire
 
 
+async def test_stop_sending_lets_the_answers_in_flight_land_in_the_cache_and_sends_nothing_more(
+        make_client, fake, tmp_path):
+    client = make_client(concurrency=4)
+    fake.delay_s = 0.3
+    tasks = [asyncio.ensure_future(client.complete([k], logprobs=1)) for k in range(10)]  # 4 in flight, 6 queued
+    await asyncio.sleep(0.1)
+    assert fake.in_flight == 4
+    assert await client.stop_sending(2.0) == 0  # Ctrl-C: all four landed within the grace period
+    await asyncio.sleep(0.4)
+    assert fake.hits == 4  # the six queued were never sent
+    for task in tasks:
+        task.cancel()  # what the interrupted call does next
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await client.close()
+    rerun = make_client()
+    answers = [await rerun.complete([k], logprobs=1) for k in range(10)]
+    assert [a["cached"] for a in answers] == [True] * 4 + [False] * 6  # the four paid answers not paid again
+    assert fake.hits == 10 and rerun.usage.requests == 6
+
+
+async def test_stop_sending_gives_up_after_its_grace_period_and_resume_sends_again(client, fake):
+    fake.delay_s = 1.0
+    first = asyncio.ensure_future(client.complete([1], logprobs=1))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    assert await client.stop_sending(0.2) == 1  # still in flight after the grace period
+    assert 0.2 <= time.monotonic() - started < 0.5
+    second = asyncio.ensure_future(client.complete([2], logprobs=1))
+    await asyncio.sleep(0.05)
+    assert fake.hits == 1
+    client.resume_sending()
+    assert (await second)["tokens"][0]["token"] == " A" and (await first)["cached"] is False
+    assert fake.hits == 2
+
+
 async def test_api_key_never_reaches_disk_logs_or_descriptions(make_client, fake, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     client = make_client()

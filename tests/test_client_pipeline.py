@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +87,38 @@ def test_close_cancels_what_is_left_on_the_loop(caplog):
     assert "Task was destroyed" not in caplog.text
 
 
+def test_ctrl_c_in_a_call_settles_then_cancels_then_resumes():
+    events = []
+
+    async def settle() -> None:
+        events.append("settle")
+        await asyncio.sleep(0.05)
+
+    async def resume() -> None:
+        events.append("resume")
+
+    thread = LoopThread("test-loop", settle=settle, resume=resume)
+
+    async def work() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+
+    def interrupt() -> None:
+        time.sleep(0.1)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            thread.call(work())
+    finally:
+        thread.close()
+    assert events == ["settle", "cancelled", "resume"]
+
+
 def test_backend_loop_is_uvloop_where_installed():
     uvloop = pytest.importorskip("uvloop")
     thread = LoopThread("test-loop")
@@ -101,7 +134,8 @@ def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
     with serve_in_background(ServerConfig(str(tiny_model_dir), echo=False)) as url:
         cmd = [bbmia, "score", "gsm8k", "--limit", "30", "--scorers", "loss", "--base-url", url, "--model",
                str(tiny_model_dir), "--tokenizer", str(tiny_model_dir), "--strategy", "forced", "--concurrency", "16",
-               "--context-tokens", "64", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "s.jsonl")]
+               "--context-tokens", "64", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "s.jsonl"),
+               "--yes"]
         env = {**os.environ, "OPENAI_API_KEY": "none", "OMP_NUM_THREADS": "1"}
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + 120
@@ -112,11 +146,12 @@ def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
         time.sleep(0.3)
-        process.send_signal(signal.SIGINT)  # an impatient second Ctrl-C while the first unwinds
+        process.send_signal(signal.SIGINT)  # an impatient second Ctrl-C while the first unwinds: exit at once
         _, err = process.communicate(timeout=60)
     text = err.decode()
     assert process.returncode == 130, text[-2000:]
-    assert "interrupted: finished work is saved" in text
+    # the first line when the run had unwound before the second Ctrl-C, else the second
+    assert ("interrupted: finished work is saved" in text) != ("interrupted again: exiting at once" in text), text
     assert "Task was destroyed" not in text and "Traceback" not in text and "Exception ignored" not in text
 
 

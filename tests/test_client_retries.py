@@ -10,6 +10,7 @@ import time
 import pytest
 
 from blackbox_mia.backends.api.client import ApiClient
+from blackbox_mia.backends.api.dialect import COMPLETIONS
 from blackbox_mia.backends.api.faults import FAULTS, ApiError, connection_refused
 from blackbox_mia.types import BlackboxMIAError
 
@@ -34,15 +35,40 @@ async def test_500_twice_then_success(client, fake):
     assert result["text"] == " A" and fake.hits == 3 and client.usage.retries == 2
 
 
-async def test_500_with_the_same_body_twice_is_final(make_client, fake):
-    client = make_client(max_retries=6, backoff_base_s=0.2)  # a server refusing token-id prompts
-    fake.faults = [{"status": 500, "json": {"error": {"message": "token ids are not supported"}}}] * 7
-    start = time.monotonic()
-    with pytest.raises(ApiError, match=r"HTTP 500\): token ids are not supported \(final: ") as err:
+async def test_500s_with_the_same_body_are_retried_until_an_answer(make_client, fake):
+    client = make_client(max_retries=6, backoff_base_s=0.01)  # a transient outage saying the same thing
+    fake.faults = [{"status": 500, "text": "Internal Server Error"}] * 5
+    result = await client.complete([1], logprobs=1)
+    assert result["tokens"][0]["token"] == " A" and not result["cached"]
+    assert (fake.hits, client.usage.requests, client.usage.retries) == (6, 6, 5)
+    assert (await client.complete([1], logprobs=1))["cached"] and fake.hits == 6  # cached once answered
+
+
+async def test_a_500_with_the_same_body_at_every_attempt_is_named_deterministic(make_client, fake):
+    client = make_client(max_retries=3, backoff_base_s=0.01)  # a server refusing token-id prompts
+    fake.faults = [{"status": 500, "json": {"error": {"message": "token ids are not supported"}}}] * 6
+    with pytest.raises(ApiError, match=r"HTTP 500\): token ids are not supported \(final: a deterministic server "
+                                       r"failure, the same answer to all 4 attempts\)") as err:
         await client.complete([1])
-    assert (err.value.status_code, err.value.fault, fake.hits) == (500, "final", 2)
-    assert time.monotonic() - start < 1.0  # one backoff, not six
-    await client.close()
+    assert (err.value.status_code, err.value.fault, fake.hits, client.usage.retries) == (500, "final", 4, 3)
+
+
+async def test_attempts_caps_one_request(make_client, fake):
+    client = make_client(max_retries=6, backoff_base_s=0.01)
+    fake.faults = [{"status": 500, "text": "Internal Server Error"}] * 3
+    with pytest.raises(ApiError, match=r"the same answer to all 2 attempts\)$") as err:
+        await client.request(COMPLETIONS, [1], attempts=2, max_tokens=1, temperature=0.0, top_n=None)
+    assert (err.value.fault, fake.hits) == ("final", 2)
+    assert (await client.request(COMPLETIONS, [1], attempts=2, max_tokens=1, temperature=0.0, top_n=None))["text"] == " A"  # one 500 left, then the answer
+    assert fake.hits == 4
+
+
+async def test_a_500_then_another_failure_is_transient(make_client, fake):
+    client = make_client(max_retries=2, backoff_base_s=0.01)
+    fake.faults = [{"status": 500, "text": "boom"}, {"status": 503, "text": "boom"}, {"status": 500, "text": "boom"}]
+    with pytest.raises(ApiError, match=r"HTTP 500\): boom \(transient: gave up after 3 attempts\)") as err:
+        await client.complete([1])
+    assert (err.value.fault, fake.hits) == ("transient", 3)
 
 
 async def test_500s_that_differ_are_transient_until_retries_run_out(make_client, fake):

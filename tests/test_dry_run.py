@@ -94,3 +94,28 @@ def test_every_dry_run_sends_no_scoring_request(proxy, tiny_model_dir, files, tm
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["dry_run"] is True and report["estimate"]["total"]["all"]["requests"] > 0
     assert not [p for p in tmp_path.iterdir() if p.name != "cache"]  # no output written
+
+
+def test_score_over_the_spend_guard_is_refused_without_max_cost_or_yes(proxy, tiny_model_dir, files, tmp_path,
+                                                                      monkeypatch):
+    from blackbox_mia.cli import spend
+
+    cache = tmp_path / "cache"
+    probe_requests(proxy, tiny_model_dir, cache)
+    score = ["score", files["labelled"], "--scorers", "loss", "--out", tmp_path / "score.jsonl"]
+    estimate, _ = bbmia(proxy, tiny_model_dir, cache, *score, "--dry-run", "--json")
+    requests = json.loads(estimate.stdout.strip().splitlines()[-1])["estimate"]["total"]["all"]["requests"]
+    monkeypatch.setattr(spend, "GUARD_REQUESTS", requests - 1)  # this small run now counts as a big one
+    refused, sent = bbmia(proxy, tiny_model_dir, cache, *score)
+    assert refused.exit_code == 2 and sent == 0
+    assert f"estimated at {requests:,} requests (unpriced model)" in refused.output
+    assert "--max-cost" in refused.output and "--yes" in refused.output and "Traceback" not in refused.output
+    assert not (tmp_path / "score.jsonl").exists()
+    probe, sent = bbmia(proxy, tiny_model_dir, cache, "probe", "--dataset", files["labelled"])
+    assert probe.exit_code == 2 and sent == 0 and "refusing to start" in probe.output
+    confirmed, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--yes")
+    assert confirmed.exit_code == 0, confirmed.output
+    assert 0 < sent <= requests and len((tmp_path / "score.jsonl").read_text().splitlines()) == len(TEXTS)
+    monkeypatch.setattr(spend, "GUARD_REQUESTS", requests)  # at the limit: runs without a flag
+    allowed, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--overwrite")
+    assert allowed.exit_code == 0 and sent == 0  # every answer cached by the confirmed run

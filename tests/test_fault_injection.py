@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -116,6 +117,32 @@ def test_kill_9_then_rerun_pays_for_no_delivered_answer_again(upstream, model, c
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == [it.id for it in scored_items]  # every row, each id once, in order
     assert all(r["n_tokens"] > 0 and r["scores"]["loss"] is not None for r in rows)
+
+
+def test_ctrl_c_then_rerun_pays_for_no_delivered_answer_again(upstream, model, context, scored_items,
+                                                             scored_clean_requests, tmp_path):
+    jsonl = fi.write_jsonl(scored_items, tmp_path / "texts.jsonl")
+    out = tmp_path / "scores.jsonl"
+    with proxy_in_background(FaultConfig(upstream=upstream, rate=0.0)) as proxy:
+        command = fi.score_command(jsonl, proxy.base_url, model, tmp_path / "cache", out, context)
+        stop = fi.kill_and_rerun(proxy, command, out, int(0.4 * scored_clean_requests), tmp_path,
+                                 signum=signal.SIGINT)  # no pause: the command lands its answers in flight itself
+    assert stop["killed"] and stop["first_exit"] == 130, stop
+    assert stop["delivered_before_kill"] > 0 and stop["rows_before_kill"] < N_SCORED and stop["rerun_exit"] == 0, stop
+    assert stop["repaid_after_kill"] == 0, stop
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [it.id for it in scored_items]
+
+
+def test_identical_500s_in_the_mix_are_retried_in_one_run(upstream, model, context, clean, tmp_path):
+    config = FaultConfig(upstream=upstream, rate=RATE, classes=("500", "503", "truncated"), seed=0,
+                         same_5xx_body=True)
+    with proxy_in_background(config) as proxy:
+        run = fi.run_backend(proxy.base_url, model, SHORT_TEXTS, tmp_path, context, max_retries=8,
+                             backoff_base_s=0.01)
+    assert run.error is None, run.error
+    assert sorted(run.values) == list(range(len(SHORT_TEXTS)))  # every text, in this one run
+    assert fi.max_abs_diff(clean.values, run.values)[1] <= TOLERANCE
+    assert proxy.stats.injected["500"] >= 2, proxy.stats.injected
 
 
 def test_two_processes_on_one_cache_pay_for_each_request_once(upstream, model, context, scored_items, tmp_path):

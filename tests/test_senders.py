@@ -95,3 +95,29 @@ async def test_thread_results_wake_the_loop_once_for_futures_completed_together(
     assert done[:3] == [0, 1, done[2]] and isinstance(done[2], ValueError) and done[4] == 4
     assert isinstance(done[3], asyncio.CancelledError)
     assert len(wakeups) == 1
+
+
+async def test_drain_starts_nothing_more_waits_for_the_sends_in_progress_and_resume_restarts():
+    senders = Senders(2)
+    started, gates = [], [asyncio.Event() for _ in range(4)]
+
+    def send(i: int):
+        async def go() -> int:
+            started.append(i)
+            await gates[i].wait()
+            return i
+        return go
+
+    calls = [asyncio.ensure_future(senders.run(send(i))) for i in range(4)]
+    await asyncio.sleep(0.01)
+    assert started == [0, 1] and senders.in_progress == 2
+    asyncio.get_running_loop().call_later(0.05, gates[0].set)
+    assert await senders.drain(0.2) == 1  # send 0 ended within the wait, send 1 did not
+    gates[1].set()
+    await asyncio.sleep(0.02)
+    assert started == [0, 1] and senders.in_progress == 0  # sends 2 and 3 never started
+    senders.resume()
+    gates[2].set()
+    gates[3].set()
+    assert await asyncio.gather(*calls) == [0, 1, 2, 3] and started == [0, 1, 2, 3]
+    await senders.close()

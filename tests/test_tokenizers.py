@@ -151,3 +151,50 @@ def test_round_trip_is_byte_exact(request, codec_fixture, text):
     assert codec.decode(ids) == text
     assert b"".join(codec.token_bytes(i) for i in ids) == text.encode("utf-8")
     assert [render_token(codec.token_bytes(i)) for i in ids] == [codec.token_string(i) for i in ids]
+
+
+# -- long texts, window by window -----------------------------------------------------------------
+
+LONG_PIECES = ["The capital of France is Paris: café, crème brûlée, ½ off. ", "東京は日本の首都です。", "\n\n", "  ",
+               "\t", "12,345.6 ", "😀 emoji ", "naïve coöperation ", "<|endoftext|>"]
+
+
+@pytest.mark.parametrize("codec_name", ["hf", "cl100k"])
+@pytest.mark.parametrize("window, check", [(3000, 200), (20000, 1000)])
+def test_long_encoder_gives_the_whole_text_s_tokens(request, codec_name, window, check):
+    import random
+
+    from blackbox_mia.tokenizers.long import LongEncoder
+
+    codec = request.getfixturevalue(codec_name)
+    rng = random.Random(0)
+    text = "".join(rng.choice(LONG_PIECES) for _ in range(3000))  # ~60k characters: many windows
+    encoder = LongEncoder(codec, window, check)
+    calls = []
+    encode = codec.encode
+    codec.encode = lambda t: calls.append(len(t)) or encode(t)
+    try:
+        ids = encoder.encode(text)
+    finally:
+        del codec.encode
+    assert ids == codec.encode(text)
+    assert max(calls) <= window and len(calls) > 2 * len(text) // window  # windows and checks, never the whole
+
+
+def test_long_encoder_falls_back_to_one_call_where_tokens_do_not_spell_the_text(hf):
+    from blackbox_mia.tokenizers.long import LongEncoder
+
+    class Prepending:  # a normalizing tokenizer: a space in front of every text it encodes
+        vocab_size = hf.vocab_size
+        token_bytes = staticmethod(hf.token_bytes)
+
+        def encode(self, text: str) -> list[int]:
+            return hf.encode(" " + text)
+
+    text = "the café is open. " * 400
+    calls = []
+    codec = Prepending()
+    encode = codec.encode
+    codec.encode = lambda t: calls.append(len(t)) or encode(t)
+    assert LongEncoder(codec, 1000, 100).encode(text) == hf.encode(" " + text)
+    assert calls == [1000, len(text)]

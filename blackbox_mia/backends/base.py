@@ -99,7 +99,7 @@ class Backend(ABC):
     context: int | None = None
 
     def __init__(self) -> None:
-        self._loop = LoopThread(f"bbmia-{type(self).__name__}")
+        self._loop = LoopThread(f"bbmia-{type(self).__name__}", settle=self._settle, resume=self._resume)
 
     # -- the public API -------------------------------------------------------------------------
 
@@ -283,8 +283,17 @@ class Backend(ABC):
         return CostEstimate()
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine of this backend to completion from synchronous code."""
+        """Run a coroutine of this backend to completion from synchronous code (Ctrl-C:
+        :meth:`_settle`, then the coroutine is cancelled, then :meth:`_resume`)."""
         return self._loop.call(coro)
+
+    async def _settle(self) -> None:
+        """On Ctrl-C during a blocking call, before its coroutine is cancelled, on the backend's
+        loop: nothing here (a backend sending paid requests lets those in flight land)."""
+
+    async def _resume(self) -> None:
+        """After a call interrupted by Ctrl-C has ended, on the backend's loop: undo
+        :meth:`_settle` (nothing here)."""
 
 
 def check_texts(texts: Sequence[str]) -> None:

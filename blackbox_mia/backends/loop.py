@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..types import BlackboxMIAError
@@ -53,10 +53,18 @@ class LoopThread:
 
     Args:
         name: the thread's name (shown in tracebacks and debuggers).
+        settle: on a KeyboardInterrupt in :meth:`call`, the coroutine run on the loop before the
+            interrupted coroutine is cancelled (e.g. let the requests in flight land: stop
+            sending, wait a grace period); ``None``: cancel at once.
+        resume: the coroutine run on the loop once the interrupted coroutine has ended (undo
+            ``settle``: the next call sends again).
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, settle: Callable[[], Coroutine] | None = None,
+                 resume: Callable[[], Coroutine] | None = None):
         self.name = name
+        self._settle = settle
+        self._resume = resume
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -111,8 +119,9 @@ class LoopThread:
         """Run ``coro`` on the loop and wait for its result in the calling thread.
 
         Works in any thread but the loop's own, including one whose own event loop is running
-        (Jupyter). On KeyboardInterrupt the coroutine is cancelled and the call waits for it
-        to unwind (a second interrupt stops waiting), then re-raises.
+        (Jupyter). On KeyboardInterrupt the loop first runs ``settle()`` (when given), then the
+        coroutine is cancelled and the call waits for it to unwind, then runs ``resume()`` and
+        re-raises (a second interrupt stops whichever wait it falls in).
 
         Raises:
             BlackboxMIAError: called from the loop's own thread (it would wait for itself: use
@@ -129,8 +138,14 @@ class LoopThread:
         try:
             return result.result()
         except KeyboardInterrupt:
-            result.cancel()
-            ended.wait()
+            try:
+                if self._settle is not None:
+                    self._submit(self._settle())[0].result()
+            finally:
+                result.cancel()
+                ended.wait()
+            if self._resume is not None:
+                self._submit(self._resume())[0].result()
             raise
 
     async def acall(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -170,6 +185,32 @@ async def _cancel_all() -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+async def in_daemon_thread(fn: Callable[[threading.Event], T], name: str) -> T:
+    """``fn(stop)`` in a new daemon thread named ``name``, awaited without blocking the loop:
+    for long CPU work (tokenizing a 10 MB text) that must neither stop the loop nor delay the
+    process's exit after Ctrl-C. Cancelling the awaiting task sets ``stop`` (``fn`` may look at
+    it between steps and return early; its result is then dropped).
+
+    Raises:
+        whatever ``fn`` raises.
+    """
+    loop = asyncio.get_running_loop()
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(stop))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    try:
+        return await asyncio.wrap_future(future, loop=loop)
+    finally:
+        stop.set()
 
 
 class ThreadResults:

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from ..types import BlackboxMIAError
-from .interrupts import interrupt_once
+from .interrupts import INTERRUPTED_EXIT, interrupt_once
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
 
@@ -29,8 +29,8 @@ def messages(quiet: bool):
 @contextlib.contextmanager
 def user_errors():
     """Turn toolkit errors, and files that cannot be read or written, into one line on stderr
-    and exit code 2 (never a traceback); Ctrl-C into a resume hint and exit code 130 (a second
-    Ctrl-C while the first one unwinds is ignored: :func:`~.interrupts.interrupt_once`)."""
+    and exit code 2 (never a traceback); Ctrl-C into a resume hint and exit code 130 once the
+    answers in flight have landed (a second Ctrl-C exits at once: :func:`~.interrupts.interrupt_once`)."""
     try:
         with interrupt_once():
             yield
@@ -42,7 +42,7 @@ def user_errors():
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.secho("interrupted: finished work is saved; rerun the same command to resume", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
 def echo_json_line(obj) -> None:

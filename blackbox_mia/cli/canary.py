@@ -9,6 +9,7 @@ import typer
 
 from ..canary import CORPORA, DEFAULT_CORPUS, DOCUMENTS_CORPUS, CanaryConfig
 from .app import app, echo_json_line, messages, user_errors
+from .interrupts import INTERRUPTED_EXIT
 from .options import with_dataclass_options
 
 canary_app = typer.Typer(
@@ -113,7 +114,7 @@ def train(
                 "rerun the same command to resume from there (--force starts over)",
                 err=True,
             )
-            raise typer.Exit(130) from None
+            raise typer.Exit(INTERRUPTED_EXIT) from None
         manifest = load_manifest(path)
         losses = ", ".join(f"{e['final']:.3f}" for e in manifest["loss_per_epoch"])
         typer.echo(f"canary model: {path}" + (" (already trained, reused; --force retrains)" if reused else ""))

@@ -22,7 +22,7 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .spend import print_dry_run
+from .spend import YES_HELP, guard_spend, print_dry_run
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
 LONG_TEXT_CHARS = 200  # a text longer than this (characters) gets a per-token progress bar
@@ -67,6 +67,7 @@ def probe(
     limit: int = typer.Option(None, help="with --dataset: only the first N items"),
     scorers: str = typer.Option(BLACKBOX_SCORERS, help="scorers computed from the recovered log-probs"),
     json_out: bool = typer.Option(False, "--json", help="one JSON object per text: tokens, scores, usage, capabilities"),
+    yes: bool = typer.Option(False, "--yes", help=YES_HELP),
     *,
     target: TargetOptions,
 ):
@@ -74,6 +75,7 @@ def probe(
 
     Every value carries [lower, upper] bounds in nats and the strategy that produced it. With
     --dry-run: the expected requests, billed tokens and USD of probing the texts, nothing scored.
+    A run estimated above 10,000 requests or $1 needs --max-cost or --yes.
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)
@@ -81,10 +83,11 @@ def probe(
         texts = gather_texts(text, file, dataset, limit, target.cache_dir)
         backends = build_backends(target, parsed)
         try:
+            groups = {"probe": [Item(text_id, content) for text_id, content in texts]}
             if target.dry_run:
-                print_dry_run({"probe": [Item(text_id, content) for text_id, content in texts]}, parsed, backends,
-                              json_out)
+                print_dry_run(groups, parsed, backends, json_out)
                 return
+            guard_spend(groups, parsed, backends, target, yes)
             # a black-box backend's configuration holds what its probe found (local: nothing)
             capabilities = backends["target"].describe().get("capabilities")
             long_text = any(len(content) > LONG_TEXT_CHARS for _, content in texts)

@@ -18,7 +18,7 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .spend import print_dry_run, print_usage
+from .spend import YES_HELP, guard_spend, print_dry_run, print_usage
 
 
 @app.command()
@@ -30,12 +30,14 @@ def score(
     limit: int = typer.Option(None, help="score only the first N items"),
     overwrite: bool = typer.Option(False, help="rewrite the output instead of resuming it"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    yes: bool = typer.Option(False, "--yes", help=YES_HELP),
     *,
     target: TargetOptions,
 ):
     """Score every text of DATASET with each scorer; write one JSONL row per text (higher = member).
 
-    Resumable: rerunning the same command skips the texts already in --out.
+    Resumable: rerunning the same command skips the texts already in --out. A black-box run
+    estimated above 10,000 requests or $1 needs --max-cost or --yes.
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)
@@ -46,6 +48,7 @@ def score(
             if target.dry_run:
                 print_dry_run({meta["name"]: items}, parsed, backends, json_out)
                 return
+            guard_spend({meta["name"]: items}, parsed, backends, target, yes)
             from ..runner import run_config, score_items
 
             out = out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl"

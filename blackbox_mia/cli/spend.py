@@ -19,8 +19,14 @@ from ..cost import (
 )
 from ..datasets import Item
 from ..scorers import Scorer
+from ..types import BlackboxMIAError
 from .app import echo_json_line
-from .common import format_table
+from .common import TargetOptions, format_table
+
+GUARD_REQUESTS = 10_000  # without --max-cost or --yes, a run estimated at more requests than this is refused
+GUARD_USD = 1.0  # ... or at more USD than this against a priced endpoint
+YES_HELP = (f"run even when the estimate exceeds {GUARD_REQUESTS:,} requests or ${GUARD_USD:g} without --max-cost "
+            "(the spend guard)")
 
 
 def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
@@ -50,6 +56,31 @@ def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int
         typer.echo(f"note: {note}", err=True)
     if json_out:
         echo_json_line({"dry_run": True, "n": dict(n), "estimate": report})
+
+
+def guard_spend(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
+                target: TargetOptions, yes: bool) -> None:
+    """Refuse a run whose estimate (:func:`~blackbox_mia.cost.estimate_groups`) exceeds
+    :data:`GUARD_REQUESTS` requests or :data:`GUARD_USD` USD when neither ``--max-cost`` nor
+    ``--yes`` was given; nothing is estimated without a backend that sends requests. The
+    estimate counts answers already in the response cache as if paid (a resumed run is judged
+    whole).
+
+    Raises:
+        BlackboxMIAError: the run is refused (the message gives the estimate and the flags that
+            let it proceed); a scorer the backends cannot serve; a failed capability probe.
+    """
+    if yes or target.max_cost is not None or all(b.usage is None for b in backends.values()):
+        return
+    total = estimate_groups(groups, scorers, backends)[TOTAL]["all"]
+    requests, usd, unpriced = total["requests"], total["usd"], total["unpriced"]
+    if requests > GUARD_REQUESTS or (not unpriced and usd > GUARD_USD):
+        cost = "unpriced model" if unpriced else f"about ${usd:,.2f}"
+        raise BlackboxMIAError(
+            f"refusing to start: this run is estimated at {requests:,} requests ({cost}), over the "
+            f"{GUARD_REQUESTS:,} requests / ${GUARD_USD:g} that run without confirmation; pass --max-cost USD to "
+            "cap the spend, or --yes to run it as it is (--dry-run prints the estimate)"
+        )
 
 
 def print_usage(backends: Mapping[str, Backend]) -> dict | None:

@@ -8,8 +8,9 @@ instead of (or on top of) the upstream answer:
 class            what the client gets                                                       paid
 ===============  =========================================================================  =====
 ``429``          429 + ``Retry-After: retry_after_s`` + OpenAI rate-limit error JSON         no
-``500``          500 + OpenAI error JSON whose message carries a unique error id            no
-``502``/``503``  502 / 503 + OpenAI error JSON (unique error id too)                        no
+``500``          500 + OpenAI error JSON whose message carries a unique error id (the same  no
+                 body every time with ``same_5xx_body``)
+``502``/``503``  502 / 503 + OpenAI error JSON (the same: unique id unless ``same_5xx_body``) no
 ``stall``        nothing for ``stall_s`` seconds, then the connection is closed (sooner    no
                  once the client has left)
 ``drop``         the connection is closed at once, without an answer                       no
@@ -20,9 +21,9 @@ class            what the client gets                                           
                  written as the bare JSON tokens ``NaN`` / ``-Infinity``                    yes
 ===============  =========================================================================  =====
 
-"Paid" faults are forwarded upstream (a provider bills them); the others never reach it. Each
-500 body is unique because a client may treat a 500 that repeats the same body as a
-deterministic failure. Which fault a request gets is drawn from an RNG seeded by
+"Paid" faults are forwarded upstream (a provider bills them); the others never reach it. A
+server error's body carries a unique error id, as OpenAI's do, or (``same_5xx_body``) is the same
+every time, as many servers' "Internal Server Error" is: a client must retry both. Which fault a request gets is drawn from an RNG seeded by
 (``seed``, the request's arrival index), so a given seed yields the same fault sequence in
 every run. Response-altering faults (``truncated``, ``no_logprobs``, ``nan``, ``inf``) only
 alter a 200 JSON answer that has what they change; otherwise the upstream answer passes through
@@ -89,6 +90,8 @@ class FaultConfig:
         seed: seed of the per-request fault draws.
         stall_s: how long a ``stall`` holds the request before closing it (s, >= 0).
         retry_after_s: the ``Retry-After`` of a ``429`` (s, >= 0).
+        same_5xx_body: every ``500`` / ``502`` / ``503`` of a class answers the same body
+            (no error id).
         port: TCP port to bind on 127.0.0.1; 0 picks a free one.
 
     Raises:
@@ -101,6 +104,7 @@ class FaultConfig:
     seed: int = 0
     stall_s: float = 5.0
     retry_after_s: float = 0.05
+    same_5xx_body: bool = False
     port: int = 0
 
     def __post_init__(self) -> None:
@@ -169,14 +173,14 @@ def draw_fault(config: FaultConfig, index: int) -> str | None:
     return _draw(config, _request_rng(config, index))
 
 
-def error_body(fault: str, rng: random.Random, retry_after_s: float) -> dict:
+def error_body(fault: str, rng: random.Random, retry_after_s: float, same_5xx_body: bool = False) -> dict:
     """OpenAI-style error JSON for an unpaid HTTP-status fault; 5xx ones carry a random error id,
-    so no two bodies repeat."""
+    so no two bodies repeat, unless ``same_5xx_body`` (then one body per class)."""
     if fault == "429":
         return {"error": {"message": f"Rate limit reached for requests. Please try again in {retry_after_s:g}s.",
                           "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
-    return {"error": {"message": f"{SERVER_ERRORS[fault]} (error id {rng.getrandbits(128):032x})",
-                      "type": "server_error", "param": None, "code": None}}
+    error_id = "" if same_5xx_body else f" (error id {rng.getrandbits(128):032x})"
+    return {"error": {"message": SERVER_ERRORS[fault] + error_id, "type": "server_error", "param": None, "code": None}}
 
 
 def _logprob_slots(choice: dict) -> list[tuple[object, object]]:
@@ -325,7 +329,8 @@ class FaultProxy:
         if fault in ("stall", "drop"):
             return _drop(request)
         headers = {"Retry-After": f"{self.config.retry_after_s:g}"} if fault == "429" else None
-        return web.json_response(error_body(fault, rng, self.config.retry_after_s), status=int(fault),
+        return web.json_response(error_body(fault, rng, self.config.retry_after_s, self.config.same_5xx_body),
+                                 status=int(fault),
                                  headers=headers)
 
     async def _forward(self, request: web.Request, body: bytes, paid: bool) -> web.Response:

@@ -31,6 +31,7 @@ from ...types import (
     TokenLogprobs,
 )
 from ..base import GENERATE, LOGPROBS, Backend, CostEstimate, OnDone, Prompt
+from ..loop import in_daemon_thread
 from ..generation import sample_seed, strategy_name
 from .capabilities import Capabilities
 from .client import ApiClient, ApiConfig
@@ -41,6 +42,8 @@ from .tracker import Tracker, TrackerConfig
 
 if TYPE_CHECKING:
     from .client import Usage
+
+INTERRUPT_GRACE_S = 5.0  # Ctrl-C: seconds the requests in flight get to land in the cache before they are cancelled
 
 
 class ApiBackend(Backend):
@@ -158,7 +161,8 @@ class ApiBackend(Backend):
         """Requests, billed tokens and USD of scoring ``texts`` (:mod:`.costs`: exact for echo and
         forced read-out, measured rates for postbias and bisection), from the capability probe
         (run now when it is not cached) and the tokenizer; no request for the texts."""
-        return estimate(await self._tracking(), texts, self.client.config.price())
+        tracker, price = await self._tracking(), self.client.config.price()
+        return await in_daemon_thread(lambda _: estimate(tracker, texts, price), "bbmia-estimate")  # tokenizes
 
     def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> CostEstimate:
         """Requests, billed tokens and USD of greedy generation (:meth:`_agenerate` at temperature
@@ -239,6 +243,15 @@ class ApiBackend(Backend):
             sample=sample,
             provenance=provenance,
         )
+
+    async def _settle(self) -> None:
+        """Ctrl-C: send nothing more and give the requests in flight :data:`INTERRUPT_GRACE_S`
+        seconds to land in the cache (answers paid for are not paid again by the rerun)."""
+        await self.client.stop_sending(INTERRUPT_GRACE_S)
+
+    async def _resume(self) -> None:
+        """After the interrupted call: the next one sends again."""
+        self.client.resume_sending()
 
     @property
     def usage(self) -> Usage:

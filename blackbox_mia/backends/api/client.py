@@ -7,20 +7,23 @@ per-request CPU) and adds what an audit needs:
 * one validation step for every answer, fresh or cached: shape, every requested field present,
   every number finite, lengths consistent (see :mod:`.answers`). An answer that fails it is
   never cached: it is retried, and a cached row that fails it is dropped and asked again;
-* a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), written as
-  soon as an answer has passed validation, before the answer is returned, so a rerun makes zero
-  requests; the rows go to the cache's writer thread, which commits many in one transaction,
+* a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), queued as
+  soon as an answer has passed validation (in the step that received it) and written before the
+  answer is returned, so a rerun makes zero requests; the rows go to the cache's writer thread, which commits many in one transaction,
   so the event loop never waits on a disk flush; processes sharing a cache directory claim
   each request so none is paid for twice;
 * retries with tenacity by fault class (:mod:`.faults`, carried by :class:`ApiError`):
   transient faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off
   exponentially with jitter, never less than the server's ``Retry-After``; invalid 200s are
-  retried after a short linear wait; final faults (other 4xx, 501, a 500 repeating the same
-  body) fail at once; a refused connection (nothing listens at the URL) is retried once;
+  retried after a short linear wait; final faults (other 4xx, 501) fail at once; a refused
+  connection (nothing listens at the URL) is retried once. A 500 is retried like any 5xx, with
+  the same body or not (transient 500s often say just "Internal Server Error"); one that gave
+  the same body to every attempt is named a deterministic server failure (fault ``"final"``);
 * an optional spending cap (``ApiConfig.max_cost``, :class:`~.usage.Budget`): the request that
   could take the spend past it is not sent (:class:`~.usage.BudgetExceeded`);
 * at most ``concurrency`` requests in flight, optional requests-per-minute and
-  tokens-per-minute limits (:mod:`.usage`);
+  tokens-per-minute limits (:mod:`.usage`); :meth:`ApiClient.stop_sending` (Ctrl-C) sends
+  nothing more and lets the requests in flight land in the cache for a grace period;
 * request bodies built and checked by the endpoint kind's :class:`~.dialect.Dialect`, and a
   normalised, JSON-ready result (see :meth:`ApiClient.complete`);
 * usage accounting: requests, retries, cache hits, invalid answers, tokens and cost in USD;
@@ -36,6 +39,7 @@ text from a server is masked before it is cut short, so no prefix of the key can
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 from types import TracebackType
@@ -188,12 +192,16 @@ class ApiClient:
         return await self.request(CHAT, content, max_tokens=max_tokens, temperature=temperature,
                                   top_n=top_logprobs, bias=logit_bias, extra=extra)
 
-    async def request(self, dialect: Dialect, prompt: list[int] | str, **options) -> dict:
+    async def request(self, dialect: Dialect, prompt: list[int] | str, *, attempts: int | None = None,
+                      **options) -> dict:
         """One request in ``dialect`` (or its cached answer).
 
         Args:
             dialect: the endpoint kind (builds and checks the body, reads the answer).
             prompt: token ids or text.
+            attempts: most requests sent for it (the first and the retries, >= 1); ``None``:
+                ``config.max_retries + 1``. Fewer for a question whose refusal is expected
+                (the capability probe's checks).
             options: the keyword arguments of :meth:`Dialect.payload` (``max_tokens``,
                 ``temperature``, ``top_n``, ``bias``, ``echo``, ``extra``).
 
@@ -205,7 +213,7 @@ class ApiClient:
                 request failed (see its ``fault``).
             BlackboxMIAError: the cache is unusable.
         """
-        return await self._answer(dialect, dialect.payload(prompt, **options))
+        return await self._answer(dialect, dialect.payload(prompt, **options), attempts or self.config.max_retries + 1)
 
     async def served_models(self) -> list[str] | None:
         """The model ids the server lists at ``GET {base_url}/models``, or ``None`` when it lists
@@ -253,6 +261,26 @@ class ApiClient:
             return None
         return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
+    async def stop_sending(self, grace_s: float) -> int:
+        """Send no further request (retries included: what is queued never starts) and wait up to
+        ``grace_s`` seconds for the requests in flight, whose valid answers are queued for the
+        cache as they arrive (:meth:`close` writes them). For Ctrl-C: answers already paid for
+        are kept, not paid again by the rerun. Requests wait until :meth:`resume_sending` (or
+        :meth:`close`).
+
+        Returns:
+            The requests still in flight when the grace period ended (their answers are lost).
+        """
+        in_flight = self._senders.in_progress
+        if in_flight:
+            LOG.warning("%s: waiting up to %g s for %d answer%s in flight (Ctrl-C again to exit at once)", self._url,
+                        grace_s, in_flight, "s" if in_flight != 1 else "")
+        return await self._senders.drain(grace_s)
+
+    def resume_sending(self) -> None:
+        """Undo :meth:`stop_sending`: waiting requests are sent again."""
+        self._senders.resume()
+
     async def close(self) -> None:
         """Close the HTTP connections and the cache (releasing its claims)."""
         if self._models is not None and not self._models.done():
@@ -276,8 +304,9 @@ class ApiClient:
 
     # -- internals --------------------------------------------------------------------------
 
-    async def _answer(self, dialect: Dialect, payload: dict) -> dict:
-        """A valid cached answer, else a fresh one (identical concurrent requests are sent once)."""
+    async def _answer(self, dialect: Dialect, payload: dict, attempts: int) -> dict:
+        """A valid cached answer, else a fresh one in at most ``attempts`` requests (identical
+        concurrent requests are sent once)."""
         text = canonical_json(payload)  # serialised once: the cache key and the request body
         key = request_key(self.config.base_url, self.config.model, dialect.name, text)
         found = self._cached(dialect, key, payload)
@@ -293,7 +322,7 @@ class ApiClient:
             return {**dialect.read(raw, payload), "cached": True}
         self._inflight[key] = followers = []
         try:
-            raw, result, paid = await self._obtain(dialect, key, payload, self._body(text))
+            raw, result, paid = await self._obtain(dialect, key, payload, self._body(text), attempts)
         except BaseException as exc:
             for shared in followers:  # the same outcome (cancelled too) for every request sharing it
                 if shared.done():
@@ -336,9 +365,10 @@ class ApiClient:
         model = self._model_json
         return (f'{{"model":{model}}}' if text == "{}" else f'{{"model":{model},{text[1:]}').encode("utf-8")
 
-    async def _obtain(self, dialect: Dialect, key: str, payload: dict, body: bytes) -> tuple[dict, dict, bool]:
+    async def _obtain(self, dialect: Dialect, key: str, payload: dict, body: bytes,
+                      attempts: int) -> tuple[dict, dict, bool]:
         """``(raw JSON, normalised answer, paid)`` for a request missing from the cache (``body``:
-        what is sent, :meth:`_body`).
+        what is sent, :meth:`_body`; at most ``attempts`` requests).
 
         With a cache, this process first claims the request: while another live process holds
         the claim, or has just answered it, it polls the cache until that answer appears
@@ -348,7 +378,8 @@ class ApiClient:
         is cached as soon as it has passed validation, and the claim is released after that (or
         on failure)."""
         if self.cache is None:
-            return *await self._fetch(dialect, payload, body), True
+            raw, result, _ = await self._fetch(dialect, payload, body, attempts, None)
+            return raw, result, True
         delay = CLAIM_POLL_S
         while not await self._claims.claim(key):  # another process is asking, or has just answered
             await asyncio.sleep(delay)
@@ -358,10 +389,10 @@ class ApiClient:
                 return *found, False
         self._keep_claims()
         try:
-            raw, result = await self._fetch(dialect, payload, body)
-            # validated and paid for: on disk (the writer thread's next commit, which also
-            # releases the claim) before it is returned
-            await self._written.wait(self.cache.put_soon(key, raw, release=True))
+            raw, result, written = await self._fetch(dialect, payload, body, attempts, key)
+            # validated, paid for and queued: on disk (the writer thread's next commit, which
+            # also releases the claim) before it is returned
+            await self._written.wait(written)
             return raw, result, True
         finally:
             self.cache.release(key)  # nothing when the writer has it (a failure or Ctrl-C: at once)
@@ -385,12 +416,16 @@ class ApiClient:
                 LOG.warning("cannot refresh cache claims: %s", exc)
                 return
 
-    async def _fetch(self, dialect: Dialect, payload: dict, body: bytes) -> tuple[dict, dict]:
-        """A fresh valid answer to ``payload``, ``(raw JSON, normalised)``, retrying by fault class.
+    async def _fetch(self, dialect: Dialect, payload: dict, body: bytes, attempts: int,
+                     key: str | None) -> tuple[dict, dict, concurrent.futures.Future | None]:
+        """A fresh valid answer to ``payload`` in at most ``attempts`` requests, retrying by fault
+        class: ``(raw JSON, normalised, its cache write)`` as :meth:`_send` (``key``: the cache
+        key, ``None``: not cached).
 
         Raises:
-            ApiError: the last failure, with its fault class (a 500 answering the same body
-                twice in a row is final).
+            ApiError: the last failure, with its fault class and the number of attempts (a 500
+                with the same body at every attempt, two or more: final, a deterministic server
+                failure).
             BlackboxMIAError: (before the first request) the server lists models and not this
                 one (:meth:`check_model`).
         """
@@ -398,44 +433,49 @@ class ApiClient:
             await self.check_model()
         tokens = estimate_tokens(payload)
         try:  # the first attempt without tenacity's machinery (a sixth of the loop's CPU per request)
-            return await self._send(dialect, payload, body, tokens)
+            return await self._send(dialect, payload, body, tokens, key)
         except (openai.APIError, Malformed) as exc:
             failure: BaseException | None = exc  # tenacity's first attempt: classified, waited on, counted
+        tries, bodies = 0, set()  # requests sent; what the failed ones answered: (status, body), None: no status
 
-        async def send() -> tuple[dict, dict]:
-            nonlocal failure
-            if failure is not None:
-                exc, failure = failure, None
-                raise exc
-            return await self._send(dialect, payload, body, tokens)
+        async def send() -> tuple[dict, dict, concurrent.futures.Future | None]:
+            nonlocal failure, tries
+            tries += 1
+            try:
+                if failure is not None:
+                    exc, failure = failure, None
+                    raise exc
+                return await self._send(dialect, payload, body, tokens, key)
+            except openai.APIStatusError as exc:
+                bodies.add((exc.status_code, exc.response.content))
+                raise
+            except (openai.APIError, Malformed):
+                bodies.add(None)
+                raise
 
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda exc: fault_of(exc) != "final"),
             wait=Backoff(self.config.backoff_base_s, self.config.backoff_max_s),
-            stop=stop_any(stop_after_attempt(self.config.max_retries + 1), refused_too_often),
-            before_sleep=self._note_retry,
+            stop=stop_any(stop_after_attempt(attempts), refused_too_often),
+            before_sleep=lambda state: self._note_retry(state, attempts - 1),
             reraise=True,
         )
-        attempts, last_500 = 0, None
         try:
             async for attempt in retrying:
                 with attempt:
-                    attempts += 1
-                    previous, last_500 = last_500, None
-                    try:
-                        answer = await send()
-                    except openai.APIStatusError as exc:
-                        if exc.status_code == 500:
-                            last_500 = exc.response.content
-                            if last_500 == previous:  # a deterministic refusal, not an outage
-                                raise self._error(exc, attempts, dialect, repeated=True) from None
-                        raise
+                    answer = await send()
         except (openai.APIError, Malformed) as exc:
-            raise self._error(exc, attempts, dialect) from None  # the SDK's message may quote the key
+            repeated = tries > 1 and len(bodies) == 1 and getattr(exc, "status_code", None) == 500
+            raise self._error(exc, tries, dialect, repeated) from None  # the SDK's message may quote the key
         return answer
 
-    async def _send(self, dialect: Dialect, payload: dict, body: bytes, tokens: int) -> tuple[dict, dict]:
-        """One HTTP request under the limits: ``(raw JSON, normalised)``, validated.
+    async def _send(self, dialect: Dialect, payload: dict, body: bytes, tokens: int,
+                    key: str | None) -> tuple[dict, dict, concurrent.futures.Future | None]:
+        """One HTTP request under the limits: ``(raw JSON, normalised, its cache write)``,
+        validated. A valid answer is queued for the cache under ``key`` (the writer thread's
+        future; ``None`` when ``key`` is) in the step that received it, before its sender takes
+        the next request: an answer that has arrived is never lost to a Ctrl-C
+        (:meth:`stop_sending`).
 
         Raises:
             openai.APIError: the request failed.
@@ -447,30 +487,28 @@ class ApiClient:
         if self._tpm is not None:
             await self._tpm.acquire(tokens)
 
-        async def post() -> tuple[int, dict | Malformed]:
+        async def post() -> tuple[int, tuple[dict, dict, concurrent.futures.Future | None] | Malformed]:
             worst = self._reserve(payload, tokens)
             try:
                 self.usage.requests += 1
                 status, content = await self._transport.post(dialect.prompt_field, body)
                 try:
                     raw = decode_answer(content)
+                    self.usage.bill(raw.get("usage"), self.config.price())  # billed before its reservation goes
+                    result = dialect.read(raw, payload)
                 except Malformed as exc:
                     return status, exc
-                self.usage.bill(raw.get("usage"), self.config.price())  # billed before its reservation goes
-                return status, raw
+                return status, (raw, result, None if key is None else self.cache.put_soon(key, raw, release=True))
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)
 
-        status, raw = await self._senders.run(post)
-        try:
-            if isinstance(raw, Malformed):
-                raise raw
-            return raw, dialect.read(raw, payload)
-        except Malformed as exc:
+        status, answer = await self._senders.run(post)
+        if isinstance(answer, Malformed):
             self.usage.invalid_answers += 1
-            exc.status = status
-            raise
+            answer.status = status
+            raise answer
+        return answer
 
     def _reserve(self, payload: dict, tokens: int) -> float:
         """Reserve the worst-case cost (USD) of one request under the budget (0 without one).
@@ -485,7 +523,8 @@ class ApiClient:
         self._budget.reserve(self.usage.cost_usd, worst)
         return worst
 
-    def _note_retry(self, state: RetryCallState) -> None:
+    def _note_retry(self, state: RetryCallState, retries: int) -> None:
+        """Count and log one retry (``retries``: the most this request gets)."""
         self.usage.retries += 1
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, openai.APIStatusError):
@@ -496,7 +535,7 @@ class ApiClient:
             what = type(exc).__name__
         wait = state.next_action.sleep if state.next_action else 0.0
         LOG.warning("%s: %s (%s); retry %d of %d in %.2f s", self._url, what, fault_of(exc), state.attempt_number,
-                    self.config.max_retries, wait)
+                    retries, wait)
 
     def _scrub(self, text: str) -> str:
         """``text`` with the API key (should a server quote it) masked."""
@@ -515,12 +554,13 @@ class ApiClient:
         return self._masked(str(body) if body is not None else "", MESSAGE_CHARS)
 
     def _error(self, exc: openai.APIError | Malformed, attempts: int, dialect: Dialect, repeated: bool = False) -> ApiError:
-        """A clear :class:`ApiError` for the last failure, ending with its fault class (never
-        quoting the key)."""
+        """A clear :class:`ApiError` for the last failure after ``attempts`` requests, ending with
+        its fault class and that count (never quoting the key); ``repeated``: every attempt got
+        the same 500 answer (final)."""
         fault = "final" if repeated else fault_of(exc)
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
         if repeated:
-            why = f"final: the same answer to {tries} in a row"
+            why = f"final: a deterministic server failure, the same answer to all {tries}"
         elif fault == "final":
             why = "final: not retried" if attempts == 1 else f"final: after {tries}"
         else:

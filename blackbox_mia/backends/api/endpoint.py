@@ -184,26 +184,28 @@ class Endpoint:
         return None
 
     async def next_token(
-        self, prefix: Sequence[int], top_n: int, bias: dict[int, float] | None = None
+        self, prefix: Sequence[int], top_n: int, bias: dict[int, float] | None = None, attempts: int | None = None
     ) -> NextToken:
         """Greedy next token after ``prefix`` (temperature 0, one token), with top-``top_n`` log-probs
-        (``top_n = 0``: the sampled token and its log-prob only).
+        (``top_n = 0``: the sampled token and its log-prob only); ``attempts``: as
+        :meth:`ApiClient.request`.
 
         The client validates every answer, so a sampled token with a finite log-prob is present.
 
         Raises:
             ApiError: the request failed or the answer stayed invalid (see the client).
         """
-        return (await self.next_tokens(prefix, 1, top_n, bias))[0]
+        return (await self.next_tokens(prefix, 1, top_n, bias, attempts))[0]
 
     async def next_tokens(
-        self, prefix: Sequence[int], k: int, top_n: int, bias: dict[int, float] | None = None
+        self, prefix: Sequence[int], k: int, top_n: int, bias: dict[int, float] | None = None,
+        attempts: int | None = None,
     ) -> list[NextToken]:
         """The greedy continuation of ``prefix`` (temperature 0, up to ``k`` tokens), one answer
         per generated token: answer ``j`` is the next-token answer after ``prefix`` + the ``j``
         tokens generated before it (what the server reports there; the probe checks that it is
         that conditional before the tracker relies on it). Fewer than ``k`` when generation
-        stops early (an end-of-text token).
+        stops early (an end-of-text token). ``attempts``: as :meth:`ApiClient.request`.
 
         Raises:
             ApiError: the request failed or the answer stayed invalid (see the client).
@@ -216,7 +218,7 @@ class Endpoint:
                 f"refused to send a request biasing token {unsafe[0]} upward: its bytes end inside a character, and "
                 "this server was not shown to stop at max_tokens then (it could generate to the end of its context)"
             )
-        result = await self._ask(prefix, max_tokens=k, temperature=0.0, top_n=top_n, bias=bias)
+        result = await self._ask(prefix, attempts=attempts, max_tokens=k, temperature=0.0, top_n=top_n, bias=bias)
         return [self._answer(entry) for entry in result["tokens"]]
 
     async def spell(self, prefix: Sequence[int], tokens: Sequence[int], bias: float) -> tuple[list[NextToken], str]:

@@ -38,7 +38,8 @@ class ApiError(BlackboxMIAError):
         fault: one of :data:`FAULTS`:
 
             * ``"final"``: the server refused deterministically (4xx other than 408/429, 501, a
-              500 repeating the same body), or the arguments are invalid; retrying cannot help;
+              500 with the same body at every one of two or more attempts), or the arguments are
+              invalid; retrying cannot help;
             * ``"transient"``: 408, 429, 5xx, timeouts or connection faults outlasted every retry;
               a later run may succeed;
             * ``"invalid"``: every attempt got a 2xx answer that was not JSON or failed

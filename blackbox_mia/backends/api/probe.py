@@ -39,6 +39,10 @@ from .tracker import TrackerConfig
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
 AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)
 GREEDY_STEPS = 6  # known positions on the model's greedy path
+# requests of the token-id prompt check: a server that cannot take ids often fails them with the
+# same HTTP 500 every time (llama.cpp); two identical answers name that refusal without the whole
+# backoff schedule (a 500 elsewhere gets every retry)
+TOKEN_ID_CHECK_ATTEMPTS = 2
 TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal names no smaller cap
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
 CHAIN_STEPS = 3  # consecutive known positions the chained-request check bisects
@@ -142,7 +146,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     token_ids = endpoint.token_id_prompts  # False where the dialect cannot send ids
     if token_ids:
         before = p.spent()
-        _, error = await _attempt(endpoint.next_token(bos + ids[:3], 1))
+        _, error = await _attempt(endpoint.next_token(bos + ids[:3], 1, attempts=TOKEN_ID_CHECK_ATTEMPTS))
         token_ids = error is None or error.fault == "invalid"  # a 200 accepted the prompt
         p.evidence["token_id_prompts"] = {"requests": p.spent() - before, "refusal": None if token_ids else str(error)}
         if not token_ids:

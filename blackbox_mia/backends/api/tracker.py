@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -67,7 +68,9 @@ from tqdm.auto import tqdm
 
 from ...text.windows import sliding_windows
 from ...tokenizers import TokenCodec
+from ...tokenizers.long import LongEncoder
 from ...types import BlackboxMIAError, Provenance, TokenLogprobs
+from ..loop import in_daemon_thread
 from .bisection import TextBisection
 from .capabilities import Capabilities
 from .chains import CHAIN_TOKENS
@@ -190,6 +193,7 @@ class Tracker:
         capabilities = replace(capabilities, top_n=min(capabilities.top_n, config.max_top_n))  # what requests ask
         self.endpoint = endpoint
         self.codec: TokenCodec = endpoint.codec
+        self._encoder = LongEncoder(self.codec)
         self.caps = capabilities
         self.config = config
         self.available = available
@@ -203,8 +207,19 @@ class Tracker:
     # -- public ---------------------------------------------------------------------------
 
     def sequence(self, text: str) -> list[int]:
-        """The ids sent for ``text``: BOS (when the codec has one and prompts are ids) + text tokens."""
-        return with_bos(self.codec, self.codec.encode(text), self.endpoint.token_id_prompts)
+        """The ids sent for ``text``: BOS (when the codec has one and prompts are ids) + text tokens
+        (a long text tokenized window by window: :class:`~blackbox_mia.tokenizers.long.LongEncoder`)."""
+        return with_bos(self.codec, self._encoder.encode(text), self.endpoint.token_id_prompts)
+
+    async def sequences(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`sequence` of every text, computed in a daemon thread: the event loop keeps
+        serving (answers in flight, Ctrl-C's grace period), and a cancelled call neither waits
+        for the tokenizer nor delays the process's exit (the thread stops after its text)."""
+
+        def encode(stop: threading.Event) -> list[list[int]]:
+            return [self.sequence(text) for text in texts if not stop.is_set()]
+
+        return await in_daemon_thread(encode, "bbmia-tokenize")
 
     async def track(
         self,
@@ -227,7 +242,7 @@ class Tracker:
         Raises:
             BlackboxMIAError: a text with fewer than two tokens, or a failed request.
         """
-        sequences = [self.sequence(t) for t in texts]
+        sequences = await self.sequences(texts)
         for i, seq in enumerate(sequences):
             if len(seq) < 2:
                 raise BlackboxMIAError(f"text #{i} has fewer than 2 tokens (no BOS): nothing to score")
