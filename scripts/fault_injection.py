@@ -33,8 +33,8 @@ h. poisoned rows: a copy of the clean run's cache with one row of each kind in
    :data:`POISON_KINDS` (pickled, text mode, a file outside the cache, a JSON list, bytes that
    are not JSON), rerun: ``poisoned_row_kinds_survived`` counts the kinds whose row was
    quarantined while the run completed every text with the clean values;
-i. read-only rerun: ``bbmia score`` rerun on the finished cache of (d) made read-only (a
-   read-only bind mount as root, where chmod does not bite; chmod otherwise):
+i. read-only rerun: ``bbmia score`` rerun on the finished cache of (d) made read-only, through
+   (d)'s proxy (a read-only bind mount as root, where chmod does not bite; chmod otherwise):
    ``read_only_rerun_requests`` upstream requests (0 expected).
 
 Progress goes to stderr; the last line of stdout is one JSON object (``--json`` also keeps
@@ -573,8 +573,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
             out = work / "kill.jsonl"
             kill = kill_and_rerun(proxy, score_command(jsonl, proxy.base_url, model, work / "kill-cache", out, context),
                                   out, kill_after, work)
-        walls["kill_rerun"] = time.perf_counter() - began
-        log(f"   {kill}")
+            walls["kill_rerun"] = time.perf_counter() - began
+            log(f"   {kill}")
+            # (i) through the same proxy: the capability record is kept per base URL, so another
+            # URL would be probed again (requests the finished run never made)
+            log("i. the finished run of (d) rerun on its cache made read-only")
+            began = time.perf_counter()
+            read_only = read_only_rerun(proxy, score_command(jsonl, proxy.base_url, model, work / "kill-cache",
+                                                             work / "read-only.jsonl", context),
+                                        work / "kill-cache", work)
+            walls["read_only_rerun"] = time.perf_counter() - began
+            log(f"   {read_only}")
 
         log("e. two bbmia score processes on one cache directory")
         began = time.perf_counter()
@@ -610,15 +619,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         poisoned = poisoned_rows(url, model, texts, clean, work / "clean", work, context)
         walls["poisoned_rows"] = time.perf_counter() - began
         log(f"   {poisoned}")
-
-        log("i. the finished run of (d) rerun on its cache made read-only")
-        began = time.perf_counter()
-        with proxy_in_background(FaultConfig(upstream=url, rate=0.0)) as proxy:
-            read_only = read_only_rerun(proxy, score_command(jsonl, proxy.base_url, model, work / "kill-cache",
-                                                             work / "read-only.jsonl", context),
-                                        work / "kill-cache", work)
-        walls["read_only_rerun"] = time.perf_counter() - began
-        log(f"   {read_only}")
 
     # A phase that could not measure gives null, never a reassuring 0.
     kill_ok = kill["killed"] and kill["rerun_exit"] == 0

@@ -133,7 +133,8 @@ class ApiClient:
             extra: further body fields (``seed``, ``stop``, vLLM options...); part of the cache key.
 
         Returns:
-            ``{"text", "tokens", "prompt_tokens", "finish_reason", "usage", "cached"}``:
+            ``{"text", "tokens", "past_max_tokens", "prompt_tokens", "finish_reason", "usage",
+            "cached"}``:
 
             * ``text``: the generated text (the echoed prompt removed where it can be located);
             * ``tokens``: one entry per generated token, ``{"token": str, "bytes": list[int] |
@@ -142,6 +143,8 @@ class ApiClient:
               were requested. With log-probs requested every ``logprob`` is a finite number,
               ``top`` is non-empty when ``logprobs > 0``, and there is at least one entry when
               ``max_tokens >= 1`` (at most ``max_tokens``);
+            * ``past_max_tokens``: entries the server generated past ``max_tokens`` (llama-cpp-python
+              does while its output ends inside a character), in the same form;
             * ``prompt_tokens``: the same entries for the prompt with ``echo`` and log-probs
               (the first may have ``logprob`` ``None``: it has no conditional), else ``None``;
             * ``finish_reason``: as returned (``"length"``, ``"stop"``, ...);
