@@ -28,8 +28,7 @@ from validate_blackbox import (  # scripts/ is on the path of a script run from 
 
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
-from blackbox_mia.cli.spend import sweep_groups
-from blackbox_mia.cost import TOTAL, estimate_groups, usage_report
+from blackbox_mia.cost.plan import TOTAL, estimate_groups, usage_report
 
 PRICED_NAME = "gpt-4o-mini"  # served under a name the price table knows
 TOLERANCE = 0.10  # the target: billed within 10% of the estimate
@@ -42,7 +41,7 @@ def check(url: str, canary: str, limit: int, strategy: str, context: int, work: 
                             cache_dir=work / "cache", concurrency=32)
     backends = build_backends(options, [plan.scorer])
     try:
-        groups = sweep_groups(plan)
+        groups = plan.scored_groups()
         estimate = estimate_groups(groups, [plan.scorer], backends)[TOTAL]["all"]
         before = usage_report(backends)[TOTAL]  # the probe's requests: not part of the sweep
         started = time.perf_counter()

@@ -18,7 +18,7 @@ import blackbox_mia.backends.api.client as client_module
 from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.dialect import check_logit_bias
 from blackbox_mia.backends.api.faults import MAX_RETRY_AFTER_S, ApiError, retry_after_s
-from blackbox_mia.backends.api.usage import RateLimiter
+from blackbox_mia.backends.api.limits import RateLimiter
 from blackbox_mia.cache import ResponseCache, request_key
 from blackbox_mia.types import BlackboxMIAError
 

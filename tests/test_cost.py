@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from blackbox_mia.backends.api.client import ApiClient, BudgetExceeded
-from blackbox_mia.backends.api.usage import Budget, request_cost
+from blackbox_mia.cost.prices import request_cost
+from blackbox_mia.cost.usage import Budget
 from blackbox_mia.cache import ResponseCache
 from blackbox_mia.types import BlackboxMIAError
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from blackbox_mia import progress
-from blackbox_mia.backends.api.usage import Usage
+from blackbox_mia.cost.usage import Usage
 from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.datasets import Item
 from blackbox_mia.progress import usage_line

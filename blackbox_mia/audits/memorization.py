@@ -23,7 +23,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import __version__
-from ..backends.base import GENERATE, Backend, CostEstimate, Prompt
+from ..backends.base import GENERATE, Backend, Prompt
+from ..cost.estimate import CostEstimate
 from ..datasets import Item, load_items
 from ..evaluation import to_jsonable
 from ..evaluation.memorization import (

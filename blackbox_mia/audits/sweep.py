@@ -141,6 +141,20 @@ class SweepPlan:
     control: ControlSet | None
     planted_manifest: Path | None
 
+    def scored_groups(self) -> dict[str, list[Item]]:
+        """The groups of items :func:`run_sweep` scores, each in its own run (what ``--dry-run``
+        estimates): the benchmark, the control (when it has the two items a sweep needs), and
+        the calibration or known non-member items whose text is not in the benchmark (the
+        others reuse the benchmark's scores)."""
+        benchmark = {it.text for it in self.items}
+        groups = {"benchmark": list(self.items)}
+        if self.control is not None and len(self.control.items) >= 2:
+            groups["control"] = list(self.control.items)
+        labelled = self.calibration if self.calibration is not None else self.nonmembers
+        if labelled is not None:
+            groups["calibration"] = [it for it in labelled[0] if it.text not in benchmark]
+        return groups
+
 
 def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = None,
                   cache_dir: str | os.PathLike | None = None, log: Log = quiet) -> SweepPlan:
@@ -234,8 +248,10 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     rows = score_items(plan.items, [scorer], backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
     scores = score_column(rows, scorer.label)
     known = {it.text: s for it, s in zip(plan.items, scores)}
-    control = _control_scores(plan, backends, out_dir, progress, log)
-    neg, pos, source, calibration_texts = _calibration_scores(plan, known, control, backends, out_dir, progress, log)
+    groups = plan.scored_groups()
+    control = _control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
+    neg, pos, source, calibration_texts = _calibration_scores(plan, groups.get("calibration", []), known, control,
+                                                              backends, out_dir, progress, log)
     swept = np.array([it.text not in calibration_texts for it in plan.items])
     if not swept.any():
         raise BlackboxMIAError(f"every item of {plan.meta['name']} is in the calibration set: nothing is left to sweep "
@@ -363,34 +379,37 @@ def _control_contamination(plan: SweepPlan, rows: Sequence[ScoredText], scores: 
     return out
 
 
-def _control_scores(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool, log: Log) -> np.ndarray | None:
-    """Scores of the control items (``control_scores.jsonl``); None without a usable control."""
-    if plan.control is None or len(plan.control.items) < 2:
+def _control_scores(plan: SweepPlan, items: list[Item] | None, backends: dict[str, Backend], out_dir: Path,
+                    progress: bool, log: Log) -> np.ndarray | None:
+    """Scores of the control ``items`` (``control_scores.jsonl``); None without a usable control
+    (``items`` None: see :meth:`SweepPlan.scored_groups`)."""
+    if items is None:
         return None
-    log(f"scoring {len(plan.control.items)} control items")
+    log(f"scoring {len(items)} control items")
     meta = {"name": f"control of {plan.meta['name']}", "source": plan.meta["source"],
             "sha256": plan.meta["sha256"], "construction": asdict(plan.control.config)}
-    rows = score_items(plan.control.items, [plan.scorer], backends, out_dir / "control_scores.jsonl",
+    rows = score_items(items, [plan.scorer], backends, out_dir / "control_scores.jsonl",
                        run_config([plan.scorer], backends, meta), resume=plan.config.resume, progress=progress)
     return score_column(rows, plan.scorer.label)
 
 
-def _calibration_scores(plan: SweepPlan, known: dict[str, float], control: np.ndarray | None,
+def _calibration_scores(plan: SweepPlan, todo: list[Item], known: dict[str, float], control: np.ndarray | None,
                         backends: dict[str, Backend], out_dir: Path, progress: bool,
                         log: Log) -> tuple[np.ndarray, np.ndarray | None, str, set[str]]:
     """``(non-member scores, member scores or None, description, calibration texts)`` of the
     calibration source: ``--calibration``, else ``--nonmembers``, else the control (whose texts
-    are new, so none of them is in the benchmark)."""
+    are new, so none of them is in the benchmark). ``todo``: its items to score (the others'
+    texts are in ``known``, the benchmark's scores by text: :meth:`SweepPlan.scored_groups`)."""
     path = out_dir / "calibration_scores.jsonl"
     if plan.calibration is not None:
         items, meta = plan.calibration
-        scores = _scores_reusing(items, known, plan, backends, path, meta, progress, log)
+        scores = _scores_reusing(items, todo, known, plan, backends, path, meta, progress, log)
         labels = np.array([it.label for it in items])
         neg, pos = scores[labels == 0], scores[labels == 1]
         return neg, pos, f"calibration set {meta['name']} ({len(pos)} members, {len(neg)} non-members)", {it.text for it in items}
     if plan.nonmembers is not None:
         items, meta = plan.nonmembers
-        neg = _scores_reusing(items, known, plan, backends, path, meta, progress, log)
+        neg = _scores_reusing(items, todo, known, plan, backends, path, meta, progress, log)
         return neg, None, f"known non-members {meta['name']} ({len(neg)})", {it.text for it in items}
     return control, None, f"the benchmark's own control ({len(control)} items with new numbers)", set()
 
@@ -451,10 +470,9 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
     return notes
 
 
-def _scores_reusing(items: list[Item], known: dict[str, float], plan: SweepPlan, backends: dict[str, Backend],
-                    out_path: Path, meta: dict, progress: bool, log: Log) -> np.ndarray:
-    """Scores of ``items``; texts already scored (``known``: text → score) are not scored again."""
-    todo = [it for it in items if it.text not in known]
+def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, float], plan: SweepPlan,
+                    backends: dict[str, Backend], out_path: Path, meta: dict, progress: bool, log: Log) -> np.ndarray:
+    """Scores of ``items``: ``todo`` scored, the others' texts already scored (``known``: text → score)."""
     log(f"scoring {len(todo)} calibration items ({len(items) - len(todo)} reuse benchmark scores)")
     if todo:
         rows = score_items(todo, [plan.scorer], backends, out_path, run_config([plan.scorer], backends, meta),

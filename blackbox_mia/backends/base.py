@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ..cost.estimate import CostEstimate
 from ..types import BlackboxMIAError, Generation, TokenLogprobs
 from .loop import LoopThread
 
 if TYPE_CHECKING:  # the client is only imported by the API backend
     from ..tokenizers import TokenCodec
-    from .api.client import Usage
+    from ..cost.usage import Usage
 
 T = TypeVar("T")
 
@@ -44,35 +44,6 @@ OnDone = Callable[[int, TokenLogprobs], None]
 
 Prompt = str | Sequence[int]
 """A generation prompt: a text, or the token ids of a text (no BOS: the backend adds its own)."""
-
-
-@dataclass(frozen=True)
-class CostEstimate:
-    """What scoring some texts is expected to cost, before anything is sent.
-
-    Attributes:
-        requests: HTTP requests expected (0 for a local model).
-        prompt_tokens, completion_tokens: tokens expected to be billed.
-        usd: their cost at the model's price (0 when unpriced or local).
-        relative_uncertainty: the estimate may be off by this fraction either way (0: exact,
-            for strategies whose request count depends only on the texts).
-        strategy: what the estimate assumes (e.g. ``"forced"``, ``"bisect"``); ``None`` local.
-        unpriced: the model has no price, so ``usd`` is 0.
-        notes: what the figure leaves out or assumes.
-    """
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    usd: float = 0.0
-    relative_uncertainty: float = 0.0
-    strategy: str | None = None
-    unpriced: bool = False
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict:
-        """The fields as a JSON-ready dict."""
-        return {**asdict(self), "notes": list(self.notes)}
 
 
 class Backend(ABC):

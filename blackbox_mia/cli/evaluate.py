@@ -17,7 +17,7 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .spend import print_dry_run, print_usage, sweep_groups
+from .spend import print_dry_run, print_usage
 
 DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
 
@@ -176,7 +176,7 @@ def sweep_command(
         backends = build_backends(target, [plan.scorer])
         try:
             if target.dry_run:
-                print_dry_run(sweep_groups(plan), [plan.scorer], backends, json_out)
+                print_dry_run(plan.scored_groups(), [plan.scorer], backends, json_out)
                 return
             result = run_sweep(plan, backends, out, progress=not quiet, log=log)
             usage = print_usage(backends)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..backends.registry import build_backend
-from ..cost import TOTAL
+from ..cost.plan import TOTAL
 from ..evaluation.memorization import EIDETIC_CHARS
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors

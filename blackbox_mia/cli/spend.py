@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import typer
 
 from ..backends.base import Backend
-from ..cost import (
+from ..cost.plan import (
     ESTIMATE_HEADER,
     TOTAL,
     estimate_groups,
@@ -36,7 +36,7 @@ def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer
     ``{"dry_run": true, "n": {group: items}, "estimate": ...}``); nothing is scored.
 
     Returns:
-        The :func:`~blackbox_mia.cost.estimate_groups` report.
+        The :func:`~blackbox_mia.cost.plan.estimate_groups` report.
 
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve; a failed capability probe.
@@ -47,7 +47,7 @@ def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer
 
 
 def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int], json_out: bool) -> None:
-    """Print an estimate report (:func:`~blackbox_mia.cost.estimate_groups`'s shape: ``{group:
+    """Print an estimate report (:func:`~blackbox_mia.cost.plan.estimate_groups`'s shape: ``{group:
     {role: CostEstimate.to_dict()}, "total": {..., "all": ...}}``): a table on stdout, the notes
     on stderr, and with ``json_out`` a last JSON line ``{"dry_run": true, "n": n, "estimate":
     report}`` (``n``: group -> texts or prompts in it)."""
@@ -60,7 +60,7 @@ def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int
 
 def guard_spend(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
                 target: TargetOptions, yes: bool) -> None:
-    """Refuse a run whose estimate (:func:`~blackbox_mia.cost.estimate_groups`) exceeds
+    """Refuse a run whose estimate (:func:`~blackbox_mia.cost.plan.estimate_groups`) exceeds
     :data:`GUARD_REQUESTS` requests or :data:`GUARD_USD` USD when neither ``--max-cost`` nor
     ``--yes`` was given; nothing is estimated without a backend that sends requests. The
     estimate counts answers already in the response cache as if paid (a resumed run is judged
@@ -84,24 +84,9 @@ def guard_spend(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer],
 
 
 def print_usage(backends: Mapping[str, Backend]) -> dict | None:
-    """Print one ``usage: ...`` line on stderr and return the :func:`~blackbox_mia.cost.usage_report`
+    """Print one ``usage: ...`` line on stderr and return the :func:`~blackbox_mia.cost.plan.usage_report`
     for the command's JSON (``None``, and nothing printed, when no backend sends requests)."""
     report = usage_report(backends)
     if report is not None:
         typer.echo(usage_text(report), err=True)
     return report
-
-
-def sweep_groups(plan) -> dict[str, list[Item]]:
-    """The groups of items a sweep (:class:`~blackbox_mia.audits.sweep.SweepPlan`) scores, each
-    in its own run: the benchmark, the control (when it has the two items the sweep needs), and
-    the calibration or known non-member items whose text is not in the benchmark (the others
-    reuse the benchmark's scores)."""
-    benchmark = {it.text for it in plan.items}
-    groups = {"benchmark": list(plan.items)}
-    if plan.control is not None and len(plan.control.items) >= 2:
-        groups["control"] = list(plan.control.items)
-    labelled = plan.calibration if plan.calibration is not None else plan.nonmembers
-    if labelled is not None:
-        groups["calibration"] = [it for it in labelled[0] if it.text not in benchmark]
-    return groups

@@ -119,6 +119,14 @@ def token_count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def billed_tokens(raw: dict) -> tuple[int, int]:
+    """(prompt, completion) tokens an answer's ``usage`` object reports (anything that is not a
+    count: 0), for billing, invalid answers included."""
+    reported = raw.get("usage")
+    reported = reported if isinstance(reported, dict) else {}
+    return token_count(reported.get("prompt_tokens")) or 0, token_count(reported.get("completion_tokens")) or 0
+
+
 def _token_bytes(value: object, where: str) -> list[int] | None:
     if value is None:
         return None

@@ -22,6 +22,7 @@ import numpy as np
 
 from ...cache import ResponseCache
 from ...config import cache_root
+from ...cost.estimate import CostEstimate
 from ...tokenizers import load_codec
 from ...types import (
     FINISH_REASONS,
@@ -30,7 +31,7 @@ from ...types import (
     Provenance,
     TokenLogprobs,
 )
-from ..base import GENERATE, LOGPROBS, Backend, CostEstimate, OnDone, Prompt
+from ..base import GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..loop import in_daemon_thread
 from ..generation import sample_seed, strategy_name
 from .capabilities import Capabilities

@@ -19,10 +19,10 @@ per-request CPU) and adds what an audit needs:
   connection (nothing listens at the URL) is retried once. A 500 is retried like any 5xx, with
   the same body or not (transient 500s often say just "Internal Server Error"); one that gave
   the same body to every attempt is named a deterministic server failure (fault ``"final"``);
-* an optional spending cap (``ApiConfig.max_cost``, :class:`~.usage.Budget`): the request that
-  could take the spend past it is not sent (:class:`~.usage.BudgetExceeded`);
+* an optional spending cap (``ApiConfig.max_cost``, :class:`~blackbox_mia.cost.usage.Budget`): the request that
+  could take the spend past it is not sent (:class:`~blackbox_mia.cost.usage.BudgetExceeded`);
 * at most ``concurrency`` requests in flight, optional requests-per-minute and
-  tokens-per-minute limits (:mod:`.usage`); :meth:`ApiClient.stop_sending` (Ctrl-C) sends
+  tokens-per-minute limits (:mod:`.limits`); :meth:`ApiClient.stop_sending` (Ctrl-C) sends
   nothing more and lets the requests in flight land in the cache for a grace period;
 * request bodies built and checked by the endpoint kind's :class:`~.dialect.Dialect`, and a
   normalised, JSON-ready result (see :meth:`ApiClient.complete`);
@@ -56,16 +56,18 @@ from tenacity import (
 
 from ...cache import ResponseCache, canonical_json, request_key
 from ...claims import CLAIM_REFRESH_S
+from ...cost.prices import request_cost
+from ...cost.usage import Budget, BudgetExceeded, Usage
 from ...types import BlackboxMIAError
 from ..loop import ThreadResults
-from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
+from .answers import MESSAGE_CHARS, Malformed, billed_tokens, clip, decode_answer
 from .claims import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect, estimate_tokens
 from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
 from .senders import Senders
 from .transport import MODELS_PATH, Transport
-from .usage import Budget, BudgetExceeded, RateLimiter, Usage, request_cost
+from .limits import RateLimiter
 
 __all__ = ["ApiClient", "ApiConfig", "ApiError", "BudgetExceeded", "Usage", "display_url"]
 
@@ -497,7 +499,7 @@ class ApiClient:
                 status, content = await self._transport.post(dialect.prompt_field, body)
                 try:
                     raw = decode_answer(content)
-                    self.usage.bill(raw.get("usage"), self.config.price())  # billed before its reservation goes
+                    self.usage.bill(*billed_tokens(raw), self.config.price())  # billed before its reservation goes
                     result = dialect.read(raw, payload)
                 except Malformed as exc:
                     return status, exc

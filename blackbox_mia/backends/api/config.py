@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from ...config import MAX_PORT
+from ...cost.prices import DEFAULT_PRICES, price_of
 from ...types import BlackboxMIAError
 from .dialect import dialect_named
-from .usage import DEFAULT_PRICES, price_of
 
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"  # sent when no key is configured: local servers (vLLM, llama.cpp) ignore it

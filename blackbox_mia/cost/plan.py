@@ -10,30 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .backends.base import Backend, CostEstimate
-from .datasets import Item
-from .runner import needed_texts
-from .scorers import Scorer
+from ..backends.base import Backend
+from ..datasets import Item
+from ..runner import needed_texts
+from ..scorers import Scorer
+from .estimate import CostEstimate, add_estimates
 
 TOTAL = "total"  # the key of the summed estimate in estimate_groups()'s result
-
-
-def add_estimates(estimates: Sequence[CostEstimate]) -> CostEstimate:
-    """The sum of ``estimates``: requests, tokens and USD added; the relative uncertainty is
-    the largest one's (a conservative bound for sums of same-sign errors); strategies and notes
-    merged without repeats; unpriced when any part is."""
-    parts = [e for e in estimates if e.requests or e.strategy]
-    strategies = list(dict.fromkeys(e.strategy for e in parts if e.strategy))
-    return CostEstimate(
-        requests=sum(e.requests for e in estimates),
-        prompt_tokens=sum(e.prompt_tokens for e in estimates),
-        completion_tokens=sum(e.completion_tokens for e in estimates),
-        usd=sum(e.usd for e in estimates),
-        relative_uncertainty=max((e.relative_uncertainty for e in parts), default=0.0),
-        strategy="+".join(strategies) or None,
-        unpriced=any(e.unpriced for e in parts),
-        notes=tuple(dict.fromkeys(n for e in estimates for n in e.notes)),
-    )
 
 
 def estimate_groups(
