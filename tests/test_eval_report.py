@@ -13,11 +13,11 @@ from blackbox_mia.evaluation import (
     calibrate,
     dataset_level_test,
     distribution_shift_verdict,
+    estimate_prevalence,
     evaluate_by_length,
     evaluate_scores,
     plot_histogram,
     plot_roc,
-    prevalence_with_ci,
     write_report,
 )
 from blackbox_mia.evaluation.plots import roc_figure, roc_title
@@ -99,8 +99,7 @@ def test_write_report(tmp_path, scored):
         "plots": plots,
         "sweep": {"gsm8k/min_k": {
             "threshold": threshold.to_dict(),
-            "prevalence": prevalence_with_ci(bench, threshold.value, s[y == 0], s[y == 1],
-                                             n_boot=200),
+            "prevalence": {k: v for k, v in estimate_prevalence(bench, s[y == 0], s[y == 1]).items() if k != "threshold"},
             "dataset_test": dataset_level_test(bench, s[y == 0]),
         }},
         "notes": ["synthetic data"],

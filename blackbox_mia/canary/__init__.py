@@ -27,7 +27,6 @@ from .config import (
     CanaryConfig,
     CorpusSource,
     canary_dir,
-    config_fields,
     dup_levels,
 )
 from .corpus import Corpus, build_corpus
@@ -49,6 +48,6 @@ from .train import WINDOWING_NOTE, ensure_canary, train_canary, training_windows
 __all__ = [
     "CORPORA", "DEFAULT_CORPUS", "DOCUMENTS_CORPUS", "DOCUMENTS_FILE", "DOCUMENT_FIELDS", "ITEMS_FILE", "MANIFEST",
     "PARTIAL_FRACTIONS", "RECIPE_VERSION", "VALIDATION_FILE", "WINDOWING_NOTE", "CanaryConfig", "CanaryDocument",
-    "Corpus", "CorpusSource", "build_corpus", "canary_dir", "canary_items", "config_fields", "dup_levels",
+    "Corpus", "CorpusSource", "build_corpus", "canary_dir", "canary_items", "dup_levels",
     "ensure_canary", "find_canary_manifest", "load_manifest", "train_canary", "training_windows",
 ]

@@ -205,8 +205,3 @@ def dup_levels(dup: int) -> list[int]:
     """The dup levels planted documents cycle through: powers of two below ``dup``, then ``dup``
     (8: ``[1, 2, 4, 8]``; 6: ``[1, 2, 4, 6]``; 1: ``[1]``)."""
     return [2**i for i in range(dup.bit_length()) if 2**i < dup] + [dup]
-
-
-def config_fields() -> list[str]:
-    """Names of the :class:`CanaryConfig` fields, in order (the CLI builds one option per field)."""
-    return [f.name for f in fields(CanaryConfig)]

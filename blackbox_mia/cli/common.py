@@ -13,6 +13,7 @@ from ..backends.base import Backend
 from ..backends.registry import BackendOptions, build_backend, parse_spec
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..config import check_number
+from ..evaluation import auc
 from ..types import BlackboxMIAError
 from .options import with_dataclass_options
 
@@ -142,8 +143,6 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
     A scorer with a non-finite (``None``) score on some labelled row gets ``None``: its AUC is
     not defined on the rows as they are.
     """
-    from sklearn.metrics import roc_auc_score
-
     labelled = [r for r in rows if r.label is not None]
     labels = [r.label for r in labelled]
     if len(set(labels)) < 2:
@@ -151,7 +150,7 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
     aucs: dict[str, float | None] = {}
     for s in scorers:
         values = [r.scores[s.label] for r in labelled]
-        aucs[s.label] = None if None in values else float(roc_auc_score(labels, values))
+        aucs[s.label] = None if None in values else auc(labels, values)
     return aucs
 
 

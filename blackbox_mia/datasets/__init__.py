@@ -16,11 +16,9 @@ from .registry import (
     load_dataset,
     load_items,
     read_jsonl,
-    shipped_path,
 )
 
 __all__ = [
     "CANARY", "DATA_DIR", "NAMED", "Dataset", "Item", "aqua_text", "canary_spec_path", "file_sha256",
     "gsm8k_text", "is_canary_spec", "limit_items", "load_canary_dataset", "load_dataset", "load_items", "read_jsonl",
-    "shipped_path",
 ]

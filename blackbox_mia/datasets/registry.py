@@ -95,13 +95,6 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def shipped_path(spec: str) -> Path:
-    """Path of a named dataset's file; raises :class:`BlackboxMIAError` for an unknown name."""
-    if spec not in NAMED:
-        raise BlackboxMIAError(f"unknown dataset {spec!r}; named datasets: {', '.join(NAMED)}")
-    return DATA_DIR / NAMED[spec][1]
-
-
 def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
     """Load any dataset spec: a named dataset, ``canary`` / ``canary:PATH``, or a JSONL file.
 

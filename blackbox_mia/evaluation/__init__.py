@@ -25,7 +25,6 @@ from .prevalence import (
     corrected_prevalence,
     dataset_level_test,
     prevalence_lower_bound,
-    prevalence_with_ci,
 )
 from .report import render_markdown, to_jsonable, write_report
 
@@ -54,7 +53,6 @@ __all__ = [
     "plot_histogram",
     "plot_roc",
     "prevalence_lower_bound",
-    "prevalence_with_ci",
     "render_markdown",
     "roc",
     "to_jsonable",

@@ -17,7 +17,8 @@ keys, each optional, rendered in this order:
   metrics.evaluate_scores(...)}}}``, shown as scorer × L tables of AUC and TPR at ``fpr``.
 * ``plots``: ``{caption: image path}``.
 * ``sweep``: ``{name: {"threshold": calibration.Threshold.to_dict(), "prevalence":
-  prevalence.prevalence_with_ci(...), "dataset_test": prevalence.dataset_level_test(...)}}``
+  estimate.estimate_prevalence(...) (its threshold popped), "dataset_test":
+  prevalence.dataset_level_test(...)}}``
   (each part optional).
 * ``notes``: list of str.
 
