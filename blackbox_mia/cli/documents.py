@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..text import DEFAULT_SEGMENTER
-from .app import app, echo_json_line, messages, user_errors
-from .common import (
-    TargetOptions,
-    build_backends,
-    close_all,
-    format_table,
-    with_target_options,
-)
+from .app import app, messages, user_errors
+from .audit import run_audit
+from .common import TargetOptions, format_table, with_target_options
 from .spend import print_dry_run
+
+if TYPE_CHECKING:
+    from ..audits.common import AuditResult
 
 TOP_SHOWN = 20  # documents listed on the terminal (the report lists all)
 
@@ -78,27 +77,22 @@ def documents_command(
         plan = prepare_documents(config)
         out = out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}"
         log = messages(quiet)
-        backends = build_backends(target, [plan.scorer])
-        try:
-            if target.dry_run:
-                print_dry_run(chunk_groups(plan, backends["target"]), [plan.scorer], backends, json_out)
-                return
-            result = run_documents(plan, backends, out, progress=not quiet, log=log)
-        finally:
-            close_all(backends)
-        s = result.summary
-        rows = [[r["doc_id"], r.get("label"), f"{r['n_scored']}/{r['n_chunks']}", r["rate"], _interval(r["rate_ci"]),
-                 r["corrected"], _interval(r["corrected_ci"])] for r in s["documents"][:TOP_SHOWN]]
-        typer.echo(format_table(["doc_id", "label", "scored", "rate", "95% CI", "corrected", "95% CI"], rows))
-        if len(s["documents"]) > TOP_SHOWN:
-            typer.echo(f"... {len(s['documents']) - TOP_SHOWN} more documents in the report")
-        typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): FPR {s['threshold_fpr']:.3f}, "
-                   f"TPR {s['threshold_tpr']:.3f} on the validation chunks")
-        if s["auc_documents"] is not None:
-            typer.echo(f"AUC over documents: {s['auc_documents']:.3f}")
-        typer.echo(f"report: {result.json_path} and {result.md_path}")
-        if json_out:
-            echo_json_line(s)
+
+        def show(result: AuditResult) -> None:
+            s = result.summary
+            rows = [[r["doc_id"], r.get("label"), f"{r['n_scored']}/{r['n_chunks']}", r["rate"], _interval(r["rate_ci"]),
+                     r["corrected"], _interval(r["corrected_ci"])] for r in s["documents"][:TOP_SHOWN]]
+            typer.echo(format_table(["doc_id", "label", "scored", "rate", "95% CI", "corrected", "95% CI"], rows))
+            if len(s["documents"]) > TOP_SHOWN:
+                typer.echo(f"... {len(s['documents']) - TOP_SHOWN} more documents in the report")
+            typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): FPR {s['threshold_fpr']:.3f}, "
+                       f"TPR {s['threshold_tpr']:.3f} on the validation chunks")
+            if s["auc_documents"] is not None:
+                typer.echo(f"AUC over documents: {s['auc_documents']:.3f}")
+
+        run_audit(target, [plan.scorer],
+                  lambda b: print_dry_run(chunk_groups(plan, b["target"]), [plan.scorer], b, json_out),
+                  lambda b: run_documents(plan, b, out, progress=not quiet, log=log), show, json_out)
 
 
 def _interval(bounds: list[float] | None) -> str:

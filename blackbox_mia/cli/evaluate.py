@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ..text import DEFAULT_SEGMENTER
 from ..types import BlackboxMIAError
-from .app import app, echo_json_line, messages, user_errors
-from .common import (
-    TargetOptions,
-    build_backends,
-    close_all,
-    format_table,
-    with_target_options,
-)
-from .spend import print_dry_run, print_usage
+from .app import app, messages, user_errors
+from .audit import run_audit
+from .common import TargetOptions, format_table, with_target_options
+from .spend import print_dry_run
+
+if TYPE_CHECKING:
+    from ..audits.common import AuditResult
 
 DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
 
@@ -69,34 +67,27 @@ def eval_command(
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
         log = messages(quiet)
-        backends = build_backends(target, plan.scorers)
-        try:
-            if target.dry_run:
-                print_dry_run({"eval": plan.items}, plan.scorers, backends, json_out)
-                return
-            result = run_eval(plan, backends, out, progress=not quiet, log=log)
-            usage = print_usage(backends)
-        finally:
-            close_all(backends)
-        s = result.summary
-        fprs = [f"{f:g}" for f in config.fprs]
-        header = ["scorer", "AUC", "CI low", "CI high", *[f"TPR@{100 * f:g}%" for f in config.fprs]]
-        rows = []
-        for name, auc in s["auc"].items():
-            lo, hi = s["auc_ci"][name] or (None, None)
-            rows.append([name, auc, lo, hi, *(s["tpr_at_fpr"][name][k] for k in fprs)])
-        if s["blind_auc"] is not None:
-            lo, hi = result.report["blind_baseline"].get("auc_ci") or (None, None)
-            rows.append(["blind (TF-IDF)", s["blind_auc"], lo, hi, *([None] * len(fprs))])
-        typer.echo(format_table(header, rows))
-        shift = result.report.get("distribution_shift")
-        if shift:
-            typer.echo(shift["message"])
-        if "prompt_length" in s:
-            typer.echo(prompt_length_table(s["prompt_length"]))
-        typer.echo(f"report: {result.json_path} and {result.md_path}")
-        if json_out:
-            echo_json_line({**s, **({"usage": usage} if usage else {})})
+
+        def show(result: AuditResult) -> None:
+            s = result.summary
+            fprs = [f"{f:g}" for f in config.fprs]
+            header = ["scorer", "AUC", "CI low", "CI high", *[f"TPR@{100 * f:g}%" for f in config.fprs]]
+            rows = []
+            for name, auc in s["auc"].items():
+                lo, hi = s["auc_ci"][name] or (None, None)
+                rows.append([name, auc, lo, hi, *(s["tpr_at_fpr"][name][k] for k in fprs)])
+            if s["blind_auc"] is not None:
+                lo, hi = result.report["blind_baseline"].get("auc_ci") or (None, None)
+                rows.append(["blind (TF-IDF)", s["blind_auc"], lo, hi, *([None] * len(fprs))])
+            typer.echo(format_table(header, rows))
+            shift = result.report.get("distribution_shift")
+            if shift:
+                typer.echo(shift["message"])
+            if "prompt_length" in s:
+                typer.echo(prompt_length_table(s["prompt_length"]))
+
+        run_audit(target, plan.scorers, lambda b: print_dry_run({"eval": plan.items}, plan.scorers, b, json_out),
+                  lambda b: run_eval(plan, b, out, progress=not quiet, log=log), show, json_out)
 
 
 def parse_lengths(spec: str) -> list[int]:
@@ -173,21 +164,11 @@ def sweep_command(
         log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local, cache_dir=target.cache_dir, log=log)
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
-        backends = build_backends(target, [plan.scorer])
-        try:
-            if target.dry_run:
-                print_dry_run(plan.scored_groups(), [plan.scorer], backends, json_out)
-                return
-            result = run_sweep(plan, backends, out, progress=not quiet, log=log)
-            usage = print_usage(backends)
-        finally:
-            close_all(backends)
-        s = result.summary
-        typer.echo(s["headline"])
-        typer.echo(format_table(["", plan.scorer.label], sweep_rows(s)))
-        typer.echo(f"report: {result.json_path} and {result.md_path}")
-        if json_out:
-            echo_json_line({**s, **({"usage": usage} if usage else {})})
+        run_audit(target, [plan.scorer], lambda b: print_dry_run(plan.scored_groups(), [plan.scorer], b, json_out),
+                  lambda b: run_sweep(plan, b, out, progress=not quiet, log=log),
+                  lambda result: typer.echo(result.summary["headline"] + "\n"
+                                            + format_table(["", plan.scorer.label], sweep_rows(result.summary))),
+                  json_out)
 
 
 def sweep_rows(summary: dict) -> list[list]:

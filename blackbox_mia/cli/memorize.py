@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from ..backends.registry import build_backend
 from ..cost.plan import TOTAL
 from ..evaluation.memorization import EIDETIC_CHARS
 from ..types import BlackboxMIAError
-from .app import app, echo_json_line, messages, user_errors
+from .app import app, messages, user_errors
+from .audit import run_audit
 from .common import TargetOptions, format_table, with_target_options
 from .spend import print_estimate
+
+if TYPE_CHECKING:
+    from ..audits.common import AuditResult
 
 
 def parse_lengths(value: str) -> tuple[int, ...]:
@@ -65,38 +69,34 @@ def memorize(
             raise BlackboxMIAError("memorize uses no reference model: drop --ref")
         plan = prepare_memorize(config, cache_dir=target.cache_dir)
         out = out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}"
-        backend = build_backend(target.target_spec(), target)
-        try:
-            if target.dry_run:
-                prompts, estimate = estimate_memorize(plan, backend)
-                part = estimate.to_dict()
-                print_estimate({"memorize": {"target": part}, TOTAL: {"target": part, "all": part}},
-                               {"memorize": prompts}, json_out)
-                return
-            result = run_memorize(plan, backend, out, progress=not quiet,
-                                  log=messages(quiet))
-        finally:
-            backend.close()
-        s = result.summary
-        rows = []
-        for label, per_length in s["by_label"].items():
-            for length, st in per_length.items():
-                rows.append([label, length, st["n"], st["eidetic"]["mean"], st["eidetic"]["median"],
-                             st["approximate"]["mean"], st[f"share_eidetic_ge_{EIDETIC_CHARS}"], st["share_exact"]])
-        typer.echo(format_table(["label", f"L ({unit})", "n", "eidetic mean", "eidetic median", "approx. mean",
-                                 f"share eid.>={EIDETIC_CHARS}", "share exact"], rows))
-        aucs = []
-        for length, per_measure in [*s["by_length"].items(), ("pooled", None)]:
-            measures = per_measure if length != "pooled" else {m: {"auc": s["auc"][m], "auc_ci": s["auc_ci"][m]}
-                                                                for m in s["auc"]}
-            if measures is None or measures["eidetic"]["auc"] is None:
-                continue
-            aucs.append([length, *(_with_ci(measures[m]) for m in ("eidetic", "approximate"))])
-        if aucs:
-            typer.echo(format_table(["L", "AUC eidetic [95% CI]", "AUC approximate [95% CI]"], aucs))
-        typer.echo(f"report: {result.json_path} and {result.md_path}")
-        if json_out:
-            echo_json_line(s)
+
+        def dry_run(backends) -> None:
+            prompts, estimate = estimate_memorize(plan, backends["target"])
+            part = estimate.to_dict()
+            print_estimate({"memorize": {"target": part}, TOTAL: {"target": part, "all": part}}, {"memorize": prompts},
+                           json_out)
+
+        def show(result: AuditResult) -> None:
+            s = result.summary
+            rows = []
+            for label, per_length in s["by_label"].items():
+                for length, st in per_length.items():
+                    rows.append([label, length, st["n"], st["eidetic"]["mean"], st["eidetic"]["median"],
+                                 st["approximate"]["mean"], st[f"share_eidetic_ge_{EIDETIC_CHARS}"], st["share_exact"]])
+            typer.echo(format_table(["label", f"L ({unit})", "n", "eidetic mean", "eidetic median", "approx. mean",
+                                     f"share eid.>={EIDETIC_CHARS}", "share exact"], rows))
+            aucs = []
+            for length, per_measure in [*s["by_length"].items(), ("pooled", None)]:
+                measures = per_measure if length != "pooled" else {m: {"auc": s["auc"][m], "auc_ci": s["auc_ci"][m]}
+                                                                    for m in s["auc"]}
+                if measures is None or measures["eidetic"]["auc"] is None:
+                    continue
+                aucs.append([length, *(_with_ci(measures[m]) for m in ("eidetic", "approximate"))])
+            if aucs:
+                typer.echo(format_table(["L", "AUC eidetic [95% CI]", "AUC approximate [95% CI]"], aucs))
+
+        run_audit(target, [], dry_run, lambda b: run_memorize(plan, b["target"], out, progress=not quiet, log=messages(quiet)),
+                  show, json_out)
 
 
 def _with_ci(metric: dict) -> str:

@@ -1,0 +1,51 @@
+"""The skeleton every audit command shares (``eval``, ``sweep``, ``documents``, ``memorize``):
+build the backends, estimate (``--dry-run``) or run, print what was spent, close the backends,
+then show the summary, the report's paths and, with ``--json``, the summary as the last line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..backends.base import Backend
+from ..scorers import Scorer
+from .app import echo_json_line
+from .common import TargetOptions, build_backends, close_all
+from .spend import print_usage
+
+if TYPE_CHECKING:  # the audits are imported by the commands when they run
+    from ..audits.common import AuditResult
+
+
+def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callable[[dict[str, Backend]], None],
+              run: Callable[[dict[str, Backend]], AuditResult], show: Callable[[AuditResult], None],
+              json_out: bool) -> None:
+    """Run one audit command's work between its validation and its console output.
+
+    Args:
+        target: the command's target options (``--dry-run`` among them).
+        scorers: the scorers the audit uses (what the backends must serve).
+        dry_run: prints the expected cost given the backends (nothing is scored).
+        run: the audit given the backends.
+        show: prints the audit's result (tables, headline) on the console.
+        json_out: make the last line of stdout the summary (with ``usage`` when requests were sent).
+
+    Raises:
+        BlackboxMIAError: from building the backends, the estimate or the audit (the backends
+            are closed first).
+    """
+    backends = build_backends(target, scorers)
+    try:
+        if target.dry_run:
+            dry_run(backends)
+            return
+        result = run(backends)
+        usage = print_usage(backends)
+    finally:
+        close_all(backends)
+    show(result)
+    typer.echo(f"report: {result.json_path} and {result.md_path}")
+    if json_out:
+        echo_json_line({**result.summary, **({"usage": usage} if usage else {})})
