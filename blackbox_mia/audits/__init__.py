@@ -25,10 +25,10 @@ labels, score columns, the report files).
 """
 
 from .common import AuditResult, dataset_slug, require_labelled
-from .eval import EvalConfig, EvalPlan, default_scorer_specs, prepare_eval, run_eval
+from .eval import EvalConfig, EvalPlan, prepare_eval, run_eval
 from .sweep import SweepConfig, SweepPlan, prepare_sweep, run_sweep
 
 __all__ = [
     "AuditResult", "EvalConfig", "EvalPlan", "SweepConfig", "SweepPlan", "dataset_slug",
-    "default_scorer_specs", "prepare_eval", "prepare_sweep", "require_labelled", "run_eval", "run_sweep",
+    "prepare_eval", "prepare_sweep", "require_labelled", "run_eval", "run_sweep",
 ]

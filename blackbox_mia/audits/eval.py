@@ -28,7 +28,7 @@ from ..evaluation import (
     plot_roc,
 )
 from ..runner import run_config, score_items
-from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorer, parse_scorers
+from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
 from ..types import BlackboxMIAError
 from .ablation import run_prompt_length_ablation
@@ -115,12 +115,6 @@ class EvalPlan:
     meta: dict
     scorers: list[Scorer]
     lengths: list[int]
-
-
-def default_scorer_specs(vocab_stats: bool) -> tuple[str, ...]:
-    """The default scorers: all of ``DEFAULT_SCORERS``, without Min-K%++ when the target gives no
-    full next-token distribution (black-box endpoints)."""
-    return tuple(s for s in DEFAULT_SCORERS if vocab_stats or not parse_scorer(s).needs_vocab_stats)
 
 
 def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None) -> EvalPlan:

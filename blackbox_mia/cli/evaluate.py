@@ -54,11 +54,10 @@ def eval_command(
         from ..audits import (
             EvalConfig,
             dataset_slug,
-            default_scorer_specs,
             prepare_eval,
             run_eval,
         )
-        from ..scorers import split_specs
+        from ..scorers import default_scorer_specs, split_specs
 
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
         lengths = tuple(parse_lengths(truncate_tokens)) if truncate_tokens else ()

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..datasets import load_items
-from ..scorers import DEFAULT_SCORERS, parse_scorers
+from ..scorers import default_scorer_specs, parse_scorers
 from .app import app, echo_json_line, user_errors
 from .common import (
     TargetOptions,
@@ -25,7 +25,8 @@ from .spend import YES_HELP, guard_spend, print_dry_run, print_usage
 @with_target_options
 def score(
     dataset: str = typer.Argument(..., help="gsm8k, gsm8k:train, aqua, aqua:dev, wikimia64, wikimia128, wikimia24, or a JSONL path"),
-    scorers: str = typer.Option(",".join(DEFAULT_SCORERS), help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac'"),
+    scorers: str = typer.Option(None, help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac' (default: every "
+                                "default scorer the target supports; min_k_pp needs --local)"),
     out: Path = typer.Option(None, "--out", help="output JSONL (default: runs/score-<dataset>.jsonl)"),
     limit: int = typer.Option(None, help="score only the first N items"),
     overwrite: bool = typer.Option(False, help="rewrite the output instead of resuming it"),
@@ -41,7 +42,7 @@ def score(
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)
-        parsed = parse_scorers(scorers)
+        parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=bool(target.local))))
         items, meta = load_items(dataset, limit, target.cache_dir)
         backends = build_backends(target, parsed)
         try:

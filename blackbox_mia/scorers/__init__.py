@@ -55,6 +55,13 @@ def parse_scorer(spec: str) -> Scorer:
     return cls(**kwargs)
 
 
+def default_scorer_specs(vocab_stats: bool) -> tuple[str, ...]:
+    """The default scorers: all of :data:`DEFAULT_SCORERS`, without those that need the full
+    next-token distribution (Min-K%++) when the target does not give it (``vocab_stats``
+    False: black-box endpoints)."""
+    return tuple(s for s in DEFAULT_SCORERS if vocab_stats or not parse_scorer(s).needs_vocab_stats)
+
+
 def refine_for(scorers: Sequence[Scorer]) -> tuple[float, ...]:
     """The precision the black-box tracker refines texts to for these scorers: the k of each
     (:meth:`Scorer.lowest_percent`), sorted, without repeats; ``()`` (every value to ε) when one
@@ -96,4 +103,5 @@ def parse_scorers(specs: list[str] | str) -> list[Scorer]:
     return scorers
 
 
-__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "Need", "Scorer", "parse_scorer", "parse_scorers", "refine_for", "split_specs"]
+__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "Need", "Scorer", "default_scorer_specs", "parse_scorer",
+           "parse_scorers", "refine_for", "split_specs"]
