@@ -239,4 +239,4 @@ def test_cli_unlearn_then_audit(canary, tmp_path):
     assert s["window"] == [0.9, 1.1] and s["n_items"] == 10
     assert s["truth"]["n_forget"] == 4 and s["truth"]["n_audited"] == 10  # --after is an unlearned canary
     bad = runner.invoke(app, ["unlearning", "gsm8k", "--before", "x", "--after", "y", "--window", "1.2"])
-    assert bad.exit_code == 2 and "--window must be LOW,HIGH" in bad.output
+    assert bad.exit_code == 2 and "--window takes 2 comma-separated numbers" in bad.output

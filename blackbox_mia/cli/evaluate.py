@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..text import DEFAULT_SEGMENTER
-from ..types import BlackboxMIAError
 from .app import app, messages, user_errors
 from .audit import run_audit
 from .common import TargetOptions, format_table, with_target_options
+from .options import parse_numbers
 from .spend import print_dry_run
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def eval_command(
         from ..scorers import default_scorer_specs, split_specs
 
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
-        lengths = tuple(parse_lengths(truncate_tokens)) if truncate_tokens else ()
+        lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
                             segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
@@ -87,18 +87,6 @@ def eval_command(
 
         run_audit(target, plan.scorers, lambda b: print_dry_run({"eval": plan.items}, plan.scorers, b, json_out),
                   lambda b: run_eval(plan, b, out, progress=not quiet, log=log), show, json_out)
-
-
-def parse_lengths(spec: str) -> list[int]:
-    """``"32,64,128"`` → ``[32, 64, 128]`` (the values are checked by :class:`EvalConfig`).
-
-    Raises:
-        BlackboxMIAError: an entry that is not an integer.
-    """
-    try:
-        return [int(part) for part in spec.split(",")]
-    except ValueError as exc:
-        raise BlackboxMIAError(f"--truncate-tokens takes comma-separated integers, e.g. 32,64,128; got {spec!r}") from exc
 
 
 def prompt_length_table(summary: dict) -> str:

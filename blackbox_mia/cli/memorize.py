@@ -13,22 +13,11 @@ from ..types import BlackboxMIAError
 from .app import app, messages, user_errors
 from .audit import run_audit
 from .common import TargetOptions, format_table, with_target_options
+from .options import parse_numbers
 from .spend import print_estimate
 
 if TYPE_CHECKING:
     from ..audits.common import AuditResult
-
-
-def parse_lengths(value: str) -> tuple[int, ...]:
-    """``"32,64,128"`` → ``(32, 64, 128)``.
-
-    Raises:
-        BlackboxMIAError: a part that is not an integer (the range is checked by the config).
-    """
-    try:
-        return tuple(int(part) for part in value.split(",") if part.strip())
-    except ValueError:
-        raise BlackboxMIAError(f"--prompt-lengths must be comma-separated integers, e.g. 32,64,128; got {value!r}") from None
 
 
 @app.command()
@@ -62,7 +51,7 @@ def memorize(
         from ..audits.common import dataset_slug
         from ..audits.memorization import MemorizeConfig, estimate_memorize, prepare_memorize, run_memorize
 
-        config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_lengths(prompt_lengths),
+        config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_numbers(prompt_lengths, "--prompt-lengths"),
                                 reference_length=reference_tokens, unit=unit, n_boot=n_boot, seed=seed, limit=limit,
                                 resume=not overwrite)
         if target.ref:

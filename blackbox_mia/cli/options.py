@@ -12,7 +12,28 @@ from collections.abc import Mapping
 import typer
 
 from ..config import NOT_AN_OPTION
+from ..types import BlackboxMIAError
 from .app import user_errors
+
+
+def parse_numbers(value: str, option: str, kind: type = int, example: str = "32,64,128",
+                  count: int | None = None) -> tuple:
+    """An option's comma-separated numbers: ``"32,64,128"`` → ``(32, 64, 128)`` (``kind`` int
+    or float; ranges are checked by the command's configuration).
+
+    Raises:
+        BlackboxMIAError: a part that is not a number of ``kind``, or not ``count`` of them
+            (the message names ``option``, shows ``example`` and the value given).
+    """
+    noun = "integers" if kind is int else "numbers"
+    try:
+        numbers = tuple(kind(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        numbers = None
+    if numbers is None or (count is not None and len(numbers) != count):
+        shape = f"{count} comma-separated {noun}" if count else f"comma-separated {noun}"
+        raise BlackboxMIAError(f"{option} takes {shape}, e.g. {example}; got {value!r}")
+    return numbers
 
 
 def option_fields(cls: type) -> list[dataclasses.Field]:

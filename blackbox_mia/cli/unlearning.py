@@ -15,26 +15,11 @@ from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .canary import canary_app
 from .common import TARGET_OPTIONS, TargetOptions, format_table, normalized_spec
-from .options import option_fields, with_dataclass_options
+from .options import option_fields, parse_numbers, with_dataclass_options
 
 with_backend_options = with_dataclass_options(
     BackendOptions, "backend", {f.name: TARGET_OPTIONS[f.name] for f in option_fields(BackendOptions)}
 )
-
-
-def parse_window(value: str | None) -> tuple[float, float] | None:
-    """``"0.87,1.15"`` → ``(0.87, 1.15)``; None stays None (the default window).
-
-    Raises:
-        BlackboxMIAError: not two comma-separated numbers (the range is checked by the config).
-    """
-    if value is None:
-        return None
-    try:
-        low, high = (float(part) for part in value.split(","))
-    except ValueError:
-        raise BlackboxMIAError(f"--window must be LOW,HIGH, e.g. 0.8696,1.15; got {value!r}") from None
-    return low, high
 
 
 def local_path(spec: str) -> Path | None:
@@ -117,7 +102,7 @@ def unlearning(
         if window is not None and flag_least_changed is not None:
             raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         config = UnlearningConfig(
-            dataset=dataset, window=parse_window(window) or RATIO_WINDOW, k=k, prompt_words=prompt_words,
+            dataset=dataset, window=RATIO_WINDOW if window is None else parse_numbers(window, "--window", float, "0.8696,1.15", 2), k=k, prompt_words=prompt_words,
             samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter,
             unflagged=not flagged_only, truth_fpr=truth_fpr, seed=seed, limit=limit, resume=not overwrite, qa=qa,
             flag_fraction=flag_least_changed,
