@@ -33,7 +33,7 @@ _EXPORTS = {
     "LocalConfig": "blackbox_mia.backends.local",
     "ApiBackend": "blackbox_mia.backends.api",
     "ApiConfig": "blackbox_mia.backends.api.client",
-    "TrackerConfig": "blackbox_mia.backends.api.tracker",
+    "TrackerConfig": "blackbox_mia.backends.api.tracker_config",
     "score_texts": "blackbox_mia.runner",
     "score_items": "blackbox_mia.runner",
     "parse_scorers": "blackbox_mia.scorers",

@@ -34,7 +34,7 @@ from .client import ApiError
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, surely
 from .spelling import Speller
 from .strategies import Position
-from .tracker import TrackerConfig
+from .tracker_config import TrackerConfig
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
 AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)
