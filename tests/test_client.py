@@ -19,7 +19,8 @@ from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.dialect import check_logit_bias
 from blackbox_mia.backends.api.faults import MAX_RETRY_AFTER_S, ApiError, retry_after_s
 from blackbox_mia.backends.api.usage import RateLimiter
-from blackbox_mia.cache import ResponseCache, request_key
+from blackbox_mia.cache import ResponseCache
+from blackbox_mia.cache_keys import request_key
 from blackbox_mia.types import BlackboxMIAError
 
 from .helpers_client import KEY, MODEL, completion_answer, config

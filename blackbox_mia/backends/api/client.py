@@ -54,7 +54,8 @@ from tenacity import (
     stop_any,
 )
 
-from ...cache import ResponseCache, canonical_json, request_key
+from ...cache import ResponseCache
+from ...cache_keys import canonical_json, request_key
 from ...claims import CLAIM_REFRESH_S
 from ...types import BlackboxMIAError
 from ..loop import ThreadResults
