@@ -42,6 +42,19 @@ _EXPORTS = {
     "Generation": "blackbox_mia.types",
     "Provenance": "blackbox_mia.types",
     "TokenLogprobs": "blackbox_mia.types",
+    "ApiError": "blackbox_mia.backends.api.errors",
+    "APIConnectionError": "blackbox_mia.backends.api.errors",
+    "APITimeoutError": "blackbox_mia.backends.api.errors",
+    "APIStatusError": "blackbox_mia.backends.api.errors",
+    "BadRequestError": "blackbox_mia.backends.api.errors",
+    "AuthenticationError": "blackbox_mia.backends.api.errors",
+    "PermissionDeniedError": "blackbox_mia.backends.api.errors",
+    "NotFoundError": "blackbox_mia.backends.api.errors",
+    "ConflictError": "blackbox_mia.backends.api.errors",
+    "UnprocessableEntityError": "blackbox_mia.backends.api.errors",
+    "RateLimitError": "blackbox_mia.backends.api.errors",
+    "InternalServerError": "blackbox_mia.backends.api.errors",
+    "InvalidAnswerError": "blackbox_mia.backends.api.errors",
 }
 
 __all__ = ["__version__"] + list(_EXPORTS)

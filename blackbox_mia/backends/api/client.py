@@ -12,8 +12,8 @@ per-request CPU) and adds what an audit needs:
   answer is returned, so a rerun makes zero requests; the rows go to the cache's writer thread, which commits many in one transaction,
   so the event loop never waits on a disk flush; processes sharing a cache directory claim
   each request so none is paid for twice;
-* retries with tenacity by fault class (:mod:`.faults`, carried by :class:`ApiError`):
-  transient faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off
+* retries with tenacity by fault class (:mod:`.faults`, carried by :class:`ApiError` and its
+  typed subclasses, :mod:`.errors`): transient faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off
   exponentially with jitter, never less than the server's ``Retry-After``; invalid 200s are
   retried after a short linear wait; final faults (other 4xx, 501) fail at once; a refused
   connection (nothing listens at the URL) is retried once. A 500 is retried like any 5xx, with
@@ -54,7 +54,7 @@ from ...types import BlackboxMIAError
 from .answers import MESSAGE_CHARS
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
-from .faults import ApiError
+from .errors import ApiError
 from .fetch import AnswerFetcher
 from .transport import MODELS_PATH
 from .usage import BudgetExceeded, Usage

@@ -3,7 +3,7 @@
 A cached answer when the cache holds a valid one; else, claimed in the cache so that processes
 sharing it pay once, one request sent under the concurrency, rate and spending limits, retried
 by fault class with tenacity (:mod:`.faults`), validated (:mod:`.answers`) and queued for the
-cache before it is returned; a failure becomes an :class:`~.faults.ApiError` saying what went
+cache before it is returned; a failure becomes an :class:`~.errors.ApiError` saying what went
 wrong, with the API key masked. The public request API is :class:`~.client.ApiClient`'s.
 """
 
@@ -32,7 +32,8 @@ from .answers import MESSAGE_CHARS, Malformed, clip, decode_answer
 from .claims import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
-from .faults import ApiError, Backoff, connection_refused, fault_of, refused_too_often
+from .errors import ApiError, error_type
+from .faults import Backoff, connection_refused, fault_of, refused_too_often
 from .senders import Senders
 from .transport import Transport
 from .usage import Budget, RateLimiter, Usage, request_cost
@@ -312,9 +313,9 @@ class AnswerFetcher:
         return self._masked(str(body) if body is not None else "", MESSAGE_CHARS)
 
     def _error(self, exc: openai.APIError | Malformed, attempts: int, dialect: Dialect, repeated: bool = False) -> ApiError:
-        """A clear :class:`ApiError` for the last failure after ``attempts`` requests, ending with
-        its fault class and that count (never quoting the key); ``repeated``: every attempt got
-        the same 500 answer (final)."""
+        """A clear :class:`ApiError` for the last failure after ``attempts`` requests (the subclass
+        naming it, :func:`~.errors.error_type`), ending with its fault class and that count (never
+        quoting the key); ``repeated``: every attempt got the same 500 answer (final)."""
         fault = "final" if repeated else fault_of(exc)
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
         if repeated:
@@ -325,7 +326,7 @@ class AnswerFetcher:
             why = f"{fault}: gave up after {tries}"
         status, message = self._describe(exc, dialect)
         detail = self._server_message(exc) if isinstance(exc, openai.APIStatusError) else None
-        return ApiError(status, f"{message} ({why})", fault, detail)
+        return error_type(exc)(status, f"{message} ({why})", fault, detail)
 
     def _describe(self, exc: openai.APIError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
         """(HTTP status or ``None``, what went wrong) for one failed attempt."""
