@@ -1,15 +1,13 @@
 """Disk cache of raw API responses, stored as JSON only (never pickle).
 
-Every paid answer is written to disk as soon as it arrives, keyed by :func:`request_key`, so a
-rerun of the same audit makes zero requests. Processes sharing one directory coordinate through
+Every paid answer is written to disk as soon as it arrives, keyed by
+:func:`~blackbox_mia.cache_keys.request_key`, so a rerun of the same audit makes zero requests. Processes sharing one directory coordinate through
 claims (:meth:`ResponseCache.claim`): the one holding a request's claim asks the API, the others
 wait for its answer, so no request is paid for twice.
 
-The store is a :class:`diskcache.Cache` (SQLite plus files for large values) with a
-:class:`JsonDisk` that writes values as UTF-8 JSON bytes and refuses to read anything else: a
-cache directory shared between people or machines must never be a way to run code, and
-diskcache's default ``Disk`` (and even its ``JSONDisk``, through the pickle branch of
-``Disk.fetch``) unpickles whatever a crafted row holds.
+The store on disk (JSON only, never pickle: a shared cache directory must never be a way to run
+code) and its failure modes are :mod:`blackbox_mia.cache_store`; keys are
+:mod:`blackbox_mia.cache_keys`.
 
 The cache never asks to be deleted (it holds paid answers):
 
@@ -31,14 +29,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import errno
 import functools
-import hashlib
-import json
 import logging
 import os
 import queue
-import shutil
 import sqlite3
 import threading
 import time
@@ -47,291 +41,36 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from urllib.parse import quote
 from typing import Self
 
 import diskcache
-from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
+from .cache_store import (
+    CACHE_FILE,
+    QUARANTINE_TABLE,
+    SQLITE_FULL_SYNC,
+    BadRow,
+    JsonDisk,
+    cannot_write,
+    disk_full,
+    disk_is_full,
+    is_busy,
+    open_read_only,
+    open_store,
+    quarantine_rows,
+    read_only_error,
+    stored_bytes,
+    unusable,
+)
 from .claims import BUSY_TIMEOUT_S, CLAIM_TTL_S, ClaimTable
 from .config import cache_root
-from .io import dumps_strict
 from .types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
 
-MIN_FILE_SIZE = 2**15  # bytes: smaller JSON values live in SQLite, larger ones in files
-SQLITE_FULL_SYNC = 2  # PRAGMA synchronous=FULL: a put is on disk before put() returns
 GROUP_COMMIT_S = 0.01  # seconds the writer thread waits after a queued row for more to commit with it: a
 # commit of one row cost ~0.4 ms of CPU (fsync), of ten ~0.07 ms a row; the API client's senders never wait
 # for it (only the request's caller does), so at 64 in flight it saved 0.1-0.15 ms of CPU per request
-
-
-CACHE_FILE = "cache.db"  # diskcache's database in the cache directory
-QUARANTINE_TABLE = "Quarantine"  # bad rows kept aside in cache.db: the Cache columns plus reason, time
-READ_ONLY_ERRORS = (errno.EROFS, errno.EACCES, errno.EPERM)  # errnos of a cache that cannot be written
-
-
-def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
-    """The error for a cache directory that cannot be used: names it and the ways out (none of
-    which throws paid answers away)."""
-    return BlackboxMIAError(
-        f"the response cache {directory} cannot be used: {problem}; run `bbmia cache repair {directory}` "
-        f"(it keeps every readable answer and moves the damaged database aside) or use another --cache-dir"
-    )
-
-
-class BadRow(BlackboxMIAError):
-    """A row of the response cache that cannot be trusted as an answer (it is quarantined).
-
-    Attributes:
-        reason: why, in words (``"a row stored in mode 3 ..."``).
-    """
-
-    def __init__(self, directory: str | os.PathLike, reason: str):
-        super().__init__(f"the response cache {directory} holds a bad row: {reason}")
-        self.reason = reason
-
-
-def read_only_error(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
-    """The error for a request missing from a read-only cache: names the directory and the fix."""
-    return BlackboxMIAError(
-        f"the response cache {directory} is read-only ({why}): it serves the answers it holds, but a request "
-        f"missing from it cannot be cached; copy the cache root to a writable place and pass that as --cache-dir "
-        f"(e.g. cp -r {Path(directory).parent} NEW_DIR), or make {directory} writable"
-    )
-
-
-def disk_full(directory: str | os.PathLike, doing: str, needed: int | None) -> BlackboxMIAError:
-    """The error for a write that found the cache's disk full: the directory, the bytes the
-    write needed (``None``: not known) and the bytes free; committed answers are untouched."""
-    sizes = [] if needed is None else [f"it needed about {needed:,} bytes"]
-    with contextlib.suppress(OSError):
-        sizes.append(f"{shutil.disk_usage(directory).free:,} bytes free")
-    return BlackboxMIAError(
-        f"no space left on the disk of the response cache {directory} while {doing} ({'; '.join(sizes) or '?'}): "
-        f"free some space or move the cache (--cache-dir) and rerun; every answer already cached is kept"
-    )
-
-
-def _full(exc: BaseException) -> bool:
-    """Whether ``exc`` says the disk is full (ENOSPC, SQLite's SQLITE_FULL)."""
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return isinstance(exc, sqlite3.Error) and (
-        getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL" or "disk is full" in str(exc))
-
-
-def _read_only(exc: BaseException) -> bool:
-    """Whether ``exc`` says the cache cannot be written (read-only file system or files)."""
-    if isinstance(exc, OSError) and exc.errno in READ_ONLY_ERRORS:
-        return True
-    return isinstance(exc, sqlite3.Error) and (
-        getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly" in str(exc))
-
-
-def open_read_only(directory: Path) -> sqlite3.Connection:
-    """A read-only connection to ``directory``'s ``cache.db`` (``mode=ro``; ``immutable=1`` when
-    the WAL's shared-memory file cannot be made, as on a read-only file system).
-
-    Raises:
-        sqlite3.Error: there is no readable database.
-    """
-    path = directory / CACHE_FILE
-    if not path.is_file():
-        raise sqlite3.OperationalError(f"{path} does not exist")
-    last: sqlite3.Error | None = None
-    for flags in ("mode=ro", "mode=ro&immutable=1"):
-        connection = sqlite3.connect(f"file:{quote(str(path))}?{flags}", uri=True, check_same_thread=False)
-        try:
-            connection.execute("SELECT count(*) FROM Cache WHERE rowid = 0").fetchone()
-            return connection
-        except sqlite3.Error as exc:
-            connection.close()
-            last = exc
-    raise last
-
-
-def open_store(directory: Path, synchronous: int) -> diskcache.Cache:
-    """A :class:`diskcache.Cache` storing JSON only (:class:`JsonDisk`) that never evicts.
-
-    Raises:
-        OSError, sqlite3.Error: it cannot be opened.
-    """
-    return diskcache.Cache(
-        str(directory),
-        disk=JsonDisk,
-        disk_min_file_size=MIN_FILE_SIZE,
-        eviction_policy="none",
-        cull_limit=0,  # nothing to evict: no expiry query on every write
-        sqlite_synchronous=synchronous,
-    )
-
-
-def _busy(exc: sqlite3.OperationalError) -> bool:
-    """Whether ``exc`` says the database stayed locked by another connection."""
-    return getattr(exc, "sqlite_errorname", None) in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(exc)
-
-
-def _fsync(path: str) -> None:
-    """Flush ``path`` (a file or a directory) to disk.
-
-    Raises:
-        OSError: it cannot be opened or flushed.
-    """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def canonical_json(value: object) -> str:
-    """``value`` as canonical JSON text: keys sorted, no whitespace, non-ASCII characters as
-    themselves (not ``\\u`` escapes), NaN and infinities refused.
-
-    Raises:
-        BlackboxMIAError: ``value`` is not JSON-serialisable.
-    """
-    try:
-        return dumps_strict(value, "request payload", sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except TypeError as exc:
-        raise BlackboxMIAError(f"request payload is not JSON-serialisable: {exc}") from exc
-
-
-def request_key(base_url: str, model: str, endpoint: str, payload: dict | str) -> str:
-    """Cache key of one request: sha256 hex digest (64 characters) of its canonical JSON.
-
-    The digest covers ``{"base_url", "model", "endpoint", "payload"}`` serialised by
-    :func:`canonical_json`, so dict order never matters.
-
-    Args:
-        base_url: the API base URL; a trailing ``/`` is ignored.
-        model: the model name sent to the API.
-        endpoint: ``"completions"`` or ``"chat"``.
-        payload: every request parameter that can change the answer: the prompt (token ids or
-            text) or messages, ``max_tokens``, ``temperature``, ``logprobs`` / ``top_logprobs``,
-            ``logit_bias``, ``echo``, ``seed`` and any extra body field; or its
-            :func:`canonical_json` text (the client serialises a payload once, for the key and
-            the request body). It must not hold credentials: the API key is sent as a header and
-            is deliberately NOT part of the key (the same request with another key has the same
-            answer, and the key must never reach the cache directory).
-
-    Raises:
-        BlackboxMIAError: the payload is not JSON-serialisable.
-    """
-    text = payload if isinstance(payload, str) else canonical_json(payload)
-    return hashlib.sha256(f"{_record_head(base_url, endpoint, model)}{text}}}".encode("utf-8")).hexdigest()
-
-
-@functools.lru_cache(maxsize=64)
-def _record_head(base_url: str, endpoint: str, model: str) -> str:
-    """The start of :func:`request_key`'s record: canonical JSON of the whole record has its four
-    keys in sorted order, so the payload comes last."""
-    return (f'{{"base_url":{canonical_json(base_url.rstrip("/"))},"endpoint":{canonical_json(endpoint)},'
-            f'"model":{canonical_json(model)},"payload":')
-
-
-def _stored_bytes(rows: Sequence[tuple[str, dict]]) -> int:
-    """About how many bytes ``rows`` take in the cache (their keys and JSON values)."""
-    return sum(len(key) + len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-               for key, value in rows)
-
-
-def quarantine_rows(connection: sqlite3.Connection, keys: Sequence[str], reason: str) -> int:
-    """Move the rows of ``keys`` (raw or not) from ``Cache`` to :data:`QUARANTINE_TABLE` (made on
-    first use) with ``reason`` and the time, inside the caller's transaction; how many moved.
-    Value files are not touched (a quarantined row may name a file outside the cache)."""
-    connection.execute(f"CREATE TABLE IF NOT EXISTS {QUARANTINE_TABLE} (key BLOB, raw INTEGER, mode INTEGER, "
-                       "filename TEXT, value BLOB, reason TEXT, quarantined REAL)")
-    moved = 0
-    for key in keys:
-        connection.execute(f"INSERT INTO {QUARANTINE_TABLE} SELECT key, raw, mode, filename, value, ?, ? "
-                           "FROM Cache WHERE key = ?", (reason, time.time(), key))
-        moved += connection.execute("DELETE FROM Cache WHERE key = ?", (key,)).rowcount
-    return moved
-
-
-class JsonDisk(diskcache.Disk):
-    """A :class:`diskcache.Disk` that stores keys as raw strings and values as UTF-8 JSON bytes.
-
-    Reading refuses every row that was not written this way (pickled keys or values, text mode,
-    file names pointing outside the cache directory) with a :class:`BadRow`, so a planted row can
-    never be unpickled.
-    """
-
-    def put(self, key):
-        if type(key) is not str:
-            raise BlackboxMIAError(f"cache keys must be str, got {type(key).__name__} ({self._directory})")
-        return key, True
-
-    def get(self, key, raw):
-        if not raw or type(key) is not str:
-            raise BadRow(self._directory, "a key that is not a raw string (possibly pickled)")
-        return key
-
-    def store(self, value, read, key=UNKNOWN):
-        """``(size, mode, filename, value)`` columns for ``value`` as compact UTF-8 JSON; a value of
-        :data:`MIN_FILE_SIZE` bytes or more goes to a file, fsynced (with the directories that
-        name it) before this returns, so its row is never committed ahead of its data.
-
-        Raises:
-            BlackboxMIAError: ``value`` is not JSON-serialisable (NaN and infinities included),
-                or ``read`` is set (file-like values are not accepted).
-            OSError: the file cannot be written.
-        """
-        if read:
-            raise BlackboxMIAError(f"the response cache stores JSON values only, not files ({self._directory})")
-        try:
-            data = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise BlackboxMIAError(f"cache value is not JSON-serialisable: {exc} ({self._directory})") from exc
-        stored = super().store(data, False, key=key)
-        filename = stored[2]
-        if filename is not None:  # a large value lives in a file: on disk before its row is committed
-            path = os.path.join(self._directory, filename)
-            while path != self._directory and path.startswith(self._directory):
-                _fsync(path)  # the file, then each directory that names it
-                path = os.path.dirname(path)
-            _fsync(self._directory)
-        return stored
-
-    def fetch(self, mode, filename, value, read):
-        """The JSON value of a row written by :meth:`store` (NaN is let through, so that the
-        client's validation can drop rows an older version cached).
-
-        Raises:
-            BadRow: a row not written by :meth:`store` (pickled, text mode, a file outside the
-                directory) or a value that is not UTF-8 JSON (corrupt, truncated).
-            OSError: a value file inside the directory cannot be read (missing: a miss).
-        """
-        if read:
-            raise BlackboxMIAError(f"the response cache returns JSON values only, not files ({self._directory})")
-        if mode == MODE_RAW and isinstance(value, bytes):
-            data = value
-        elif mode == MODE_BINARY and value is None and self._inside(filename):
-            with open(os.path.join(self._directory, filename), "rb") as reader:
-                data = reader.read()
-        else:
-            raise BadRow(self._directory, f"a row stored in mode {mode!r} with file {filename!r}, not raw or binary "
-                                          f"JSON inside the cache (possibly pickled, or planted)")
-        try:
-            return json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadRow(self._directory, f"a value that is not UTF-8 JSON ({exc})") from exc
-
-    def remove(self, file_path):
-        if self._inside(file_path):
-            super().remove(file_path)
-        else:
-            LOG.warning("not removing %r: outside the cache directory %s", file_path, self._directory)
-
-    def _inside(self, filename) -> bool:
-        """Whether ``filename`` is a relative path that stays inside the cache directory."""
-        if not isinstance(filename, str) or os.path.isabs(filename):
-            return False
-        root = os.path.realpath(self._directory)
-        return os.path.commonpath([root, os.path.realpath(os.path.join(root, filename))]) == root
 
 
 def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
@@ -345,7 +84,7 @@ def _settle(future: concurrent.futures.Future, error: BaseException | None) -> N
 
 
 class ResponseCache:
-    """Raw API responses (JSON dicts) on disk, keyed by :func:`request_key`.
+    """Raw API responses (JSON dicts) on disk, keyed by :func:`~blackbox_mia.cache_keys.request_key`.
 
     Args:
         directory: where the cache lives; default ``cache_root() / "responses"``.
@@ -397,7 +136,7 @@ class ResponseCache:
                 self._cache = open_store(self.directory, SQLITE_FULL_SYNC)
                 return
             except (diskcache.Timeout, sqlite3.Error, OSError) as exc:
-                if not (_read_only(exc) or self.directory.is_dir() and not os.access(self.directory, os.W_OK)):
+                if not (cannot_write(exc) or self.directory.is_dir() and not os.access(self.directory, os.W_OK)):
                     with self._guard("opening it"):  # (a read-only file system: SQLite cannot open)
                         raise
                 self.read_only = f"{type(exc).__name__}: {exc}"
@@ -414,11 +153,11 @@ class ResponseCache:
         try:
             yield
         except (diskcache.Timeout, sqlite3.Error, OSError) as exc:
-            if _full(exc):
+            if disk_is_full(exc):
                 raise disk_full(self.directory, doing, None if needed is None else needed()) from exc
-            if self.read_only is None and _read_only(exc):
+            if self.read_only is None and cannot_write(exc):
                 raise read_only_error(self.directory, f"{type(exc).__name__}: {exc}") from exc
-            if isinstance(exc, diskcache.Timeout) or isinstance(exc, sqlite3.OperationalError) and _busy(exc):
+            if isinstance(exc, diskcache.Timeout) or isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
                 raise BlackboxMIAError(
                     f"the response cache {self.directory} stayed locked by another process while {doing}; try again"
                 ) from exc
@@ -514,7 +253,7 @@ class ResponseCache:
             if not isinstance(value, dict):
                 raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
         cache = self._writable()
-        with self._guard("writing rows", functools.partial(_stored_bytes, rows)), cache.transact():
+        with self._guard("writing rows", functools.partial(stored_bytes, rows)), cache.transact():
             for key, value in rows:
                 cache.set(key, value)
 

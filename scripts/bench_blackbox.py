@@ -45,7 +45,7 @@ from blackbox_mia.backends.api.refine import score_widths
 from blackbox_mia.backends.api.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary.config import CanaryConfig, canary_dir
-from blackbox_mia.datasets import load_items
+from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.scorers import parse_scorers, refine_for
 from blackbox_mia.types import BlackboxMIAError

@@ -65,7 +65,7 @@ def build_model(directory: Path, n_texts: int) -> Path:
     """A tiny random GPT-2 (2 layers, 32 dims, context 1024 tokens, BPE vocabulary of 4096)
     whose tokenizer is trained on the first GSM8K questions; reused when ``directory`` holds it."""
     from blackbox_mia.canary.model import build_gpt2, save_model_dir, train_tokenizer
-    from blackbox_mia.datasets import load_items
+    from blackbox_mia.canary.dataset import load_items
 
     if (directory / "config.json").exists():
         return directory

@@ -41,7 +41,7 @@ from blackbox_mia.backends.api.endpoint import Listed, NextToken
 from blackbox_mia.backends.api.strategies import topn_upper_bound
 from blackbox_mia.backends.api.wire import MAX_LOGPROBS_COMPLETIONS
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.datasets import load_items
+from blackbox_mia.canary.dataset import load_items
 
 HISTOGRAM_NATS = 0.25  # bin width of the smoothed density behind entropy_bits
 

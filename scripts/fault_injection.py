@@ -214,7 +214,7 @@ def invalid_rows(cache_root: Path) -> tuple[int, Counter]:
     the cache refuses to read counts as invalid (``unreadable``)."""
     import diskcache
 
-    from blackbox_mia.cache import JsonDisk
+    from blackbox_mia.cache_store import JsonDisk
 
     directory = Path(cache_root) / "responses"
     problems: Counter = Counter()

@@ -65,7 +65,7 @@ import numpy as np
 
 from blackbox_mia.canary import CanaryConfig, ensure_canary, load_manifest
 from blackbox_mia.controls import build_control
-from blackbox_mia.datasets import load_items
+from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.evaluation import clopper_pearson, estimate_prevalence
 from blackbox_mia.runner import run_config, score_items
 from blackbox_mia.scorers import parse_scorer

@@ -28,7 +28,7 @@ from blackbox_mia.canary import (
 )
 from blackbox_mia.cli import evaluate  # noqa: F401  (registers eval and sweep)
 from blackbox_mia.cli.app import app
-from blackbox_mia.datasets import load_items
+from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.evaluation import length_buckets
 from blackbox_mia.runner import DEFAULT_CHUNK_SIZE
 from blackbox_mia.tokenizers import HFTokenCodec

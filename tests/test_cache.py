@@ -12,7 +12,9 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from blackbox_mia.cache import MIN_FILE_SIZE, BadRow, JsonDisk, ResponseCache, request_key
+from blackbox_mia.cache import ResponseCache
+from blackbox_mia.cache_keys import request_key
+from blackbox_mia.cache_store import MIN_FILE_SIZE, BadRow, JsonDisk
 from blackbox_mia.types import BlackboxMIAError
 
 KEY = request_key("http://h/v1", "m", "completions", {"prompt": [1, 2], "max_tokens": 1})

@@ -18,7 +18,9 @@ import diskcache
 import pytest
 
 from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.cache import MIN_FILE_SIZE, JsonDisk, ResponseCache, request_key
+from blackbox_mia.cache import ResponseCache
+from blackbox_mia.cache_keys import request_key
+from blackbox_mia.cache_store import MIN_FILE_SIZE, JsonDisk
 from blackbox_mia.types import BlackboxMIAError
 
 from .helpers_client import MODEL, config

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from blackbox_mia.cache import ResponseCache, request_key
+from blackbox_mia.cache import ResponseCache
+from blackbox_mia.cache_keys import request_key
 from blackbox_mia.claims import ClaimTable
 
 from .helpers_client import KEY, MODEL, completion_answer

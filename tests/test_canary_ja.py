@@ -19,7 +19,8 @@ from blackbox_mia.canary import train as train_mod
 from blackbox_mia.canary.config import canary_dir
 from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
 from blackbox_mia.cli.app import app
-from blackbox_mia.datasets import load_dataset, load_items
+from blackbox_mia.canary.dataset import load_items
+from blackbox_mia.datasets import load_dataset
 from blackbox_mia.types import BlackboxMIAError
 
 SMALL = CanaryConfig(corpus="ja", n_background=30, n_members=10, n_nonmembers=10, dup=4)

@@ -14,12 +14,13 @@ from types import SimpleNamespace
 import diskcache
 import pytest
 
-import blackbox_mia.backends.api.client as client_module
+import blackbox_mia.backends.api.fetch as fetch_module
 from blackbox_mia.backends.api.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.dialect import check_logit_bias
 from blackbox_mia.backends.api.faults import MAX_RETRY_AFTER_S, ApiError, retry_after_s
 from blackbox_mia.backends.api.limits import RateLimiter
-from blackbox_mia.cache import ResponseCache, request_key
+from blackbox_mia.cache import ResponseCache
+from blackbox_mia.cache_keys import request_key
 from blackbox_mia.types import BlackboxMIAError
 
 from .helpers_client import KEY, MODEL, completion_answer, config
@@ -173,7 +174,7 @@ async def test_cached_row_that_fails_validation_is_dropped_and_asked_again(clien
 
 
 async def test_claims_are_refreshed_while_held_and_released_after(client, fake, monkeypatch):
-    monkeypatch.setattr(client_module, "CLAIM_REFRESH_S", 0.05)
+    monkeypatch.setattr(fetch_module, "CLAIM_REFRESH_S", 0.05)
     refreshed = []
     real_refresh = client.cache.refresh_claims
     monkeypatch.setattr(client.cache, "refresh_claims", lambda: refreshed.append(real_refresh()))

@@ -11,7 +11,8 @@ import pytest
 
 from blackbox_mia.backends.api.client import ApiClient
 from blackbox_mia.backends.api.dialect import COMPLETIONS
-from blackbox_mia.backends.api.faults import FAULTS, ApiError, connection_refused
+from blackbox_mia.backends.api.errors import FAULTS, ApiError
+from blackbox_mia.backends.api.faults import connection_refused
 from blackbox_mia.types import BlackboxMIAError
 
 from .helpers_client import KEY, config

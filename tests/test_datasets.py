@@ -5,15 +5,13 @@ import json
 
 import pytest
 
+from blackbox_mia.canary.dataset import is_canary_spec, load_dataset, load_items
 from blackbox_mia.datasets import (
     DATA_DIR,
     Dataset,
     Item,
     file_sha256,
     gsm8k_text,
-    is_canary_spec,
-    load_dataset,
-    load_items,
 )
 from blackbox_mia.types import BlackboxMIAError
 

@@ -18,7 +18,7 @@ from blackbox_mia.audits.documents import (
 )
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.cli import app
-from blackbox_mia.datasets import load_items
+from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.evaluation import Threshold
 from blackbox_mia.evaluation.documents import (
     CalibrationBootstrap,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..datasets import CANARY, Item, is_canary_spec
+from ..canary.dataset import CANARY, is_canary_spec
+from ..datasets import Item
 from ..evaluation import render_markdown, to_jsonable, write_report
 from ..io import write_text_atomic
 from ..results import ScoredText

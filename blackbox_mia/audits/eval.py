@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
-from ..datasets import Item, load_items
+from ..canary.dataset import load_items
+from ..datasets import Item
 from ..evaluation import (
     DEFAULT_FPRS,
     WIKIMIA_EDGES,
@@ -123,7 +124,7 @@ def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None)
     Args:
         config: the evaluation configuration.
         cache_dir: cache root override, where the ``canary`` dataset spec is found
-            (:func:`blackbox_mia.datasets.load_items`).
+            (:func:`blackbox_mia.canary.dataset.load_items`).
 
     Raises:
         BlackboxMIAError: bad configuration, unreadable or unlabelled dataset, bad scorer spec,

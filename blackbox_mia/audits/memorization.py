@@ -24,8 +24,9 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..backends.base import GENERATE, Backend, Prompt
+from ..canary.dataset import load_items
 from ..cost.estimate import CostEstimate
-from ..datasets import Item, load_items
+from ..datasets import Item
 from ..evaluation import to_jsonable
 from ..evaluation.memorization import (
     EIDETIC_CHARS,

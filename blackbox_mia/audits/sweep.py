@@ -28,7 +28,8 @@ import numpy as np
 from ..backends.base import Backend
 from ..canary import find_canary_manifest, load_manifest
 from ..controls import ControlConfig, ControlSet, build_control, control_kind
-from ..datasets import Item, load_items
+from ..canary.dataset import load_items
+from ..datasets import Item
 from ..evaluation import (
     RULES,
     dataset_level_test,

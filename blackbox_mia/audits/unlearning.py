@@ -43,7 +43,8 @@ from scipy import stats
 
 from .. import __version__
 from ..backends.base import Backend
-from ..datasets import Item, file_sha256, limit_items, load_items, read_jsonl
+from ..canary.dataset import load_items
+from ..datasets import Item, file_sha256, limit_items, read_jsonl
 from ..datasets.formats import parse_label
 from ..evaluation import bootstrap_ci, to_jsonable
 from ..evaluation.plots import plot_histogram

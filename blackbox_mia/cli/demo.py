@@ -124,7 +124,7 @@ def blackbox_agreement(path, local, items, mode: str, echo: bool, cache_dir, pro
     """
     from ..backends.api import ApiBackend
     from ..backends.api.client import ApiConfig
-    from ..backends.api.tracker import TrackerConfig
+    from ..backends.api.tracker_config import TrackerConfig
     from ..results import ScoredText
     from ..runner import score_texts
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from ..backends.base import Backend
-from ..datasets import Item, load_items
+from ..canary.dataset import load_items
+from ..datasets import Item
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, user_errors

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..datasets import load_items
+from ..canary.dataset import load_items
 from ..scorers import default_scorer_specs, parse_scorers
 from .app import app, echo_json_line, user_errors
 from .common import (

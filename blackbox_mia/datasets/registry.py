@@ -1,8 +1,9 @@
 """Datasets: the shipped benchmarks and user JSONL files, as lists of :class:`Item`.
 
 A dataset *spec* is one of the shipped names below, ``canary`` / ``canary:PATH`` (a trained
-canary's members and non-members, :mod:`blackbox_mia.datasets.canary`), or a path to a JSONL
-file. :func:`load_items` takes every spec; :func:`load_dataset` every spec but the canary ones.
+canary's members and non-members, resolved by :mod:`blackbox_mia.canary.dataset`, whose
+:func:`~blackbox_mia.canary.dataset.load_items` takes every spec), or a path to a JSONL file;
+:func:`load_dataset` here takes the shipped names and JSONL files.
 
 * ``gsm8k`` (= ``gsm8k:test``), ``gsm8k:train``: ``gsm8k/{test,train}.jsonl``, 1,319 / 7,473
   problems, ids ``gsm8k-test-{i}`` / ``gsm8k-train-{i}``.
@@ -35,12 +36,10 @@ Sources and licences of the shipped files: ``blackbox_mia/data/README.md``.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..types import BlackboxMIAError
-from .canary import is_canary_spec, load_canary_dataset
 from .formats import ItemMaker, aqua_item, gsm8k_item, user_item, wikimia_item
 from .items import Dataset, Item, file_sha256
 
@@ -95,16 +94,13 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
-    """Load any dataset spec: a named dataset, ``canary`` / ``canary:PATH``, or a JSONL file.
+def load_dataset(spec: str) -> Dataset:
+    """Load a named dataset or a JSONL file (canary specs: :func:`blackbox_mia.canary.dataset.load_dataset`).
 
     Args:
         spec: ``gsm8k``, ``gsm8k:train``, ``gsm8k:test``, ``aqua``, ``aqua:dev``, ``aqua:test``,
-            ``wikimia64``, ``wikimia128``, ``wikimia24``, ``ja-debian-docs``, ``canary``,
-            ``canary:PATH`` (:func:`~blackbox_mia.datasets.canary.load_canary_dataset`), or a
-            path to a JSONL file.
-        cache_dir: cache root override, used only by ``canary`` (the default canary lives in
-            ``<cache root>/canary/<config hash>``); None = ``$BBMIA_CACHE_DIR``, else ``./cache``.
+            ``wikimia64``, ``wikimia128``, ``wikimia24``, ``ja-debian-docs``, or a path to a
+            JSONL file.
 
     Returns:
         A :class:`Dataset` whose ``sha256`` is that of the source file's bytes.
@@ -112,10 +108,8 @@ def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Datas
     Raises:
         BlackboxMIAError: missing file, malformed JSON line, a line without a text field, an
             empty text, a label outside {0, 1}, a duplicate id, or no item at all; the message
-            names the file and the line number. For a canary spec: no trained canary there.
+            names the file and the line number.
     """
-    if is_canary_spec(spec):
-        return load_canary_dataset(spec, cache_dir)
     if spec in NAMED:
         name, relative, make = NAMED[spec]
         path = DATA_DIR / relative
@@ -148,22 +142,3 @@ def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise BlackboxMIAError(f"--limit must be an integer >= 1, got {limit!r}")
     return list(items[:limit])
-
-
-def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None) -> tuple[list[Item], dict]:
-    """Items of any dataset spec (the first ``limit``), and the dataset's metadata for the config.
-
-    Args:
-        spec: a shipped name, ``canary`` / ``canary:PATH``, or a JSONL path (module docstring).
-        limit: keep only the first ``limit`` items (None = all).
-        cache_dir: cache root override for ``canary`` (see :func:`load_dataset`).
-
-    Returns:
-        ``(items, {"name", "source", "sha256"})``.
-
-    Raises:
-        BlackboxMIAError: an unreadable dataset, no trained canary there, or ``limit`` < 1.
-    """
-
-    dataset = load_dataset(spec, cache_dir)
-    return limit_items(dataset.items, limit), dataset.metadata()

@@ -39,7 +39,8 @@ from .client import ApiClient, ApiConfig
 from .costs import estimate
 from .endpoint import Endpoint
 from .probe import load_or_probe
-from .tracker import Tracker, TrackerConfig
+from .tracker import Tracker
+from .tracker_config import TrackerConfig
 
 if TYPE_CHECKING:
     from .client import Usage

@@ -12,7 +12,7 @@ from .flips import Bisect
 from .strategies import Estimate, Forced, Position, PostBias, Strategy, TopN
 
 if TYPE_CHECKING:
-    from .tracker import TrackerConfig
+    from .tracker_config import TrackerConfig
 
 FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
 

@@ -3,7 +3,7 @@ checked, where it goes, and how its answer is read.
 
 One :class:`Dialect` per endpoint kind (:data:`DIALECTS`), chosen once from the configured
 kind (:func:`dialect_named`); nothing else branches on the kind. Request bodies are checked
-before anything is sent: a bad argument is an :class:`~.faults.ApiError` with fault
+before anything is sent: a bad argument is an :class:`~.errors.ApiError` with fault
 ``"final"``.
 
 A chat request puts the prefix into messages through a :class:`MessageTemplate`: by default
@@ -29,7 +29,7 @@ from typing import ClassVar
 
 from ...types import BlackboxMIAError
 from .answers import read_chat, read_completion
-from .faults import ApiError
+from .errors import ApiError
 from .wire import MAX_BIAS, MAX_BIAS_ENTRIES
 
 BYTES_PER_TOKEN = 4  # rough size of a token, to estimate text prompts for the tokens-per-minute limit

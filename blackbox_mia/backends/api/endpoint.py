@@ -34,7 +34,7 @@ from ...tokenizers.base import BYTES_PREFIX
 from ...types import BlackboxMIAError
 from .client import ApiClient
 from .dialect import dialect_named
-from .faults import ApiError
+from .errors import ApiError
 from .grammar import spelling_grammar
 
 Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)

@@ -1,10 +1,10 @@
 """Why a request failed, and when to try it again.
 
-Every failed attempt has a fault class (:data:`FAULTS`, :func:`fault_of`): transient faults
-(408, 429, 5xx other than 501, timeouts, dropped connections) back off exponentially with
+Every failed attempt has a fault class (:data:`~.errors.FAULTS`, :func:`fault_of`): transient
+faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off exponentially with
 jitter, never less than the server's ``Retry-After`` (:func:`retry_after_s`); invalid 200s are
 retried after a short linear wait; final faults fail at once (:class:`Backoff`). A request that
-fails for good raises :class:`ApiError`, which carries its class.
+fails for good raises an :class:`~.errors.ApiError` (:mod:`.errors`), which carries its class.
 """
 
 from __future__ import annotations
@@ -18,50 +18,12 @@ import openai
 from tenacity import RetryCallState
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
-from ...types import BlackboxMIAError
 from .answers import Malformed
+from .errors import ApiError
 
-FAULTS = ("final", "transient", "invalid")
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 REFUSED_ATTEMPTS = 2  # a refused connection is tried this many times (one retry), then the request fails
 QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by the backoff base)
-
-
-class ApiError(BlackboxMIAError):
-    """A request failed for good: the server refused it, or it kept failing past every retry.
-
-    Args:
-        status_code: the last HTTP status, or ``None`` when no answer came (connection failure,
-            timeout).
-        message: one line for the user; it ends with the fault class, e.g.
-            ``"... (transient: gave up after 7 attempts)"``, and never holds the API key.
-        fault: one of :data:`FAULTS`:
-
-            * ``"final"``: the server refused deterministically (4xx other than 408/429, 501, a
-              500 with the same body at every one of two or more attempts), or the arguments are
-              invalid; retrying cannot help;
-            * ``"transient"``: 408, 429, 5xx, timeouts or connection faults outlasted every retry;
-              a later run may succeed;
-            * ``"invalid"``: every attempt got a 2xx answer that was not JSON or failed
-              validation; the message names the field (``choices[0].logprobs is missing``).
-
-        detail: the server's own error message (the key masked, cut short), ``None`` when the
-            server gave none (no answer, an invalid 200).
-
-    Attributes:
-        status_code, fault, detail: as given.
-
-    Raises:
-        ValueError: ``fault`` is not one of :data:`FAULTS`.
-    """
-
-    def __init__(self, status_code: int | None, message: str, fault: str = "final", detail: str | None = None):
-        if fault not in FAULTS:
-            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
-        super().__init__(message)
-        self.status_code = status_code
-        self.fault = fault
-        self.detail = detail
 
 
 def retry_after_s(exc: BaseException | None) -> float | None:
@@ -115,7 +77,7 @@ def refused_too_often(retry_state: RetryCallState) -> bool:
 
 
 def fault_of(exc: BaseException | None) -> str:
-    """The class (one of :data:`FAULTS`) of one failed attempt; only ``"final"`` is not retried.
+    """The class (one of :data:`~.errors.FAULTS`) of one failed attempt; only ``"final"`` is not retried.
 
     Transient: 408, 429, 5xx other than 501, timeouts, connection errors. Invalid: a 2xx answer
     that is not JSON or fails validation. Final: everything else (other 4xx, 501, an

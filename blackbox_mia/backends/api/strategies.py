@@ -25,7 +25,7 @@ from .capabilities import Capabilities
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, may_be, surely
 
 if TYPE_CHECKING:
-    from .tracker import TrackerConfig
+    from .tracker_config import TrackerConfig
 
 REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
 

@@ -7,8 +7,9 @@ where the cache root is ``cache_dir``, else ``$BBMIA_CACHE_DIR``, else ``./cache
 given (``~`` expanded; a relative PATH is relative to the working directory, not the cache),
 a canary of any corpus (``--corpus ja``: its items are ``ja-debian-docs`` paragraphs).
 
-This is the only place that resolves canary specs; :func:`blackbox_mia.datasets.load_items`
-dispatches here.
+This is the only place that resolves canary specs, and :func:`load_dataset` / :func:`load_items`
+here take every dataset spec (the others go to :mod:`blackbox_mia.datasets`, which knows
+nothing of canaries): the commands' and audits' entry points.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .. import datasets
+from ..datasets import Dataset, Item, file_sha256, limit_items
 from ..types import BlackboxMIAError
-from .items import Dataset, file_sha256
+from .config import CanaryConfig, canary_dir
+from .manifest import MANIFEST, canary_items
 
 CANARY = "canary"
 
@@ -33,11 +37,6 @@ def canary_spec_path(spec: str, cache_dir: str | os.PathLike | None = None) -> P
     Raises:
         BlackboxMIAError: ``spec`` is not a canary spec, or ``canary:`` without a path.
     """
-    from ..canary import (  # the canary imports the datasets: resolve lazily
-        CanaryConfig,
-        canary_dir,
-    )
-
     if spec == CANARY:
         return canary_dir(CanaryConfig(), cache_dir)
     if not is_canary_spec(spec) or not spec[len(CANARY) + 1 :]:
@@ -60,11 +59,46 @@ def load_canary_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -
             the shipped file of its planted dataset (GSM8K test, ``ja-debian-docs``) differs
             from the one it was trained on.
     """
-    from ..canary import MANIFEST, canary_items
-
     path = canary_spec_path(spec, cache_dir)
     if not (path / MANIFEST).is_file():
         hint = "bbmia canary train" if spec == CANARY else f"bbmia canary train --out {path}"
         raise BlackboxMIAError(f"no trained canary at {path} (no {MANIFEST}); train one with: {hint}")
     items = canary_items(path)
     return Dataset(f"{CANARY}:{path}", items, str(path / MANIFEST), file_sha256(path / MANIFEST))
+
+
+def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
+    """Load any dataset spec: ``canary`` / ``canary:PATH`` (:func:`load_canary_dataset`), else a
+    named dataset or a JSONL file (:func:`blackbox_mia.datasets.load_dataset`).
+
+    Args:
+        spec: a canary spec, a shipped name or a JSONL path.
+        cache_dir: cache root override, used only by ``canary`` (the default canary lives in
+            ``<cache root>/canary/<config hash>``); None = ``$BBMIA_CACHE_DIR``, else ``./cache``.
+
+    Raises:
+        BlackboxMIAError: see :func:`blackbox_mia.datasets.load_dataset`; for a canary spec: no
+            trained canary there.
+    """
+    if is_canary_spec(spec):
+        return load_canary_dataset(spec, cache_dir)
+    return datasets.load_dataset(spec)
+
+
+def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None) -> tuple[list[Item], dict]:
+    """Items of any dataset spec (the first ``limit``), and the dataset's metadata for the config.
+
+    Args:
+        spec: a shipped name, ``canary`` / ``canary:PATH``, or a JSONL path (:mod:`blackbox_mia.datasets`).
+        limit: keep only the first ``limit`` items (None = all).
+        cache_dir: cache root override for ``canary`` (see :func:`load_dataset`).
+
+    Returns:
+        ``(items, {"name", "source", "sha256"})``.
+
+    Raises:
+        BlackboxMIAError: an unreadable dataset, no trained canary there, or ``limit`` < 1.
+    """
+
+    dataset = load_dataset(spec, cache_dir)
+    return limit_items(dataset.items, limit), dataset.metadata()

@@ -1,0 +1,96 @@
+"""The tracker's configuration: :class:`TrackerConfig`, the strategies it may force and its limits.
+
+A leaf of the tracker's modules: the strategies (:mod:`.strategies`, :mod:`.flips`,
+:mod:`.choice`) take their settings from it, and :mod:`.tracker` builds them from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...types import BlackboxMIAError
+from .chains import CHAIN_TOKENS
+from .wire import MAX_BIAS
+
+STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
+MAX_TOP_N = 100  # default TrackerConfig.max_top_n (entries per position a request asks for)
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """Configuration of :class:`~.tracker.Tracker`.
+
+    Attributes:
+        strategy: ``"auto"`` (cheapest the probe allows) or one strategy forced for every
+            position: prompt, run (runs, else ``auto`` per position), topn, forced, postbias,
+            bisect.
+        epsilon: bisection stops when the bracket is at most this wide (nats), > 0; the probe
+            validates bisection with it.
+        max_bias: the largest |logit_bias| sent (nats), at most the API's
+            :data:`~.wire.MAX_BIAS`; the probe validates the strategies with it.
+        verify_flips: re-ask bisection brackets' ends with fresh requests and widen the bounds
+            when a flip does not reproduce (which brackets: :class:`~.flips.FlipChecks`).
+        verify_repeats: fresh requests per bracket end (2 × this many per re-checked token).
+        verify_every: while no flip has been seen not to reproduce, re-check the brackets of a
+            text's first positions and one bisected position in this many (1: every one).
+        refine_for: how far bisection refines: empty, every value to ε; else the k (percent)
+            of each requested score that is the mean of a text's lowest k% of values (100: the
+            loss score; Min-K%'s k), and a text's brackets are narrowed until each such score's
+            interval is at most ε (:mod:`.refine`: fewer requests, each value still within its
+            reported bounds). Build it with :func:`~blackbox_mia.scorers.refine_for`.
+        chain_tokens: the most consecutive positions one bisection request asks about where the
+            probe verified chained requests (:mod:`.chains`; each generated token is billed as
+            completion); 1: one question per request.
+        context: the model's context in tokens (≥ 2); longer texts use the local backend's
+            sliding windows (stride = half the context). ``None``: whole prefixes.
+        pending: most positions (or echo windows, or texts bisected whole) in
+            progress at once; ``None`` = twice the client's concurrency. Positions are generated
+            lazily, so memory stays linear in the text length (but for texts bisected whole).
+        max_top_n: the most top log-probs (entries per position) a request asks for, ≥ 1: the
+            endpoint's own cap (``Capabilities.top_n``, which the probe finds) when lower. A
+            larger top-n lists more targets (read exactly, no further request) but every answer
+            grows with it: a server that lists its whole vocabulary would send ~50k entries
+            (megabytes of JSON) per position. Measured through the emulator (8192-token
+            vocabulary, one position): 0.9 KiB and 0.24 ms of client CPU (decode, validation,
+            token identity) per answer at top-20, 3.2 KiB and 0.7 ms at 100, 29 KiB and 4.5 ms
+            at 1000, 236 KiB and 33 ms at 8192. The capability probe asks for at most this many
+            too, after its one request for the whole vocabulary.
+
+    Raises:
+        BlackboxMIAError: an unknown strategy or an out-of-range number.
+    """
+
+    strategy: str = "auto"
+    epsilon: float = 0.01
+    max_bias: float = MAX_BIAS
+    verify_flips: bool = True
+    verify_repeats: int = 2
+    verify_every: int = 32
+    refine_for: tuple[float, ...] = ()
+    chain_tokens: int = CHAIN_TOKENS
+    context: int | None = None
+    pending: int | None = None
+    max_top_n: int = MAX_TOP_N
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise BlackboxMIAError(f"unknown strategy {self.strategy!r}; choose from {', '.join(STRATEGIES)}")
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise BlackboxMIAError(f"epsilon must be a positive number of nats, got {self.epsilon}")
+        if not (math.isfinite(self.max_bias) and 0 < self.max_bias <= MAX_BIAS):
+            raise BlackboxMIAError(f"max_bias must be in (0, {MAX_BIAS:g}], got {self.max_bias}")
+        if self.verify_repeats < 0:
+            raise BlackboxMIAError(f"verify_repeats must be >= 0, got {self.verify_repeats}")
+        if not all(0 < k <= 100 for k in self.refine_for):
+            raise BlackboxMIAError(f"refine_for holds percents in (0, 100], got {self.refine_for}")
+        if self.chain_tokens < 1:
+            raise BlackboxMIAError(f"chain_tokens must be at least 1, got {self.chain_tokens}")
+        if self.verify_every < 1:
+            raise BlackboxMIAError(f"verify_every must be >= 1, got {self.verify_every}")
+        if self.context is not None and self.context < 2:
+            raise BlackboxMIAError(f"the context must be at least 2 tokens, got {self.context}")
+        if self.pending is not None and self.pending < 1:
+            raise BlackboxMIAError(f"pending must be at least 1, got {self.pending}")
+        if self.max_top_n < 1:
+            raise BlackboxMIAError(f"max_top_n must be at least 1, got {self.max_top_n}")
