@@ -144,9 +144,8 @@ class SweepPlan:
 
     def scored_groups(self) -> dict[str, list[Item]]:
         """The groups of items :func:`run_sweep` scores, each in its own run (what ``--dry-run``
-        estimates): the benchmark, the control (when it has the two items a sweep needs), and
-        the calibration or known non-member items whose text is not in the benchmark (the
-        others reuse the benchmark's scores)."""
+        estimates): the benchmark, the control (with the two items a sweep needs), and the
+        calibration or known non-members not in the benchmark (the others reuse its scores)."""
         benchmark = {it.text for it in self.items}
         groups = {"benchmark": list(self.items)}
         if self.control is not None and len(self.control.items) >= 2:
