@@ -1,28 +1,17 @@
-"""scripts/bisect_floor.py: the optimal search tree and entropy behind the bisection floor,
+"""studies/bisect_floor.py: the optimal search tree and entropy behind the bisection floor,
 against hand-computed values."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from studies import bisect_floor
 
 
 @pytest.fixture(scope="module")
 def floor():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports bench_blackbox from its folder
-    try:
-        spec = importlib.util.spec_from_file_location("bisect_floor_script", SCRIPTS / "bisect_floor.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return bisect_floor
 
 
 def test_optimal_search_tree_questions(floor):

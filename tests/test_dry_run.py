@@ -12,7 +12,7 @@ from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.client import ApiConfig
 from blackbox_mia.cli import app
 from blackbox_mia.emulator import ServerConfig, serve_in_background
-from blackbox_mia.emulator.fault_proxy import FaultConfig, proxy_in_background
+from tests.tools.fault_proxy import FaultConfig, proxy_in_background
 
 from .conftest import gsm8k_questions
 

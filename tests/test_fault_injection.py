@@ -3,23 +3,21 @@
 ``bbmia score`` killed with SIGKILL resumes without paying again for any answer it was given;
 two processes sharing a cache directory pay for each request once.
 
-The measuring code is that of ``scripts/fault_injection.py`` (imported here), so the benchmark
+The measuring code is that of ``benchmarks/fault_injection.py`` (imported here), so the benchmark
 and the tests count the same things."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmarks import fault_injection as fi
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.datasets import Item, load_dataset
 from blackbox_mia.emulator import ServerConfig, serve_in_background
-from blackbox_mia.emulator.fault_proxy import (
+from tests.tools.fault_proxy import (
     FAULT_CLASSES,
     FaultConfig,
     proxy_in_background,
@@ -27,21 +25,9 @@ from blackbox_mia.emulator.fault_proxy import (
 
 from .conftest import gsm8k_questions
 
-ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-6  # nats: the faulty run's values and bounds against the clean run's
 RATE = 0.2
 N_SCORED = 10  # GSM8K test texts (question + answer) for the `bbmia score` runs
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("fault_injection_script", ROOT / "scripts" / "fault_injection.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-fi = _load_script()
 SHORT_TEXTS = gsm8k_questions(5, split="test")  # 5 short texts, some longer than the 64-token context
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
-from blackbox_mia.emulator.fault_proxy import (
+from tests.tools.fault_proxy import (
     FAULT_CLASSES,
     FaultConfig,
     FaultProxy,

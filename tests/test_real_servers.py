@@ -171,7 +171,7 @@ def test_chat_values_are_conditional_and_refused_without_opt_in(local, peaked_mo
 
 def test_transient_failure_during_the_probe_saves_no_capability(local, peaked_model_dir, tmp_path):
     """Measured: one transient failure during the probe was stored as `token_id_prompts: false`."""
-    from blackbox_mia.emulator.fault_proxy import FaultConfig, proxy_in_background
+    from tests.tools.fault_proxy import FaultConfig, proxy_in_background
 
     with serve_in_background(ServerConfig(str(peaked_model_dir)), backend=local) as upstream:
         with proxy_in_background(FaultConfig(upstream, rate=1.0, classes=("503",))) as proxy:

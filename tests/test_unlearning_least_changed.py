@@ -18,9 +18,9 @@ from blackbox_mia.audits.unlearning import (
 )
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.types import BlackboxMIAError
+from studies import audit_canaries
 
 from . import test_unlearning
-from .test_unlearning_scripts import script
 
 # the fixtures of tests/test_unlearning.py: the tiny canary and its copy unlearned on 10 members
 canary, unlearned = test_unlearning.canary, test_unlearning.unlearned
@@ -97,6 +97,5 @@ def test_cli_flags_the_least_changed(canary, unlearned, tmp_path):
 
 
 def test_scripts_pass_the_rule_through():
-    audit_canaries = script("audit_canaries")
     assert audit_canaries.flag_rule_args(SimpleNamespace(flag_least_changed=None)) == ()
     assert audit_canaries.flag_rule_args(SimpleNamespace(flag_least_changed=0.3)) == ("--flag-least-changed", "0.3")

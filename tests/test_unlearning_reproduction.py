@@ -1,4 +1,4 @@
-"""scripts/canary_reproduction.py (the go/no-go check of a canary for the unlearning audit's story
+"""studies/canary_reproduction.py (the go/no-go check of a canary for the unlearning audit's story
 completion): its summary against the white-box label and the completion rows it wrote."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from blackbox_mia.canary import canary_items
 from blackbox_mia.canary.unlearn import loss_scores, memorized_members
 
-from .test_unlearning_scripts import script
+from studies import canary_reproduction, unlearning_recipes
 
 
 @pytest.fixture(scope="module")
 def reproduction():
-    return script("canary_reproduction")
+    return canary_reproduction
 
 
 def test_quartiles_hand_values(reproduction):
@@ -52,7 +52,7 @@ def test_summary_matches_the_label_and_the_rows(reproduction, memorizing_canary,
 
 
 def test_ratio_quantiles_skip_missing_ratios():
-    recipes = script("unlearning_recipes")
+    recipes = unlearning_recipes
     # linear quantiles of 1, 2, 3: 10% at position 0.2 (1.2), 50% at 1 (2.0), 90% at 1.8 (2.8)
     assert recipes.ratio_quantiles([None, 1.0, 2.0, 3.0]) == [1.2, 2.0, 2.8]
     assert recipes.ratio_quantiles([None]) is None

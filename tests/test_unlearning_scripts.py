@@ -1,32 +1,20 @@
-"""scripts/audit_canaries.py: the unlearning audits of several seeds pooled into one table, and
+"""studies/audit_canaries.py: the unlearning audits of several seeds pooled into one table, and
 their summary keys, against hand-computed values."""
 
 from __future__ import annotations
 
 import json
-import runpy
-import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-
-
-def script(name: str) -> SimpleNamespace:
-    """The top-level names of ``scripts/<name>.py`` (run as a module, not as ``__main__``; its
-    folder on ``sys.path`` meanwhile, as when it runs)."""
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        return SimpleNamespace(**runpy.run_path(str(SCRIPTS / f"{name}.py"), run_name=f"{name}_script"))
-    finally:
-        sys.path.remove(str(SCRIPTS))
+from studies import audit_canaries as audit_canaries_study
+from studies import completion_settings
 
 
 @pytest.fixture(scope="module")
 def audit_canaries():
-    return script("audit_canaries")
+    return audit_canaries_study
 
 
 def write_items(folder: Path, rows: list[dict]) -> str:
@@ -71,7 +59,7 @@ def test_pooled_audit_counts_a_member_once_per_seed(audit_canaries, tmp_path):
 
 @pytest.fixture(scope="module")
 def settings():
-    return script("completion_settings")
+    return completion_settings
 
 
 class WordCodec:

@@ -5,7 +5,7 @@ runs ``bbmia probe --json`` on the first N GSM8K test problems, and checks every
 white-box log-prob (LocalBackend, same windows) against the reported [lower, upper] bounds, and
 the Min-K% and PAC scores against the local backend's. One JSON line per mode.
 
-Usage: python scripts/validate_blackbox.py CANARY_DIR [--n 20] [--scorers min_k,pac] [--modes raw-noecho,...]
+Usage: python -m benchmarks.validate_blackbox CANARY_DIR [--n 20] [--scorers min_k,pac] [--modes raw-noecho,...]
 """
 
 from __future__ import annotations

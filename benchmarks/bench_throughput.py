@@ -19,7 +19,7 @@ arrival to the last answer) / ideal rate; ``cpu_ms_per_request`` = the CLI proce
 ``cpu_ms_per_request_total`` includes them); ``max_in_flight``, ``mean_in_flight`` as the
 server saw them.
 
-Usage: python scripts/bench_throughput.py [--texts 100] [--concurrency 64,256] [--latency-ms 200] [--json]
+Usage: python -m benchmarks.bench_throughput [--texts 100] [--concurrency 64,256] [--latency-ms 200] [--json]
 """
 
 from __future__ import annotations

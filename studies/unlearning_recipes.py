@@ -15,9 +15,9 @@ the window: how far the unlearning spilled over). The recipe is chosen on ``--tu
 then measures it (with story completion) on a fresh seed.
 
 Usage:
-    python scripts/unlearning_recipes.py --canary cache/canary/6338e872951d --seeds 0
-    python scripts/unlearning_recipes.py --recipes "--steps 4 --lr 3e-3 --retain-weight 10" --seeds 0,1
-    python scripts/unlearning_recipes.py --canary cache/canary/aa8eb5d0dfad --flag-least-changed 0.3 --recipes ...
+    python -m studies.unlearning_recipes --canary cache/canary/6338e872951d --seeds 0
+    python -m studies.unlearning_recipes --recipes "--steps 4 --lr 3e-3 --retain-weight 10" --seeds 0,1
+    python -m studies.unlearning_recipes --canary cache/canary/aa8eb5d0dfad --flag-least-changed 0.3 --recipes ...
 """
 
 from __future__ import annotations

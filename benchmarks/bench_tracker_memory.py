@@ -5,7 +5,7 @@ answered by forced read-out, no HTTP), so the figure is the tracker's own bookke
 token sequence, one estimate per token and the prefixes of the positions in flight. Before the
 positions were generated lazily, every prefix existed at once (memory ∝ N²).
 
-Usage: python scripts/bench_tracker_memory.py [--tokens 10000,50000] [--json]
+Usage: python -m benchmarks.bench_tracker_memory [--tokens 10000,50000] [--json]
 The last line of stdout (with --json) is one JSON object: {"runs": [{"tokens", "peak_rss_mb",
 "seconds"}...], "marginal_kb_per_token"}.
 """

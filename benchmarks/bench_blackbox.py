@@ -17,12 +17,12 @@ and non-members alternating); ``run-memorized`` and ``run-memorized-forced`` on 
 reported, per scored token), ``max_abs_diff`` (nats, over tokens with finite bounds),
 ``within_bounds`` (share of tokens whose white-box value lies in [lower, upper] ± 1e-4 nats) and
 the strategies used; then ``concurrency-64`` / ``concurrency-256`` from
-``scripts/bench_throughput.py``'s ``concurrency_lines`` (the client's throughput through the CLI).
+``benchmarks/bench_throughput.py``'s ``concurrency_lines`` (the client's throughput through the CLI).
 
 ``--before REV`` measures REV's package first (``git archive`` into a temporary directory, the
 same script run on it), every line tagged ``"version": "before"`` / ``"after"``.
 
-Usage: python scripts/bench_blackbox.py [--canary DIR] [--questions 10] [--canary-texts 20] [--members 10]
+Usage: python -m benchmarks.bench_blackbox [--canary DIR] [--questions 10] [--canary-texts 20] [--members 10]
        [--only forced,bisect,...] [--before 753b155] [--no-concurrency] [--json]
 """
 
@@ -173,13 +173,12 @@ def has_estimate(backend: ApiBackend) -> bool:
 
 
 def concurrency(client_tree: Path | None) -> list[dict]:
-    """The ``concurrency-64/256`` lines from ``scripts/bench_throughput.py``, or a note when it
+    """The ``concurrency-64/256`` lines from ``benchmarks/bench_throughput.py``, or a note when it
     (or its ``concurrency_lines``) is not there yet."""
-    sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        from bench_throughput import concurrency_lines
+        from benchmarks.bench_throughput import concurrency_lines
     except ImportError as exc:
-        return [{"strategy": f"concurrency-{c}", "skipped": f"scripts/bench_throughput.py: {exc}"} for c in CONCURRENCIES]
+        return [{"strategy": f"concurrency-{c}", "skipped": f"benchmarks/bench_throughput.py: {exc}"} for c in CONCURRENCIES]
     return concurrency_lines(CONCURRENCIES, client_tree=client_tree)
 
 
@@ -194,7 +193,8 @@ def run_before(rev: str, args: argparse.Namespace) -> None:
                "--label", "before", "--tree", tree] + (["--json"] if args.json else [])
         cmd += ["--only", args.only] if args.only else []
         cmd += ["--no-concurrency"] if args.no_concurrency else []
-        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": tree})
+        # blackbox_mia from the tree, benchmarks (bench_throughput) from this checkout
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(ROOT)])})
 
 
 def main() -> None:

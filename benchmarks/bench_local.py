@@ -1,7 +1,7 @@
 """Local-backend throughput and memory: batched scoring vs one text at a time.
 
 Usage:
-    python scripts/bench_local.py [--json] [--models gpt2-small,canary] [--canary DIR]
+    python -m benchmarks.bench_local [--json] [--models gpt2-small,canary] [--canary DIR]
         [--n 64] [--rounds 2] [--device cpu|cuda] [--dtype auto] [--threads N]
         [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
 

@@ -15,8 +15,8 @@ one JSON line per canary, then one line with the trends the study found, each ch
 (``true``/``false``) on these canaries.
 
 Usage:
-    python scripts/memorization_study.py --json                # all dups, two sizes (long, CPU)
-    python scripts/memorization_study.py --dups 1,8 --sizes small --json
+    python -m studies.memorization_study --json                # all dups, two sizes (long, CPU)
+    python -m studies.memorization_study --dups 1,8 --sizes small --json
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the file backend
-from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
+
+from studies.bbmia_json import bbmia
 
 # model shapes: (layers, embedding width, heads); "small" is the default canary's shape
 SIZES = {"small": (2, 128, 4), "large": (4, 256, 4)}

@@ -16,7 +16,7 @@ non-members' (a large label gap is possible) while members' Min-K% scores are fa
 that the paper's ratio window (1/1.15, 1.15) can hold a changed score.
 
 Usage:
-    python scripts/canary_reproduction.py --canary cache/canary/aa8eb5d0dfad
+    python -m studies.canary_reproduction --canary cache/canary/aa8eb5d0dfad
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Starts its own emulator (``serve_in_background`` on a local model: by default a tiny random
 GPT-2 built on the fly in a temporary directory, exactly as ``tests/conftest.py`` builds
 ``tiny_model_dir``; ``--model`` takes a canary directory instead) and the fault-injecting proxy
-(``blackbox_mia.emulator.fault_proxy``) on loopback, then measures on the first ``--texts`` GSM8K test
+(``tests/tools/fault_proxy.py``) on loopback, then measures on the first ``--texts`` GSM8K test
 texts, with the model's context (long texts in sliding windows):
 
 a. clean run: an ApiBackend straight to the emulator (own fresh cache);
@@ -45,7 +45,7 @@ reason beside it, and the exit status is 1. Expected: every text completed, max_
 repaid_after_sigint and read_only_rerun_requests, poisoned_row_kinds_survived equal to the number
 of kinds, huge_text_sigint_exit_s < 2 and huge_text_peak_rss_gb < 1.
 
-Usage: python scripts/fault_injection.py [--json] [--model PATH] [--texts 20] [--rate 0.2] [--seed 0]
+Usage: python -m benchmarks.fault_injection [--json] [--model PATH] [--texts 20] [--rate 0.2] [--seed 0]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from pathlib import Path
 import numpy as np
 
 from blackbox_mia.datasets import DATA_DIR, Item, load_dataset
-from blackbox_mia.emulator.fault_proxy import (
+from tests.tools.fault_proxy import (
     FAULT_CLASSES,
     FaultConfig,
     FaultProxy,

@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from ..types import BlackboxMIAError
-from .background import run_in_background
-from .listen import listen
+from blackbox_mia.emulator.background import run_in_background
+from blackbox_mia.emulator.listen import listen
+from blackbox_mia.types import BlackboxMIAError
 
 FAULT_CLASSES = ("429", "500", "502", "503", "stall", "drop", "truncated", "no_logprobs", "nan", "inf")
 UNPAID_FAULTS = frozenset({"429", "500", "502", "503", "stall", "drop"})  # answered without upstream

@@ -7,7 +7,7 @@ what ``--dry-run`` prints), then runs the sweep and compares with what the clien
 (the capability probe, made by the estimate, is excluded from both). One JSON line per strategy:
 ``estimated_*``, ``billed_*``, ``*_ratio`` (billed / estimated), ``within_10pct``.
 
-Usage: python scripts/check_dry_run.py CANARY_DIR [--limit 100] [--strategies forced,auto] [--json]
+Usage: python -m benchmarks.check_dry_run CANARY_DIR [--limit 100] [--strategies forced,auto] [--json]
 """
 
 from __future__ import annotations
@@ -21,11 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from validate_blackbox import (  # scripts/ is on the path of a script run from it
-    free_port,
-    wait_ready,
-)
-
+from benchmarks.validate_blackbox import free_port, wait_ready
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
 from blackbox_mia.cli.spend import sweep_groups

@@ -43,7 +43,7 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   1,2,3): one unlearned canary per seed; the first gives the keys above, ``unlearning_by_seed``
   each seed's and ``unlearning_pooled_*`` every seed's texts pooled into one table.
 
-  Measured (``python scripts/audit_canaries.py --setup paper-window --serve --json``, 2 shared CPU cores, 4 min with the
+  Measured (``python -m studies.audit_canaries --setup paper-window --serve --json``, 2 shared CPU cores, 4 min with the
   document audit resumed from its files; the black-box runs start over each time, their server's
   port being new): documents_auc 0.881 [0.742, 0.990]; truth inside the corrected CI for 42 of 44
   documents (raw Wilson: 14 of 44, it estimates the flagged share, not the planted one).
@@ -63,9 +63,9 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   0.467, p = 4.8e-7; ROUGE-L flagged vs unflagged 0.060 vs 0.013 (+0.047 [0.029, 0.065], p = 1.6e-7).
 
 Usage:
-    python scripts/audit_canaries.py --json
-    python scripts/audit_canaries.py --setup paper-window --serve --json
-    python scripts/audit_canaries.py --chunk-words 32 --rule max_accuracy --json
+    python -m studies.audit_canaries --json
+    python -m studies.audit_canaries --setup paper-window --serve --json
+    python -m studies.audit_canaries --chunk-words 32 --rule max_accuracy --json
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-
-from bbmia_json import bbmia  # scripts/ is on sys.path when a script runs
 
 from blackbox_mia.audits.unlearning import (
     FLAGGED,
@@ -89,11 +87,12 @@ from blackbox_mia.audits.unlearning import (
 from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
+from studies.bbmia_json import bbmia
 
 ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
 # The unlearning setups: (canary options, unlearning recipe, least-changed share F or None for the paper's
 # window). The forget set is drawn among the members the canary memorized before (the paper's setting); each
-# recipe is, of those tried on unlearning seed 0 (scripts/unlearning_recipes.py, every one listed in
+# recipe is, of those tried on unlearning seed 0 (studies/unlearning_recipes.py, every one listed in
 # docs/unlearning-ground-truth.md), the one with the smallest Fisher p of enrichment under its flag rule;
 # measured on fresh seeds (--unlearn-seeds, default 1,2,3).
 # - "least-changed" (the default): a dup-32 canary, which reproduces its members when sampled, and the
@@ -108,7 +107,7 @@ SETUPS = {
 DEFAULT_SETUP = "least-changed"
 TUNE_SEED = 0  # the unlearning seed the recipe and the completion setting were chosen on: never a measured one
 # The story-completion setting: of the 192 settings compared on unlearning seed 0 by how well they separate the
-# white-box label (scripts/completion_settings.py: prompt, continuation length, measure, mean or max over samples,
+# white-box label (studies/completion_settings.py: prompt, continuation length, measure, mean or max over samples,
 # 20 or 50 samples; every one in docs/unlearning-ground-truth.md), this one, ROUGE-L recall averaged over the
 # samples at temperature 1, was within a factor 2 of the smallest Mann-Whitney p (0.00053 vs 0.00034).
 PROMPT_WORDS, MAX_NEW_TOKENS, SAMPLES = 24, 48, 20

@@ -39,8 +39,8 @@ only 50% of the splits (coverage 1.0, mean width 0.93), 64,372 requests, 285 s. 
 the interval is honest (it covers) and nearly uninformative (it spans most of [0, 1]).
 
 Usage:
-    OMP_NUM_THREADS=1 nice -n 10 python scripts/chat_audit.py --json
-    python scripts/chat_audit.py --canary cache/canary/HASH --calibration 40 --members 20 --nonmembers 60 --json
+    OMP_NUM_THREADS=1 nice -n 10 python -m studies.chat_audit --json
+    python -m studies.chat_audit --canary cache/canary/HASH --calibration 40 --members 20 --nonmembers 60 --json
 """
 
 from __future__ import annotations
@@ -55,9 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-# scripts/ is on the path of a script run from it
-from validate_blackbox import wait_ready
-
+from benchmarks.validate_blackbox import wait_ready
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.canary import CanaryConfig, canary_items, ensure_canary, load_manifest
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all

@@ -13,7 +13,7 @@ scores_outside_interval, scores_null, server_aborts, server_5xx, requests, error
 probe's token-id check; ``server_aborts``: restarts the server needed), then a last line
 ``{"summary": ...}`` with the totals.
 
-Usage: python scripts/real_server_check.py [--canary DIR] [--n 10] [--strategies auto,forced,bisect]
+Usage: python -m benchmarks.real_server_check [--canary DIR] [--n 10] [--strategies auto,forced,bisect]
 """
 
 from __future__ import annotations
@@ -26,17 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from blackbox_mia.backends.api import ApiBackend  # noqa: E402
-from blackbox_mia.backends.api.client import ApiConfig  # noqa: E402
-from blackbox_mia.backends.api.tracker import TrackerConfig  # noqa: E402
-from blackbox_mia.backends.local import LocalBackend, LocalConfig  # noqa: E402
-from blackbox_mia.datasets import load_dataset  # noqa: E402
-from blackbox_mia.runner import score_texts  # noqa: E402
-from blackbox_mia.scorers import parse_scorers  # noqa: E402
-from blackbox_mia.types import BlackboxMIAError  # noqa: E402
-from tests.realserver.server import find_llama_python, n_positions, serve_model_dir  # noqa: E402
+from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.datasets import load_dataset
+from blackbox_mia.runner import score_texts
+from blackbox_mia.scorers import parse_scorers
+from blackbox_mia.types import BlackboxMIAError
+from tests.realserver.server import find_llama_python, n_positions, serve_model_dir
 
 EPSILON = 0.01
 AGREE = 5e-3  # nats: f32 GGUF vs transformers fp32

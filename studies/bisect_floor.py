@@ -18,9 +18,9 @@ script computes that floor from white-box answers, without a server:
   ε-bins of these very gaps (Knuth's optimal alphabetic tree, which knows the sample: an
   optimistic floor);
 * ``floor_requests_per_token`` = listed share + (1 − listed share) × (1 + oracle_questions),
-  to compare with the ``bisect`` line of ``scripts/bench_blackbox.py`` (every value to ε).
+  to compare with the ``bisect`` line of ``benchmarks/bench_blackbox.py`` (every value to ε).
 
-Usage: python scripts/bisect_floor.py [--canary DIR] [--questions 10] [--epsilon 0.01] [--json]
+Usage: python -m studies.bisect_floor [--canary DIR] [--questions 10] [--epsilon 0.01] [--json]
 (the default canary: bench_blackbox's, the first complete dup-16 GSM8K canary in cache/canary;
 the figures below are of 719811be94f3)
 """
@@ -33,10 +33,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-from bench_blackbox import (
-    default_canary,  # scripts/ is on the path of a script run from it
-)
 
+from benchmarks.bench_blackbox import default_canary
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
 from blackbox_mia.backends.api.strategies import topn_upper_bound
 from blackbox_mia.backends.api.wire import MAX_LOGPROBS_COMPLETIONS

@@ -30,9 +30,9 @@ over 20 (0.00034), then the audit's setting w24 / L48 / ROUGE-L / mean over 20 (
 within a factor 2); longer prompts, approximate memorization and the token prefix separate worse.
 
 Usage:
-    python scripts/completion_settings.py --unlearned cache/canary/6338e872951d-unlearned-07f29f2da88b
-    python scripts/completion_settings.py --excess --prompts w24 --unlearned DIR  # chance-corrected ROUGE-L
-    python scripts/completion_settings.py --split flags --prompts w24 --lengths 48,96 --samples 20 \\
+    python -m studies.completion_settings --unlearned cache/canary/6338e872951d-unlearned-07f29f2da88b
+    python -m studies.completion_settings --excess --prompts w24 --unlearned DIR  # chance-corrected ROUGE-L
+    python -m studies.completion_settings --split flags --prompts w24 --lengths 48,96 --samples 20 \\
         --unlearned DIR1,DIR2,DIR3  # fresh seeds, after audit_canaries.py
 """
 

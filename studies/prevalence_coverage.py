@@ -51,8 +51,8 @@ ones (truth 0.041), against 65% and 24% with the bootstrap interval it replaced 
 and 0.947 there, confident > 2x truth 7.3% at dup 16).
 
 Usage:
-    OMP_NUM_THREADS=1 nice -n 10 python scripts/prevalence_coverage.py --json
-    python scripts/prevalence_coverage.py --canary cache/canary/6338e872951d --splits 100 --json
+    OMP_NUM_THREADS=1 nice -n 10 python -m studies.prevalence_coverage --json
+    python -m studies.prevalence_coverage --canary cache/canary/6338e872951d --splits 100 --json
 """
 
 from __future__ import annotations
