@@ -1,2 +1,3 @@
-"""Fast tests, the default (``pytest tests/unit``): no canary training, no real servers, no
-subprocess pipelines, no end-to-end runs of the tracker through ``bbmia serve``."""
+"""Fast tests, to run while working (``pytest tests/unit``; ``pytest`` runs these and
+``tests/integration``): no canary training, no real servers, no subprocess pipelines, no
+end-to-end runs of the tracker through ``bbmia serve``."""
