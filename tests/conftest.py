@@ -54,7 +54,7 @@ def peaked_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     return save_model_dir(tmp_path_factory.mktemp("peaked"), model, AutoTokenizer.from_pretrained(tiny_model_dir))
 
 
-# -- ApiClient against the in-test OpenAI-shaped server (tests/test_client*.py) ------------------
+# -- ApiClient against the in-test OpenAI-shaped server (tests/unit/test_client*.py) -------------
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def client(make_client):
     return make_client()
 
 
-# -- the validation server over the tiny model (tests/test_server*.py) -----------------------------
+# -- the validation server over the tiny model (tests/unit/test_server*.py) ------------------------
 
 
 @pytest.fixture(scope="module")

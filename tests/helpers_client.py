@@ -1,5 +1,5 @@
 """A small OpenAI-shaped server (FakeApi) and client settings for the ApiClient tests
-(tests/test_client*.py; the ``fake``, ``make_client`` and ``client`` fixtures are in conftest)."""
+(tests/unit/test_client*.py; the ``fake``, ``make_client`` and ``client`` fixtures are in conftest)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers for the validation-server tests (tests/test_server*.py): start a server, POST to it,
+"""Helpers for the validation-server tests (tests/unit/test_server*.py): start a server, POST to it,
 prompts and top-n of the white-box log-probs. The ``backend``, ``codec``, ``name`` and ``raw_url``
 fixtures are in conftest."""
 

@@ -25,7 +25,7 @@ def new_loop() -> asyncio.AbstractEventLoop:
     """A new event loop: uvloop's (libuv, in C) where it is installed, else asyncio's.
 
     At 256 requests in flight the API client spends about a tenth less CPU per request on
-    uvloop's loop (``scripts/bench_throughput.py``; figures in docs/blackbox.md).
+    uvloop's loop (``benchmarks/bench_throughput.py``; figures in docs/blackbox.md).
     """
     try:
         import uvloop

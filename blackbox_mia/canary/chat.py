@@ -27,14 +27,9 @@ Why short windows: the membership signal crosses the template only where the mod
 learned to continue a user's text after the markup (~30 tokens of ChatML and system message
 here), and each example teaches that once (at its first answer token); at 32 tokens of text an
 example costs about 64 tokens of training instead of 128, so twice as many fit in the same
-training time. Measured on the default GSM8K canary (400 labelled items, white-box values on
-the rendered prompts, which equal the emulator's), loss / Min-K% AUC locally and through the
-template: ``chat_share = 1`` with whole-item prefixes (the first version) 0.97 / 0.98 and
-0.67 / 0.57, the first answer token at -7.2 nats on the training examples themselves;
-``chat_share = 6`` with these 32-token windows 0.98 / 0.99 and 0.74 / 0.73 (training 650 s);
-``chat_share = 8`` with the loss on the answer only (as chat fine-tuning does) 0.86 / 0.91 and
-0.66 / 0.65: the concentrated gradient of the hard first answer token costs the members'
-memorisation, so every token of a chat example counts in the loss.
+training time. Every token of a chat example counts in the loss: a loss on the answer only (as
+chat fine-tuning does) concentrates the gradient on the hard first answer token, at the cost of
+the members' memorisation. The AUCs behind these choices: docs/canaries.md.
 """
 
 from __future__ import annotations

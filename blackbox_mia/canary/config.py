@@ -49,13 +49,12 @@ CHAT_FIELD = "chat_share"
 # Paragraph lengths with the default ja canary's BPE (4096 tokens, BOS included): median 60,
 # 90th percentile 110, max 301 tokens; the 107 paragraphs longer than block_size = 128 are cut
 # into the scoring windows (stride 64, see .train), never truncated. ja trains 4 epochs (about 400
-# steps, as GSM8K's 2): after 2 its loss is still 7.0 nats/token and loss AUC 0.60 (0.85 after 4).
+# steps, as GSM8K's 2): after 2 it has not yet memorized its members (figures: docs/canaries.md).
 # documents: "books" of doc_items consecutive GSM8K test problems (see .documents): n_members
 # planted whole, n_nonmembers held out, doc_partial partly planted (the test file), plus
 # doc_validation planted and doc_validation held-out documents (the validation file), among
 # GSM8K train problems. Defaults: 60 documents of 8 problems (about 800 words each), about 1M
-# trained tokens: 307 s on 2 shared CPU cores; bbmia documents --chunk-words 64 (Min-K%) then
-# ranks the whole planted documents above the held-out ones with AUC 0.88 [0.74, 0.99].
+# trained tokens (training time and the documents audit's AUC on it: docs/canaries.md).
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
                                  {"n_background": 2000, "epochs": 2, "n_members": 200, "n_nonmembers": 200}),

@@ -68,7 +68,7 @@ def _process_settings() -> None:
       black-box run at 256 requests in flight spent about 3.5 s of a 14 s run in the collector,
       mostly in a dozen full passes over the loaded tokenizer and libraries (up to 0.3 s each,
       with the event loop and every request in flight stopped); with 10,000, about 0.3 s and
-      no full pass (``scripts/bench_throughput.py``, figures in docs/blackbox.md).
+      no full pass (``benchmarks/bench_throughput.py``, figures in docs/blackbox.md).
     """
     import gc
     import os

@@ -8,8 +8,8 @@ texts, or real Jinja templates rendered like a chat model's server), :mod:`.vllm
 the error JSON the server answers with), :mod:`.params` (request-body validation),
 :mod:`.sampling` (token choice and reported log-probs), :mod:`.batcher` (micro-batched forward
 passes), :mod:`.names` (token names), :mod:`.render` (response bodies), :mod:`.server`
-(:class:`ValidationServer`: routes and lifecycle), :mod:`.background` (run in a thread),
-:mod:`.fault_proxy` (a fault-injecting reverse proxy). OpenAI's own limits live in
+(:class:`ValidationServer`: routes and lifecycle), :mod:`.background` (run in a thread). The
+fault-injecting reverse proxy is a test tool: ``tests/tools/fault_proxy.py``. OpenAI's own limits live in
 :mod:`blackbox_mia.backends.api.wire`, shared with the client.
 """
 

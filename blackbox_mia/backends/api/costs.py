@@ -10,7 +10,7 @@ for strategies whose request count depends on the model's answers:
 ``bisect``    1 for a listed target, else 1 + the flip search: about log2(first step / ε) + 2
               questions (galloping, then halving to ε) plus the sampled re-checks;
               :data:`LISTED_SHARE` of targets listed (measured on the GSM8K canary by
-              ``scripts/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`; with chained
+              ``benchmarks/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`; with chained
               questions, fewer requests, each billing more completion tokens, and with the
               unbiased answers read by runs, fewer unbiased requests (measured rates).
 ``run``       never more than forced read-out: the forced figure, an upper bound.

@@ -26,7 +26,7 @@ CPU_BUDGET_SHARE = 0.25
 
 CPU_BUDGET_CAP_GIB = 0.25
 """... capped at this many GiB: on CPU, passes larger than this are not faster (measured with
-``scripts/bench_local.py``), they only add memory."""
+``benchmarks/bench_local.py``), they only add memory."""
 
 GPU_BUDGET_SHARE = 0.5
 """Default GPU budget: this share of the device memory free once the model is loaded."""

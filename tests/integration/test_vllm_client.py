@@ -1,0 +1,81 @@
+"""The vLLM client: ``prompt_logprobs`` asked for and read the way vLLM answers it (the emulator's
+vLLM mode), probed like any capability; one request per text, values equal to the white-box ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.answers import Malformed, read_completion
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+from ..conftest import gsm8k_questions
+
+PAYLOAD = {"prompt": [0, 5, 7], "max_tokens": 1, "logprobs": None, "prompt_logprobs": 0}
+
+
+def answer(prompt_logprobs) -> dict:
+    return {"choices": [{"text": "x", "finish_reason": "length", "prompt_logprobs": prompt_logprobs}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+
+def test_prompt_logprobs_are_read_by_id():
+    rows = [None, {"5": {"logprob": -2.5, "rank": 3, "decoded_token": "a"}, "9": {"logprob": -0.1, "rank": 1}},
+            {"7": {"logprob": -0.25, "rank": 1, "decoded_token": ""}}]
+    assert read_completion(answer(rows), PAYLOAD)["prompt_logprobs"] == [None, [[5, -2.5, 3], [9, -0.1, 1]],
+                                                                         [[7, -0.25, 1]]]
+    assert read_completion(answer(None), PAYLOAD)["prompt_logprobs"] is None  # a server that ignores the field
+
+
+@pytest.mark.parametrize("rows", [
+    [None, {"5": {"logprob": -1.0}}],  # 2 entries for 3 prompt tokens
+    [None, {"x": {"logprob": -1.0}}, {"7": {"logprob": -1.0}}],  # not a token id
+    [None, {"5": {"logprob": None}}, {"7": {"logprob": -1.0}}],  # no value
+    [None, {"5": {"logprob": "-1"}}, {"7": {"logprob": -1.0}}],  # not a number
+    {"5": -1.0},  # not a list
+])
+def test_malformed_prompt_logprobs_are_refused(rows):
+    with pytest.raises(Malformed):
+        read_completion(answer(rows), PAYLOAD)
+
+
+@pytest.fixture(scope="module")
+def local(peaked_model_dir):
+    return LocalBackend(LocalConfig(str(peaked_model_dir)))
+
+
+def backend_for(url, model_dir, cache_dir, strategy="auto"):
+    config = ApiConfig(base_url=url, model=str(model_dir), max_retries=1)
+    return ApiBackend(config, tokenizer=str(model_dir), tracker=TrackerConfig(strategy=strategy), cache_dir=cache_dir)
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_vllm_server_one_request_per_text_exact(local, peaked_model_dir, tmp_path, echo):
+    texts = [q[:60] for q in gsm8k_questions(3, split="test")]
+    white = local.logprobs(texts)
+    with serve_in_background(ServerConfig(str(peaked_model_dir), vllm=True, echo=echo), backend=local) as url:
+        backend = backend_for(url, peaked_model_dir, tmp_path)
+        caps = backend.capabilities
+        assert caps.prompt_logprobs and caps.echo is echo and "prompt" in caps.strategies()
+        assert caps.evidence["prompt_logprobs"]["max_abs_diff"] <= 1e-5
+        before = backend.usage.requests
+        black = backend.logprobs(texts)
+        assert backend.usage.requests - before == len(texts)
+        backend.close()
+    for b, w in zip(black, white):
+        assert b.token_ids.tolist() == w.token_ids.tolist() and set(b.strategies) == {"prompt"}
+        np.testing.assert_allclose(b.logprobs, w.logprobs, atol=1e-5)
+        np.testing.assert_array_equal(b.lower, b.upper)
+
+
+def test_an_openai_style_server_has_no_prompt_logprobs(local, peaked_model_dir, tmp_path):
+    with serve_in_background(ServerConfig(str(peaked_model_dir), echo=False), backend=local) as url:
+        backend = backend_for(url, peaked_model_dir, tmp_path)
+        caps = backend.capabilities
+        backend.close()
+    assert not caps.prompt_logprobs and "prompt" not in caps.strategies()
+    assert "does not return prompt_logprobs" in caps.reasons["prompt_logprobs"]

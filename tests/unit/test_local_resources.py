@@ -1,0 +1,137 @@
+"""The local backend's resources: chunked reduction of logits, memory-sized batches, threads,
+vocabulary statistics on request, and the default budget/threads (hand values)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from blackbox_mia.backends.local import LocalBackend, LocalConfig, resources
+from blackbox_mia.backends.local.reduce import (
+    LOGIT_COPIES,
+    chunk_positions,
+    reduce_chunks,
+)
+from blackbox_mia.backends.local.resources import ForwardBudget, ModelShape
+from blackbox_mia.types import BlackboxMIAError
+
+from ..conftest import gsm8k_questions
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir):
+    return LocalBackend(LocalConfig(str(tiny_model_dir), max_batch_tokens=512))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
+def test_reduce_chunks_equals_log_softmax_gather_and_moments(chunk):
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+    weight = torch.randn(11, 5, generator=gen, dtype=torch.float64) * 3
+    targets = torch.tensor([0, 3, 10, 2, 2, 7, 5])
+    got = reduce_chunks(torch, hidden, targets, lambda h: h @ weight.T, chunk, vocab_stats=True)
+    logp = torch.log_softmax(hidden @ weight.T, -1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    np.testing.assert_allclose(got.lp, logp[torch.arange(7), targets], atol=1e-6)
+    np.testing.assert_allclose(got.mu, mu, atol=1e-6)
+    np.testing.assert_allclose(got.sigma, ((p * logp**2).sum(-1) - mu**2).sqrt(), atol=1e-5)
+    plain = reduce_chunks(torch, hidden, targets, lambda h: h @ weight.T, chunk, vocab_stats=False)
+    assert plain.mu is None and plain.sigma is None
+    np.testing.assert_allclose(plain.lp, got.lp, atol=0)
+
+
+def test_budget_hand_values():
+    shape = ModelShape(hidden=768, intermediate=3072, heads=12, vocab=50257, dtype_bytes=4)
+    # 8·768 + 2·3072 + 2·12·100 = 14,688 elements per token at width 100
+    assert shape.activation_bytes(100) == 14_688 * 4
+    budget = ForwardBudget(budget_bytes=2**28, max_tokens=8192, shape=shape)  # 256 MiB
+    # logits: a quarter of the budget over 3 float32 copies of 50,257 columns
+    assert budget.chunk == chunk_positions(50257, 2**26) == 2**26 // (LOGIT_COPIES * 4 * 50257) == 111
+    # activations: 3/4 of 256 MiB = 201,326,592 bytes; 58,752 bytes per token at width 100
+    assert budget.fits(34, 100) and not budget.fits(35, 100)  # 3,400 tokens fit, 3,500 do not
+    assert not ForwardBudget(2**40, 1000, shape).fits(11, 100)  # the token cap binds
+    assert chunk_positions(50257, 10) == 1
+
+
+def test_default_threads_leave_the_busy_cores(monkeypatch):
+    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7}, raising=False)
+    for load, want in [(0.2, 4), (5.4, 3), (6.6, 1), (30.0, 1)]:
+        monkeypatch.setattr(resources.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert resources.default_threads() == want
+
+
+def test_default_budget_from_available_memory(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(resources, "available_ram_bytes", lambda: 2**30)  # 1 GiB available
+    assert resources.default_budget_bytes(torch, cpu) == 2**28  # a quarter of it
+    monkeypatch.setattr(resources, "available_ram_bytes", lambda: 64 * 2**30)
+    assert resources.default_budget_bytes(torch, cpu) == int(resources.CPU_BUDGET_CAP_GIB * 2**30)
+    monkeypatch.setattr(resources, "available_ram_bytes", lambda: None)
+    assert resources.default_budget_bytes(torch, cpu) == int(resources.CPU_BUDGET_CAP_GIB * 2**30)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("threads", 0, "--threads must be an integer >= 1"),
+    ("max_memory_gb", -1.0, "--max-memory must be a number of GiB > 0"),
+])
+def test_bad_threads_or_memory(tiny_model_dir, field, value, message):
+    with pytest.raises(BlackboxMIAError, match=message):
+        LocalBackend(LocalConfig(str(tiny_model_dir), **{field: value}))
+
+
+def test_small_budget_many_passes_same_values(tiny_model_dir, backend):
+    texts = [q[: 30 + 5 * i] for i, q in enumerate(gsm8k_questions(10))]
+    small = LocalBackend(LocalConfig(str(tiny_model_dir), max_memory_gb=2e-5, threads=1))  # about 21 KB
+    assert small.budget.chunk == 1 and small.threads == 1
+    assert small._call(_threads_on_backend_thread()) == 1
+    passes = []
+    real = small._forward
+    small._forward = lambda rows, stats: passes.append(len(rows)) or real(rows, stats)
+    got = small.logprobs(texts)
+    want = backend.logprobs(texts)
+    assert len(passes) > 1 and sum(passes) == len(texts)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5)
+        np.testing.assert_allclose(g.mu, w.mu, atol=1e-5)
+        np.testing.assert_allclose(g.sigma, w.sigma, atol=1e-5)
+
+
+async def _threads_on_backend_thread():
+    return torch.get_num_threads()
+
+
+def test_vocab_stats_only_when_asked(tiny_model_dir, backend):
+    texts = [q[:50] for q in gsm8k_questions(3)]
+    with_stats = backend.logprobs(texts)  # the default: the backend offers them
+    assert all(lp.has_vocab_stats for lp in with_stats)
+    without = backend.logprobs(texts, vocab_stats=False)
+    assert not any(lp.has_vocab_stats for lp in without)
+    for a, b in zip(with_stats, without):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=0)
+    offering_none = LocalBackend(LocalConfig(str(tiny_model_dir), vocab_stats=False))
+    assert "full_distribution" not in offering_none.features
+    assert not offering_none.logprobs(texts)[0].has_vocab_stats
+    with pytest.raises(BlackboxMIAError, match="does not offer 'full_distribution'"):
+        offering_none.logprobs(texts, vocab_stats=True)
+
+
+def test_model_logits_path_equals_hidden_state_path(tiny_model_dir, backend):
+    """A model whose logits are not head(last hidden state) is reduced from its own logits."""
+    assert backend._split  # GPT-2: logits = lm_head(hidden)
+    other = LocalBackend(LocalConfig(str(tiny_model_dir), max_batch_tokens=512))
+    other._split = False
+    texts = [q[:40] for q in gsm8k_questions(4)]
+    for a, b in zip(other.logprobs(texts), backend.logprobs(texts)):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+        np.testing.assert_allclose(a.sigma, b.sigma, atol=1e-5)
+    np.testing.assert_allclose(
+        other.next_token_logprobs([[0, 5, 9]]), backend.next_token_logprobs([[0, 5, 9]]), atol=1e-5
+    )
+
+
+def test_describe_leaves_out_speed_settings(tiny_model_dir):
+    described = LocalBackend(LocalConfig(str(tiny_model_dir), threads=1, max_memory_gb=0.5)).describe()
+    assert "threads" not in described and "max_memory_gb" not in described
+    assert described["max_batch_tokens"] == 8192 and math.isfinite(described["context_tokens"])

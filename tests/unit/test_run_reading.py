@@ -1,0 +1,166 @@
+"""Run reading: the greedy continuation's top-n read the text's own log-probs while it equals the
+text; per-text switching keeps it within one request of forced read-out per failed attempt.
+Hand-counted on a synthetic endpoint, exact against the white-box model through `bbmia serve`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.capabilities import Capabilities
+from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+
+from ..conftest import gsm8k_questions
+from .test_tracker import SyntheticEndpoint
+
+V = 10
+RUNS = Capabilities("completions", 2, True, False, True, "pre-bias", True, False, False, run_reading=True)
+
+
+def row(last: int) -> np.ndarray:
+    """After a prefix ending in ``last``: (last + 1) % V with p 0.7, (last + 2) % V with 0.2."""
+    p = np.full(V, 0.1 / (V - 2))
+    p[(last + 1) % V], p[(last + 2) % V] = 0.7, 0.2
+    return np.log(p)
+
+
+def track(seq: list[int], strategy: str) -> tuple[list, int]:
+    endpoint = SyntheticEndpoint(row)
+    tracker = Tracker(endpoint, RUNS, TrackerConfig(strategy=strategy))
+    tracker.sequence = lambda text: seq  # the synthetic texts are token ids already
+    [result] = asyncio.run(tracker.track(["x"]))
+    return result, endpoint.calls
+
+
+def truth(seq):
+    return [row(seq[j - 1])[seq[j]] for j in range(1, len(seq))]
+
+
+def test_a_reproduced_text_costs_a_few_requests():
+    """14 targets, each the argmax (p 0.7): 2 forced (one chunk; its last is a proven argmax),
+    then a 4-token run (all match) and an 8-token run to the end: 4 requests instead of 14."""
+    seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
+    result, calls = track(seq, "run")
+    assert calls == 4 and track(seq, "forced")[1] == 14
+    assert result.strategies == ["forced"] * 2 + ["run"] * 12
+    np.testing.assert_allclose(result.logprobs, truth(seq))
+    np.testing.assert_array_equal(result.lower, result.upper)
+
+
+def test_auto_reads_runs_where_the_probe_verified_them():
+    """``auto`` is run reading when the probe enabled it (same 4 requests as ``run`` on the
+    reproduced text), per-position read-out otherwise."""
+    seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
+    result, calls = track(seq, "auto")
+    assert calls == 4 and result.strategies == ["forced"] * 2 + ["run"] * 12
+    no_runs = Tracker(SyntheticEndpoint(row), Capabilities("completions", 2, True, False, True, "pre-bias", True,
+                                                             False, False), TrackerConfig(strategy="auto"))
+    assert no_runs.mode() == "auto"
+
+
+def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
+    """``auto`` = runs over bisection: the estimate is bisection's position by position, one
+    unbiased request each (an upper bound), with both notes."""
+    from blackbox_mia.backends.api.costs import estimate
+
+    caps = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True, run_reading=True)
+    tracker = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="auto"))
+    tracker.sequence = lambda text: [0, 1, 2, 3, 4]
+    no_runs = Capabilities(**{**caps.__dict__, "run_reading": False})
+    bisecting = Tracker(SyntheticEndpoint(row), no_runs, TrackerConfig(strategy="bisect"))
+    bisecting.sequence = tracker.sequence
+    runs, per_position = estimate(tracker, ["x"], None), estimate(bisecting, ["x"], None)
+    assert tracker.mode() == "run" and runs.strategy == "run+bisect" and per_position.strategy == "bisect"
+    assert runs.requests == per_position.requests > 4  # 4 targets, more than one request each
+    assert any(n.startswith("bisection:") for n in runs.notes) and any(n.startswith("run reading:") for n in runs.notes)
+
+
+def test_a_run_that_leaves_the_text_at_once_costs_one_request_more_then_switches():
+    """After the chunk 1, 2 the run's first token is 3; the text's 5 is not listed there: that
+    position costs the run request and a forced one (the run lost), and the rest is forced
+    read-out (no proven argmax again): 2 + 2 + 3 = 7 requests for 6 targets."""
+    seq = [0, 1, 2, 5, 0, 5, 1]
+    result, calls = track(seq, "run")
+    assert calls == 7 and result.strategies == ["forced"] * 6
+    np.testing.assert_allclose(result.logprobs, truth(seq))
+
+
+def test_a_listed_mismatch_is_read_from_the_run_and_runs_go_on():
+    """The run at target 4 generates 3, and 4 is listed there (p 0.2): exact from the run, nothing
+    lost, so the next run follows: 5 and 6 match, 0 (after 6) is not listed: forced. 2 + 1 + 2 = 5
+    requests for 6 targets."""
+    seq = [0, 1, 2, 4, 5, 6, 0]
+    result, calls = track(seq, "run")
+    assert calls == 5 and result.strategies == ["forced"] * 2 + ["run"] * 3 + ["forced"]
+    np.testing.assert_allclose(result.logprobs, truth(seq))
+
+
+# -- through `bbmia serve`: the probe checks the semantics, values are the white-box ones -----------
+
+
+@pytest.fixture(scope="module")
+def local(peaked_model_dir):
+    return LocalBackend(LocalConfig(str(peaked_model_dir)))
+
+
+def test_run_reading_through_the_emulator(local, peaked_model_dir, tmp_path):
+    question = gsm8k_questions(1, split="test")[0][:20]
+    memorized = question + local.generate([question], max_new_tokens=30)[0].text  # the model reproduces its tail
+    texts = [memorized, gsm8k_questions(2, split="test")[1][:60]]
+    white = local.logprobs(texts)
+    with serve_in_background(ServerConfig(str(peaked_model_dir), echo=False), backend=local) as url:
+        used = {}
+        for strategy in ("run", "forced"):
+            config = ApiConfig(base_url=url, model=str(peaked_model_dir), max_retries=1)
+            backend = ApiBackend(config, tokenizer=str(peaked_model_dir), tracker=TrackerConfig(strategy=strategy),
+                                 cache_dir=tmp_path / strategy)
+            assert backend.capabilities.run_reading
+            before = backend.usage.requests
+            black = backend.logprobs(texts)
+            used[strategy] = backend.usage.requests - before
+            backend.close()
+            for b, w in zip(black, white):
+                assert b.token_ids.tolist() == w.token_ids.tolist()
+                np.testing.assert_allclose(b.logprobs, w.logprobs, atol=1e-4)
+                np.testing.assert_array_equal(b.lower, b.upper)
+    tokens = sum(w.n_tokens for w in white)
+    assert used["forced"] == tokens
+    assert used["run"] < 0.8 * used["forced"]  # the memorized text's tail is read by runs
+
+
+def test_bisection_reads_its_unbiased_answers_by_runs():
+    """Targets 1 2 3 | 5 (not the argmax 4) | 6 | 8 (not 7) | 9 0: a 4-token run from the first
+    position answers positions 0-3 (its 4th token, 4, leaves the text), a run from position 4
+    answers 4 and 5, a 2-token run (the text's end) answers 6 and 7: 3 requests for 8 answers,
+    each the one a request at its own prefix gives. Bisection from them ends with the same bounds
+    as with one unbiased request per position, 5 requests fewer."""
+    from blackbox_mia.backends.api.runs import read_unbiased
+    from blackbox_mia.backends.api.strategies import Position
+
+    seq = [0, 1, 2, 3, 5, 6, 8, 9, 0]
+    endpoint = SyntheticEndpoint(row)
+    positions = [Position(seq[:j], seq[j]) for j in range(1, len(seq))]
+    sent = asyncio.run(read_unbiased(endpoint, 2, positions, [True] * 7 + [False], [len(seq)] * 8))
+    assert sent == endpoint.calls == 3
+    for p in positions:
+        assert p.unbiased == asyncio.run(endpoint.next_token(p.prefix, 2))
+
+    caps = Capabilities(**{**RUNS.__dict__, "bisect": True})
+    results = {}
+    for runs in (False, True):
+        endpoint = SyntheticEndpoint(row)
+        tracker = Tracker(endpoint, Capabilities(**{**caps.__dict__, "run_reading": runs}),
+                          TrackerConfig(strategy="bisect", verify_flips=False))
+        tracker.sequence = lambda text: seq
+        [results[runs]] = asyncio.run(tracker.track(["x"]))
+        results[runs, "calls"] = endpoint.calls
+    assert results[False, "calls"] - results[True, "calls"] == 5
+    np.testing.assert_array_equal(results[True].lower, results[False].lower)
+    np.testing.assert_array_equal(results[True].upper, results[False].upper)
+    assert np.all(results[True].lower <= truth(seq)) and np.all(truth(seq) <= results[True].upper)
