@@ -22,7 +22,7 @@ from blackbox_mia.backends.api.errors import (
 )
 from blackbox_mia.types import BlackboxMIAError
 
-from .helpers_client import config
+from ..helpers_client import config
 
 
 def test_the_hierarchy_mirrors_openai_and_stays_under_api_error():
