@@ -49,6 +49,9 @@ class InstantEndpoint:
     def sendable(self, prefix) -> bool:
         return True
 
+    def may_bias(self, token_id) -> bool:
+        return True  # one-byte ASCII tokens: none ends inside a character
+
     async def next_token(self, prefix, top_n, bias=None):
         from blackbox_mia.backends.api.endpoint import Listed, NextToken
 
