@@ -8,7 +8,7 @@ import pytest
 from blackbox_mia.backends.api.client import ApiClient
 from blackbox_mia.backends.api.config import ApiConfig
 from blackbox_mia.backends.api.endpoint import Endpoint
-from blackbox_mia.backends.api.faults import ApiError
+from blackbox_mia.backends.api.errors import APIConnectionError, ApiError
 from blackbox_mia.backends.api.grammar import gbnf_literal, spelling_grammar
 from blackbox_mia.backends.api.spelling import Speller, unique_spelling
 from blackbox_mia.backends.api.strategies import Position
@@ -162,5 +162,6 @@ async def test_a_server_that_stops_answering_is_named_with_the_request_pattern(c
                                            r"0 downward, a grammar\. Answers so far are cached") as err:
             await endpoint.spell(ids[:3], ids[3:5], 100.0)
         assert err.value.fault == "transient" and err.value.status_code is None
+        assert isinstance(err.value, APIConnectionError)  # the client's typed error, kept
     finally:
         await client.close()

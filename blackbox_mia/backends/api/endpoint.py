@@ -254,7 +254,7 @@ class Endpoint:
         """``client.request`` for the prompt whose token ids are ``prompt``. A failure that
         outlasted the retries (``"transient"``: the server went away, timed out or kept
         answering 5xx) is raised again naming the request's pattern (what a server that dies
-        mid-run died on), and that the answers so far are cached.
+        mid-run died on), and that the answers so far are cached, as the same exception type.
 
         Raises:
             ApiError: as the client raises it (see :meth:`ApiClient.request`).
@@ -271,9 +271,9 @@ class Endpoint:
                        f"inside a character), {len(bias) - len(upward)} downward"
                        + (", a grammar" if "grammar" in (options.get("extra") or {}) else "")
                        + (", echo" if options.get("echo") else ""))
-            raise ApiError(exc.status_code, f"{exc}. The server stopped answering during a request of this pattern: "
-                                            f"{pattern}. Answers so far are cached (a rerun resumes)",
-                           exc.fault, exc.detail) from exc
+            raise type(exc)(exc.status_code, f"{exc}. The server stopped answering during a request of this pattern: "
+                                             f"{pattern}. Answers so far are cached (a rerun resumes)",
+                            exc.fault, exc.detail) from exc
 
     def _answer(self, entry: dict) -> NextToken:
         """One generated entry as a :class:`NextToken` (the sampled token listed too)."""
