@@ -29,7 +29,7 @@ from .datasets import Item
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
 from .progress import ProgressTicker
 from .results import ScoredText, read_rows
-from .scorers import TARGET, Scorer
+from .scorers import TARGET, Scorer, parse_scorers
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from .types import BlackboxMIAError, TokenLogprobs
 
@@ -95,7 +95,7 @@ def logprobs_reporting(
 
 def score_texts(
     texts: Sequence[str],
-    scorers: Sequence[Scorer],
+    scorers: Sequence[Scorer] | str,
     backends: dict[str, Backend],
     progress: bool = False,
     on_scored: OnScored | None = None,
@@ -110,8 +110,9 @@ def score_texts(
     before the next text finishes.
 
     Args:
-        texts: texts to score.
-        scorers: scorers (their labels key the result dicts).
+        texts: texts to score (a list: one ``str`` is refused, not read character by character).
+        scorers: scorers (their labels key the result dicts), or their specs as one string
+            (``"loss,min_k:k=10"``, :func:`~blackbox_mia.scorers.parse_scorers`).
         backends: ``{"target": backend}`` plus ``{"reference": backend}`` for ``ref``.
         progress: let the backends show progress bars.
         on_scored: called once per text, in completion order, on the target backend's thread
@@ -124,10 +125,14 @@ def score_texts(
         :meth:`ScoredText.from_scores` decides which are reported as numbers.
 
     Raises:
-        BlackboxMIAError: a scorer the backends cannot serve, a text the backend or a scorer
+        BlackboxMIAError: one ``str`` as ``texts``, a bad scorer spec, a scorer the backends cannot serve, a text the backend or a scorer
             refuses (empty, no scorable token); texts scored before the error were reported
             through ``on_scored``.
     """
+    if isinstance(texts, str):
+        raise BlackboxMIAError("texts must be a sequence of texts, got one str: pass [text]")
+    if isinstance(scorers, str):
+        scorers = parse_scorers(scorers)
     check_compatible(scorers, backends)
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     wanted = _wanted(texts, needs, backends)
@@ -190,6 +195,10 @@ def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve.
     """
+    if isinstance(texts, str):
+        raise BlackboxMIAError("texts must be a sequence of texts, got one str: pass [text]")
+    if isinstance(scorers, str):
+        scorers = parse_scorers(scorers)
     check_compatible(scorers, backends)
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     return {role: list(unique) for role, unique in _wanted(texts, needs, backends).items()}

@@ -53,16 +53,22 @@ def gather_texts(
             raise BlackboxMIAError(f"cannot read {file} as UTF-8 text: {exc}") from exc
     if text == "-":
         try:
-            return [("stdin", sys.stdin.read())]
+            return [("stdin", trailing_newline_dropped(sys.stdin.read()))]
         except (OSError, UnicodeDecodeError) as exc:
             raise BlackboxMIAError(f"cannot read stdin as UTF-8 text: {exc}") from exc
     return [("text", text)]
 
 
+def trailing_newline_dropped(text: str) -> str:
+    """``text`` without one final line break (``\n`` or ``\r\n``): what ``echo TEXT | bbmia probe -``
+    adds to the text (a shell's ``$(...)`` drops it the same way)."""
+    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
+
+
 @app.command()
 @with_target_options
 def probe(
-    text: str = typer.Argument(None, help="text to probe; '-' reads stdin"),
+    text: str = typer.Argument(None, help="text to probe; '-' reads stdin (one final line break dropped)"),
     file: Path = typer.Option(None, "--file", help="read the text from a file"),
     dataset: str = typer.Option(None, "--dataset", help="probe the items of a dataset (gsm8k, a JSONL path, ...)"),
     limit: int = typer.Option(None, help="with --dataset: only the first N items"),

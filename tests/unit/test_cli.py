@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Annotated
@@ -339,3 +340,13 @@ def test_annotated_options_keep_their_flags_under_the_target_options_decorator()
     result = CliRunner().invoke(mini, ["cmd", "--written-to", "x.jsonl", "--local", "m"])
     assert result.exit_code == 0, result.output
     assert seen == {"out": Path("x.jsonl"), "local": "m"}
+
+
+@pytest.mark.parametrize("given, read", [("Tom has 3 apples.\n", "Tom has 3 apples."),
+                                         ("two lines\r\n", "two lines"), ("no newline", "no newline"),
+                                         ("kept\n\n", "kept\n")])
+def test_stdin_text_loses_one_final_line_break(monkeypatch, given, read):
+    from blackbox_mia.cli.probe import gather_texts
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(given))
+    assert gather_texts("-", None, None, None) == [("stdin", read)]

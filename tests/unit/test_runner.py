@@ -331,3 +331,14 @@ def test_scorers_are_checked_against_declared_features():
         score_texts(["One"], parse_scorers("min_k_pp"), {"target": StreamingFake()})
     with pytest.raises(BlackboxMIAError, match="'ref' needs a reference model"):
         score_texts(["One"], parse_scorers("ref"), {"target": StreamingFake()})
+
+
+def test_score_texts_takes_a_spec_string_and_refuses_one_str_of_texts():
+    backends = {"target": StreamingFake()}
+    by_spec = score_texts(["One Two", "three four"], "loss,min_k:k=50", backends)
+    by_objects = score_texts(["One Two", "three four"], parse_scorers("loss,min_k:k=50"), {"target": StreamingFake()})
+    assert [{k: b.value for k, b in s.items()} for s, _ in by_spec] == \
+        [{k: b.value for k, b in s.items()} for s, _ in by_objects]
+    assert set(by_spec[0][0]) == {"loss", "min_k:k=50"}
+    with pytest.raises(BlackboxMIAError, match=r"got one str: pass \[text\]"):
+        score_texts("One Two", "loss", backends)  # not 7 one-character texts
