@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.refine import score_widths
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.refine import score_widths
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary.config import CanaryConfig, canary_dir
 from blackbox_mia.canary.dataset import load_items
@@ -159,7 +159,7 @@ def scored(name: str) -> str | None:
 
 def score_widths_of(name: str, black: list) -> dict:
     """``score_widths``: per scorer of a ``bisect-<scorers>`` line, the largest interval (nats)
-    of its score over the texts, from the values' bounds (:mod:`blackbox_mia.backends.api.refine`)."""
+    of its score over the texts, from the values' bounds (:mod:`blackbox_mia.backends.api.tracker.refine`)."""
     if not scored(name):
         return {}
     scorers = parse_scorers(scored(name))

@@ -63,7 +63,7 @@ class InstantEndpoint:
 
 def child(tokens: int) -> dict:
     from blackbox_mia.backends.api.capabilities import Capabilities
-    from blackbox_mia.backends.api.tracker import Tracker
+    from blackbox_mia.backends.api.tracker.tracker import Tracker
 
     caps = Capabilities("completions", 1, True, False, True, "pre-bias", True, False, False)
     text = "".join(chr(97 + (i * 7) % 26) for i in range(tokens))

@@ -125,8 +125,8 @@ def run_backend(url: str, model: str, texts: Sequence[str], cache_dir: Path, con
     ``cache_dir``; ``api`` goes to :class:`ApiConfig` (timeout_s, max_retries, ...). Errors are
     recorded in the result, not raised."""
     from blackbox_mia.backends.api import ApiBackend
-    from blackbox_mia.backends.api.client import ApiConfig
-    from blackbox_mia.backends.api.tracker import TrackerConfig
+    from blackbox_mia.backends.api.http.client import ApiConfig
+    from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 
     run, backend = Run(), None
     began = time.perf_counter()
@@ -214,7 +214,7 @@ def invalid_rows(cache_root: Path) -> tuple[int, Counter]:
     the cache refuses to read counts as invalid (``unreadable``)."""
     import diskcache
 
-    from blackbox_mia.cache_store import JsonDisk
+    from blackbox_mia.backends.api.http.cache.disk import JsonDisk
 
     directory = Path(cache_root) / "responses"
     problems: Counter = Counter()
@@ -441,8 +441,8 @@ def poisoned_rows(url: str, model: str, texts: Sequence[str], clean: Run, clean_
         requests (one per poisoned row expected: each is asked again).
     """
     from blackbox_mia.backends.api import ApiBackend
-    from blackbox_mia.backends.api.client import ApiConfig
-    from blackbox_mia.backends.api.tracker import TrackerConfig
+    from blackbox_mia.backends.api.http.client import ApiConfig
+    from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 
     root = work / "poisoned-cache"
     shutil.copytree(clean_cache, root)

@@ -4,7 +4,7 @@
 Such a search learns one bit per request (did the biased target become the greedy token?), so a
 target that is not in the unbiased top-n costs its unbiased request plus at least as many
 flips as it takes to tell its ε-wide bin of b* (the flipping bias) apart from the others.
-(Chained requests, ``backends/api/chains.py``, ask several positions' flips at once, and runs,
+(Chained requests, ``backends/api/tracker/chains.py``, ask several positions' flips at once, and runs,
 ``runs.read_unbiased``, several positions' unbiased answers: the floor bounds the questions of a
 search asking one per request, not searches that ask several.) This
 script computes that floor from white-box answers, without a server:
@@ -36,8 +36,8 @@ import numpy as np
 
 from benchmarks.bench_blackbox import default_canary
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
-from blackbox_mia.backends.api.strategies import topn_upper_bound
-from blackbox_mia.backends.api.wire import MAX_LOGPROBS_COMPLETIONS
+from blackbox_mia.backends.api.tracker.strategies import topn_upper_bound
+from blackbox_mia.backends.api.http.wire import MAX_LOGPROBS_COMPLETIONS
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary.dataset import load_items
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.cache import ResponseCache
+from blackbox_mia.backends.api.http.client import ApiClient
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 
 from .helpers_client import FakeApi, config
 from .realserver.fixtures import _llama_server_session, llama_peaked_gguf, llama_python, llama_server  # noqa: F401

@@ -9,7 +9,7 @@ import time
 
 from aiohttp import web
 
-from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
 
 KEY = "sk-test-SECRET-123"
 MODEL = "fake-model"

@@ -49,7 +49,7 @@ class BackendOptions:
         allow_chat_conditional: accept chat log-probs conditional on the server's template.
         tokenizer: the API model's tokenizer (see :func:`blackbox_mia.tokenizers.load_codec`).
         strategy, epsilon, context: tracker strategy, bisection precision (nats), model
-            context (tokens) (see :class:`~blackbox_mia.backends.api.tracker_config.TrackerConfig`).
+            context (tokens) (see :class:`~blackbox_mia.backends.api.tracker.config.TrackerConfig`).
         concurrency, rpm, tpm: requests in flight, requests and tokens per minute.
         cache_dir: cache root of responses and capability probes.
         reprobe: probe the endpoint's capabilities again.
@@ -121,8 +121,8 @@ def _local(model: str, options: BackendOptions) -> Backend:
 
 def _api(rest: str, options: BackendOptions) -> Backend:
     from .api import ApiBackend
-    from .api.client import ApiConfig
-    from .api.tracker_config import TrackerConfig
+    from .api.http.client import ApiConfig
+    from .api.tracker.config import TrackerConfig
 
     match = API_SPEC.match(rest)
     if match is None:

@@ -13,7 +13,7 @@ followed by the rest of the audit's window as the assistant's answer:
   :data:`CHAT_CONTEXT`, sending the prefix ``t[start:cut]``;
 * the user's text is ``decode(t[start:cut])``, exactly the prefix text the client sends;
 * the messages are the client's own continuation messages
-  (:data:`~blackbox_mia.backends.api.dialect.CONTINUATION`: its system message, then the user's
+  (:data:`~blackbox_mia.backends.api.http.dialect.CONTINUATION`: its system message, then the user's
   text), rendered by the emulator's :class:`~blackbox_mia.emulator.templates.ChatFormatter`
   with the tokenizer's ``chat_template`` (:data:`~blackbox_mia.emulator.templates.CHATML_TEMPLATE`,
   saved with the model, so ``bbmia serve --chat-template model`` renders the same), the
@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..backends.api.dialect import CONTINUATION
+from ..backends.api.http.dialect import CONTINUATION
 from ..datasets import Item
 from ..emulator.templates import (
     CHATML_MARKERS,

@@ -320,7 +320,7 @@ def chat_record(chat: list, tokenizer) -> dict:
     (tokens), the item tokens per example (``context_tokens``: audit with ``--context-tokens``
     that many), and per example its background item, start and cut (the user's text is the
     item's tokens ``[start, cut)``)."""
-    from ..backends.api.dialect import CONTINUATION
+    from ..backends.api.http.dialect import CONTINUATION
     from .chat import CHAT_CONTEXT, CHAT_TEMPLATE_NAME, prompt_overhead
 
     return {

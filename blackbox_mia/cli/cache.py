@@ -37,7 +37,7 @@ def verify(
 ) -> None:
     """Read every row as a run would (never unpickling), write nothing; exit 1 when a row is bad
     or the database is damaged (then run `bbmia cache repair`)."""
-    from ..cache_check import verify as verify_cache
+    from ..backends.api.http.cache.check import verify as verify_cache
 
     with user_errors():
         report = verify_cache(_directory(directory, cache_dir))
@@ -55,7 +55,7 @@ def repair(
     """Move bad rows to the cache's Quarantine table; rebuild a damaged database from its
     readable rows (the damaged one is moved to damaged-<time>/). Run it while nothing else uses
     the cache."""
-    from ..cache_check import repair as repair_cache
+    from ..backends.api.http.cache.check import repair as repair_cache
 
     with user_errors():
         report = repair_cache(_directory(directory, cache_dir))

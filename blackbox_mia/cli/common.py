@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..backends.api.config import display_url
+from ..backends.api.http.config import display_url
 from ..backends.base import Backend
 from ..backends.registry import BackendOptions, build_backend, parse_spec
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for

@@ -123,8 +123,8 @@ def blackbox_agreement(path, local, items, mode: str, echo: bool, cache_dir, pro
         BlackboxMIAError: the server cannot start, or the API path fails.
     """
     from ..backends.api import ApiBackend
-    from ..backends.api.client import ApiConfig
-    from ..backends.api.tracker_config import TrackerConfig
+    from ..backends.api.http.client import ApiConfig
+    from ..backends.api.tracker.config import TrackerConfig
     from ..results import ScoredText
     from ..runner import score_texts
 

@@ -8,7 +8,7 @@ import signal
 
 import typer
 
-from ..backends.api.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
+from ..backends.api.http.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
 from .app import app, user_errors
 
 

@@ -10,7 +10,7 @@ the error JSON the server answers with), :mod:`.params` (request-body validation
 passes), :mod:`.names` (token names), :mod:`.render` (response bodies), :mod:`.server`
 (:class:`ValidationServer`: routes and lifecycle), :mod:`.background` (run in a thread). The
 fault-injecting reverse proxy is a test tool: ``tests/tools/fault_proxy.py``. OpenAI's own limits live in
-:mod:`blackbox_mia.backends.api.wire`, shared with the client.
+:mod:`blackbox_mia.backends.api.http.wire`, shared with the client.
 """
 
 from .background import run_in_background, serve_in_background

@@ -1,6 +1,6 @@
 """The HTTP errors the validation server answers with, as OpenAI's error JSON.
 
-Not to be confused with :class:`blackbox_mia.backends.api.client.ApiError`, the error the CLIENT
+Not to be confused with :class:`blackbox_mia.backends.api.http.client.ApiError`, the error the CLIENT
 raises for a failed request: :class:`HttpError` is what the SERVER sends.
 """
 

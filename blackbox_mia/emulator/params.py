@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ..backends.api.wire import (
+from ..backends.api.http.wire import (
     MAX_BIAS,
     MAX_BIAS_ENTRIES,
     MAX_STOP_SEQUENCES,

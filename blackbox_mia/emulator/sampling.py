@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.api.wire import FLOOR_LOGPROB
+from ..backends.api.http.wire import FLOOR_LOGPROB
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from functools import partial
 import numpy as np
 from aiohttp import web
 
-from ..backends.api.wire import DEFAULT_MAX_TOKENS
+from ..backends.api.http.wire import DEFAULT_MAX_TOKENS
 from ..backends.local import LocalBackend, LocalConfig
 from ..types import BlackboxMIAError
 from .batcher import MicroBatcher

@@ -66,7 +66,7 @@ class Scorer(ABC):
         """k (percent) when the score is made of means of the lowest k% of the log-probs of each
         text it reads (k = 100: their mean), so bounds on those means bound the score and the
         black-box tracker need refine a text only until they are ε wide
-        (:mod:`blackbox_mia.backends.api.refine`); None when the score reads the values
+        (:mod:`blackbox_mia.backends.api.tracker.refine`); None when the score reads the values
         otherwise (then every value is refined to ε)."""
         return None
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from blackbox_mia.cache import ResponseCache
-from blackbox_mia.cache_keys import request_key
-from blackbox_mia.claims import ClaimTable
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+from blackbox_mia.backends.api.http.cache.keys import request_key
+from blackbox_mia.backends.api.http.cache.claims import ClaimTable
 
 from ..helpers_client import KEY, MODEL, completion_answer
 
@@ -75,8 +75,8 @@ def server():
 # the client's usage as JSON.
 WORKER = """
 import asyncio, json, sys
-from blackbox_mia.cache import ResponseCache
-from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 
 base_url, cache_dir, key, model, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 
@@ -126,7 +126,7 @@ def test_two_processes_on_one_cache_pay_for_each_request_once(server, tmp_path):
 
 HOLDER = """
 import sys, time
-from blackbox_mia.cache import ResponseCache
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 cache = ResponseCache(sys.argv[1])
 assert cache.claim(sys.argv[2])
 print("held", flush=True)
@@ -137,7 +137,7 @@ time.sleep(600)
 def test_claim_of_a_killed_process_does_not_block_the_next_one(server, tmp_path):
     import asyncio
 
-    from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+    from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 
     cache_dir = str(tmp_path / "responses")
     payload = {"prompt": [7, 8], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
@@ -163,7 +163,7 @@ def test_claim_of_a_killed_process_does_not_block_the_next_one(server, tmp_path)
 
 RELEASER = """
 import sys, time
-from blackbox_mia.cache import ResponseCache
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 cache = ResponseCache(sys.argv[1])
 assert cache.claim(sys.argv[2])
 print("held", flush=True)
@@ -176,7 +176,7 @@ cache.close()
 def test_waiter_asks_itself_when_a_live_holder_releases_without_an_answer(server, tmp_path):
     import asyncio
 
-    from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+    from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 
     cache_dir = str(tmp_path / "responses")
     payload = {"prompt": [7, 8], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
@@ -308,7 +308,7 @@ def test_claims_in_one_transaction_and_released_with_the_answer(tmp_path):
 
 def test_a_request_answered_between_a_cache_miss_and_its_claim_is_read_not_paid_again(server, tmp_path,
                                                                                        monkeypatch):
-    from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+    from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 
     payload = {"prompt": [1, 2], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
     answer = completion_answer(payload)
@@ -339,7 +339,7 @@ def test_a_request_answered_between_a_cache_miss_and_its_claim_is_read_not_paid_
 
 
 def test_claims_locked_by_another_process_too_long_give_a_clear_error(tmp_path, monkeypatch):
-    from blackbox_mia import claims as claims_module
+    from blackbox_mia.backends.api.http.cache import claims as claims_module
     from blackbox_mia.types import BlackboxMIAError
 
     monkeypatch.setattr(claims_module, "BUSY_TIMEOUT_S", 0.1)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from blackbox_mia.backends.api.dialect import CONTINUATION, CONTINUATION_SYSTEM
+from blackbox_mia.backends.api.http.dialect import CONTINUATION, CONTINUATION_SYSTEM
 from blackbox_mia.canary import CanaryConfig, build_corpus, load_manifest
 from blackbox_mia.canary.chat import (
     CHAT_CONTEXT,
@@ -139,7 +139,7 @@ def test_served_chat_canary_equals_the_white_box_model_on_the_rendered_prompt(ch
     every scored position's value is the local model's next-token log-prob after the rendered
     prompt of its prefix (no BOS: chat prompts are text)."""
     from blackbox_mia.backends.api import ApiBackend
-    from blackbox_mia.backends.api.client import ApiConfig
+    from blackbox_mia.backends.api.http.client import ApiConfig
     from blackbox_mia.backends.local import LocalBackend, LocalConfig
     from blackbox_mia.emulator import MODEL_TEMPLATE, ServerConfig, serve_in_background
 

@@ -158,7 +158,7 @@ def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
 def test_transport_url_and_sdk_errors():
     import openai
 
-    from blackbox_mia.backends.api.transport import Transport, status_error
+    from blackbox_mia.backends.api.http.transport import Transport, status_error
 
     transport = Transport("https://user:pw@api.example.com:8443/v1/?api-version=2", "k", 5.0)
     assert transport.url("prompt") == "https://api.example.com:8443/v1/completions?api-version=2"
@@ -173,7 +173,7 @@ def test_transport_url_and_sdk_errors():
 
 
 def test_transport_reads_the_proxy_from_the_environment_once(monkeypatch):
-    from blackbox_mia.backends.api.transport import env_proxy
+    from blackbox_mia.backends.api.http.transport import env_proxy
 
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)

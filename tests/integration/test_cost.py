@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from blackbox_mia.backends.api.client import ApiClient, BudgetExceeded
+from blackbox_mia.backends.api.http.client import ApiClient, BudgetExceeded
 from blackbox_mia.cost.prices import request_cost
 from blackbox_mia.cost.usage import Budget
-from blackbox_mia.cache import ResponseCache
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 from blackbox_mia.types import BlackboxMIAError
 
 from ..helpers_client import MODEL, config
@@ -114,8 +114,8 @@ def test_dry_run_predicts_the_bill_of_forced_read_out_exactly(tiny_model_dir, tm
 
 def test_max_cost_stops_a_black_box_run_and_a_higher_cap_resumes_it(tiny_model_dir, tmp_path):
     from blackbox_mia.backends.api import ApiBackend
-    from blackbox_mia.backends.api.client import ApiConfig
-    from blackbox_mia.backends.api.tracker import TrackerConfig
+    from blackbox_mia.backends.api.http.client import ApiConfig
+    from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
     from blackbox_mia.emulator import ServerConfig, serve_in_background
 
     texts = ["Tom has 3 red apples and 4 green ones.", "Mary buys 12 eggs for 2 dollars each."]

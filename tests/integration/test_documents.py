@@ -263,8 +263,8 @@ def test_cli_json_last_line_and_sampled_chunks(canary, doc_files, tmp_path):
 
 def test_documents_through_serve_equal_local(canary, local, doc_files, tmp_path):
     from blackbox_mia.backends.api import ApiBackend
-    from blackbox_mia.backends.api.client import ApiConfig
-    from blackbox_mia.backends.api.tracker import TrackerConfig
+    from blackbox_mia.backends.api.http.client import ApiConfig
+    from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
     from blackbox_mia.emulator import ServerConfig, serve_in_background
 
     docs, cal = doc_files

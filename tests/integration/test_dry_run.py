@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.cli import app
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from tests.tools.fault_proxy import FaultConfig, proxy_in_background

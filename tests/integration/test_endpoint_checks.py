@@ -17,8 +17,8 @@ from aiohttp import web
 from typer.testing import CliRunner
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiClient, ApiConfig
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.cli import app
 from blackbox_mia.emulator import ServerConfig, serve_in_background

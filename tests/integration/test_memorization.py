@@ -18,7 +18,7 @@ from blackbox_mia.audits.memorization import (
     split_text,
 )
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.cli import memorize  # noqa: F401  (registers the command)
 from blackbox_mia.cli.app import app

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.datasets import load_dataset
 from blackbox_mia.emulator import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.cost.estimate import CostEstimate
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.types import BlackboxMIAError
@@ -151,7 +151,7 @@ def test_bisection_refined_for_the_scores_through_the_emulator(local, peaked_mod
     """Loss and Min-K% (k = 20) of a served model's text by bisection refined to their needs: each
     score's interval from the values' bounds is at most ε and holds the white-box score, every
     value lies within its bounds, and it costs fewer requests than every value to ε."""
-    from blackbox_mia.backends.api.refine import score_widths
+    from blackbox_mia.backends.api.tracker.refine import score_widths
     from blackbox_mia.scorers.bounded import mean_smallest
 
     [white] = local.logprobs(texts[:1])

@@ -20,8 +20,8 @@ from blackbox_mia.audits.unlearning import (
 )
 from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary.unlearn import FORGET_FILE
 from blackbox_mia.datasets import Item

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.answers import Malformed, read_completion
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.tracker import TrackerConfig
+from blackbox_mia.backends.api.http.answers import Malformed, read_completion
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 

@@ -6,9 +6,9 @@ import socket
 import pytest
 
 import blackbox_mia
-from blackbox_mia.backends.api import errors
-from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.backends.api.errors import (
+from blackbox_mia.backends.api.http import errors
+from blackbox_mia.backends.api.http.client import ApiClient
+from blackbox_mia.backends.api.http.errors import (
     APIConnectionError,
     ApiError,
     APIStatusError,

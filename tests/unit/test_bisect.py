@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities
-from blackbox_mia.backends.api.flips import CHECK_LEADING, FlipChecks, first_step
-from blackbox_mia.backends.api.refine import score_widths, to_refine
-from blackbox_mia.backends.api.strategies import Position
-from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.api.tracker.flips import CHECK_LEADING, FlipChecks, first_step
+from blackbox_mia.backends.api.tracker.refine import score_widths, to_refine
+from blackbox_mia.backends.api.tracker.strategies import Position
+from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
 from blackbox_mia.scorers.bounded import mean_smallest
 
 from .test_tracker import SyntheticEndpoint

@@ -12,9 +12,9 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from blackbox_mia.cache import ResponseCache
-from blackbox_mia.cache_keys import request_key
-from blackbox_mia.cache_store import MIN_FILE_SIZE, BadRow, JsonDisk
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+from blackbox_mia.backends.api.http.cache.keys import request_key
+from blackbox_mia.backends.api.http.cache.disk import MIN_FILE_SIZE, BadRow, JsonDisk
 from blackbox_mia.types import BlackboxMIAError
 
 KEY = request_key("http://h/v1", "m", "completions", {"prompt": [1, 2], "max_tokens": 1})
@@ -88,7 +88,7 @@ def _quarantine(directory: Path) -> list[tuple]:
 def _assert_quarantined(directory: Path, key: str, reason: str, caplog) -> tuple:
     """A bad row of ``key``: read as a miss (asked again), moved to the Quarantine table with a
     reason matching ``reason``, reported once; the quarantined row is returned."""
-    with caplog.at_level("WARNING", logger="blackbox_mia.cache"), ResponseCache(directory) as cache:
+    with caplog.at_level("WARNING", logger="blackbox_mia.backends.api.http.cache.responses"), ResponseCache(directory) as cache:
         before = len(cache)
         assert cache.get(key) is None and cache.get(key) is None
         assert list(cache.quarantined) == [key] and re.search(reason, cache.quarantined[key])

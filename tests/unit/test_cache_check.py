@@ -13,9 +13,9 @@ from pathlib import Path
 import diskcache
 from typer.testing import CliRunner
 
-from blackbox_mia.cache import ResponseCache
-from blackbox_mia.cache_keys import request_key
-from blackbox_mia.cache_store import MIN_FILE_SIZE
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+from blackbox_mia.backends.api.http.cache.keys import request_key
+from blackbox_mia.backends.api.http.cache.disk import MIN_FILE_SIZE
 from blackbox_mia.cli import app
 
 KEYS = [request_key("http://h/v1", "m", "completions", {"prompt": [i]}) for i in range(60)]

@@ -17,10 +17,10 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.cache import ResponseCache
-from blackbox_mia.cache_keys import request_key
-from blackbox_mia.cache_store import MIN_FILE_SIZE, JsonDisk
+from blackbox_mia.backends.api.http.client import ApiClient
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+from blackbox_mia.backends.api.http.cache.keys import request_key
+from blackbox_mia.backends.api.http.cache.disk import MIN_FILE_SIZE, JsonDisk
 from blackbox_mia.types import BlackboxMIAError
 
 from ..helpers_client import MODEL, config
@@ -69,7 +69,7 @@ def test_a_bad_row_in_a_read_only_cache_is_reported_and_left_in_place(tmp_path, 
     with sqlite3.connect(directory / "cache.db") as db:
         db.execute("UPDATE Cache SET value = ? WHERE key = ?", (b"[1]", KEYS[0]))
     before = _snapshot(directory)
-    with caplog.at_level("WARNING", logger="blackbox_mia.cache"), ResponseCache(directory, read_only=True) as cache:
+    with caplog.at_level("WARNING", logger="blackbox_mia.backends.api.http.cache.responses"), ResponseCache(directory, read_only=True) as cache:
         assert cache.get(KEYS[0]) is None and cache.get(KEYS[0]) is None and cache.get(KEYS[1]) == {"n": 1}
         assert list(cache.quarantined) == [KEYS[0]] and "JSON list" in cache.quarantined[KEYS[0]]
     reports = [r.getMessage() for r in caplog.records if "quarantined row" in r.getMessage()]
@@ -84,8 +84,8 @@ def test_a_cache_that_cannot_be_written_is_opened_read_only(tmp_path, monkeypatc
     def refuse(*args, **kwargs):  # what diskcache raises opening a database it may not write
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setattr("blackbox_mia.cache.open_store", refuse)
-    with caplog.at_level("WARNING", logger="blackbox_mia.cache"), ResponseCache(directory) as cache:
+    monkeypatch.setattr("blackbox_mia.backends.api.http.cache.responses.open_store", refuse)
+    with caplog.at_level("WARNING", logger="blackbox_mia.backends.api.http.cache.responses"), ResponseCache(directory) as cache:
         assert "readonly database" in cache.read_only and cache.get(KEYS[1]) == {"n": 1}
     assert any("using it read-only" in r.getMessage() for r in caplog.records)
 
@@ -94,7 +94,7 @@ def test_any_other_failure_to_open_is_not_mistaken_for_read_only(tmp_path, monke
     def broken(*args, **kwargs):
         raise sqlite3.DatabaseError("file is not a database")
 
-    monkeypatch.setattr("blackbox_mia.cache.open_store", broken)
+    monkeypatch.setattr("blackbox_mia.backends.api.http.cache.responses.open_store", broken)
     with pytest.raises(BlackboxMIAError, match="not a database.*bbmia cache repair"):
         ResponseCache(tmp_path)
 
@@ -150,7 +150,7 @@ def test_a_full_disk_names_the_directory_and_the_space_and_keeps_every_answer(tm
 
 
 def test_a_full_disk_while_claiming_stops_before_anything_is_paid(tmp_path, monkeypatch):
-    monkeypatch.setattr("blackbox_mia.claims.ClaimTable.claim_many", _no_space)
+    monkeypatch.setattr("blackbox_mia.backends.api.http.cache.claims.ClaimTable.claim_many", _no_space)
     with ResponseCache(tmp_path) as cache, pytest.raises(BlackboxMIAError, match="no space left.*while claiming"):
         cache.claim_many([KEYS[0]])
 

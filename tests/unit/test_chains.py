@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities
-from blackbox_mia.backends.api.chains import Disturbances, Link, plan, read
+from blackbox_mia.backends.api.tracker.chains import Disturbances, Link, plan, read
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
-from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
 
 from .test_tracker import SyntheticEndpoint
 
@@ -125,7 +125,7 @@ def test_the_cost_estimate_counts_chained_requests_and_their_tokens():
     = 5.7946 requests, 1 + 0.6 × (7.866 × 1.64 + 0.125) = 8.8151 completion tokens (re-checks go
     alone); with the unbiased answers read by runs too, 0.789 requests and 2.89 completion tokens
     in place of the unbiased request's 1 and 1 (measured): 5.5836 and 10.7051."""
-    from blackbox_mia.backends.api.costs import per_position_rate
+    from blackbox_mia.backends.api.tracker.costs import per_position_rate
 
     rates = []
     for k, runs in ((1, False), (4, False), (4, True)):

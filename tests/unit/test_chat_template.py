@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from blackbox_mia.backends.api.client import ApiClient, ApiConfig
-from blackbox_mia.backends.api.dialect import (
+from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.http.dialect import (
     CHAT,
     CONTINUATION,
     CONTINUATION_SYSTEM,

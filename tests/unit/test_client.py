@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import diskcache
 import pytest
 
-import blackbox_mia.backends.api.fetch as fetch_module
-from blackbox_mia.backends.api.client import ApiClient, ApiConfig
-from blackbox_mia.backends.api.dialect import check_logit_bias
-from blackbox_mia.backends.api.faults import MAX_RETRY_AFTER_S, ApiError, retry_after_s
-from blackbox_mia.backends.api.limits import RateLimiter
-from blackbox_mia.cache import ResponseCache
-from blackbox_mia.cache_keys import request_key
+import blackbox_mia.backends.api.http.fetch as fetch_module
+from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.http.dialect import check_logit_bias
+from blackbox_mia.backends.api.http.faults import MAX_RETRY_AFTER_S, ApiError, retry_after_s
+from blackbox_mia.backends.api.http.limits import RateLimiter
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+from blackbox_mia.backends.api.http.cache.keys import request_key
 from blackbox_mia.types import BlackboxMIAError
 
 from ..helpers_client import KEY, MODEL, completion_answer, config

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.backends.api.dialect import COMPLETIONS
-from blackbox_mia.backends.api.errors import FAULTS, ApiError
-from blackbox_mia.backends.api.faults import connection_refused
+from blackbox_mia.backends.api.http.client import ApiClient
+from blackbox_mia.backends.api.http.dialect import COMPLETIONS
+from blackbox_mia.backends.api.http.errors import FAULTS, ApiError
+from blackbox_mia.backends.api.http.faults import connection_refused
 from blackbox_mia.types import BlackboxMIAError
 
 from ..helpers_client import KEY, config

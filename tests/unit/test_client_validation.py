@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from blackbox_mia.backends.api.faults import ApiError
+from blackbox_mia.backends.api.http.faults import ApiError
 
 from ..helpers_client import completion_answer
 

@@ -8,10 +8,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.endpoint import Endpoint, with_bos
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.cache import ResponseCache
+from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.tokenizers import HFTokenCodec
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.client import ApiConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.backends.generation import build_generation
 from blackbox_mia.backends.local import LocalBackend, LocalConfig

@@ -75,7 +75,7 @@ def test_the_checker_finds_a_cycle():
 
 def test_the_graph_reads_relative_and_nested_imports():
     graph = import_graph()
-    assert "blackbox_mia.backends.api.tracker_config" in graph["blackbox_mia.backends.api.strategies"]  # TYPE_CHECKING
+    assert "blackbox_mia.backends.api.tracker.config" in graph["blackbox_mia.backends.api.tracker.strategies"]  # TYPE_CHECKING
     assert "blackbox_mia.datasets" in graph["blackbox_mia.canary.dataset"]  # from .. import datasets
 
 

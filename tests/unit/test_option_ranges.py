@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from blackbox_mia.backends.api.config import ApiConfig, display_url
+from blackbox_mia.backends.api.http.config import ApiConfig, display_url
 from blackbox_mia.emulator import ServerConfig
 from blackbox_mia.scorers import parse_scorer, parse_scorers
 from blackbox_mia.types import BlackboxMIAError

@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from blackbox_mia.backends.api import flips
+from blackbox_mia.backends.api.tracker import flips
 from blackbox_mia.backends.api.capabilities import capabilities_path
-from blackbox_mia.backends.api.client import ApiClient, ApiConfig
+from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.endpoint import Endpoint
 from blackbox_mia.backends.api.probe import load_or_probe
-from blackbox_mia.backends.api.strategies import Estimate
-from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.api.tracker.strategies import Estimate
+from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.tokenizers import HFTokenCodec

@@ -11,8 +11,8 @@ import pytest
 
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.capabilities import Capabilities
-from blackbox_mia.backends.api.client import ApiConfig
-from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.api.http.client import ApiConfig
+from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 
@@ -67,7 +67,7 @@ def test_auto_reads_runs_where_the_probe_verified_them():
 def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
     """``auto`` = runs over bisection: the estimate is bisection's position by position, one
     unbiased request each (an upper bound), with both notes."""
-    from blackbox_mia.backends.api.costs import estimate
+    from blackbox_mia.backends.api.tracker.costs import estimate
 
     caps = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True, run_reading=True)
     tracker = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="auto"))
@@ -140,8 +140,8 @@ def test_bisection_reads_its_unbiased_answers_by_runs():
     answers 4 and 5, a 2-token run (the text's end) answers 6 and 7: 3 requests for 8 answers,
     each the one a request at its own prefix gives. Bisection from them ends with the same bounds
     as with one unbiased request per position, 5 requests fewer."""
-    from blackbox_mia.backends.api.runs import read_unbiased
-    from blackbox_mia.backends.api.strategies import Position
+    from blackbox_mia.backends.api.tracker.runs import read_unbiased
+    from blackbox_mia.backends.api.tracker.strategies import Position
 
     seq = [0, 1, 2, 3, 5, 6, 8, 9, 0]
     endpoint = SyntheticEndpoint(row)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from blackbox_mia.backends.api.senders import Senders
+from blackbox_mia.backends.api.http.senders import Senders
 
 
 async def test_at_most_n_in_progress_in_queue_order_and_next_started_in_the_same_step():

@@ -68,7 +68,7 @@ def test_parameters_of_the_other_endpoint_are_refused_naming_them(raw_url, name,
 
 
 def test_the_project_client_never_sends_chat_parameters_to_completions():
-    from blackbox_mia.backends.api.dialect import Completions
+    from blackbox_mia.backends.api.http.dialect import Completions
     from blackbox_mia.emulator.params import FOREIGN_PARAMETERS
 
     body = Completions().payload([1, 2], max_tokens=1, temperature=0.0, top_n=5, bias={3: 100}, echo=True,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from blackbox_mia.backends.api.client import ApiClient
-from blackbox_mia.backends.api.config import ApiConfig
+from blackbox_mia.backends.api.http.client import ApiClient
+from blackbox_mia.backends.api.http.config import ApiConfig
 from blackbox_mia.backends.api.endpoint import Endpoint
-from blackbox_mia.backends.api.errors import APIConnectionError, ApiError
-from blackbox_mia.backends.api.grammar import gbnf_literal, spelling_grammar
-from blackbox_mia.backends.api.spelling import Speller, unique_spelling
-from blackbox_mia.backends.api.strategies import Position
+from blackbox_mia.backends.api.http.errors import APIConnectionError, ApiError
+from blackbox_mia.backends.api.http.grammar import gbnf_literal, spelling_grammar
+from blackbox_mia.backends.api.tracker.spelling import Speller, unique_spelling
+from blackbox_mia.backends.api.tracker.strategies import Position
 from blackbox_mia.tokenizers.load import load_codec
 from blackbox_mia.types import BlackboxMIAError
 

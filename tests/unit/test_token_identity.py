@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from blackbox_mia.backends.api.endpoint import Endpoint, Listed, NextToken
-from blackbox_mia.backends.api.strategies import topn_upper_bound
+from blackbox_mia.backends.api.tracker.strategies import topn_upper_bound
 from blackbox_mia.tokenizers.base import ends_open
 from blackbox_mia.tokenizers.load import load_codec
 from blackbox_mia.types import BlackboxMIAError

@@ -11,8 +11,8 @@ import numpy as np
 
 from blackbox_mia.backends.api.capabilities import Capabilities
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
-from blackbox_mia.backends.api.strategies import Position
-from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.api.tracker.strategies import Position
+from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
 
 
 # -- a synthetic endpoint: exact logits, optional serving noise ---------------------------------

@@ -12,12 +12,12 @@ import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities, load_capabilities
 from blackbox_mia.backends.api.endpoint import Listed, NextToken
-from blackbox_mia.backends.api.strategies import (
+from blackbox_mia.backends.api.tracker.strategies import (
     Position,
     sampled_is_target,
     topn_upper_bound,
 )
-from blackbox_mia.backends.api.tracker import Tracker, TrackerConfig
+from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
 from blackbox_mia.types import BlackboxMIAError
 
 ALL = Capabilities("completions", 3, True, False, True, "pre-bias", True, False, True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...cache import ResponseCache
+from .http.cache.responses import ResponseCache
 from ...config import cache_root
 from ...cost.estimate import CostEstimate
 from ...tokenizers import load_codec
@@ -35,15 +35,15 @@ from ..base import GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..loop import in_daemon_thread
 from ..generation import sample_seed, strategy_name
 from .capabilities import Capabilities
-from .client import ApiClient, ApiConfig
-from .costs import estimate
+from .http.client import ApiClient, ApiConfig
+from .tracker.costs import estimate
 from .endpoint import Endpoint
 from .probe import load_or_probe
-from .tracker import Tracker
-from .tracker_config import TrackerConfig
+from .tracker.tracker import Tracker
+from .tracker.config import TrackerConfig
 
 if TYPE_CHECKING:
-    from .client import Usage
+    from .http.client import Usage
 
 INTERRUPT_GRACE_S = 5.0  # Ctrl-C: seconds the requests in flight get to land in the cache before they are cancelled
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from ...tokenizers import TokenCodec
 from ...tokenizers.base import BYTES_PREFIX
 from ...types import BlackboxMIAError
-from .client import ApiClient
-from .dialect import dialect_named
-from .errors import ApiError
-from .grammar import spelling_grammar
+from .http.client import ApiClient
+from .http.dialect import dialect_named
+from .http.errors import ApiError
+from .http.grammar import spelling_grammar
 
 Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)
 ECHO = "echo"  # prompt log-probs from echo + logprobs (OpenAI's legacy completions)

@@ -26,7 +26,7 @@ from .capabilities import (
     load_capabilities,
     save_capabilities,
 )
-from .client import ApiError
+from .http.client import ApiError
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, surely
 from .probe_checks import (
     ProbeRun,
@@ -42,7 +42,7 @@ from .probe_checks import (
     measure_tolerance,
     trial,
 )
-from .tracker_config import TrackerConfig
+from .tracker.config import TrackerConfig
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
 AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or the measured tolerance (nats)

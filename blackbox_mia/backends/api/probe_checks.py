@@ -14,14 +14,14 @@ from collections.abc import Awaitable
 from dataclasses import replace
 
 from ...types import BlackboxMIAError
-from .bisection import TextBisection
+from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
-from .choice import strategy_set
-from .client import ApiError
+from .tracker.choice import strategy_set
+from .http.client import ApiError
 from .endpoint import Endpoint, NextToken, surely
-from .spelling import Speller
-from .strategies import Position
-from .tracker_config import TrackerConfig
+from .tracker.spelling import Speller
+from .tracker.strategies import Position
+from .tracker.config import TrackerConfig
 
 GREEDY_STEPS = 6  # known positions on the model's greedy path
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character

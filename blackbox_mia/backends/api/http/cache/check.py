@@ -2,7 +2,7 @@
 
 :func:`verify` reads every row as the cache would (never unpickling anything) and reports the
 bad ones without writing a byte. :func:`repair` keeps every answer it can: bad rows are moved to
-the cache's ``Quarantine`` table (:func:`~blackbox_mia.cache_store.quarantine_rows`), and a damaged
+the cache's ``Quarantine`` table (:func:`~blackbox_mia.backends.api.http.cache.disk.quarantine_rows`), and a damaged
 database (a corrupt SQLite page) is moved aside whole to ``damaged-<time>/`` in the cache
 directory and rebuilt from every row that can still be read, row by row. Nothing is deleted.
 Run :func:`repair` while no other process uses the cache.
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache_store import (
+from .disk import (
     CACHE_FILE,
     QUARANTINE_TABLE,
     SQLITE_FULL_SYNC,
@@ -30,7 +30,7 @@ from .cache_store import (
     quarantine_rows,
 )
 from .claims import BUSY_TIMEOUT_S
-from .types import BlackboxMIAError
+from .....types import BlackboxMIAError
 
 CACHE_COLUMNS = ("key", "raw", "store_time", "expire_time", "access_time", "access_count", "tag", "size", "mode",
                  "filename", "value")  # diskcache's Cache table, but its rowid

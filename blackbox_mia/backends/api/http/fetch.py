@@ -23,15 +23,15 @@ from tenacity import (
     stop_any,
 )
 
-from ...cache import ResponseCache
-from ...cache_keys import canonical_json, request_key
-from ...claims import CLAIM_REFRESH_S
-from ...cost.prices import request_cost
-from ...cost.usage import Budget, Usage
-from ...types import BlackboxMIAError
-from ..loop import ThreadResults
+from .cache.responses import ResponseCache
+from .cache.keys import canonical_json, request_key
+from .cache.claims import CLAIM_REFRESH_S
+from ....cost.prices import request_cost
+from ....cost.usage import Budget, Usage
+from ....types import BlackboxMIAError
+from ...loop import ThreadResults
 from .answers import MESSAGE_CHARS, Malformed, billed_tokens, clip, decode_answer
-from .claims import ClaimBatcher
+from .cache.claim_batcher import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
 from .errors import ApiError, error_type
@@ -135,7 +135,7 @@ class AnswerFetcher:
         the claim, or has just answered it, it polls the cache until that answer appears
         (``paid`` False) or the claim goes (released, expired, or its holder died), then claims
         it itself. A won claim means nobody answered since the cache missed (see
-        :mod:`~blackbox_mia.claims`): the request is sent without a second look. A fresh answer
+        :mod:`~blackbox_mia.backends.api.http.cache.claims`): the request is sent without a second look. A fresh answer
         is cached as soon as it has passed validation, and the claim is released after that (or
         on failure)."""
         if self.cache is None:
@@ -164,7 +164,7 @@ class AnswerFetcher:
             self._heartbeat = asyncio.ensure_future(self._refresh_claims())
 
     async def _refresh_claims(self) -> None:
-        """Extend the cache claims every :data:`~blackbox_mia.claims.CLAIM_REFRESH_S` seconds until
+        """Extend the cache claims every :data:`~blackbox_mia.backends.api.http.cache.claims.CLAIM_REFRESH_S` seconds until
         none is held (a failure is logged: the claims then expire, and at worst another process
         pays for a request again)."""
         while True:

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from ...config import MAX_PORT
-from ...cost.prices import DEFAULT_PRICES, price_of
-from ...types import BlackboxMIAError
+from ....config import MAX_PORT
+from ....cost.prices import DEFAULT_PRICES, price_of
+from ....types import BlackboxMIAError
 from .dialect import dialect_named
 
 API_KEY_ENV = "OPENAI_API_KEY"

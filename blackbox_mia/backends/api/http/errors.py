@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import openai
 
-from ...types import BlackboxMIAError
+from ....types import BlackboxMIAError
 from .answers import Malformed
 
 FAULTS = ("final", "transient", "invalid")

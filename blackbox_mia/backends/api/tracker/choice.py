@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .capabilities import Capabilities
-from .endpoint import Endpoint
+from ..capabilities import Capabilities
+from ..endpoint import Endpoint
 from .flips import Bisect
 from .strategies import Estimate, Forced, Position, PostBias, Strategy, TopN
 
 if TYPE_CHECKING:
-    from .tracker_config import TrackerConfig
+    from .config import TrackerConfig
 
 FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .chains import Disturbances, Link, plan, read
-from .endpoint import surely
+from ..endpoint import surely
 from .flips import Bisect, Bracket, Gallop
 from .refine import to_refine
 from .strategies import Estimate, Position, Unidentified, topn_upper_bound

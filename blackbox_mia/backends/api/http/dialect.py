@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
-from ...types import BlackboxMIAError
+from ....types import BlackboxMIAError
 from .answers import read_chat, read_completion
 from .errors import ApiError
 from .wire import MAX_BIAS, MAX_BIAS_ENTRIES

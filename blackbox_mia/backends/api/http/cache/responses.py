@@ -1,13 +1,13 @@
 """Disk cache of raw API responses, stored as JSON only (never pickle).
 
 Every paid answer is written to disk as soon as it arrives, keyed by
-:func:`~blackbox_mia.cache_keys.request_key`, so a rerun of the same audit makes zero requests. Processes sharing one directory coordinate through
+:func:`~blackbox_mia.backends.api.http.cache.keys.request_key`, so a rerun of the same audit makes zero requests. Processes sharing one directory coordinate through
 claims (:meth:`ResponseCache.claim`): the one holding a request's claim asks the API, the others
 wait for its answer, so no request is paid for twice.
 
 The store on disk (JSON only, never pickle: a shared cache directory must never be a way to run
-code) and its failure modes are :mod:`blackbox_mia.cache_store`; keys are
-:mod:`blackbox_mia.cache_keys`.
+code) and its failure modes are :mod:`blackbox_mia.backends.api.http.cache.disk`; keys are
+:mod:`blackbox_mia.backends.api.http.cache.keys`.
 
 The cache never asks to be deleted (it holds paid answers):
 
@@ -20,7 +20,7 @@ The cache never asks to be deleted (it holds paid answers):
 * a full disk is a :class:`BlackboxMIAError` naming the directory, the bytes the write needed and
   the bytes free; every committed answer stays;
 * a damaged database (a corrupt SQLite page) is a :class:`BlackboxMIAError` pointing at
-  ``bbmia cache repair`` (:mod:`blackbox_mia.cache_check`), which keeps every readable row.
+  ``bbmia cache repair`` (:mod:`blackbox_mia.backends.api.http.cache.check`), which keeps every readable row.
 
 The API key is never part of a key or a value.
 """
@@ -45,7 +45,7 @@ from typing import Self
 
 import diskcache
 
-from .cache_store import (
+from .disk import (
     CACHE_FILE,
     QUARANTINE_TABLE,
     SQLITE_FULL_SYNC,
@@ -63,8 +63,8 @@ from .cache_store import (
     unusable,
 )
 from .claims import BUSY_TIMEOUT_S, CLAIM_TTL_S, ClaimTable
-from .config import cache_root
-from .types import BlackboxMIAError
+from .....config import cache_root
+from .....types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _settle(future: concurrent.futures.Future, error: BaseException | None) -> N
 
 
 class ResponseCache:
-    """Raw API responses (JSON dicts) on disk, keyed by :func:`~blackbox_mia.cache_keys.request_key`.
+    """Raw API responses (JSON dicts) on disk, keyed by :func:`~blackbox_mia.backends.api.http.cache.keys.request_key`.
 
     Args:
         directory: where the cache lives; default ``cache_root() / "responses"``.
@@ -264,7 +264,7 @@ class ResponseCache:
         its batch fail is retried alone, so one bad value fails only its own future.
         ``release``: the answer was obtained under a claim: once the row is committed, give up
         this instance's claim on ``key`` and mark ``key`` answered (a batch's claims and marks in
-        one transaction; see :mod:`~blackbox_mia.claims`). Await it from asyncio with
+        one transaction; see :mod:`~blackbox_mia.backends.api.http.cache.claims`). Await it from asyncio with
         ``asyncio.wrap_future`` (many of them: :class:`~blackbox_mia.backends.loop.ThreadResults`,
         one loop wakeup per commit); rows queued before :meth:`close` are all written before it
         returns.
@@ -354,14 +354,14 @@ class ResponseCache:
         """Try to become the one process that asks the API for each of ``keys``, in one SQLite
         write transaction; per key, whether it worked.
 
-        Atomic across processes (:class:`~blackbox_mia.claims.ClaimTable`). A claim expires after
+        Atomic across processes (:class:`~blackbox_mia.backends.api.http.cache.claims.ClaimTable`). A claim expires after
         ``ttl_s`` seconds unless :meth:`refresh_claims` extends it. A claim whose holder is dead
-        (same host, the process is gone: :func:`~blackbox_mia.claims.holder_alive`) or that
+        (same host, the process is gone: :func:`~blackbox_mia.backends.api.http.cache.claims.holder_alive`) or that
         expired is taken over at once; a live holder's (this instance's own included) is not,
         nor is a key whose answer was just written under a claim (False: read the cache, or wait
         for the answer or for the claim to go). So a key won here was not answered since the
         caller last missed it in the cache (less than
-        :data:`~blackbox_mia.claims.ANSWERED_TTL_S` ago). Release it with :meth:`release` (or
+        :data:`~blackbox_mia.backends.api.http.cache.claims.ANSWERED_TTL_S` ago). Release it with :meth:`release` (or
         with the answer: :meth:`put_soon`).
 
         Raises:
@@ -392,7 +392,7 @@ class ResponseCache:
     def refresh_claims(self, ttl_s: float = CLAIM_TTL_S) -> int:
         """Extend every claim this instance holds to expire ``ttl_s`` seconds from now; how many
         were extended (an expired one, which another process may have taken over, is dropped).
-        Call it every :data:`~blackbox_mia.claims.CLAIM_REFRESH_S` seconds while claims are held.
+        Call it every :data:`~blackbox_mia.backends.api.http.cache.claims.CLAIM_REFRESH_S` seconds while claims are held.
 
         Raises:
             BlackboxMIAError: the claims database is unusable.

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .endpoint import Candidates, Endpoint
+from ..endpoint import Candidates, Endpoint
 from .strategies import AFTER_TOKENS, Estimate, Position
 
 # tokens llama-cpp-python may generate past max_tokens once the spelled characters are complete

@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 import hashlib
 
-from .io import dumps_strict
-from .types import BlackboxMIAError
+from .....io import dumps_strict
+from .....types import BlackboxMIAError
 
 
 def canonical_json(value: object) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .endpoint import NextToken, surely
+from ..endpoint import NextToken, surely
 
 # the most positions (generated tokens) one chained request covers: on 8 GSM8K train questions
 # through the dup-16 canary, 4 / 8 / 16 gave 5.87 / 5.86 / 5.85 requests and 8.6 / 10.0 / 10.7

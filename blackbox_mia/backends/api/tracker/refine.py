@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...scorers.bounded import set_size
+from ....scorers.bounded import set_size
 from .flips import BIAS_ROUNDING_SLACK
 
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from .capabilities import Capabilities
-from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, may_be, surely
+from ..capabilities import Capabilities
+from ..endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, may_be, surely
 
 if TYPE_CHECKING:
-    from .tracker_config import TrackerConfig
+    from .config import TrackerConfig
 
 REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows this much per entry
 

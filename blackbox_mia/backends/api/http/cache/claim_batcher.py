@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ...cache import ResponseCache
+from .responses import ResponseCache
 
 
 class ClaimBatcher:

@@ -7,7 +7,7 @@ per-request CPU) and adds what an audit needs:
 * one validation step for every answer, fresh or cached: shape, every requested field present,
   every number finite, lengths consistent (see :mod:`.answers`). An answer that fails it is
   never cached: it is retried, and a cached row that fails it is dropped and asked again;
-* a disk cache of the raw response JSON (:class:`~blackbox_mia.cache.ResponseCache`), queued as
+* a disk cache of the raw response JSON (:class:`~blackbox_mia.backends.api.http.cache.responses.ResponseCache`), queued as
   soon as an answer has passed validation (in the step that received it) and written before the
   answer is returned, so a rerun makes zero requests; the rows go to the cache's writer thread, which commits many in one transaction,
   so the event loop never waits on a disk flush; processes sharing a cache directory claim
@@ -49,9 +49,9 @@ from typing import Self
 
 import openai
 
-from ...cache import ResponseCache
-from ...cost.usage import BudgetExceeded, Usage
-from ...types import BlackboxMIAError
+from .cache.responses import ResponseCache
+from ....cost.usage import BudgetExceeded, Usage
+from ....types import BlackboxMIAError
 from .answers import MESSAGE_CHARS
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect

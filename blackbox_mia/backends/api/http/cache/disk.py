@@ -8,8 +8,8 @@ diskcache's default ``Disk`` (and even its ``JSONDisk``, through the pickle bran
 
 A bad row is moved to the ``Quarantine`` table of ``cache.db`` (:func:`quarantine_rows`); the
 errors for a damaged, read-only or full cache (:func:`unusable`, :func:`read_only_error`,
-:func:`disk_full`) name the directory and the fix. Used by :class:`~blackbox_mia.cache.ResponseCache`
-and ``bbmia cache verify/repair`` (:mod:`blackbox_mia.cache_check`).
+:func:`disk_full`) name the directory and the fix. Used by :class:`~blackbox_mia.backends.api.http.cache.responses.ResponseCache`
+and ``bbmia cache verify/repair`` (:mod:`blackbox_mia.backends.api.http.cache.check`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from urllib.parse import quote
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
-from .types import BlackboxMIAError
+from .....types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .capabilities import Capabilities
-from .endpoint import Endpoint, NextToken, surely
+from ..capabilities import Capabilities
+from ..endpoint import Endpoint, NextToken, surely
 from .strategies import Estimate, Position, Strategy, Unidentified, topn_upper_bound
 
 if TYPE_CHECKING:
-    from .tracker_config import TrackerConfig
+    from .config import TrackerConfig
 
 BIAS_ROUNDING_SLACK = 2e-6  # nats: biases are rounded to 1e-6, so a bracket halved to ε may be this much wider
 CHECK_LEADING = 1  # bisection re-checks every bracket whose prefix is at most this many tokens (a text's first)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...types import BlackboxMIAError
+from ....types import BlackboxMIAError
 from .chains import CHAIN_TOKENS
-from .wire import MAX_BIAS
+from ..http.wire import MAX_BIAS
 
 STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
 MAX_TOP_N = 100  # default TrackerConfig.max_top_n (entries per position a request asks for)

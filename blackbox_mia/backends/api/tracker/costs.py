@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
-from ...cost.estimate import CostEstimate
-from ...text.windows import sliding_windows
+from ....cost.estimate import CostEstimate
+from ....text.windows import sliding_windows
 from .flips import CHECK_LEADING, first_step
 from .tracker import Tracker
 

@@ -65,20 +65,20 @@ from dataclasses import asdict, replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...text.windows import sliding_windows
-from ...tokenizers import TokenCodec
-from ...tokenizers.long import LongEncoder
-from ...types import BlackboxMIAError, Provenance, TokenLogprobs
-from ..loop import in_daemon_thread
+from ....text.windows import sliding_windows
+from ....tokenizers import TokenCodec
+from ....tokenizers.long import LongEncoder
+from ....types import BlackboxMIAError, Provenance, TokenLogprobs
+from ...loop import in_daemon_thread
 from .bisection import TextBisection
-from .capabilities import Capabilities
+from ..capabilities import Capabilities
 from .choice import FALLBACKS, strategy_set
-from .endpoint import Endpoint, with_bos
+from ..endpoint import Endpoint, with_bos
 from .flips import Gallop
 from .runs import RunReader, read_unbiased
 from .spelling import Speller
 from .strategies import Estimate, Position, Prompt
-from .tracker_config import TrackerConfig
+from .config import TrackerConfig
 
 
 class Tracker:

@@ -28,7 +28,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
 
-from .endpoint import Endpoint, surely
+from ..endpoint import Endpoint, surely
 from .strategies import Estimate, Position
 
 RUN_FIRST_TOKENS = 4  # max_tokens of a text's first run request; doubles after a run that matched throughout
