@@ -27,7 +27,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Backend": "blackbox_mia.backends.base",
-    "BackendOptions": "blackbox_mia.backends.registry",
+    "LocalOptions": "blackbox_mia.backends.registry",
+    "ApiOptions": "blackbox_mia.backends.registry",
+    "options_from_query": "blackbox_mia.backends.registry",
     "build_backend": "blackbox_mia.backends.registry",
     "LocalBackend": "blackbox_mia.backends.local",
     "LocalConfig": "blackbox_mia.backends.local",

@@ -114,10 +114,10 @@ def cached_scores(canary: Path, scorer_spec: str, cache: Path) -> dict:
 
 def _score(canary: Path, scorer_spec: str, items: list, meta: dict, path: Path) -> list:
     """Score ``items`` under the canary with the local backend (resumable ``path``)."""
-    from blackbox_mia.backends.registry import BackendOptions, build_backend
+    from blackbox_mia.backends.registry import build_backend
 
     scorer = parse_scorer(scorer_spec)
-    backends = {"target": build_backend(f"local:{canary}", BackendOptions(device="cpu"))}
+    backends = {"target": build_backend(f"local:{canary}?device=cpu")}
     return score_items(items, [scorer], backends, path, run_config([scorer], backends, meta), progress=False)
 
 

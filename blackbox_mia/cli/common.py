@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 from ..backends.api.http.config import display_url
 from ..backends.base import Backend
-from ..backends.registry import BackendOptions, build_backend, parse_spec
+from ..backends.options import KINDS, check_ranges, merge_options
+from ..backends.registry import build_backend, parse_spec, split_query
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
-from ..config import check_number
+from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..evaluation import auc
 from ..types import BlackboxMIAError
-from .options import with_dataclass_options
+from .options import flags_of, option_fields, with_dataclass_options
 
 
 PRECISIONS = ("scores", "token")
@@ -26,18 +28,63 @@ BASE_URL_ENV = "OPENAI_BASE_URL"
 """The environment variable the OpenAI SDK reads its endpoint from (the key: ``OPENAI_API_KEY``)."""
 
 
-@dataclass(frozen=True)
-class TargetOptions(BackendOptions):
-    """Command-line choice of the target model (``--local`` or ``--base-url``/``--model``) and
-    the reference model (``--ref``, any backend spec), plus the settings every backend of the
-    command is built with (the :class:`~blackbox_mia.backends.registry.BackendOptions` fields).
+def _flag_fields() -> list[tuple[str, object, object]]:
+    """One ``(name, type | None, field(default=None))`` per command-line field of every
+    registered kind's options (a name two kinds share is one flag)."""
+    hints: dict[str, object] = {}
+    for kind in KINDS.values():
+        types = typing.get_type_hints(kind.options)
+        for f in option_fields(kind.options):
+            hints.setdefault(f.name, types[f.name] | None)
+    return [(name, hint, field(default=None)) for name, hint in hints.items()]
 
-    Numeric options are checked on construction, before any model is loaded or request sent.
+
+BackendFlags = make_dataclass(
+    "BackendFlags", _flag_fields(), frozen=True,
+    namespace={"__module__": __name__, "__doc__": """The backend settings as command-line flags: one field per field of a registered kind's
+    options (:class:`~blackbox_mia.backends.local.kind.LocalOptions`,
+    :class:`~blackbox_mia.backends.api.kind.ApiOptions`) that is a flag, ``None`` when not given.
+    :func:`build_from_flags` maps them onto the options of the kind a spec names."""},
+)
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a backend setting (``context`` → ``--context-tokens``)."""
+    return flags_of(name, TARGET_OPTIONS[name].get("flags"))[0]
+
+
+def build_from_flags(spec: str, flags: BackendFlags, refine: tuple[float, ...] = ()) -> Backend:
+    """The backend ``spec`` names, its options from the spec's query and the flags given (the
+    one place flags become a kind's options); a flag and a query key for the same setting must
+    agree. A kind whose options refine bisection (``refine_for``) gets ``refine``.
 
     Raises:
-        BlackboxMIAError: ``--epsilon`` not a finite number > 0 (nats), ``--concurrency`` < 1,
+        BlackboxMIAError: a malformed spec or query, a flag and a query key that disagree
+            (naming both), or the backend cannot be built.
+    """
+    kind, rest = parse_spec(spec)
+    cls = KINDS[kind].options
+    given = {f.name: getattr(flags, f.name) for f in option_fields(cls) if getattr(flags, f.name) is not None}
+    options = merge_options(kind, split_query(rest)[1], given, flag_of)
+    if hasattr(options, "refine_for"):
+        options = replace(options, refine_for=refine)
+    return build_backend(spec, options)
+
+
+@dataclass(frozen=True)
+class TargetOptions(BackendFlags):
+    """Command-line choice of the target model (``--local`` or ``--base-url``/``--model``) and
+    the reference model (``--ref``, any backend spec), plus the settings every backend of the
+    command is built with (the :class:`BackendFlags` fields).
+
+    Numeric options are checked on construction, before any model is loaded or request sent,
+    against the ranges of the kinds' options.
+
+    Raises:
+        BlackboxMIAError: ``--precision`` not one of :data:`PRECISIONS`; a number out of its
+            range (``--epsilon`` not a finite number > 0 (nats), ``--concurrency`` < 1,
             ``--rpm``/``--tpm`` not finite and > 0, ``--context-tokens`` < 2,
-            ``--batch-tokens`` < 1.
+            ``--batch-tokens`` < 1, ...).
     """
 
     local: str | None = None
@@ -50,15 +97,8 @@ class TargetOptions(BackendOptions):
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise BlackboxMIAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        check_number("--epsilon", self.epsilon, above=0)
-        check_number("--concurrency", self.concurrency, at_least=1)
-        check_number("--rpm", self.rpm, above=0)
-        check_number("--tpm", self.tpm, above=0)
-        check_number("--context-tokens", self.context, at_least=2)
-        check_number("--batch-tokens", self.batch_tokens, at_least=1)
-        check_number("--threads", self.threads, at_least=1)
-        check_number("--max-memory", self.max_memory_gb, above=0)
-        check_number("--max-cost", self.max_cost, above=0)
+        for kind in KINDS.values():
+            check_ranges(kind.options, {f.name: getattr(self, f.name) for f in option_fields(kind.options)}, flag_of)
 
     def target_spec(self, env: Mapping[str, str] | None = None) -> str:
         """The target as a backend spec: ``local:PATH`` or ``api:MODEL@URL``.
@@ -79,7 +119,7 @@ class TargetOptions(BackendOptions):
         if self.local and self.base_url:
             raise BlackboxMIAError("choose one target: --local PATH, or --base-url URL --model NAME, not both")
         if self.local:
-            return f"local:{local_model_path(self.local)}"
+            return normalized_spec(f"local:{self.local}")
         env = os.environ if env is None else env
         base_url, source = (self.base_url, "--base-url") if self.base_url else (env.get(BASE_URL_ENV), BASE_URL_ENV)
         if not base_url:
@@ -101,30 +141,34 @@ def local_model_path(model: str) -> str:
 
 
 def normalized_spec(spec: str) -> str:
-    """A backend spec with its local model path normalised (:func:`local_model_path`); other
-    kinds as given.
+    """A backend spec with its local model path normalised (:func:`local_model_path`), its
+    ``?`` settings kept; other kinds as given.
 
     Raises:
         BlackboxMIAError: a malformed spec (see :func:`~blackbox_mia.backends.registry.parse_spec`).
     """
     kind, rest = parse_spec(spec)
-    return f"local:{local_model_path(rest)}" if kind == "local" and rest else spec
+    path, query = split_query(rest)
+    if kind != "local" or not path:
+        return spec
+    return f"local:{local_model_path(path)}" + (f"?{query}" if query else "")
 
 
 def build_backends(opts: TargetOptions, scorers: Sequence[Scorer]) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options, through the backend
-    registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``); a
-    black-box tracker refines values to the precision ``scorers`` need
-    (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
+    registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``, with
+    ``?key=value`` settings); a black-box tracker refines values to the precision ``scorers``
+    need (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
 
     Raises:
-        BlackboxMIAError: no target, both a local model and an endpoint, a bad spec.
+        BlackboxMIAError: no target, both a local model and an endpoint, a bad spec, a flag
+            and a query key that disagree.
     """
-    opts = replace(opts, refine_for=refine_for(scorers) if opts.precision == "scores" else ())
-    backends = {TARGET: build_backend(opts.target_spec(), opts)}
+    refine = refine_for(scorers) if opts.precision == "scores" else ()
+    backends = {TARGET: build_from_flags(opts.target_spec(), opts, refine)}
     if opts.ref:
         try:
-            backends[REFERENCE] = build_backend(normalized_spec(opts.ref), opts)
+            backends[REFERENCE] = build_from_flags(normalized_spec(opts.ref), opts, refine)
         except BaseException:
             close_all(backends)
             raise
@@ -185,7 +229,7 @@ TARGET_OPTIONS = {
     "batch_tokens": {"help": "padded tokens per forward pass", "rich_help_panel": "Local model"},
     "threads": {"help": "torch CPU threads (default: one per core, never more)", "rich_help_panel": "Local model"},
     "max_memory_gb": {"flags": ("--max-memory",), "help": "memory budget of one forward pass in GiB (default: from the device)", "rich_help_panel": "Local model"},
-    "local_engine": {"help": "torch, or vllm (extra 'vllm')", "rich_help_panel": "Local model"},
+    "engine": {"flags": ("--local-engine",), "help": "torch, or vllm (extra 'vllm')", "rich_help_panel": "Local model"},
     "chat_template": {"help": "with --endpoint chat: 'continuation' or a template file", "rich_help_panel": "Target"},
     "max_cost": {"help": "stop cleanly before the request that would take the spend past this many USD", "rich_help_panel": "Tracker"},
     "precision": {"help": "bisection refines each text until the requested scores are --epsilon-precise "
@@ -197,6 +241,15 @@ TARGET_OPTIONS = {
     "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
 }
 
-with_target_options = with_dataclass_options(TargetOptions, "target", TARGET_OPTIONS)
+def shown_defaults(options: Mapping[str, Mapping]) -> dict[str, Mapping]:
+    """``options`` with each backend setting's default (from its kind's options class) shown
+    in the help: the flags themselves default to ``None``, "not given"."""
+    defaults = {f.name: f.default for kind in KINDS.values() for f in option_fields(kind.options)}
+    return {name: {**spec, "show_default": str(defaults[name])}
+            if defaults.get(name) is not None and not isinstance(defaults[name], bool) else spec
+            for name, spec in options.items()}
+
+
+with_target_options = with_dataclass_options(TargetOptions, "target", shown_defaults(TARGET_OPTIONS))
 """Add the target-model options (``--local`` or ``--base-url``/``--model`` and friends) to a
 typer command; the command receives them as one ``target: TargetOptions`` argument."""

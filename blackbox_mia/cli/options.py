@@ -42,6 +42,12 @@ def option_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if not NOT_AN_OPTION.items() <= f.metadata.items()]
 
 
+def flags_of(name: str, flags: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The command-line names of the option field ``name``: ``flags`` when given, else
+    ``("--field-name",)``."""
+    return flags or ("--" + name.replace("_", "-"),)
+
+
 def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]):
     """Decorator: give a typer command one option per field of the dataclass ``cls`` (but those
     marked :data:`~blackbox_mia.config.NOT_AN_OPTION`); the command receives them as one keyword
@@ -64,7 +70,7 @@ def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]
     extra = []
     for name, spec in options.items():
         settings = dict(spec)
-        flags = settings.pop("flags", ("--" + name.replace("_", "-"),))
+        flags = flags_of(name, settings.pop("flags", None))
         extra.append(
             inspect.Parameter(
                 name,

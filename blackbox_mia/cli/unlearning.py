@@ -9,25 +9,34 @@ from typing import Annotated
 
 import typer
 
-from ..backends.registry import KIND_PREFIX, BackendOptions, build_backend
+from ..backends.registry import KIND_PREFIX, split_query
 from ..canary.unlearn import ALL_MEMBERS, GRADIENT_ASCENT
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .canary import canary_app
-from .common import TARGET_OPTIONS, TargetOptions, format_table, normalized_spec
+from .common import (
+    TARGET_OPTIONS,
+    BackendFlags,
+    TargetOptions,
+    build_from_flags,
+    format_table,
+    normalized_spec,
+    shown_defaults,
+)
 from .options import option_fields, parse_numbers, with_dataclass_options
 
 with_backend_options = with_dataclass_options(
-    BackendOptions, "backend", {f.name: TARGET_OPTIONS[f.name] for f in option_fields(BackendOptions)}
+    BackendFlags, "backend", shown_defaults({f.name: TARGET_OPTIONS[f.name] for f in option_fields(BackendFlags)})
 )
 
 
 def local_path(spec: str) -> Path | None:
-    """The model directory of a local backend spec (``local:PATH`` or a bare path), else None."""
+    """The model directory of a local backend spec (``local:PATH`` or a bare path, without its
+    ``?`` settings), else None."""
     match = KIND_PREFIX.match(spec)
     if match is None:
-        return Path(spec)
-    return Path(match["rest"]) if match["kind"] == "local" else None
+        return Path(split_query(spec)[0])
+    return Path(split_query(match["rest"])[0]) if match["kind"] == "local" else None
 
 
 def default_truth(after: str) -> Path | None:
@@ -77,7 +86,7 @@ def unlearning(
     quiet: bool = typer.Option(False, help="no progress bar or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
     *,
-    backend: BackendOptions,
+    backend: BackendFlags,
 ):
     """Did unlearning fail? Min-K% under the original (--before) and the unlearned (--after)
     model; a text whose ratio min_k(after) / min_k(before) lies inside the window is flagged
@@ -110,13 +119,13 @@ def unlearning(
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
         truth_dir = truth if truth is not None else default_truth(after)
         out = out_dir or Path("runs") / f"unlearning-{dataset_slug(plan.meta['name'])}"
-        models = [build_backend(normalized_spec(before), backend)]
+        models = [build_from_flags(normalized_spec(before), backend)]
         try:
-            models.append(build_backend(normalized_spec(after), backend))
+            models.append(build_from_flags(normalized_spec(after), backend))
             truth_model = None
             if truth_dir is not None:
                 same = local_path(after) is not None and local_path(after).resolve() == truth_dir.resolve()
-                truth_model = models[1] if same else build_backend(f"local:{truth_dir}", backend)
+                truth_model = models[1] if same else build_from_flags(f"local:{truth_dir}", backend)
                 if not same:
                     models.append(truth_model)
             result = run_unlearning(plan, models[0], models[1], out,

@@ -36,9 +36,9 @@ def served(peaked_model_dir):
 
 
 def api_backend(url, model_dir, cache_dir):
-    from blackbox_mia import BackendOptions, build_backend
+    from blackbox_mia import ApiOptions, build_backend
 
-    return build_backend(f"api:{model_dir}@{url}", BackendOptions(tokenizer=str(model_dir), cache_dir=cache_dir))
+    return build_backend(f"api:{model_dir}@{url}", ApiOptions(tokenizer=str(model_dir), cache_dir=cache_dir))
 
 
 def assert_within_bounds(black, white):

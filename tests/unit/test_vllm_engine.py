@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from blackbox_mia.backends import BackendOptions, build_backend
+from blackbox_mia.backends import LocalOptions, build_backend
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.backends.vllm_engine import VllmBackend, VllmConfig
 from blackbox_mia.types import BlackboxMIAError
@@ -65,7 +65,7 @@ def fake_vllm(monkeypatch):
 
 def test_values_equal_the_torch_backend_one_prompt_per_text(fake_vllm, tiny_model_dir):
     texts = [q[:60] for q in gsm8k_questions(4)]
-    backend = build_backend(f"local:{tiny_model_dir}", BackendOptions(local_engine="vllm"))
+    backend = build_backend(f"local:{tiny_model_dir}?engine=vllm")
     assert isinstance(backend, VllmBackend) and backend.features == {"logprobs"}
     got = backend.logprobs(texts)
     want = LocalBackend(LocalConfig(str(tiny_model_dir))).logprobs(texts)
@@ -92,11 +92,11 @@ def test_long_texts_are_windowed_like_the_torch_backend(fake_vllm, tiny_model_di
 def test_without_vllm_a_clear_error(monkeypatch, tiny_model_dir):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
     with pytest.raises(BlackboxMIAError, match=r"needs vLLM.*pip install 'blackbox_mia\[vllm\]'"):
-        build_backend(f"local:{tiny_model_dir}", BackendOptions(local_engine="vllm"))
+        build_backend(f"local:{tiny_model_dir}", LocalOptions(engine="vllm"))
 
 
 def test_unknown_engine_and_missing_path(tiny_model_dir):
     with pytest.raises(BlackboxMIAError, match="unknown --local-engine 'onnx'"):
-        build_backend(f"local:{tiny_model_dir}", BackendOptions(local_engine="onnx"))
+        build_backend(f"local:{tiny_model_dir}", LocalOptions(engine="onnx"))
     with pytest.raises(BlackboxMIAError, match="local model path '/nonexistent' does not exist"):
         build_backend("local:/nonexistent")
