@@ -100,6 +100,11 @@ class TargetOptions(BackendFlags):
         for kind in KINDS.values():
             check_ranges(kind.options, {f.name: getattr(self, f.name) for f in option_fields(kind.options)}, flag_of)
 
+    @property
+    def local_model(self) -> str | None:
+        """The ``--local`` model without its ``?`` settings; ``None`` without ``--local``."""
+        return split_query(self.local)[0] if self.local else None
+
     def target_spec(self, env: Mapping[str, str] | None = None) -> str:
         """The target as a backend spec: ``local:PATH`` or ``api:MODEL@URL``.
 

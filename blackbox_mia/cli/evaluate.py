@@ -149,7 +149,7 @@ def sweep_command(
             resume=not overwrite,
         )
         log = messages(quiet)
-        plan = prepare_sweep(config, target_model=target.local, cache_dir=target.cache_dir, log=log)
+        plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
         run_audit(target, [plan.scorer], lambda b: print_dry_run(plan.scored_groups(), [plan.scorer], b, json_out),
                   lambda b: run_sweep(plan, b, out, progress=not quiet, log=log),
