@@ -17,6 +17,7 @@ Numeric ranges are each class's ``ranges`` (checked by :func:`~blackbox_mia.conf
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -28,6 +29,9 @@ from urllib.parse import unquote
 from ..config import check_number
 from ..types import BlackboxMIAError
 from .base import Backend
+
+KIND_NAME = r"[a-z][a-z0-9_]*"
+"""A backend kind's name: lowercase letters, digits and ``_``, starting with a letter."""
 
 NOT_A_QUERY_KEY = {"query": False}
 """Metadata of an options field that a spec's query may not set (``field(metadata=...)``)."""
@@ -85,7 +89,7 @@ def register_backend(kind: str, options: type[KindOptions], form: str | None = N
     Raises:
         BlackboxMIAError: ``kind`` is already registered or not a lowercase name.
     """
-    if not kind.isidentifier() or kind != kind.lower() or kind.startswith("_"):
+    if not re.fullmatch(KIND_NAME, kind):
         raise BlackboxMIAError(f"backend kind {kind!r} must be a lowercase name")
     if kind in KINDS:
         raise BlackboxMIAError(f"backend kind {kind!r} is already registered")
@@ -151,7 +155,8 @@ def merge_options(kind: str, query: str, given: Mapping[str, Any] | None = None,
     for key, value in from_query.items():
         if key in given and given[key] != value:
             name = name_of(key) if name_of else key
-            raise BlackboxMIAError(f"{name} {given[key]!r} and the {kind}: spec's ?{key}={texts[key]} disagree: give one")
+            shown = repr(given[key]) if isinstance(given[key], str) else str(given[key])
+            raise BlackboxMIAError(f"{name} {shown} and the {kind}: spec's ?{key}={texts[key]} disagree: give one")
     return cls(**{**given, **from_query})
 
 

@@ -30,9 +30,9 @@ from ..types import BlackboxMIAError
 from .api.kind import ApiOptions
 from .base import Backend
 from .local.kind import LocalOptions
-from .options import KINDS, KindOptions, given_settings, merge_options, options_from_query, register_backend
+from .options import KIND_NAME, KINDS, KindOptions, given_settings, merge_options, options_from_query, register_backend
 
-KIND_PREFIX = re.compile(r"^(?P<kind>[a-z][a-z0-9_]*):(?P<rest>.*)$")
+KIND_PREFIX = re.compile(rf"^(?P<kind>{KIND_NAME}):(?P<rest>.*)$")
 
 __all__ = [
     "ApiOptions", "LocalOptions", "build_backend", "options_from_query", "parse_spec", "register_backend", "split_query",

@@ -33,19 +33,17 @@ def _flag_fields() -> list[tuple[str, object, object]]:
     registered kind's options (a name two kinds share is one flag)."""
     hints: dict[str, object] = {}
     for kind in KINDS.values():
-        types = typing.get_type_hints(kind.options)
+        declared = typing.get_type_hints(kind.options)
         for f in option_fields(kind.options):
-            hints.setdefault(f.name, types[f.name] | None)
+            hints.setdefault(f.name, declared[f.name] | None)
     return [(name, hint, field(default=None)) for name, hint in hints.items()]
 
 
-BackendFlags = make_dataclass(
-    "BackendFlags", _flag_fields(), frozen=True,
-    namespace={"__module__": __name__, "__doc__": """The backend settings as command-line flags: one field per field of a registered kind's
-    options (:class:`~blackbox_mia.backends.local.kind.LocalOptions`,
-    :class:`~blackbox_mia.backends.api.kind.ApiOptions`) that is a flag, ``None`` when not given.
-    :func:`build_from_flags` maps them onto the options of the kind a spec names."""},
-)
+BackendFlags = make_dataclass("BackendFlags", _flag_fields(), frozen=True, namespace={"__module__": __name__})
+BackendFlags.__doc__ = """The backend settings as command-line flags: one field, ``None`` when not given, per field of a
+registered kind's options (:class:`~blackbox_mia.backends.local.kind.LocalOptions`,
+:class:`~blackbox_mia.backends.api.kind.ApiOptions`) that is a flag; :func:`build_from_flags`
+maps them onto the options of the kind a spec names."""
 
 
 def flag_of(name: str) -> str:
