@@ -244,6 +244,7 @@ TARGET_OPTIONS = {
     "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
 }
 
+
 def shown_defaults(options: Mapping[str, Mapping]) -> dict[str, Mapping]:
     """``options`` with each backend setting's default (from its kind's options class) shown
     in the help: the flags themselves default to ``None``, "not given"."""
