@@ -298,8 +298,8 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         "headline": headline,
         "roles": roles,
         "flag_rate": prevalence["flag_rate"],
-        "fpr": prevalence["fpr_in_sample"],
-        "fpr_ci": prevalence["fpr_ci"],
+        "realised_fpr": prevalence["realised_fpr"],
+        "realised_fpr_ci": prevalence["realised_fpr_ci"],
         "target_fpr": prevalence["target_fpr"],
         "tpr": prevalence["tpr"],
         "tpr_minus_fpr_lower": prevalence["youden_j_lower"],
@@ -433,9 +433,9 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
         f"{roles['calibration_members']} members, {roles['calibration_nonmembers']} non-members."),
         f"Threshold calibrated on {source}; a text is flagged when its score > threshold.",
     ]
-    lo, hi = prevalence["fpr_ci"]
+    lo, hi = prevalence["realised_fpr_ci"]
     target = "" if prevalence["target_fpr"] is None else f" (target {prevalence['target_fpr']:g})"
-    notes.append(f"Realised FPR {prevalence['fpr_in_sample']:.4f}{target}: {prevalence['n_false_positives']} of "
+    notes.append(f"Realised FPR {prevalence['realised_fpr']:.4f}{target}: {prevalence['n_false_positives']} of "
                  f"{prevalence['n_cal_nonmembers']} calibration non-members above the threshold, "
                  f"{100 * prevalence['ci_level']:g}% Clopper-Pearson CI [{lo:.4f}, {hi:.4f}].")
     notes += prevalence["notes"]

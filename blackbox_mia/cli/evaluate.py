@@ -162,7 +162,7 @@ def sweep_rows(summary: dict) -> list[list]:
     """The console table of a sweep summary: roles, threshold, rates with their CIs, the
     estimate (or why there is none), the lower bound, the control's contamination, the t-test."""
     roles, prevalence = summary["roles"], summary["prevalence"]
-    fpr_lo, fpr_hi = summary["fpr_ci"]
+    fpr_lo, fpr_hi = summary["realised_fpr_ci"]
     target = "" if summary["target_fpr"] is None else f" (target {summary['target_fpr']:g})"
     if prevalence["estimate"] is not None:
         lo, hi = prevalence["ci"]
@@ -176,7 +176,7 @@ def sweep_rows(summary: dict) -> list[list]:
         ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
         ["threshold", summary["threshold"]],
         ["flag rate (swept)", summary["flag_rate"]],
-        [f"realised FPR [95% CI]{target}", f"{summary['fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
+        [f"realised FPR [95% CI]{target}", f"{summary['realised_fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
         ["TPR (calibration members)", summary["tpr"]],
         ["TPR - FPR, simultaneous lower bound", summary["tpr_minus_fpr_lower"]],
         ["member fraction [95% CI]", estimate],

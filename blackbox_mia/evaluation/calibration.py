@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from sklearn.metrics import roc_curve
 
+from ..key_aliases import THRESHOLD_KEYS, with_old_keys
 from ..types import BlackboxMIAError
 from .prevalence import finite_scores
 
@@ -29,7 +30,7 @@ class Threshold:
         value: the threshold, in score units (may be -inf: flag everything).
         rule: ``"fpr"``, ``"max_accuracy"`` or ``"max_f1"``.
         target_fpr: the FPR asked for (rule ``"fpr"``), else None.
-        fpr: fraction of calibration non-members with score > value.
+        realised_fpr: fraction of calibration non-members with score > value (measured).
         tpr: fraction of calibration members with score > value; None without members.
         n_calibration_nonmembers, n_calibration_members: calibration set sizes.
         accuracy, f1: on the calibration set when members are given, else None.
@@ -39,7 +40,7 @@ class Threshold:
     value: float
     rule: str
     target_fpr: float | None
-    fpr: float
+    realised_fpr: float
     tpr: float | None
     n_calibration_nonmembers: int
     n_calibration_members: int
@@ -52,8 +53,9 @@ class Threshold:
         return np.asarray(scores, dtype=np.float64) > self.value
 
     def to_dict(self) -> dict:
-        """All fields as a dict (``value`` may be -inf; the report writes it as null)."""
-        return asdict(self)
+        """All fields as a dict (``value`` may be -inf; the report writes it as null), plus the
+        old name ``fpr`` of ``realised_fpr`` for one release (:mod:`blackbox_mia.key_aliases`)."""
+        return with_old_keys(asdict(self), THRESHOLD_KEYS)
 
 
 def calibrate(
@@ -114,7 +116,7 @@ def calibrate(
             raise BlackboxMIAError(f"rule {rule!r} needs member calibration scores")
         value = _best_operating_threshold(neg, pos, rule)
         target = None
-    fpr = float(np.mean(neg > value))
+    realised_fpr = float(np.mean(neg > value))
     accuracy = f1 = tpr = None
     if pos is not None:
         tp, fp = int(np.sum(pos > value)), int(np.sum(neg > value))
@@ -125,7 +127,7 @@ def calibrate(
         value=value,
         rule=rule,
         target_fpr=target,
-        fpr=fpr,
+        realised_fpr=realised_fpr,
         tpr=tpr,
         n_calibration_nonmembers=len(neg),
         n_calibration_members=0 if pos is None else len(pos),
