@@ -31,8 +31,9 @@ from ..evaluation import (
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
+from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
-from .ablation import run_prompt_length_ablation
+from .ablation import run_prompt_length_ablation, truncated_items
 from .common import (
     SCORES_FILE,
     AuditResult,
@@ -116,6 +117,19 @@ class EvalPlan:
     meta: dict
     scorers: list[Scorer]
     lengths: list[int]
+
+    def scored_groups(self, codec: TokenCodec) -> dict[str, list[Item]]:
+        """The groups of items :func:`run_eval` scores, each in its own run (what ``--dry-run``
+        estimates): ``eval``, the dataset, then per prompt length L of ``truncate_tokens`` its
+        texts cut by the target's tokenizer ``codec`` (``L32``...: :func:`.ablation.truncated_items`).
+
+        Raises:
+            BlackboxMIAError: a cut that holds nothing to score.
+        """
+        groups = {"eval": list(self.items)}
+        for length in self.config.truncate_tokens:
+            groups[f"L{length}"] = truncated_items(self.items, codec, length)[0]
+        return groups
 
 
 def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None) -> EvalPlan:

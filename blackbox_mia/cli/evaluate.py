@@ -85,7 +85,8 @@ def eval_command(
             if "prompt_length" in s:
                 typer.echo(prompt_length_table(s["prompt_length"]))
 
-        run_audit(target, plan.scorers, lambda b: print_dry_run({"eval": plan.items}, plan.scorers, b, json_out),
+        run_audit(target, plan.scorers,
+                  lambda b: print_dry_run(plan.scored_groups(b["target"].codec), plan.scorers, b, json_out),
                   lambda b: run_eval(plan, b, out, progress=not quiet, log=log), show, json_out)
 
 
