@@ -25,12 +25,6 @@ def quiet(_: str) -> None:
     """Default ``log``: say nothing."""
 
 
-def check_int(option: str, value: int, minimum: int) -> None:
-    """Raise :class:`BlackboxMIAError` naming ``option`` unless ``value`` is an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BlackboxMIAError(f"{option} must be an integer >= {minimum}, got {value!r}")
-
-
 def dataset_slug(name: str) -> str:
     """A folder-name-safe short name: a file's stem, ``canary`` for a canary, ``gsm8k-test``..."""
     if is_canary_spec(name):

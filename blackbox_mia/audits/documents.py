@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
+from ..config import check_number
 from ..datasets import Item
 from ..datasets.formats import parse_label
 from ..datasets.registry import read_jsonl
@@ -53,7 +54,6 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    check_int,
     publish,
     quiet,
     score_column,
@@ -103,17 +103,17 @@ class DocumentsConfig:
         if (self.chunk_words is None) == (self.chunk_tokens is None):
             raise BlackboxMIAError("choose one chunk size: --chunk-words N or --chunk-tokens N")
         if self.chunk_words is not None:
-            check_int("--chunk-words", self.chunk_words, 1)
+            check_number("--chunk-words", self.chunk_words, at_least=1, integer=True)
         if self.chunk_tokens is not None:
-            check_int("--chunk-tokens", self.chunk_tokens, 1)
+            check_number("--chunk-tokens", self.chunk_tokens, at_least=1, integer=True)
         if self.chunks_per_doc is not None:
-            check_int("--chunks-per-doc", self.chunks_per_doc, 1)
+            check_number("--chunks-per-doc", self.chunks_per_doc, at_least=1, integer=True)
         if self.rule not in RULES:
             raise BlackboxMIAError(f"unknown --rule {self.rule!r}; choose from {', '.join(RULES)}")
         if not 0 < self.target_fpr < 1:
             raise BlackboxMIAError(f"--target-fpr must be in (0, 1), got {self.target_fpr}")
-        check_int("--seed", self.seed, 0)
-        check_int("--n-boot", self.n_boot, 0)
+        check_number("--seed", self.seed, at_least=0, integer=True)
+        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
 
     @property
     def unit(self) -> str:

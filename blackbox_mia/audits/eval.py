@@ -17,6 +17,7 @@ import numpy as np
 
 from ..backends.base import Backend
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..datasets import Item
 from ..evaluation import (
     DEFAULT_FPRS,
@@ -38,7 +39,6 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    check_int,
     publish,
     quiet,
     report_config,
@@ -86,11 +86,11 @@ class EvalConfig:
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
-        check_int("--n-boot", self.n_boot, 0)
-        check_int("--seed", self.seed, 0)
-        check_int("--blind-folds", self.blind_folds, 2)
+        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
+        check_number("--seed", self.seed, at_least=0, integer=True)
+        check_number("--blind-folds", self.blind_folds, at_least=2, integer=True)
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
         bad = [f for f in self.fprs if not 0 < f < 1]  # also NaN
         if not self.fprs or bad:
             raise BlackboxMIAError(f"FPR targets must lie in (0, 1), got {list(self.fprs)}")
@@ -98,7 +98,7 @@ class EvalConfig:
             raise BlackboxMIAError("no scorer given")
         get_segmenter(self.segmenter)
         for length in self.truncate_tokens:
-            check_int("--truncate-tokens", length, 1)
+            check_number("--truncate-tokens", length, at_least=1, integer=True)
         if any(b <= a for a, b in zip(self.truncate_tokens, self.truncate_tokens[1:])):
             raise BlackboxMIAError(f"--truncate-tokens must be strictly increasing, got {list(self.truncate_tokens)}")
 

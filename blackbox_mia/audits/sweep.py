@@ -29,6 +29,7 @@ from ..backends.base import Backend
 from ..canary import find_canary_manifest, load_manifest
 from ..controls import ControlConfig, ControlSet, build_control, control_kind
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..datasets import Item
 from ..evaluation import (
     RULES,
@@ -45,7 +46,6 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    check_int,
     publish,
     quiet,
     report_config,
@@ -115,10 +115,10 @@ class SweepConfig:
             raise BlackboxMIAError("--calibration-fraction needs --calibration")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
-        check_int("--seed", self.seed, 0)
-        check_int("--top", self.top, 0)
+        check_number("--seed", self.seed, at_least=0, integer=True)
+        check_number("--top", self.top, at_least=0, integer=True)
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
         self.control_config.validate()
 
 

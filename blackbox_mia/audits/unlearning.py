@@ -44,6 +44,7 @@ from scipy import stats
 from .. import __version__
 from ..backends.base import Backend
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..datasets import Item, file_sha256, limit_items, read_jsonl
 from ..datasets.formats import parse_label
 from ..evaluation import bootstrap_ci, to_jsonable
@@ -56,7 +57,7 @@ from ..scorers.loss import Loss
 from ..scorers.min_k import MinK
 from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
-from .common import AuditResult, Log, check_int, publish, quiet
+from .common import AuditResult, Log, publish, quiet
 from .completion import complete, cut_at, cut_completion
 from .unlearning_truth import closeness_auc, flag_metrics, log_change, still_memorized
 
@@ -122,16 +123,16 @@ class UnlearningConfig:
                 raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         if not 0 < self.k <= 100:
             raise BlackboxMIAError(f"--k must lie in (0, 100] percent, got {self.k}")
-        check_int("--prompt-words", self.prompt_words, 1)
-        check_int("--samples", self.samples, 1)
-        check_int("--max-new-tokens", self.max_new_tokens, 1)
-        check_int("--seed", self.seed, 0)
+        check_number("--prompt-words", self.prompt_words, at_least=1, integer=True)
+        check_number("--samples", self.samples, at_least=1, integer=True)
+        check_number("--max-new-tokens", self.max_new_tokens, at_least=1, integer=True)
+        check_number("--seed", self.seed, at_least=0, integer=True)
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise BlackboxMIAError(f"--temperature must be > 0 (sampling), got {self.temperature}")
         if not 0 < self.truth_target_fpr < 1:
             raise BlackboxMIAError(f"--truth-target-fpr must lie in (0, 1), got {self.truth_target_fpr}")
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
         get_segmenter(self.segmenter)
 
 

@@ -193,10 +193,10 @@ class Completions(Dialect):
     echo = True
 
     def payload(self, prompt, *, max_tokens, temperature, top_n, bias=None, echo=False, extra=None) -> dict:
-        body: dict = {"prompt": check_prompt(prompt), "max_tokens": check_int(max_tokens, "max_tokens", 0)}
+        body: dict = {"prompt": check_prompt(prompt), "max_tokens": check_request_int(max_tokens, "max_tokens", 0)}
         body["temperature"] = float(temperature)
         if top_n is not None:
-            body["logprobs"] = check_int(top_n, "logprobs", 0)
+            body["logprobs"] = check_request_int(top_n, "logprobs", 0)
         if bias:
             body["logit_bias"] = check_logit_bias(bias)
         if echo:
@@ -248,12 +248,12 @@ class Chat(Dialect):
             raise ApiError(None, self.reasons["prompt"])
         body: dict = {
             "messages": self.template.render(prompt),
-            "max_tokens": check_int(max_tokens, "max_tokens", 1),
+            "max_tokens": check_request_int(max_tokens, "max_tokens", 1),
             "temperature": float(temperature),
         }
         if top_n is not None:
             body["logprobs"] = True
-            body["top_logprobs"] = check_int(top_n, "top_logprobs", 0)
+            body["top_logprobs"] = check_request_int(top_n, "top_logprobs", 0)
         if bias:
             body["logit_bias"] = check_logit_bias(bias)
         return with_extra(body, extra)
@@ -332,7 +332,7 @@ def check_prompt(prompt: list[int] | str) -> list[int] | str:
     return ids
 
 
-def check_int(value: int, name: str, low: int) -> int:
+def check_request_int(value: int, name: str, low: int) -> int:
     """``value`` as an int of at least ``low``.
 
     Raises:
