@@ -26,10 +26,15 @@ SUMMARY_KEYS = {"sweep": SWEEP_SUMMARY_KEYS, "documents": DOCUMENTS_SUMMARY_KEYS
 """An audit's summary by its report's stem (:func:`blackbox_mia.audits.common.publish`)."""
 
 UNLEARNING_TRUTH_KEYS = {"target_fpr": "fpr"}
-"""The unlearning audit's ground-truth label (``truth`` in its summary and report)."""
+"""The unlearning audit's ground-truth label (``truth`` in its summary and report), and an
+unlearned canary's ``memorized_before`` rule (its manifest)."""
 
 UNLEARNING_CONFIG_KEYS = {"truth_target_fpr": "truth_fpr"}
 """The unlearning audit's configuration (``config.unlearning`` in its report)."""
+
+UNLEARN_CONFIG_KEYS = {"memorized_target_fpr": "memorized_fpr"}
+"""An unlearned canary's settings (its manifest's ``unlearning``; also the names its directory's
+hash is computed under, which stay the old ones so that existing canaries keep their paths)."""
 
 
 def with_old_keys(record: Mapping, renamed: Mapping[str, str]) -> dict:

@@ -190,7 +190,10 @@ def unlearn(
     forget_from: str = typer.Option(ALL_MEMBERS, "--forget-from", help="members, or memorized: sample the forget set "
                                     "among the members the base canary memorized (loss above the non-members' "
                                     "1 - FPR quantile)"),
-    memorized_fpr: float = typer.Option(0.05, "--memorized-fpr", help="the FPR of the 'memorized before' rule"),
+    memorized_target_fpr: float | None = typer.Option(None, "--memorized-target-fpr", help="the target FPR of the "
+                                                      "'memorized before' rule (default 0.05)"),
+    memorized_fpr: float | None = typer.Option(None, "--memorized-fpr", hidden=True,
+                                               help="old name of --memorized-target-fpr"),
     out: Annotated[Path | None, typer.Option("--out", help="new directory (default: <canary>-unlearned-<hash>)")] = None,
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
 ):
@@ -205,13 +208,14 @@ def unlearn(
     with user_errors():
         config = UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed, retain_weight=retain_weight,
                                target_loss=target_loss, method=method, alpha=alpha, forget_from=forget_from,
-                               memorized_fpr=memorized_fpr)
+                               **renamed_option("memorized_target_fpr", memorized_target_fpr, memorized_fpr,
+                                                "--memorized-target-fpr", "--memorized-fpr"))
         path = unlearn_canary(canary, forget, config, out)
         record = unlearning_record(path)
         typer.echo(f"unlearned canary: {path}")
         memorized = record["memorized_before"]
         typer.echo(f"{len(memorized['ids'])} members memorized before (loss above {memorized['threshold']:.4f} "
-                   f"nats/token, the non-members' {1 - memorized['fpr']:.0%} quantile); forget set from the {forget_from}")
+                   f"nats/token, the non-members' {1 - memorized['target_fpr']:.0%} quantile); forget set from the {forget_from}")
         typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps ({method}): forget-set loss "
                    f"{record['forget_loss_before']:.3f} -> {record['forget_loss_after']:.3f} nats/token")
         typer.echo(f"audit: bbmia unlearning --before {canary} --after {path} canary:{path}", err=True)

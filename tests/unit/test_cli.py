@@ -209,6 +209,18 @@ def test_unlearning_truth_target_fpr_and_its_old_name(args, fragments, tmp_path)
     assert_one_line_error(result, *fragments)
 
 
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--memorized-target-fpr", "1"], "--memorized-target-fpr must lie in (0, 1)"),
+        (["--memorized-fpr", "0"], "--memorized-target-fpr must lie in (0, 1)"),  # the old spelling, hidden
+        (["--memorized-target-fpr", "0.1", "--memorized-fpr", "0.2"], "--memorized-fpr is the old name"),
+    ],
+)
+def test_canary_unlearn_memorized_target_fpr_and_its_old_name(args, fragment, tmp_path):
+    assert_one_line_error(invoke("canary", "unlearn", tmp_path / "no-canary", "--forget", "1", *args), fragment)
+
+
 def test_allow_chat_conditional_reaches_the_api_backend(tiny_model_dir, tmp_path):
     from dataclasses import replace
 
