@@ -162,15 +162,16 @@ def choose_forget(members: list[Item], forget: str, seed: int, noun: str = "memb
     return [by_id[i] for i in dict.fromkeys(ids)]
 
 
-def memorized_members(items: list[Item], scores: dict[str, float | None], fpr: float) -> tuple[list[str], float]:
+def memorized_members(items: list[Item], scores: dict[str, float | None],
+                      target_fpr: float) -> tuple[list[str], float]:
     """The white-box memorization label: the members (label 1) whose loss score (mean token
-    log-prob, nats/token, higher = more likely) exceeds the ``1 - fpr`` quantile (numpy
+    log-prob, nats/token, higher = more likely) exceeds the ``1 - target_fpr`` quantile (numpy
     ``method="higher"``: an observed score) of the non-members' scores.
 
     Args:
         items: the canary's items (members and non-members).
         scores: per item id, its loss score under the model judged (None: not scored).
-        fpr: the non-members' share allowed above the threshold, in (0, 1).
+        target_fpr: the non-members' share allowed above the threshold, in (0, 1).
 
     Returns:
         ``(ids, threshold)``: the memorized members' ids in item order and the threshold.
@@ -181,7 +182,7 @@ def memorized_members(items: list[Item], scores: dict[str, float | None], fpr: f
     nonmember = [scores[it.id] for it in items if it.label == 0 and scores.get(it.id) is not None]
     if not nonmember:
         raise BlackboxMIAError("the memorization label needs scored non-members; this canary has none")
-    threshold = float(np.quantile(np.array(nonmember), 1 - fpr, method="higher"))
+    threshold = float(np.quantile(np.array(nonmember), 1 - target_fpr, method="higher"))
     ids = [it.id for it in items if it.label == 1 and scores.get(it.id) is not None and scores[it.id] > threshold]
     return ids, threshold
 
