@@ -179,10 +179,6 @@ class Dialect(ABC):
             Malformed: the answer fails validation.
         """
 
-    @abstractmethod
-    def resource(self, sdk):
-        """The :class:`openai.AsyncOpenAI` resource this kind's requests go to."""
-
 
 class Completions(Dialect):
     """The legacy ``/v1/completions``: token-id or text prompts, echo, ``logprobs: n``."""
@@ -205,9 +201,6 @@ class Completions(Dialect):
 
     def read(self, raw: dict, payload: dict) -> dict:
         return read_completion(raw, payload)
-
-    def resource(self, sdk):
-        return sdk.completions
 
 
 class Chat(Dialect):
@@ -260,9 +253,6 @@ class Chat(Dialect):
 
     def read(self, raw: dict, payload: dict) -> dict:
         return read_chat(raw, payload)
-
-    def resource(self, sdk):
-        return sdk.chat.completions
 
 
 COMPLETIONS, CHAT = Completions(), Chat()
