@@ -13,10 +13,10 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from sklearn.metrics import roc_curve
 
 from ..key_aliases import THRESHOLD_KEYS, with_old_keys
 from ..types import BlackboxMIAError
+from .metrics import roc
 from .prevalence import finite_scores
 
 RULES = ("fpr", "max_accuracy", "max_f1")
@@ -176,7 +176,7 @@ def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> fl
     """Threshold (for ``score > t``) of the ROC point maximising accuracy or F1."""
     y = np.r_[np.zeros(len(neg)), np.ones(len(pos))]
     s = np.r_[neg, pos]
-    fpr, tpr, thresholds = roc_curve(y, s, drop_intermediate=False)
+    fpr, tpr, thresholds = roc(y, s)  # the one ROC (evaluation.metrics)
     p, n = len(pos), len(neg)
     tp, fp = tpr * p, fpr * n
     if rule == "max_accuracy":
@@ -185,6 +185,6 @@ def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> fl
         denom = 2 * tp + fp + (p - tp)
         objective = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0)
     best = int(np.argmax(objective))
-    # roc_curve flags score >= thresholds[best]; the same set is score > (next lower score).
+    # roc flags score >= thresholds[best]; the same set is score > (next lower score).
     below = s[s < thresholds[best]]
     return float(below.max()) if below.size else -math.inf
