@@ -124,10 +124,10 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from blackbox_mia.backends.local import LocalBackend, LocalConfig
-    from blackbox_mia.datasets import load_dataset
+    from blackbox_mia.datasets import load_shipped_or_jsonl
 
     load_start = os.getloadavg()[0]
-    texts = [item.text for item in load_dataset("gsm8k:test").items[: args.n]]
+    texts = [item.text for item in load_shipped_or_jsonl("gsm8k:test").items[: args.n]]
     extra = {k: v for k, v in (("threads", args.threads), ("max_memory_gb", args.max_memory)) if v is not None}
     backend = LocalBackend(
         LocalConfig(args.worker, device=args.device, dtype=args.dtype, vocab_stats=args.vocab_stats, **extra)

@@ -5,7 +5,15 @@ GSM8K sweep of ``--limit`` items (benchmark + its number-perturbed control, the 
 scores), asks the black-box backend for the estimate of every group (:func:`cost.estimate_groups`,
 what ``--dry-run`` prints), then runs the sweep and compares with what the client was billed
 (the capability probe, made by the estimate, is excluded from both). One JSON line per strategy:
-``estimated_*``, ``billed_*``, ``*_ratio`` (billed / estimated), ``within_10pct``.
+``estimated_*``, ``billed_*``, ``*_ratio`` (billed / estimated), ``within_10pct``, and
+``sweep_refused`` (null, or the sweep's error) with ``groups_compared``.
+
+The sweep refuses to compute a metric from a group whose scores are known only by bounds (on
+``bbmia serve`` a few GSM8K texts hold tokens inside a character, ``÷`` or ``×``, that the
+tracker may not bias when the probe could not show the server stops at ``max_tokens`` there).
+That refusal is part of the result, not worked around: the bill of every group scored before it
+(its scores file complete) is compared with the estimate of those groups only
+(``groups_compared``), so the check still measures the estimate on everything that was paid for.
 
 Usage: python -m benchmarks.check_dry_run CANARY_DIR [--limit 100] [--strategies forced,auto] [--json]
 """
@@ -24,28 +32,37 @@ from pathlib import Path
 from benchmarks.validate_blackbox import free_port, wait_ready
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
+from blackbox_mia.cost.estimate import CostEstimate, add_estimates
 from blackbox_mia.cost.plan import TOTAL, estimate_groups, usage_report
+from blackbox_mia.types import BlackboxMIAError
 
 PRICED_NAME = "gpt-4o-mini"  # served under a name the price table knows
 TOLERANCE = 0.10  # the issue's target: billed within 10% of the estimate
 
 
 def check(url: str, canary: str, limit: int, strategy: str, context: int, work: Path) -> dict:
-    """Estimate, then run, one sweep; the comparison line."""
+    """Estimate, then run, one sweep; the comparison line (of the groups scored before a refusal)."""
     plan = prepare_sweep(SweepConfig(dataset="gsm8k", limit=limit))
     options = TargetOptions(base_url=url, model=PRICED_NAME, tokenizer=canary, strategy=strategy, context=context,
                             cache_dir=work / "cache", concurrency=32)
     backends = build_backends(options, [plan.scorer])
+    refused = None
     try:
         groups = plan.scored_groups()
-        estimate = estimate_groups(groups, [plan.scorer], backends)[TOTAL]["all"]
+        per_group = estimate_groups(groups, [plan.scorer], backends)
         before = usage_report(backends)[TOTAL]  # the probe's requests: not part of the sweep
         started = time.perf_counter()
-        run_sweep(plan, backends, work / "sweep", progress=False)
+        try:
+            run_sweep(plan, backends, work / "sweep", progress=False)
+        except BlackboxMIAError as exc:  # the sweep's refusal is a result: the groups scored before it are compared
+            refused = str(exc)
         wall = time.perf_counter() - started
         after = usage_report(backends)[TOTAL]
     finally:
         close_all(backends)
+    compared = [name for name in groups if refused is None or _scored(work / "sweep", groups[name])]
+    estimate = add_estimates([CostEstimate(**{**role, "notes": tuple(role["notes"])})
+                              for name in compared for role in per_group[name].values()]).to_dict()
     billed = {k: after[k] - before[k] for k in ("requests", "cache_hits", "prompt_tokens", "completion_tokens", "cost_usd")}
     ratios = {k: billed[k] / estimate[k] if estimate[k] else None
               for k in ("requests", "prompt_tokens", "completion_tokens")}
@@ -60,7 +77,19 @@ def check(url: str, canary: str, limit: int, strategy: str, context: int, work: 
         "requests_ratio": ratios["requests"], "prompt_tokens_ratio": ratios["prompt_tokens"],
         "within_10pct": all(r is not None and abs(r - 1) <= TOLERANCE for r in (ratios["requests"], ratios["prompt_tokens"])),
         "sweep_wall_s": round(wall, 1),
+        "sweep_refused": refused, "groups_compared": compared,
     }
+
+
+def _scored(folder: Path, items) -> bool:
+    """Whether one scores file in ``folder`` holds a row for every one of ``items`` (the group was
+    scored, and paid for, before the sweep stopped)."""
+    wanted = {it.id for it in items}
+    for path in folder.glob("*.jsonl"):
+        ids = {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+        if wanted <= ids:
+            return True
+    return False
 
 
 def main() -> None:

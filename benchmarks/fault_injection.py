@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blackbox_mia.datasets import DATA_DIR, Item, load_dataset
+from blackbox_mia.datasets import DATA_DIR, Item, load_shipped_or_jsonl
 from tests.tools.fault_proxy import (
     FAULT_CLASSES,
     FaultConfig,
@@ -530,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             model = str(Path(args.model).expanduser().resolve())  # the subprocesses run elsewhere
         local = LocalBackend(LocalConfig(model, device="cpu"))
         context = local.context
-        items = load_dataset("gsm8k").items[: args.texts]
+        items = load_shipped_or_jsonl("gsm8k").items[: args.texts]
         texts = [item.text for item in items]
         url = stack.enter_context(serve_in_background(ServerConfig(model=model), local))
         walls["setup"] = time.perf_counter() - began
@@ -605,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
         log(f"g. bbmia probe on a {HUGE_TEXT_CHARS:,}-character text, SIGINT after {HUGE_SIGINT_AFTER_S:g} s")
         began = time.perf_counter()
-        one = "\n\n".join(item.text for item in load_dataset("gsm8k").items)
+        one = "\n\n".join(item.text for item in load_shipped_or_jsonl("gsm8k").items)
         huge = work / "huge.txt"
         huge.write_text((one * (HUGE_TEXT_CHARS // len(one) + 1))[:HUGE_TEXT_CHARS], encoding="ascii", errors="replace")
         probe = [*bbmia_command(), "probe", "--file", str(huge), "--base-url", url, "--model", model, "--tokenizer",

@@ -30,7 +30,7 @@ from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.runner import score_texts
 from blackbox_mia.scorers import parse_scorers
 from blackbox_mia.types import BlackboxMIAError
@@ -66,8 +66,8 @@ PUNCTUATION = [
 
 
 def groups(n: int) -> dict[str, list[str]]:
-    ascii_ = [it.text for it in load_dataset("gsm8k:test").items[:n]]
-    japanese = [it.text[:40] for it in load_dataset("ja-debian-docs").items[:n]]
+    ascii_ = [it.text for it in load_shipped_or_jsonl("gsm8k:test").items[:n]]
+    japanese = [it.text[:40] for it in load_shipped_or_jsonl("ja-debian-docs").items[:n]]
     return {"ascii": ascii_, "accented": ACCENTED[:n], "japanese": japanese, "punctuation": PUNCTUATION[:n]}
 
 

@@ -23,7 +23,7 @@ import urllib.request
 import numpy as np
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.runner import score_texts
 from blackbox_mia.scorers import parse_scorers
 
@@ -57,7 +57,7 @@ def main() -> None:
     modes = [m for m in MODES if f"{m[0]}-{'echo' if m[1] else 'noecho'}" in args.modes.split(",")]
     bbmia = os.path.join(os.path.dirname(sys.executable), "bbmia")
     local = LocalBackend(LocalConfig(args.canary))
-    items = load_dataset("gsm8k:test").items[: args.n]
+    items = load_shipped_or_jsonl("gsm8k:test").items[: args.n]
     scorers = parse_scorers(args.scorers)
     white = score_texts([it.text for it in items], scorers, {"target": local})
     for mode, echo in modes:

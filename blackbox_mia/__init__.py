@@ -39,7 +39,7 @@ _EXPORTS = {
     "score_texts": "blackbox_mia.runner",
     "score_items": "blackbox_mia.runner",
     "parse_scorers": "blackbox_mia.scorers",
-    "load_dataset": "blackbox_mia.canary.dataset",
+    "load_any_dataset": "blackbox_mia.canary.dataset",
     "BlackboxMIAError": "blackbox_mia.types",
     "Generation": "blackbox_mia.types",
     "Provenance": "blackbox_mia.types",

@@ -32,6 +32,7 @@ def check_number(
     below: float | None = None,
     at_most: float | None = None,
     given: str | None = None,
+    integer: bool = False,
 ) -> None:
     """Check a numeric setting (a command-line option, a scorer parameter): finite and within the
     given bounds (None passes). The one place numeric ranges are checked.
@@ -42,6 +43,7 @@ def check_number(
         value: its value.
         above, at_least, below, at_most: strict / inclusive lower and upper bounds.
         given: the text the user typed, named in the message (default: ``repr(value)``).
+        integer: the value must be an ``int`` (a count, a seed, a length), not a float.
 
     Raises:
         BlackboxMIAError: ``"--epsilon must be a finite number > 0, got nan"`` and the like.
@@ -50,9 +52,9 @@ def check_number(
         return
     bounds = [(above, ">", lambda v, b: v > b), (at_least, ">=", lambda v, b: v >= b),
               (below, "<", lambda v, b: v < b), (at_most, "<=", lambda v, b: v <= b)]
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) and math.isfinite(value)
     ok = ok and all(bound is None or test(value, bound) for bound, _, test in bounds)
     if not ok:
         wanted = " and ".join(f"{sign} {bound:g}" for bound, sign, _ in bounds if bound is not None)
-        kind = "an integer" if isinstance(value, int) and not isinstance(value, bool) else "a finite number"
+        kind = "an integer" if integer or (isinstance(value, int) and not isinstance(value, bool)) else "a finite number"
         raise BlackboxMIAError(f"{option} must be {kind} {wanted}, got {repr(value) if given is None else given}")

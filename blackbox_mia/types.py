@@ -1,4 +1,5 @@
-"""What backends return: per-token log-probs of one text, and generated continuations.
+"""What backends return: per-token log-probs of one text, and generated continuations; and the
+toolkit's error types (:class:`BlackboxMIAError`, the base of every error it raises on purpose).
 
 Scoring convention (the same for every backend):
 
@@ -10,6 +11,7 @@ Scoring convention (the same for every backend):
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -18,8 +20,33 @@ import numpy as np
 class BlackboxMIAError(Exception):
     """Base class of every error the toolkit raises on purpose (bad input, refused endpoint...).
 
-    The CLI turns it into a one-line message and a non-zero exit code.
+    The CLI turns it into a one-line message and a non-zero exit code. Its subclasses below, and
+    the failed requests' :class:`~blackbox_mia.backends.api.http.errors.ApiError` hierarchy, are
+    every kind a caller may want to catch apart.
     """
+
+
+class BudgetExceeded(BlackboxMIAError):
+    """The next request could take the spend past the cap: nothing more is sent (everything paid
+    so far is cached, so a rerun with a higher cap resumes where this run stopped)."""
+
+
+class ExpressionError(BlackboxMIAError):
+    """An expression that :func:`~blackbox_mia.controls.arith.safe_eval` refuses (not plain
+    arithmetic) or cannot evaluate."""
+
+
+class BadRow(BlackboxMIAError):
+    """A row of the response cache that cannot be trusted as an answer (it is quarantined:
+    :mod:`blackbox_mia.backends.api.http.cache.disk`).
+
+    Attributes:
+        reason: why, in words (``"a row stored in mode 3 ..."``).
+    """
+
+    def __init__(self, directory: str | os.PathLike, reason: str):
+        super().__init__(f"the response cache {directory} holds a bad row: {reason}")
+        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ from blackbox_mia.audits.unlearning import (
 from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
+from blackbox_mia.key_aliases import DOCUMENTS_SUMMARY_KEYS, with_old_keys
 from studies.bbmia_json import bbmia
 
 ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
@@ -393,8 +394,9 @@ def audit_documents(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
                 print(json.dumps(row))
         summary.update(summarize(compared, args.n_boot, args.seed))
         summary.update(threshold=audit["threshold"], threshold_rule=audit["threshold_rule"],
-                       threshold_fpr=audit["threshold_fpr"], threshold_tpr=audit["threshold_tpr"],
+                       threshold_realised_fpr=audit["threshold_realised_fpr"], threshold_tpr=audit["threshold_tpr"],
                        auc_documents_labelled=audit["auc_documents"], report=args.out_dir)  # fmt: skip
+        summary = with_old_keys(summary, DOCUMENTS_SUMMARY_KEYS)
         if args.serve:
             summary["documents_blackbox"] = documents_through_serve(args, trained, audit)
     else:

@@ -4,7 +4,7 @@ Min-K% scores? The go/no-go check of a canary for the unlearning audit's story c
 White-box, on the canary itself (no unlearning): every member and non-member is scored by the
 local backend (loss and Min-K% at k = 20, nats/token, as ``bbmia unlearning`` scores); the members
 memorized by the audit's label rule (:func:`~blackbox_mia.canary.unlearn.memorized_members`, loss
-above the non-members' ``1 - fpr`` quantile) are counted; then ``--texts`` members and as many
+above the non-members' ``1 - target_fpr`` quantile) are counted; then ``--texts`` members and as many
 non-members (the first of each, in manifest order) are cut for story completion as the audit's
 default setting cuts them (the first ``--prompt-words`` words, ``--max-new-tokens`` tokens of
 reference), ``--samples`` continuations are sampled at temperature 1 (sample ``j`` seeded
@@ -52,7 +52,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48, help="continuation length, tokens")
     parser.add_argument("--samples", type=int, default=20, help="sampled continuations per text")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument("--fpr", type=float, default=0.05, help="the memorization label's FPR")
+    parser.add_argument("--target-fpr", "--fpr", dest="target_fpr", type=float, default=0.05,
+                        help="the memorization label's target FPR (--fpr: its old name, for one release)")
     parser.add_argument("--out", default="runs/canary_reproduction", help="where the samples are kept")
     args = parser.parse_args()
 
@@ -65,7 +66,7 @@ def main() -> None:
         min_k = MinK(20.0)
         loss = {it.id: mean_logprob(lp) for it, lp in zip(items, lps)}
         mink = {it.id: min_k.score(it.text, lp, []).value for it, lp in zip(items, lps)}
-        memorized, threshold = memorized_members(items, loss, args.fpr)
+        memorized, threshold = memorized_members(items, loss, args.target_fpr)
         chosen = [it for it in items if it.label == 1][: args.texts] + [it for it in items if it.label == 0][: args.texts]
         cuts = [cut_completion(it, args.prompt_words, args.max_new_tokens, segmenter, model) for it in chosen]
         completions = [c for c in cuts if c is not None]

@@ -22,9 +22,9 @@ estimate), so that one split's luck is not the whole answer.
 Prints one JSON line (``--json``) with ``chat_auc`` (the sweep's scorer through the template),
 ``chat_auc_loss``, ``local_auc``, ``local_auc_loss``, ``planted_fraction``, ``estimate``,
 ``ci_low``, ``ci_high``, ``covers`` (identifiable and the interval holds the planted fraction),
-``identifiable``, ``lower_bound`` (and ``lower_bound_holds``), ``tpr``, ``fpr``, ``requests``
-(chat requests sent, the probe's included; a rerun on the same ``--work`` pays 0),
-``seconds`` (wall clock of the whole script), and the local sweep's ``local_estimate`` /
+``identifiable``, ``lower_bound`` (and ``lower_bound_holds``), ``tpr``, ``realised_fpr`` (also
+as ``fpr`` for one release), ``requests`` (chat requests sent, the probe's included; a rerun on
+the same ``--work`` pays 0), ``seconds`` (wall clock of the whole script), and the local sweep's ``local_estimate`` /
 ``local_ci``.
 
 Measured (2-core CPU shared with other jobs; the default chat canary ``chat_share = 6``,
@@ -211,7 +211,7 @@ def main() -> None:
         "estimate": prevalence["estimate"], "ci_low": None if ci is None else ci[0],
         "ci_high": None if ci is None else ci[1], "covers": covers, "identifiable": summary["identifiable"],
         "lower_bound": prevalence["lower_bound"], "lower_bound_holds": prevalence["lower_bound"] <= planted,
-        "tpr": summary["tpr"], "fpr": summary["fpr"], "tpr_minus_fpr_lower": summary["tpr_minus_fpr_lower"],
+        "tpr": summary["tpr"], "realised_fpr": summary["realised_fpr"], "fpr": summary["realised_fpr"], "tpr_minus_fpr_lower": summary["tpr_minus_fpr_lower"],
         "roles": summary["roles"], "context_tokens": context,
         "local_estimate": local["summary"]["prevalence"]["estimate"], "local_ci": local["summary"]["prevalence"]["ci"],
         "local_identifiable": local["summary"]["identifiable"],

@@ -52,7 +52,8 @@ DEFAULT_RECIPES = (
 OPTIONS = {"--steps": ("steps", int), "--lr": ("lr", float), "--batch-size": ("batch_size", int),
            "--retain-weight": ("retain_weight", float), "--target-loss": ("target_loss", float),
            "--method": ("method", str), "--alpha": ("alpha", float), "--forget-from": ("forget_from", str),
-           "--memorized-fpr": ("memorized_fpr", float)}  # fmt: skip
+           "--memorized-target-fpr": ("memorized_target_fpr", float),
+           "--memorized-fpr": ("memorized_target_fpr", float)}  # fmt: skip (the old name, for one release)
 
 
 def parse_recipe(recipe: str, seed: int) -> UnlearnConfig:
@@ -85,7 +86,7 @@ def measure(canary: Path, recipe: str, seed: int, forget: int, work: Path, fract
     items = canary_items(canary)
     forget_ids = record["forget_ids"]
     after = dict(zip([it.id for it in items], scores(unlearned, [it.text for it in items])))
-    memorized_after, _ = memorized_members(items, {i: s[1] for i, s in after.items()}, config.memorized_fpr)
+    memorized_after, _ = memorized_members(items, {i: s[1] for i, s in after.items()}, config.memorized_target_fpr)
     before = dict(zip([it.id for it in items], scores(canary, [it.text for it in items])))
     ratios = [score_ratio(before[i][0], after[i][0]) for i in forget_ids]  # forget_items.jsonl's order
     rows = [{"id": i, "ratio": ratio, "flagged": flag, "still_memorized": i in set(memorized_after)}

@@ -87,6 +87,17 @@ def truncate_tokens(codec: TokenCodec, text: str, length: int) -> Truncated:
     return Truncated(cut, length, False)
 
 
+def truncated_items(items: Sequence[Item], codec: TokenCodec, length: int) -> tuple[list[Item], int]:
+    """``items`` with each text cut to its first ``length`` tokens (:func:`truncate_tokens`), and
+    how many were kept whole: the texts the ablation scores at L = ``length``.
+
+    Raises:
+        BlackboxMIAError: as :func:`truncate_tokens`.
+    """
+    cuts = [truncate_tokens(codec, it.text, length) for it in items]
+    return [replace(it, text=cut.text) for it, cut in zip(items, cuts)], sum(cut.whole for cut in cuts)
+
+
 @dataclass(frozen=True)
 class AblationResult:
     """What the ablation produced.
@@ -151,9 +162,7 @@ def run_prompt_length_ablation(
     counts: dict[int, dict] = {}
     metrics: dict[str, dict[int, dict]] = {s.label: {} for s in scorers}
     for length in lengths:
-        cuts = [truncate_tokens(codec, it.text, length) for it in items]
-        cut_items = [replace(it, text=cut.text) for it, cut in zip(items, cuts)]
-        whole = sum(cut.whole for cut in cuts)
+        cut_items, whole = truncated_items(items, codec, length)
         counts[length] = {"n": len(items), "truncated": len(items) - whole, "whole": whole}
         cfg = {**run_cfg, "truncate_tokens": length, "tokenizer": codec.name}
         rows = score_items(cut_items, scorers, backends, out_dir / scores_file(length), cfg,

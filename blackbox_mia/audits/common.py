@@ -13,6 +13,7 @@ from ..canary.dataset import CANARY, is_canary_spec
 from ..datasets import Item
 from ..evaluation import render_markdown, to_jsonable, write_report
 from ..io import write_text_atomic
+from ..key_aliases import SUMMARY_KEYS, with_old_keys
 from ..results import ScoredText
 from ..types import BlackboxMIAError
 
@@ -22,12 +23,6 @@ SCORES_FILE = "scores.jsonl"  # an audit's scores of its dataset, in its output 
 
 def quiet(_: str) -> None:
     """Default ``log``: say nothing."""
-
-
-def check_int(option: str, value: int, minimum: int) -> None:
-    """Raise :class:`BlackboxMIAError` naming ``option`` unless ``value`` is an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BlackboxMIAError(f"{option} must be an integer >= {minimum}, got {value!r}")
 
 
 def dataset_slug(name: str) -> str:
@@ -112,13 +107,14 @@ def report_config(run_cfg: dict, audit: str, config, n_items: int, seeds: dict, 
 def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str = "",
             hidden: Sequence[str] = ()) -> AuditResult:
     """Write ``{stem}.json`` and ``{stem}.md`` into ``out_dir`` and return the :class:`AuditResult`,
-    whose summary gains ``"report"``: the path of the JSON report.
+    whose summary gains ``"report"``: the path of the JSON report, and the old names of its
+    renamed keys for one release (:data:`blackbox_mia.key_aliases.SUMMARY_KEYS`).
 
     Args:
         report: the full report (JSON-ready after :func:`~blackbox_mia.evaluation.to_jsonable`).
         summary: the machine-readable summary (the CLI's ``--json`` line).
         out_dir: the output folder (created).
-        stem: ``eval`` or ``sweep``.
+        stem: the audit: ``eval``, ``sweep``, ``documents``...
         appendix: Markdown appended to the rendered report (e.g. a table of items).
         hidden: report keys left out of the Markdown rendering (still in the JSON).
 
@@ -129,4 +125,5 @@ def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str
     if appendix or hidden:
         shown = {key: value for key, value in report.items() if key not in hidden}
         write_text_atomic(md_path, render_markdown(to_jsonable(shown), out_dir) + appendix)
-    return AuditResult(to_jsonable({**summary, "report": str(json_path)}), report, json_path, md_path, Path(out_dir))
+    summary = with_old_keys({**summary, "report": str(json_path)}, SUMMARY_KEYS.get(stem, {}))
+    return AuditResult(to_jsonable(summary), report, json_path, md_path, Path(out_dir))

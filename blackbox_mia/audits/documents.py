@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
+from ..config import check_number
 from ..datasets import Item
 from ..datasets.formats import parse_label
 from ..datasets.registry import read_jsonl
@@ -53,7 +54,6 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    check_int,
     publish,
     quiet,
     score_column,
@@ -103,17 +103,17 @@ class DocumentsConfig:
         if (self.chunk_words is None) == (self.chunk_tokens is None):
             raise BlackboxMIAError("choose one chunk size: --chunk-words N or --chunk-tokens N")
         if self.chunk_words is not None:
-            check_int("--chunk-words", self.chunk_words, 1)
+            check_number("--chunk-words", self.chunk_words, at_least=1, integer=True)
         if self.chunk_tokens is not None:
-            check_int("--chunk-tokens", self.chunk_tokens, 1)
+            check_number("--chunk-tokens", self.chunk_tokens, at_least=1, integer=True)
         if self.chunks_per_doc is not None:
-            check_int("--chunks-per-doc", self.chunks_per_doc, 1)
+            check_number("--chunks-per-doc", self.chunks_per_doc, at_least=1, integer=True)
         if self.rule not in RULES:
             raise BlackboxMIAError(f"unknown --rule {self.rule!r}; choose from {', '.join(RULES)}")
         if not 0 < self.target_fpr < 1:
             raise BlackboxMIAError(f"--target-fpr must be in (0, 1), got {self.target_fpr}")
-        check_int("--seed", self.seed, 0)
-        check_int("--n-boot", self.n_boot, 0)
+        check_number("--seed", self.seed, at_least=0, integer=True)
+        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
 
     @property
     def unit(self) -> str:
@@ -297,9 +297,10 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     Returns:
         The :class:`AuditResult`; its summary holds ``documents`` (ranked, most contaminated
         first: doc_id, n_chunks, n_scored, n_flagged, rate, rate_ci, corrected, corrected_ci, mean_score,
-        label when given), ``threshold`` (score units; null when -inf), ``threshold_fpr``,
-        ``threshold_tpr`` (on the validation chunks), ``auc_documents`` and its CI (null
-        without both labels among the documents), ``n_documents``, ``n_chunks``.
+        label when given), ``threshold`` (score units; null when -inf), ``threshold_realised_fpr``
+        (also as ``threshold_fpr`` for one release), ``threshold_tpr`` (on the validation chunks),
+        ``auc_documents`` and its CI (null without both labels among the documents),
+        ``n_documents``, ``n_chunks``.
 
     Raises:
         BlackboxMIAError: the scorer cannot run on the target, non-finite scores, a resumed
@@ -340,7 +341,7 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
         "documents": rows,
     }
     summary = {"documents": rows, "threshold": threshold.value, "threshold_rule": threshold.rule,
-               "threshold_fpr": threshold.fpr, "threshold_tpr": threshold.tpr, "auc_documents": auc_docs,
+               "threshold_realised_fpr": threshold.realised_fpr, "threshold_tpr": threshold.tpr, "auc_documents": auc_docs,
                "auc_documents_ci": auc_ci, "n_documents": len(cut), "n_chunks": n_chunks}
     return publish(report, summary, out_dir, "documents", appendix=_ranked_table(rows), hidden=("documents",))
 
@@ -378,7 +379,7 @@ def _notes(config: DocumentsConfig, threshold: Threshold, n_cal: int, auc_docs: 
          + f"; a last chunk shorter than {min_chunk_units(config.size)} {config.unit} is merged into the one before; "
          + ("all chunks scored." if config.chunks_per_doc is None else
             f"at most {config.chunks_per_doc} chunks per document sampled (seed {config.seed}).")),
-        (f"Threshold chosen on {n_cal} validation chunks by {rule}: realised FPR {threshold.fpr:.3f}, TPR {tpr}; "
+        (f"Threshold chosen on {n_cal} validation chunks by {rule}: realised FPR {threshold.realised_fpr:.3f}, TPR {tpr}; "
          "a chunk is flagged when its score > threshold."),
         ("Rate = share of a document's scored chunks flagged, with a Wilson 95% CI; corrected = "
          "(rate − FPR)/(TPR − FPR) clipped to [0, 1] (Rogan & Gladen 1978), FPR and TPR of the validation chunks"

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..backends.base import Backend
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..datasets import Item
 from ..evaluation import (
     DEFAULT_FPRS,
@@ -31,13 +32,13 @@ from ..evaluation import (
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
+from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
-from .ablation import run_prompt_length_ablation
+from .ablation import run_prompt_length_ablation, truncated_items
 from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    check_int,
     publish,
     quiet,
     report_config,
@@ -85,11 +86,11 @@ class EvalConfig:
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
-        check_int("--n-boot", self.n_boot, 0)
-        check_int("--seed", self.seed, 0)
-        check_int("--blind-folds", self.blind_folds, 2)
+        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
+        check_number("--seed", self.seed, at_least=0, integer=True)
+        check_number("--blind-folds", self.blind_folds, at_least=2, integer=True)
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
         bad = [f for f in self.fprs if not 0 < f < 1]  # also NaN
         if not self.fprs or bad:
             raise BlackboxMIAError(f"FPR targets must lie in (0, 1), got {list(self.fprs)}")
@@ -97,7 +98,7 @@ class EvalConfig:
             raise BlackboxMIAError("no scorer given")
         get_segmenter(self.segmenter)
         for length in self.truncate_tokens:
-            check_int("--truncate-tokens", length, 1)
+            check_number("--truncate-tokens", length, at_least=1, integer=True)
         if any(b <= a for a, b in zip(self.truncate_tokens, self.truncate_tokens[1:])):
             raise BlackboxMIAError(f"--truncate-tokens must be strictly increasing, got {list(self.truncate_tokens)}")
 
@@ -116,6 +117,19 @@ class EvalPlan:
     meta: dict
     scorers: list[Scorer]
     lengths: list[int]
+
+    def scored_groups(self, codec: TokenCodec) -> dict[str, list[Item]]:
+        """The groups of items :func:`run_eval` scores, each in its own run (what ``--dry-run``
+        estimates): ``eval``, the dataset, then per prompt length L of ``truncate_tokens`` its
+        texts cut by the target's tokenizer ``codec`` (``L32``...: :func:`.ablation.truncated_items`).
+
+        Raises:
+            BlackboxMIAError: a cut that holds nothing to score.
+        """
+        groups = {"eval": list(self.items)}
+        for length in self.config.truncate_tokens:
+            groups[f"L{length}"] = truncated_items(self.items, codec, length)[0]
+        return groups
 
 
 def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None) -> EvalPlan:

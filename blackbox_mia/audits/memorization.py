@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..backends.base import GENERATE, Backend, Prompt
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..cost.estimate import CostEstimate
 from ..datasets import Item
 from ..evaluation import to_jsonable
@@ -41,7 +42,7 @@ from ..runner import config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
-from .common import AuditResult, Log, check_int, publish, quiet
+from .common import AuditResult, Log, publish, quiet
 
 ROWS_FILE = "memorization.jsonl"
 UNITS = ("tokens", "chars")
@@ -80,16 +81,16 @@ class MemorizeConfig:
         if not self.prompt_lengths:
             raise BlackboxMIAError("--prompt-lengths needs at least one length")
         for length in self.prompt_lengths:
-            check_int("--prompt-lengths", length, 1)
+            check_number("--prompt-lengths", length, at_least=1, integer=True)
         if len(set(self.prompt_lengths)) != len(self.prompt_lengths):
             raise BlackboxMIAError(f"--prompt-lengths repeats a length: {list(self.prompt_lengths)}")
-        check_int("--reference-tokens", self.reference_length, 1)
+        check_number("--reference-tokens", self.reference_length, at_least=1, integer=True)
         if self.unit not in UNITS:
             raise BlackboxMIAError(f"--unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
-        check_int("--n-boot", self.n_boot, 0)
-        check_int("--seed", self.seed, 0)
+        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
+        check_number("--seed", self.seed, at_least=0, integer=True)
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
 
 
 @dataclass(frozen=True)

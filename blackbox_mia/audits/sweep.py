@@ -29,6 +29,7 @@ from ..backends.base import Backend
 from ..canary import find_canary_manifest, load_manifest
 from ..controls import ControlConfig, ControlSet, build_control, control_kind
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..datasets import Item
 from ..evaluation import (
     RULES,
@@ -45,7 +46,6 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    check_int,
     publish,
     quiet,
     report_config,
@@ -115,10 +115,10 @@ class SweepConfig:
             raise BlackboxMIAError("--calibration-fraction needs --calibration")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
-        check_int("--seed", self.seed, 0)
-        check_int("--top", self.top, 0)
+        check_number("--seed", self.seed, at_least=0, integer=True)
+        check_number("--top", self.top, at_least=0, integer=True)
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
         self.control_config.validate()
 
 
@@ -298,8 +298,8 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         "headline": headline,
         "roles": roles,
         "flag_rate": prevalence["flag_rate"],
-        "fpr": prevalence["fpr_in_sample"],
-        "fpr_ci": prevalence["fpr_ci"],
+        "realised_fpr": prevalence["realised_fpr"],
+        "realised_fpr_ci": prevalence["realised_fpr_ci"],
         "target_fpr": prevalence["target_fpr"],
         "tpr": prevalence["tpr"],
         "tpr_minus_fpr_lower": prevalence["youden_j_lower"],
@@ -433,9 +433,9 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
         f"{roles['calibration_members']} members, {roles['calibration_nonmembers']} non-members."),
         f"Threshold calibrated on {source}; a text is flagged when its score > threshold.",
     ]
-    lo, hi = prevalence["fpr_ci"]
+    lo, hi = prevalence["realised_fpr_ci"]
     target = "" if prevalence["target_fpr"] is None else f" (target {prevalence['target_fpr']:g})"
-    notes.append(f"Realised FPR {prevalence['fpr_in_sample']:.4f}{target}: {prevalence['n_false_positives']} of "
+    notes.append(f"Realised FPR {prevalence['realised_fpr']:.4f}{target}: {prevalence['n_false_positives']} of "
                  f"{prevalence['n_cal_nonmembers']} calibration non-members above the threshold, "
                  f"{100 * prevalence['ci_level']:g}% Clopper-Pearson CI [{lo:.4f}, {hi:.4f}].")
     notes += prevalence["notes"]

@@ -18,8 +18,8 @@ approximate memorization); the unflagged texts get the same treatment for compar
 
 Ground truth, when the "after" model is an unlearned canary (``bbmia canary unlearn``): a
 forgotten member is *still memorized* when its loss score under the unlearned canary (white
-box, computed locally) exceeds the ``1 - truth_fpr`` quantile of the canary's non-members' loss
-scores under the same model; the report gives the precision and recall of the flagged set
+box, computed locally) exceeds the ``1 - truth_target_fpr`` quantile of the canary's
+non-members' loss scores under the same model; the report gives the precision and recall of the flagged set
 against that label and its base rate (the share of audited texts that are
 forgotten-but-still-memorized): :mod:`.unlearning_truth`.
 
@@ -44,18 +44,20 @@ from scipy import stats
 from .. import __version__
 from ..backends.base import Backend
 from ..canary.dataset import load_items
+from ..config import check_number
 from ..datasets import Item, file_sha256, limit_items, read_jsonl
 from ..datasets.formats import parse_label
 from ..evaluation import bootstrap_ci, to_jsonable
 from ..evaluation.plots import plot_histogram
 from ..io import json_line, write_text_atomic
+from ..key_aliases import UNLEARNING_CONFIG_KEYS, with_old_keys
 from ..runner import run_config, score_items
 from ..scorers import TARGET
 from ..scorers.loss import Loss
 from ..scorers.min_k import MinK
 from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
-from .common import AuditResult, Log, check_int, publish, quiet
+from .common import AuditResult, Log, publish, quiet
 from .completion import complete, cut_at, cut_completion
 from .unlearning_truth import closeness_auc, flag_metrics, log_change, still_memorized
 
@@ -80,7 +82,8 @@ class UnlearningConfig:
         max_new_tokens: the most tokens generated (the reference is cut to as many).
         segmenter: segmenter name for W and ROUGE-L (``auto``: Japanese or whitespace words).
         unflagged: also complete the unflagged texts (the comparison).
-        truth_fpr: ground truth: the non-member quantile ``1 - truth_fpr`` of the loss score.
+        truth_target_fpr: ground truth: the non-members' share allowed above the label's threshold,
+            the ``1 - truth_target_fpr`` quantile of their loss scores (a target FPR).
         seed: sampling seed (sample j of a text uses seed + j).
         limit: only the first ``limit`` texts.
         resume: keep the rows already in the output files (same configuration).
@@ -101,7 +104,7 @@ class UnlearningConfig:
     max_new_tokens: int = 128
     segmenter: str = "auto"
     unflagged: bool = True
-    truth_fpr: float = 0.05
+    truth_target_fpr: float = 0.05
     seed: int = 0
     limit: int | None = None
     resume: bool = True
@@ -120,16 +123,16 @@ class UnlearningConfig:
                 raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         if not 0 < self.k <= 100:
             raise BlackboxMIAError(f"--k must lie in (0, 100] percent, got {self.k}")
-        check_int("--prompt-words", self.prompt_words, 1)
-        check_int("--samples", self.samples, 1)
-        check_int("--max-new-tokens", self.max_new_tokens, 1)
-        check_int("--seed", self.seed, 0)
+        check_number("--prompt-words", self.prompt_words, at_least=1, integer=True)
+        check_number("--samples", self.samples, at_least=1, integer=True)
+        check_number("--max-new-tokens", self.max_new_tokens, at_least=1, integer=True)
+        check_number("--seed", self.seed, at_least=0, integer=True)
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise BlackboxMIAError(f"--temperature must be > 0 (sampling), got {self.temperature}")
-        if not 0 < self.truth_fpr < 1:
-            raise BlackboxMIAError(f"--truth-fpr must lie in (0, 1), got {self.truth_fpr}")
+        if not 0 < self.truth_target_fpr < 1:
+            raise BlackboxMIAError(f"--truth-target-fpr must lie in (0, 1), got {self.truth_target_fpr}")
         if self.limit is not None:
-            check_int("--limit", self.limit, 1)
+            check_number("--limit", self.limit, at_least=1, integer=True)
         get_segmenter(self.segmenter)
 
 
@@ -388,7 +391,8 @@ def run_unlearning(
 
     truth_summary = None
     if truth is not None:
-        label = still_memorized(truth[0], truth[1], out_dir / "truth_scores.jsonl", config.truth_fpr, config.resume)
+        label = still_memorized(truth[0], truth[1], out_dir / "truth_scores.jsonl", config.truth_target_fpr,
+                                config.resume)
         positives = set(label["ids"])
         for row in per_item.values():
             row["still_memorized"] = row["id"] in positives
@@ -397,7 +401,7 @@ def run_unlearning(
         truth_summary = {**flag_metrics(flagged, positives, list(per_item)),
                          "closeness_auc": closeness_auc(list(per_item.values())),
                          "completion": by_label, "completion_difference": by_label_difference,
-                         **{k: label[k] for k in ("threshold", "n_forget", "fpr", "canary")}}
+                         **{k: label[k] for k in ("threshold", "n_forget", "target_fpr", "fpr", "canary")}}
     write_text_atomic(out_dir / "unlearning_items.jsonl",
                       "".join(json_line(to_jsonable(row), f"item {i!r}") for i, row in per_item.items()))
 
@@ -436,14 +440,14 @@ def run_unlearning(
     ]
     if truth_summary is not None:
         notes.append(f"Ground truth: a forgotten member is still memorized when its loss score under the unlearned canary "
-                     f"exceeds the {1 - config.truth_fpr:.0%} quantile of the non-members' ({label['threshold']:.4f} "
+                     f"exceeds the {1 - config.truth_target_fpr:.0%} quantile of the non-members' ({label['threshold']:.4f} "
                      "nats/token); base rate = still-memorized forgotten members / audited texts. 'truth.completion"
                      "_difference': the same similarity comparison split by this label (still memorized minus the "
                      "rest): the most a perfect flag could show.")
     report = {
         "title": f"Unlearning audit: {plan.meta['name']}",
-        "config": {"package": "blackbox_mia", "version": __version__, "unlearning": asdict(config),
-                   "before": before.describe(), "after": after.describe(), "dataset": plan.meta,
+        "config": {"package": "blackbox_mia", "version": __version__,
+                   "unlearning": with_old_keys(asdict(config), UNLEARNING_CONFIG_KEYS), "before": before.describe(), "after": after.describe(), "dataset": plan.meta,
                    "seeds": {"sampling": config.seed}},
         "plots": plots,
         "notes": notes,

@@ -3,8 +3,8 @@ checked against it.
 
 When the "after" model is an unlearned canary (``bbmia canary unlearn``), a forgotten member is
 *still memorized* when its loss score under the unlearned canary (white box, computed locally)
-exceeds the ``1 - fpr`` quantile of the canary's non-members' loss scores under the same model
-(:func:`still_memorized`). The audit's flagged set is then scored against that label
+exceeds the ``1 - target_fpr`` quantile of the canary's non-members' loss scores under the same
+model (:func:`still_memorized`). The audit's flagged set is then scored against that label
 (:func:`flag_metrics`: precision, recall, base rate, Fisher's exact test of enrichment), and
 the ratio's ranking quality whatever the flag rule (:func:`closeness_auc`).
 """
@@ -21,6 +21,7 @@ from ..canary import canary_items
 from ..canary.unlearn import memorized_members, unlearning_record
 from ..evaluation import auc
 from ..evaluation.documents import wilson_interval
+from ..key_aliases import UNLEARNING_TRUTH_KEYS, with_old_keys
 from ..runner import run_config, score_items
 from ..scorers import TARGET
 from ..scorers.loss import Loss
@@ -60,15 +61,16 @@ def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> 
     return out
 
 
-def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float, resume: bool) -> dict:
+def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, target_fpr: float, resume: bool) -> dict:
     """The ground truth of an unlearned canary: its forgotten members whose loss score under
-    the unlearned model (``truth_model``, loaded from ``truth_dir``) exceeds the ``1 - fpr``
+    the unlearned model (``truth_model``, loaded from ``truth_dir``) exceeds the ``1 - target_fpr``
     quantile of its non-members' loss scores (:func:`~blackbox_mia.canary.unlearn.memorized_members`,
     the rule that picks a forget set among the memorized members; scores saved to ``out``).
 
     Returns:
         ``ids`` (the still-memorized forgotten members), ``threshold`` (nats/token),
-        ``n_forget``, ``fpr``, ``canary`` (the directory).
+        ``n_forget``, ``target_fpr`` (and its old name ``fpr`` for one release:
+        :data:`blackbox_mia.key_aliases.UNLEARNING_TRUTH_KEYS`), ``canary`` (the directory).
 
     Raises:
         BlackboxMIAError: ``truth_dir`` is not an unlearned canary.
@@ -83,10 +85,11 @@ def still_memorized(truth_dir: Path, truth_model: Backend, out: Path, fpr: float
     rows = score_items(items, scorers, backends, out, run_config(scorers, backends, meta), resume=resume,
                        progress=False)
     label = scorers[0].label
-    memorized, threshold = memorized_members(items, {r.id: r.scores[label] for r in rows}, fpr)
+    memorized, threshold = memorized_members(items, {r.id: r.scores[label] for r in rows}, target_fpr)
     forget = set(record["forget_ids"])
     ids = sorted(set(memorized) & forget)
-    return {"ids": ids, "threshold": threshold, "n_forget": len(forget), "fpr": fpr, "canary": str(truth_dir)}
+    return with_old_keys({"ids": ids, "threshold": threshold, "n_forget": len(forget), "target_fpr": target_fpr,
+                          "canary": str(truth_dir)}, UNLEARNING_TRUTH_KEYS)
 
 
 def log_change(ratio: float | None) -> float | None:

@@ -24,8 +24,8 @@ CLOSE_GRACE_S = 10.0  # seconds close() lets the loop's remaining tasks unwind a
 def new_loop() -> asyncio.AbstractEventLoop:
     """A new event loop: uvloop's (libuv, in C) where it is installed, else asyncio's.
 
-    At 256 requests in flight the API client spends about a tenth less CPU per request on
-    uvloop's loop (``benchmarks/bench_throughput.py``; figures in docs/blackbox.md).
+    The API client spends less CPU per request on uvloop's loop at high concurrency
+    (``benchmarks/bench_throughput.py``; figures: docs/measured-settings.md).
     """
     try:
         import uvloop

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from ..datasets import Item, load_dataset
+from ..datasets import Item, load_shipped_or_jsonl
 from ..types import BlackboxMIAError
 from .config import DOCUMENTS_CORPUS, CanaryConfig
 from .documents import CanaryDocument, plan_documents
@@ -53,8 +53,8 @@ def build_corpus(config: CanaryConfig) -> Corpus:
     """
     config.validate()
     source = config.source
-    planted = load_dataset(source.planted)
-    pool = load_dataset(source.background) if source.background is not None else None
+    planted = load_shipped_or_jsonl(source.planted)
+    pool = load_shipped_or_jsonl(source.background) if source.background is not None else None
     split = {"n_members": config.n_members, "n_nonmembers": config.n_nonmembers}
     if config.corpus == DOCUMENTS_CORPUS:
         split = {}  # documents are counted in blocks of problems by plan_documents

@@ -7,7 +7,7 @@ where the cache root is ``cache_dir``, else ``$BBMIA_CACHE_DIR``, else ``./cache
 given (``~`` expanded; a relative PATH is relative to the working directory, not the cache),
 a canary of any corpus (``--corpus ja``: its items are ``ja-debian-docs`` paragraphs).
 
-This is the only place that resolves canary specs, and :func:`load_dataset` / :func:`load_items`
+This is the only place that resolves canary specs, and :func:`load_any_dataset` / :func:`load_items`
 here take every dataset spec (the others go to :mod:`blackbox_mia.datasets`, which knows
 nothing of canaries): the commands' and audits' entry points.
 """
@@ -67,9 +67,9 @@ def load_canary_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -
     return Dataset(f"{CANARY}:{path}", items, str(path / MANIFEST), file_sha256(path / MANIFEST))
 
 
-def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
+def load_any_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
     """Load any dataset spec: ``canary`` / ``canary:PATH`` (:func:`load_canary_dataset`), else a
-    named dataset or a JSONL file (:func:`blackbox_mia.datasets.load_dataset`).
+    named dataset or a JSONL file (:func:`blackbox_mia.datasets.load_shipped_or_jsonl`).
 
     Args:
         spec: a canary spec, a shipped name or a JSONL path.
@@ -77,12 +77,12 @@ def load_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Datas
             ``<cache root>/canary/<config hash>``); None = ``$BBMIA_CACHE_DIR``, else ``./cache``.
 
     Raises:
-        BlackboxMIAError: see :func:`blackbox_mia.datasets.load_dataset`; for a canary spec: no
+        BlackboxMIAError: see :func:`blackbox_mia.datasets.load_shipped_or_jsonl`; for a canary spec: no
             trained canary there.
     """
     if is_canary_spec(spec):
         return load_canary_dataset(spec, cache_dir)
-    return datasets.load_dataset(spec)
+    return datasets.load_shipped_or_jsonl(spec)
 
 
 def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None) -> tuple[list[Item], dict]:
@@ -91,7 +91,7 @@ def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike
     Args:
         spec: a shipped name, ``canary`` / ``canary:PATH``, or a JSONL path (:mod:`blackbox_mia.datasets`).
         limit: keep only the first ``limit`` items (None = all).
-        cache_dir: cache root override for ``canary`` (see :func:`load_dataset`).
+        cache_dir: cache root override for ``canary`` (see :func:`load_any_dataset`).
 
     Returns:
         ``(items, {"name", "source", "sha256"})``.
@@ -100,5 +100,5 @@ def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike
         BlackboxMIAError: an unreadable dataset, no trained canary there, or ``limit`` < 1.
     """
 
-    dataset = load_dataset(spec, cache_dir)
+    dataset = load_any_dataset(spec, cache_dir)
     return limit_items(dataset.items, limit), dataset.metadata()

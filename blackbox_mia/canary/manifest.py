@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from ..datasets import Item, load_dataset
+from ..datasets import Item, load_shipped_or_jsonl
 from ..types import BlackboxMIAError
 from .config import CHAT_FIELD, CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS
 from .corpus import labelled
@@ -69,7 +69,7 @@ def canary_items(path: str | os.PathLike) -> list[Item]:
     corpus = manifest_corpus(manifest)
     if corpus not in CORPORA:
         raise BlackboxMIAError(f"canary {path}: unknown corpus {corpus!r} in its manifest; corpora: {', '.join(CORPORA)}")
-    planted = load_dataset(CORPORA[corpus].planted)
+    planted = load_shipped_or_jsonl(CORPORA[corpus].planted)
     trained_with = manifest.get("sources", {}).get(planted.name)
     if trained_with is not None and trained_with != planted.sha256:
         raise BlackboxMIAError(f"canary {path} was built from another {planted.name} file (sha256 {trained_with[:12]}...)")

@@ -17,7 +17,7 @@ Some forgotten members stay memorized (too few steps, a low rate): the unlearnin
 those. The forget set is a seeded sample of the members, or (``forget_from="memorized"``, the
 paper's setting: the model had memorized what it is asked to forget) of the members the
 white-box memorization label calls memorized before unlearning (:func:`memorized_members`: loss
-score above the non-members' ``1 - memorized_fpr`` quantile, the rule the audit's ground truth
+score above the non-members' ``1 - memorized_target_fpr`` quantile, the rule the audit's ground truth
 applies to the unlearned model), so that "still memorized afterwards" is an unlearning failure,
 not an item that was never memorized.
 
@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..datasets import Item
+from ..key_aliases import UNLEARN_CONFIG_KEYS, UNLEARNING_TRUTH_KEYS, with_old_keys
 from ..types import BlackboxMIAError
 from .manifest import (
     ITEMS_FILE,
@@ -80,8 +81,9 @@ class UnlearnConfig:
         forget_from: ``members`` (a count N samples all members) or ``memorized`` (only the
             members memorized before unlearning, :func:`memorized_members`; a file of ids must
             name only those).
-        memorized_fpr: the non-member false-positive rate of the "memorized before" rule (its
-            threshold is the non-members' ``1 - memorized_fpr`` quantile of the loss score).
+        memorized_target_fpr: the target non-member false-positive rate of the "memorized
+            before" rule (its threshold is the non-members' ``1 - memorized_target_fpr``
+            quantile of the loss score).
     """
 
     steps: int = 20
@@ -93,7 +95,7 @@ class UnlearnConfig:
     method: str = GRADIENT_ASCENT
     alpha: float = 1.0
     forget_from: str = ALL_MEMBERS
-    memorized_fpr: float = 0.05
+    memorized_target_fpr: float = 0.05
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` naming the option of an impossible value."""
@@ -114,12 +116,15 @@ class UnlearnConfig:
             raise BlackboxMIAError(f"--alpha must be > 0, got {self.alpha}")
         if self.forget_from not in FORGET_FROM:
             raise BlackboxMIAError(f"--forget-from must be one of {', '.join(FORGET_FROM)}, got {self.forget_from!r}")
-        if not 0 < self.memorized_fpr < 1:
-            raise BlackboxMIAError(f"--memorized-fpr must lie in (0, 1), got {self.memorized_fpr}")
+        if not 0 < self.memorized_target_fpr < 1:
+            raise BlackboxMIAError(f"--memorized-target-fpr must lie in (0, 1), got {self.memorized_target_fpr}")
 
     def short_hash(self, forget_ids: list[str]) -> str:
-        """12 hex digits identifying these settings and the forget set."""
-        blob = json.dumps({**asdict(self), "forget": forget_ids}, sort_keys=True)
+        """12 hex digits identifying these settings and the forget set. Each setting is hashed
+        under the name it had when the hash was introduced (``memorized_fpr``, renamed
+        ``memorized_target_fpr``: docs/migration.md), so an unlearned canary keeps its directory."""
+        settings = {UNLEARN_CONFIG_KEYS.get(name, name): value for name, value in asdict(self).items()}
+        blob = json.dumps({**settings, "forget": forget_ids}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
@@ -157,15 +162,16 @@ def choose_forget(members: list[Item], forget: str, seed: int, noun: str = "memb
     return [by_id[i] for i in dict.fromkeys(ids)]
 
 
-def memorized_members(items: list[Item], scores: dict[str, float | None], fpr: float) -> tuple[list[str], float]:
+def memorized_members(items: list[Item], scores: dict[str, float | None],
+                      target_fpr: float) -> tuple[list[str], float]:
     """The white-box memorization label: the members (label 1) whose loss score (mean token
-    log-prob, nats/token, higher = more likely) exceeds the ``1 - fpr`` quantile (numpy
+    log-prob, nats/token, higher = more likely) exceeds the ``1 - target_fpr`` quantile (numpy
     ``method="higher"``: an observed score) of the non-members' scores.
 
     Args:
         items: the canary's items (members and non-members).
         scores: per item id, its loss score under the model judged (None: not scored).
-        fpr: the non-members' share allowed above the threshold, in (0, 1).
+        target_fpr: the non-members' share allowed above the threshold, in (0, 1).
 
     Returns:
         ``(ids, threshold)``: the memorized members' ids in item order and the threshold.
@@ -176,7 +182,7 @@ def memorized_members(items: list[Item], scores: dict[str, float | None], fpr: f
     nonmember = [scores[it.id] for it in items if it.label == 0 and scores.get(it.id) is not None]
     if not nonmember:
         raise BlackboxMIAError("the memorization label needs scored non-members; this canary has none")
-    threshold = float(np.quantile(np.array(nonmember), 1 - fpr, method="higher"))
+    threshold = float(np.quantile(np.array(nonmember), 1 - target_fpr, method="higher"))
     ids = [it.id for it in items if it.label == 1 and scores.get(it.id) is not None and scores[it.id] > threshold]
     return ids, threshold
 
@@ -211,8 +217,8 @@ def unlearn_canary(
 
     Returns:
         The new directory. Its manifest's ``unlearning`` holds ``base``, ``base_config_hash``,
-        ``method``, the settings, ``forget_ids``, ``memorized_before`` (``fpr``, ``threshold``
-        and ``ids``: the members memorized by the base canary, :func:`memorized_members`),
+        ``method``, the settings, ``forget_ids``, ``memorized_before`` (``target_fpr``, also as
+        ``fpr`` for one release, ``threshold`` and ``ids``: the members memorized by the base canary, :func:`memorized_members`),
         ``forget_loss_before``/``forget_loss_after`` (mean loss of the forget windows,
         nats/token), ``ascended_windows`` (windows trained on, counted once per step),
         ``ascents_per_item`` (per forget id, how many of its windows' steps there were: 0 for
@@ -235,7 +241,7 @@ def unlearn_canary(
     items = canary_items(base)
     members = [item for item in items if item.label == 1]
     start = time.perf_counter()
-    memorized, threshold = memorized_members(items, loss_scores(base, items), config.memorized_fpr)
+    memorized, threshold = memorized_members(items, loss_scores(base, items), config.memorized_target_fpr)
     pool = members if config.forget_from == ALL_MEMBERS else [m for m in members if m.id in set(memorized)]
     chosen = choose_forget(pool, forget, config.seed, "members" if pool is members else "memorized members")
     forget_ids = [item.id for item in chosen]
@@ -328,9 +334,10 @@ def unlearn_canary(
     unlearning = {
         "base": str(base),
         "base_config_hash": manifest.get("config_hash"),
-        **asdict(config),
+        **with_old_keys(asdict(config), UNLEARN_CONFIG_KEYS),
         "forget_ids": forget_ids,
-        "memorized_before": {"fpr": config.memorized_fpr, "threshold": threshold, "ids": memorized},
+        "memorized_before": with_old_keys({"target_fpr": config.memorized_target_fpr, "threshold": threshold,
+                                           "ids": memorized}, UNLEARNING_TRUTH_KEYS),
         "n_forget_windows": len(windows),
         "ascended_windows": ascended,
         "ascents_per_item": ascents,

@@ -65,10 +65,10 @@ def _process_settings() -> None:
       transformers;
     * the garbage collector's youngest generation is collected every
       :data:`GC_YOUNG_THRESHOLD` allocations instead of CPython's 700. With the default, a
-      black-box run at 256 requests in flight spent about 3.5 s of a 14 s run in the collector,
-      mostly in a dozen full passes over the loaded tokenizer and libraries (up to 0.3 s each,
-      with the event loop and every request in flight stopped); with 10,000, about 0.3 s and
-      no full pass (``benchmarks/bench_throughput.py``, figures in docs/blackbox.md).
+      black-box run at high concurrency spent a large share of its time in the collector,
+      mostly in full passes over the loaded tokenizer and libraries that stop the event loop
+      and every request in flight (``benchmarks/bench_throughput.py``; figures:
+      docs/measured-settings.md).
     """
     import gc
     import os

@@ -1,6 +1,8 @@
-"""The skeleton every audit command shares (``eval``, ``sweep``, ``documents``, ``memorize``):
-build the backends, estimate (``--dry-run``) or run, print what was spent, close the backends,
-then show the summary, the report's paths and, with ``--json``, the summary as the last line."""
+"""The skeleton every audit command shares (``eval``, ``sweep``, ``documents``, ``memorize``,
+``unlearning``): once the command has validated its options and loaded its data (the audit's
+``prepare_*``), build the backends, estimate (``--dry-run``) or run (resuming its files), print
+what was spent, close the backends, then show the summary, the report's paths and, with
+``--json``, the summary as the last line."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import typer
 
 from ..backends.base import Backend
 from ..scorers import Scorer
+from ..types import BlackboxMIAError
 from .app import echo_json_line
 from .common import TargetOptions, build_backends, close_all
 from .spend import print_usage
@@ -19,24 +22,30 @@ if TYPE_CHECKING:  # the audits are imported by the commands when they run
     from ..audits.common import AuditResult
 
 
-def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callable[[dict[str, Backend]], None],
+def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callable[[dict[str, Backend]], None] | None,
               run: Callable[[dict[str, Backend]], AuditResult], show: Callable[[AuditResult], None],
-              json_out: bool) -> None:
+              json_out: bool, build: Callable[[], dict[str, Backend]] | None = None) -> None:
     """Run one audit command's work between its validation and its console output.
 
     Args:
         target: the command's target options (``--dry-run`` among them).
         scorers: the scorers the audit uses (what the backends must serve).
-        dry_run: prints the expected cost given the backends (nothing is scored).
+        dry_run: prints the expected cost given the backends (nothing is scored); None for a
+            command without ``--dry-run``.
         run: the audit given the backends.
         show: prints the audit's result (tables, headline) on the console.
         json_out: make the last line of stdout the summary (with ``usage`` when requests were sent).
+        build: the backends by role, for an audit of other models than ``--local`` /
+            ``--base-url`` and ``--ref`` (e.g. ``unlearning``'s before and after); it closes
+            those it built when one fails. Default: :func:`~.common.build_backends`.
 
     Raises:
         BlackboxMIAError: from building the backends, the estimate or the audit (the backends
-            are closed first).
+            are closed first); ``--dry-run`` given to a command without an estimate.
     """
-    backends = build_backends(target, scorers)
+    if target.dry_run and dry_run is None:
+        raise BlackboxMIAError("this command has no --dry-run estimate")
+    backends = build() if build is not None else build_backends(target, scorers)
     try:
         if target.dry_run:
             dry_run(backends)

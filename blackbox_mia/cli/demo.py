@@ -18,7 +18,7 @@ BLACKBOX_DEMO_SCORERS = "loss,zlib,min_k,min_k:k=10"
 DEMO_PORT = 18273
 """Loopback port the demo serves the canary on. The API cache keys every answer by its base URL,
 so a port that stays the same between runs lets a rerun reuse the black-box stage's answers
-(2,931 requests in the default demo) instead of paying them again; when the port is taken,
+(thousands of requests in the default demo) instead of paying them again; when the port is taken,
 a free one is used and that run pays again."""
 
 

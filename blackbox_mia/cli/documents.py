@@ -85,7 +85,7 @@ def documents_command(
             typer.echo(format_table(["doc_id", "label", "scored", "rate", "95% CI", "corrected", "95% CI"], rows))
             if len(s["documents"]) > TOP_SHOWN:
                 typer.echo(f"... {len(s['documents']) - TOP_SHOWN} more documents in the report")
-            typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): FPR {s['threshold_fpr']:.3f}, "
+            typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): realised FPR {s['threshold_realised_fpr']:.3f}, "
                        f"TPR {s['threshold_tpr']:.3f} on the validation chunks")
             if s["auc_documents"] is not None:
                 typer.echo(f"AUC over documents: {s['auc_documents']:.3f}")

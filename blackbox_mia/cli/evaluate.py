@@ -85,7 +85,8 @@ def eval_command(
             if "prompt_length" in s:
                 typer.echo(prompt_length_table(s["prompt_length"]))
 
-        run_audit(target, plan.scorers, lambda b: print_dry_run({"eval": plan.items}, plan.scorers, b, json_out),
+        run_audit(target, plan.scorers,
+                  lambda b: print_dry_run(plan.scored_groups(b["target"].codec), plan.scorers, b, json_out),
                   lambda b: run_eval(plan, b, out, progress=not quiet, log=log), show, json_out)
 
 
@@ -162,7 +163,7 @@ def sweep_rows(summary: dict) -> list[list]:
     """The console table of a sweep summary: roles, threshold, rates with their CIs, the
     estimate (or why there is none), the lower bound, the control's contamination, the t-test."""
     roles, prevalence = summary["roles"], summary["prevalence"]
-    fpr_lo, fpr_hi = summary["fpr_ci"]
+    fpr_lo, fpr_hi = summary["realised_fpr_ci"]
     target = "" if summary["target_fpr"] is None else f" (target {summary['target_fpr']:g})"
     if prevalence["estimate"] is not None:
         lo, hi = prevalence["ci"]
@@ -176,7 +177,7 @@ def sweep_rows(summary: dict) -> list[list]:
         ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
         ["threshold", summary["threshold"]],
         ["flag rate (swept)", summary["flag_rate"]],
-        [f"realised FPR [95% CI]{target}", f"{summary['fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
+        [f"realised FPR [95% CI]{target}", f"{summary['realised_fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
         ["TPR (calibration members)", summary["tpr"]],
         ["TPR - FPR, simultaneous lower bound", summary["tpr_minus_fpr_lower"]],
         ["member fraction [95% CI]", estimate],

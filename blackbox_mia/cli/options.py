@@ -36,6 +36,27 @@ def parse_numbers(value: str, option: str, kind: type = int, example: str = "32,
     return numbers
 
 
+def renamed_option(field: str, value, old_value, flag: str, old_flag: str) -> dict:
+    """A configuration keyword of an option renamed from ``old_flag`` to ``flag`` (the old
+    spelling stays, hidden, for one release: docs/migration.md). Both options default to None,
+    so that the configuration's own default applies when neither is given.
+
+    Args:
+        field: the configuration field the option sets.
+        value, old_value: what ``flag`` and ``old_flag`` received (None: not given).
+
+    Returns:
+        ``{field: the value given}``, or ``{}`` when neither spelling was given.
+
+    Raises:
+        BlackboxMIAError: both spellings given, with different values.
+    """
+    if value is not None and old_value is not None and value != old_value:
+        raise BlackboxMIAError(f"{old_flag} is the old name of {flag}: give one of them")
+    given = value if value is not None else old_value
+    return {} if given is None else {field: given}
+
+
 def option_fields(cls: type) -> list[dataclasses.Field]:
     """The fields of the dataclass ``cls`` that are command-line options (not marked
     :data:`~blackbox_mia.config.NOT_AN_OPTION`)."""

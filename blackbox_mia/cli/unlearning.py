@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,17 +13,23 @@ from ..backends.registry import KIND_PREFIX, split_query
 from ..canary.unlearn import ALL_MEMBERS, GRADIENT_ASCENT
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
+from .audit import run_audit
 from .canary import canary_app
 from .common import (
     TARGET_OPTIONS,
     BackendFlags,
     TargetOptions,
     build_from_flags,
+    close_all,
     format_table,
     normalized_spec,
     shown_defaults,
 )
-from .options import option_fields, parse_numbers, with_dataclass_options
+from .options import option_fields, parse_numbers, renamed_option, with_dataclass_options
+
+if TYPE_CHECKING:
+    from ..audits.common import AuditResult
+    from ..backends.base import Backend
 
 with_backend_options = with_dataclass_options(
     BackendFlags, "backend", shown_defaults({f.name: TARGET_OPTIONS[f.name] for f in option_fields(BackendFlags)})
@@ -78,7 +84,10 @@ def unlearning(
     qa: bool = typer.Option(False, "--qa", help="Q&A mode: DATASET is a JSONL of 'question' and 'answer' (optional "
                             "'id'); the question is the prompt, its answer the reference"),
     truth: Path | None = TRUTH_OPTION,
-    truth_fpr: float = typer.Option(0.05, "--truth-fpr", help="ground truth: non-member quantile 1 - FPR of the loss"),
+    truth_target_fpr: float | None = typer.Option(None, "--truth-target-fpr", help="ground truth: the target FPR of "
+                                                  "the still-memorized label, whose threshold is the non-members' 1 - "
+                                                  "FPR quantile of the loss (default 0.05)"),
+    truth_fpr: float | None = typer.Option(None, "--truth-fpr", hidden=True, help="old name of --truth-target-fpr"),
     limit: int | None = typer.Option(None, help="only the first N texts"),
     seed: int = typer.Option(0, help="sampling seed"),
     out_dir: Path | None = OUT_OPTION,
@@ -107,49 +116,56 @@ def unlearning(
             run_unlearning,
         )
 
-        TargetOptions(**asdict(backend))  # checks the numeric options
+        target = TargetOptions(**asdict(backend))  # checks the numeric options
         if window is not None and flag_least_changed is not None:
             raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         config = UnlearningConfig(
             dataset=dataset, window=RATIO_WINDOW if window is None else parse_numbers(window, "--window", float, "0.8696,1.15", 2), k=k, prompt_words=prompt_words,
             samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter,
-            unflagged=not flagged_only, truth_fpr=truth_fpr, seed=seed, limit=limit, resume=not overwrite, qa=qa,
+            unflagged=not flagged_only, seed=seed, limit=limit, resume=not overwrite, qa=qa,
             flag_fraction=flag_least_changed,
+            **renamed_option("truth_target_fpr", truth_target_fpr, truth_fpr, "--truth-target-fpr", "--truth-fpr"),
         )
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
         truth_dir = truth if truth is not None else default_truth(after)
         out = out_dir or Path("runs") / f"unlearning-{dataset_slug(plan.meta['name'])}"
-        models = [build_from_flags(normalized_spec(before), backend)]
-        try:
-            models.append(build_from_flags(normalized_spec(after), backend))
-            truth_model = None
-            if truth_dir is not None:
-                same = local_path(after) is not None and local_path(after).resolve() == truth_dir.resolve()
-                truth_model = models[1] if same else build_from_flags(f"local:{truth_dir}", backend)
-                if not same:
-                    models.append(truth_model)
-            result = run_unlearning(plan, models[0], models[1], out,
-                                    truth=None if truth_dir is None else (truth_dir, truth_model), progress=not quiet,
-                                    log=messages(quiet))
-        finally:
-            for model in models:
-                model.close()
-        s = result.summary
-        typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts ({s['flag_rule']}; ratio {s['ratio']})")
-        typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
-                                [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
-                                 for g, st in s["completion"].items()]))
-        _echo_differences(s["completion_difference"], "flagged - unflagged")
-        if s["truth"] is not None:
-            t = s["truth"]
-            typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "Fisher p", "still memorized",
-                                     "forgotten"],
-                                    [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
-                                      t["fisher_p"], t["n_positive"], t["n_forget"]]]))
-            _echo_differences(t["completion_difference"], "still memorized - not (the ground truth)")
-        typer.echo(f"report: {result.json_path} and {result.md_path}")
-        if json_out:
-            echo_json_line(s)
+        same = truth_dir is not None and local_path(after) is not None and local_path(after).resolve() == truth_dir.resolve()
+
+        def build() -> dict[str, Backend]:
+            specs = {"before": normalized_spec(before), "after": normalized_spec(after)}
+            if truth_dir is not None and not same:
+                specs["truth"] = f"local:{truth_dir}"
+            models: dict[str, Backend] = {}
+            try:
+                for role, spec in specs.items():
+                    models[role] = build_from_flags(spec, backend)
+            except BaseException:
+                close_all(models)
+                raise
+            return models
+
+        def run(models: dict[str, Backend]) -> AuditResult:
+            truth_model = None if truth_dir is None else models["after" if same else "truth"]
+            return run_unlearning(plan, models["before"], models["after"], out,
+                                  truth=None if truth_dir is None else (truth_dir, truth_model), progress=not quiet,
+                                  log=messages(quiet))
+
+        def show(result: AuditResult) -> None:
+            s = result.summary
+            typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts ({s['flag_rule']}; ratio {s['ratio']})")
+            typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
+                                    [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
+                                     for g, st in s["completion"].items()]))
+            _echo_differences(s["completion_difference"], "flagged - unflagged")
+            if s["truth"] is not None:
+                t = s["truth"]
+                typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "Fisher p", "still memorized",
+                                         "forgotten"],
+                                        [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
+                                          t["fisher_p"], t["n_positive"], t["n_forget"]]]))
+                _echo_differences(t["completion_difference"], "still memorized - not (the ground truth)")
+
+        run_audit(target, [], None, run, show, json_out, build=build)
 
 
 def _echo_differences(differences: dict, groups: str) -> None:
@@ -184,7 +200,10 @@ def unlearn(
     forget_from: str = typer.Option(ALL_MEMBERS, "--forget-from", help="members, or memorized: sample the forget set "
                                     "among the members the base canary memorized (loss above the non-members' "
                                     "1 - FPR quantile)"),
-    memorized_fpr: float = typer.Option(0.05, "--memorized-fpr", help="the FPR of the 'memorized before' rule"),
+    memorized_target_fpr: float | None = typer.Option(None, "--memorized-target-fpr", help="the target FPR of the "
+                                                      "'memorized before' rule (default 0.05)"),
+    memorized_fpr: float | None = typer.Option(None, "--memorized-fpr", hidden=True,
+                                               help="old name of --memorized-target-fpr"),
     out: Annotated[Path | None, typer.Option("--out", help="new directory (default: <canary>-unlearned-<hash>)")] = None,
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
 ):
@@ -199,13 +218,14 @@ def unlearn(
     with user_errors():
         config = UnlearnConfig(steps=steps, lr=lr, batch_size=batch_size, seed=seed, retain_weight=retain_weight,
                                target_loss=target_loss, method=method, alpha=alpha, forget_from=forget_from,
-                               memorized_fpr=memorized_fpr)
+                               **renamed_option("memorized_target_fpr", memorized_target_fpr, memorized_fpr,
+                                                "--memorized-target-fpr", "--memorized-fpr"))
         path = unlearn_canary(canary, forget, config, out)
         record = unlearning_record(path)
         typer.echo(f"unlearned canary: {path}")
         memorized = record["memorized_before"]
         typer.echo(f"{len(memorized['ids'])} members memorized before (loss above {memorized['threshold']:.4f} "
-                   f"nats/token, the non-members' {1 - memorized['fpr']:.0%} quantile); forget set from the {forget_from}")
+                   f"nats/token, the non-members' {1 - memorized['target_fpr']:.0%} quantile); forget set from the {forget_from}")
         typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps ({method}): forget-set loss "
                    f"{record['forget_loss_before']:.3f} -> {record['forget_loss_after']:.3f} nats/token")
         typer.echo(f"audit: bbmia unlearning --before {canary} --after {path} canary:{path}", err=True)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-from ..types import BlackboxMIAError
+from ..types import ExpressionError
 from .base import Skip
 from .numbers import places_of, value_of
 
@@ -22,10 +22,6 @@ _ARITH_CHARS = set("0123456789.,$ +-*/()x×")
 # The number right of an "=", and an operator between numbers (an expression, not a bare number).
 RIGHT_NUMBER = re.compile(r"\s*\$?(\d+(?:,\d{3})*(?:\.\d+)?)")
 HAS_OPERATOR = re.compile(r"\d\s*[-+*/x×]\s*[\d(.$]")
-
-
-class ExpressionError(BlackboxMIAError):
-    """An expression that :func:`safe_eval` refuses (not plain arithmetic) or cannot evaluate."""
 
 
 def safe_eval(expr: str) -> Fraction:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..types import BlackboxMIAError
+from ..types import BudgetExceeded
 from .prices import request_cost
 
 
@@ -45,11 +45,6 @@ class Usage:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.cost_usd += request_cost(prompt, completion, price)
-
-
-class BudgetExceeded(BlackboxMIAError):
-    """The next request could take the spend past the cap: nothing more is sent (everything paid
-    so far is cached, so a rerun with a higher cap resumes where this run stopped)."""
 
 
 class Budget:

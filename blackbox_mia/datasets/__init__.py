@@ -13,11 +13,11 @@ from .registry import (
     DATA_DIR,
     NAMED,
     limit_items,
-    load_dataset,
+    load_shipped_or_jsonl,
     read_jsonl,
 )
 
 __all__ = [
-    "DATA_DIR", "NAMED", "Dataset", "Item", "aqua_text", "file_sha256", "gsm8k_text", "limit_items", "load_dataset",
-    "read_jsonl",
+    "DATA_DIR", "NAMED", "Dataset", "Item", "aqua_text", "file_sha256", "gsm8k_text", "limit_items",
+    "load_shipped_or_jsonl", "read_jsonl",
 ]

@@ -3,7 +3,7 @@
 A dataset *spec* is one of the shipped names below, ``canary`` / ``canary:PATH`` (a trained
 canary's members and non-members, resolved by :mod:`blackbox_mia.canary.dataset`, whose
 :func:`~blackbox_mia.canary.dataset.load_items` takes every spec), or a path to a JSONL file;
-:func:`load_dataset` here takes the shipped names and JSONL files.
+:func:`load_shipped_or_jsonl` here takes the shipped names and JSONL files.
 
 * ``gsm8k`` (= ``gsm8k:test``), ``gsm8k:train``: ``gsm8k/{test,train}.jsonl``, 1,319 / 7,473
   problems, ids ``gsm8k-test-{i}`` / ``gsm8k-train-{i}``.
@@ -94,8 +94,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def load_dataset(spec: str) -> Dataset:
-    """Load a named dataset or a JSONL file (canary specs: :func:`blackbox_mia.canary.dataset.load_dataset`).
+def load_shipped_or_jsonl(spec: str) -> Dataset:
+    """Load a named dataset or a JSONL file (canary specs: :func:`blackbox_mia.canary.dataset.load_any_dataset`).
 
     Args:
         spec: ``gsm8k``, ``gsm8k:train``, ``gsm8k:test``, ``aqua``, ``aqua:dev``, ``aqua:test``,

@@ -13,9 +13,10 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from sklearn.metrics import roc_curve
 
+from ..key_aliases import THRESHOLD_KEYS, with_old_keys
 from ..types import BlackboxMIAError
+from .metrics import roc
 from .prevalence import finite_scores
 
 RULES = ("fpr", "max_accuracy", "max_f1")
@@ -29,7 +30,7 @@ class Threshold:
         value: the threshold, in score units (may be -inf: flag everything).
         rule: ``"fpr"``, ``"max_accuracy"`` or ``"max_f1"``.
         target_fpr: the FPR asked for (rule ``"fpr"``), else None.
-        fpr: fraction of calibration non-members with score > value.
+        realised_fpr: fraction of calibration non-members with score > value (measured).
         tpr: fraction of calibration members with score > value; None without members.
         n_calibration_nonmembers, n_calibration_members: calibration set sizes.
         accuracy, f1: on the calibration set when members are given, else None.
@@ -39,7 +40,7 @@ class Threshold:
     value: float
     rule: str
     target_fpr: float | None
-    fpr: float
+    realised_fpr: float
     tpr: float | None
     n_calibration_nonmembers: int
     n_calibration_members: int
@@ -52,8 +53,9 @@ class Threshold:
         return np.asarray(scores, dtype=np.float64) > self.value
 
     def to_dict(self) -> dict:
-        """All fields as a dict (``value`` may be -inf; the report writes it as null)."""
-        return asdict(self)
+        """All fields as a dict (``value`` may be -inf; the report writes it as null), plus the
+        old name ``fpr`` of ``realised_fpr`` for one release (:mod:`blackbox_mia.key_aliases`)."""
+        return with_old_keys(asdict(self), THRESHOLD_KEYS)
 
 
 def calibrate(
@@ -114,7 +116,7 @@ def calibrate(
             raise BlackboxMIAError(f"rule {rule!r} needs member calibration scores")
         value = _best_operating_threshold(neg, pos, rule)
         target = None
-    fpr = float(np.mean(neg > value))
+    realised_fpr = float(np.mean(neg > value))
     accuracy = f1 = tpr = None
     if pos is not None:
         tp, fp = int(np.sum(pos > value)), int(np.sum(neg > value))
@@ -125,7 +127,7 @@ def calibrate(
         value=value,
         rule=rule,
         target_fpr=target,
-        fpr=fpr,
+        realised_fpr=realised_fpr,
         tpr=tpr,
         n_calibration_nonmembers=len(neg),
         n_calibration_members=0 if pos is None else len(pos),
@@ -174,7 +176,7 @@ def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> fl
     """Threshold (for ``score > t``) of the ROC point maximising accuracy or F1."""
     y = np.r_[np.zeros(len(neg)), np.ones(len(pos))]
     s = np.r_[neg, pos]
-    fpr, tpr, thresholds = roc_curve(y, s, drop_intermediate=False)
+    fpr, tpr, thresholds = roc(y, s)  # the one ROC (evaluation.metrics)
     p, n = len(pos), len(neg)
     tp, fp = tpr * p, fpr * n
     if rule == "max_accuracy":
@@ -183,6 +185,6 @@ def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> fl
         denom = 2 * tp + fp + (p - tp)
         objective = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0)
     best = int(np.argmax(objective))
-    # roc_curve flags score >= thresholds[best]; the same set is score > (next lower score).
+    # roc flags score >= thresholds[best]; the same set is score > (next lower score).
     below = s[s < thresholds[best]]
     return float(below.max()) if below.size else -math.inf

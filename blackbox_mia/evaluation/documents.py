@@ -130,7 +130,7 @@ def document_rate(doc_id: str, n_chunks: int, scores: Sequence[float], threshold
         doc_id: the document.
         n_chunks: its chunks before sampling.
         scores: shape (n_scored,), the scored chunks' scores (n_scored >= 1).
-        threshold: the calibrated threshold (``fpr``/``tpr`` on the validation chunks).
+        threshold: the calibrated threshold (``realised_fpr``/``tpr`` on the validation chunks).
         label: the document's label (1 member, 0 non-member) when given.
         bootstrap: resamples of the threshold's FPR and TPR on the validation documents.
 
@@ -141,7 +141,8 @@ def document_rate(doc_id: str, n_chunks: int, scores: Sequence[float], threshold
     n, k = int(flags.size), int(flags.sum())
     lo, hi = wilson_interval(k, n)
     tpr = threshold.tpr
-    corrected = None if tpr is None or tpr <= threshold.fpr else corrected_prevalence(k / n, threshold.fpr, tpr)
+    fpr = threshold.realised_fpr
+    corrected = None if tpr is None or tpr <= fpr else corrected_prevalence(k / n, fpr, tpr)
     corrected_ci = None if corrected is None or bootstrap is None else bootstrap.corrected_ci(k, n)
     row = {"doc_id": doc_id, "n_chunks": n_chunks, "n_scored": n, "n_flagged": k, "rate": k / n,
            "rate_ci": [lo, hi], "corrected": corrected, "corrected_ci": corrected_ci,

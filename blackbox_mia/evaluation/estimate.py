@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from scipy import stats
 
+from ..key_aliases import PREVALENCE_KEYS, with_old_keys
 from ..types import BlackboxMIAError
 from .calibration import RULES, calibrate
 from .prevalence import (
@@ -86,15 +87,18 @@ def estimate_prevalence(
     Returns:
         A dict: ``threshold`` (:class:`~.calibration.Threshold` as dict), ``n_benchmark``,
         ``n_flagged``, ``flag_rate``, ``n_cal_nonmembers``, ``n_false_positives``,
-        ``fpr_in_sample`` (k/n0) with ``fpr_ci`` (Clopper–Pearson, 1 − alpha), ``fpr`` (the
-        value used in the point estimate), ``target_fpr``, ``n_cal_members``, ``tpr`` with
+        ``realised_fpr`` (k/n0, measured) with ``realised_fpr_ci`` (Clopper–Pearson, 1 − alpha),
+        ``estimated_fpr`` (the threshold's FPR on new non-members used in the point estimate:
+        (k+1)/(n0+1) under rule ``fpr``, else k/n0), ``target_fpr``, ``n_cal_members``, ``tpr`` with
         ``tpr_ci`` (Clopper–Pearson, 1 − alpha), ``tpr_source``, ``bounds`` (``flag_rate``,
         ``fpr``, ``tpr``: the simultaneous [lo, hi] of each rate, each two-sided at
         ``bounds["level"]`` = 1 − alpha/3), ``youden_j`` and ``youden_j_lower`` (TPR_lo −
         FPR_hi), ``identifiable`` (None when the TPR is unknown), ``estimate`` (None when not
         identifiable or TPR unknown) and ``ci`` (likewise), ``detected`` (the interval's lower
         end > 0; None without an interval), ``ci_level``, ``lower_bound``
-        (:func:`prevalence_lower_bound`), ``method``, ``notes``. All rates are fractions.
+        (:func:`prevalence_lower_bound`), ``method``, ``notes``. All rates are fractions. For one
+        release the renamed keys are also written under their old names (``fpr_in_sample``,
+        ``fpr_ci``, ``fpr``: :data:`blackbox_mia.key_aliases.PREVALENCE_KEYS`).
 
     Raises:
         BlackboxMIAError: empty or non-finite scores, bad rule/target/alpha/margin, members
@@ -123,9 +127,9 @@ def estimate_prevalence(
         "flag_rate": n_flagged / n_b,
         "n_cal_nonmembers": n0,
         "n_false_positives": k,
-        "fpr_in_sample": k / n0,
-        "fpr_ci": list(clopper_pearson(k, n0, alpha)),
-        "fpr": (k + 1) / (n0 + 1) if rule == "fpr" else k / n0,
+        "realised_fpr": k / n0,
+        "realised_fpr_ci": list(clopper_pearson(k, n0, alpha)),
+        "estimated_fpr": (k + 1) / (n0 + 1) if rule == "fpr" else k / n0,
         "target_fpr": float(target_fpr) if rule == "fpr" else None,
         "n_cal_members": 0 if pos is None else len(pos),
         "lower_bound": prevalence_lower_bound(n_flagged, n_b, k, n0, alpha),
@@ -134,6 +138,7 @@ def estimate_prevalence(
         "threshold's FPR, Clopper-Pearson for the TPR and the flag rate; interval for (flag - FPR)/(TPR - FPR) "
         "at the corners of their box",
     }
+    out = with_old_keys(out, PREVALENCE_KEYS)
     if pos is None and tpr is None:
         return {**out, "tpr": None, "tpr_ci": None, "tpr_source": None, "bounds": None, "youden_j": None,
                 "youden_j_lower": None, "identifiable": None, "estimate": None, "ci": None, "detected": None,
@@ -156,7 +161,7 @@ def estimate_prevalence(
     identifiable = j_lower > margin
     estimate = ci = detected = None
     if identifiable:
-        estimate = float(_rogan_gladen(out["flag_rate"], out["fpr"], tpr_value))
+        estimate = float(_rogan_gladen(out["flag_rate"], out["estimated_fpr"], tpr_value))
         ci = [_corner(flag_lo, fpr_hi, tpr_hi), _corner(flag_hi, fpr_lo, tpr_lo)]
         detected = ci[0] > 0
     else:
@@ -167,7 +172,7 @@ def estimate_prevalence(
     bounds = {"flag_rate": [flag_lo, flag_hi], "fpr": [fpr_lo, fpr_hi], "tpr": [tpr_lo, tpr_hi],
               "level": 1 - side}
     return {**out, "tpr": tpr_value, "tpr_ci": tpr_ci, "tpr_source": source, "bounds": bounds,
-            "youden_j": tpr_value - out["fpr"], "youden_j_lower": j_lower, "identifiable": bool(identifiable),
+            "youden_j": tpr_value - out["estimated_fpr"], "youden_j_lower": j_lower, "identifiable": bool(identifiable),
             "estimate": estimate, "ci": ci, "detected": detected, "notes": notes}
 
 

@@ -211,7 +211,7 @@ def _sweep_table(sweep: dict) -> list[str]:
             rule += f" ({_pct(thr['target_fpr'])})"
         lines.append(_row([
             name, rule or "n/a", _num(thr.get("value", prev.get("threshold")), 4),
-            _num(prev.get("flag_rate")), _num(prev.get("fpr", thr.get("fpr"))),
+            _num(prev.get("flag_rate")), _num(prev.get("estimated_fpr", thr.get("realised_fpr"))),
             _num(prev.get("tpr", thr.get("tpr"))),
             _with_ci(prev.get("estimate"), prev.get("ci")) if prev else "n/a",
             _p(test.get("p_value")),

@@ -13,12 +13,7 @@ import numpy as np
 from ..text.segment import DEFAULT_SEGMENTER, Segmenter, get_segmenter
 from ..types import TokenLogprobs
 from .base import PERCENT, Need, Scorer
-from .bounded import Bounded, BoundedValues, mean_largest, mean_of, mean_smallest
-
-
-def polarized_distance(logprobs: np.ndarray, k1: float, k2: float) -> float:
-    """PD(z) = mean of the k1% largest lp_i − mean of the k2% smallest lp_i, in nats (Ye et al. eq. 3)."""
-    return mean_largest(logprobs, k1) - mean_smallest(logprobs, k2)
+from .bounded import Bounded, BoundedValues, mean_of
 
 
 def swap_neighbours(

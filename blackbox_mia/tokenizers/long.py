@@ -1,8 +1,9 @@
 """Long texts tokenized in windows, with memory proportional to one window, not the whole text.
 
-A fast tokenizer's one call on a 10 MB text holds its whole encoding at once (token strings,
-offsets, masks, alignments: about 240 bytes per character, 2.4 GB) and keeps the GIL for up to
-1.5 s at a time while it hands the ids to Python. :func:`encode_long` encodes
+A fast tokenizer's one call on a long text holds its whole encoding at once (token strings,
+offsets, masks, alignments: gigabytes for a 10 MB text) and keeps the GIL for seconds at a time
+while it hands the ids to Python, stalling the event loop (figures: docs/measured-settings.md).
+:func:`encode_long` encodes
 :data:`WINDOW_CHARS` characters at a time instead and joins the windows where the tokenization
 provably does not depend on the cut: at a token boundary that an independent encoding of the
 text around it (:data:`CHECK_CHARS` characters on each side) also has, with the same tokens on

@@ -116,7 +116,10 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
                     "--limit", LIMIT, "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     summary = last_json(result)
-    assert set(summary) >= {"flag_rate", "fpr", "fpr_ci", "tpr", "prevalence", "p_value", "planted", "report", "roles"}
+    assert set(summary) >= {"flag_rate", "realised_fpr", "realised_fpr_ci", "tpr", "prevalence", "p_value", "planted",
+                            "report", "roles"}
+    # the old names of the renamed keys, for one release (docs/migration.md)
+    assert (summary["fpr"], summary["fpr_ci"]) == (summary["realised_fpr"], summary["realised_fpr_ci"])
     manifest = load_manifest(canary)
     calibration_ids = set(manifest["member_ids"] + manifest["nonmember_ids"])
     in_bench = sum(f"gsm8k-test-{i}" in calibration_ids for i in range(LIMIT))
@@ -152,7 +155,7 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
     cal.update({r["id"]: r["scores"]["min_k"] for r in rows})
     neg = np.array([cal[i] for i in manifest["nonmember_ids"]])
     k = int(np.sum(neg > threshold))
-    assert summary["fpr"] == k / 40 and summary["fpr_ci"][0] <= k / 40 <= summary["fpr_ci"][1]
+    assert summary["realised_fpr"] == k / 40 and summary["realised_fpr_ci"][0] <= k / 40 <= summary["realised_fpr_ci"][1]
     # the lower bound: Clopper-Pearson lower flag rate against upper FPR, each at 97.5%
     from scipy.stats import beta
 
@@ -303,7 +306,7 @@ def test_sweep_with_known_nonmembers_and_assumed_tpr(canary, tmp_path):
     assert entry["threshold"]["n_calibration_nonmembers"] == 40
     assert entry["prevalence"]["tpr_source"].startswith("assumed")
     k = entry["prevalence"]["n_false_positives"]
-    assert summary["fpr"] == k / 40
+    assert summary["realised_fpr"] == k / 40
     if summary["identifiable"]:
         fpr = (k + 1) / 41
         raw = (summary["flag_rate"] - fpr) / (0.5 - fpr)

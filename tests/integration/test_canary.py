@@ -19,7 +19,7 @@ from blackbox_mia.canary import (
 from blackbox_mia.canary import train as train_mod
 from blackbox_mia.canary.checkpoint import saved_progress
 from blackbox_mia.canary.train import _lr_factor
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.types import BlackboxMIAError
 
 TINY = CanaryConfig(
@@ -42,8 +42,8 @@ def test_manifest_split_counts_and_disjoint(trained):
     assert len(m["background_ids"]) == 60 and all(i.startswith("gsm8k-train-") for i in m["background_ids"])
     assert m["config"] == dataclasses.asdict(TINY) and m["dup"] == 3 and m["seed"] == 0
     assert m["n_documents"] == 60 + 10 * 3
-    assert m["sources"]["gsm8k:test"] == load_dataset("gsm8k:test").sha256
-    assert m["sources"]["gsm8k:train"] == load_dataset("gsm8k:train").sha256
+    assert m["sources"]["gsm8k:test"] == load_shipped_or_jsonl("gsm8k:test").sha256
+    assert m["sources"]["gsm8k:train"] == load_shipped_or_jsonl("gsm8k:train").sha256
     assert len(m["loss_per_epoch"]) == 1 and m["loss_per_epoch"][0]["mean"] > 0
     assert m["train_seconds"] > 0 and m["n_trained_tokens"] > 0 and m["complete"] is True
     assert m["versions"]["blackbox_mia"] and m["versions"]["torch"]
@@ -70,10 +70,10 @@ def test_canary_items_are_labelled_gsm8k_test_items(trained):
     items = canary_items(trained)
     assert [i.id for i in items] == m["member_ids"] + m["nonmember_ids"]
     assert [i.label for i in items] == [1] * 10 + [0] * 10
-    test = {i.id: i for i in load_dataset("gsm8k:test").items}
+    test = {i.id: i for i in load_shipped_or_jsonl("gsm8k:test").items}
     assert all(i.text == test[i.id].text for i in items)
     # the JSONL written next to the model loads as a labelled dataset with the same items
-    ds = load_dataset(str(trained / m["items_file"]))
+    ds = load_shipped_or_jsonl(str(trained / m["items_file"]))
     assert [(i.id, i.text, i.label) for i in ds.items] == [(i.id, i.text, i.label) for i in items]
 
 

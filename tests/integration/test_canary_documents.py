@@ -20,7 +20,7 @@ from blackbox_mia.canary import (
 from blackbox_mia.canary.documents import ITEM_SEPARATOR, partial_run
 from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
 from blackbox_mia.cli.app import app
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.types import BlackboxMIAError
 
 SMALL = CanaryConfig(corpus="documents", n_background=40, n_members=8, n_nonmembers=8, dup=8,
@@ -63,7 +63,7 @@ def test_default_hashes_unchanged_and_document_fields_only_for_documents():
 
 
 def test_split_is_seeded_disjoint_and_made_of_consecutive_blocks():
-    gsm8k_test = load_dataset("gsm8k:test")
+    gsm8k_test = load_shipped_or_jsonl("gsm8k:test")
     corpus = build_corpus(SMALL)
     docs = corpus.canary_documents
     kinds = [(d.split, d.kind) for d in docs]
@@ -92,7 +92,7 @@ def test_split_is_seeded_disjoint_and_made_of_consecutive_blocks():
 def test_planted_fractions_equal_what_was_planted():
     corpus = build_corpus(SMALL)
     texts = corpus.documents
-    background = {item.text for item in load_dataset("gsm8k:train").items if item.id in set(corpus.background_ids)}
+    background = {item.text for item in load_shipped_or_jsonl("gsm8k:train").items if item.id in set(corpus.background_ids)}
     planted_texts = [t for t in texts if t not in background]
     for d in corpus.canary_documents:
         record = d.record()
@@ -115,7 +115,7 @@ def test_planted_fractions_equal_what_was_planted():
 
 
 def test_trained_manifest_and_files(trained):
-    gsm8k_test = load_dataset("gsm8k:test")
+    gsm8k_test = load_shipped_or_jsonl("gsm8k:test")
     m = load_manifest(trained)
     assert m["corpus"] == "documents" and m["config"]["doc_items"] == 4
     assert (m["documents_file"], m["validation_file"]) == (DOCUMENTS_FILE, VALIDATION_FILE)

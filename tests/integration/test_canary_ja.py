@@ -20,7 +20,7 @@ from blackbox_mia.canary.config import canary_dir
 from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
 from blackbox_mia.cli.app import app
 from blackbox_mia.canary.dataset import load_items
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.types import BlackboxMIAError
 
 SMALL = CanaryConfig(corpus="ja", n_background=30, n_members=10, n_nonmembers=10, dup=4)
@@ -32,7 +32,7 @@ TINY_ARGS = {"--corpus": "ja", "--n-background": 30, "--n-members": 10, "--n-non
 
 @pytest.fixture(scope="module")
 def paragraphs():
-    return load_dataset("ja-debian-docs")
+    return load_shipped_or_jsonl("ja-debian-docs")
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_manifest_without_corpus_is_a_gsm8k_canary(tmp_path, monkeypatch):
     assert train_mod.ensure_canary(CanaryConfig(), progress=False, out_dir=tmp_path) == tmp_path
     with pytest.raises(BlackboxMIAError, match="another configuration"):
         train_mod.ensure_canary(CanaryConfig(corpus="ja"), progress=False, out_dir=tmp_path)
-    test = {i.id: i.text for i in load_dataset("gsm8k:test").items}
+    test = {i.id: i.text for i in load_shipped_or_jsonl("gsm8k:test").items}
     assert [(i.id, i.label, i.text) for i in canary_items(tmp_path)] == [
         ("gsm8k-test-3", 1, test["gsm8k-test-3"]), ("gsm8k-test-4", 0, test["gsm8k-test-4"])
     ]  # fmt: skip

@@ -55,8 +55,9 @@ def test_forget_from_memorized(half_forgotten, tmp_path):
     config = UnlearnConfig(steps=2, lr=1e-4, forget_from="memorized")
     out = unlearn_canary(canary, "3", config, tmp_path / "u")
     record = load_manifest(out)["unlearning"]
-    assert record["forget_from"] == "memorized" and record["memorized_fpr"] == 0.05
-    assert record["memorized_before"] == {"fpr": 0.05, "threshold": pytest.approx(threshold, abs=1e-6), "ids": memorized}
+    assert record["forget_from"] == "memorized" and record["memorized_target_fpr"] == record["memorized_fpr"] == 0.05
+    assert record["memorized_before"] == {"target_fpr": 0.05, "fpr": 0.05, "threshold": pytest.approx(threshold, abs=1e-6),
+                                          "ids": memorized}  # the renamed keys and their old names (docs/migration.md)
     assert len(record["forget_ids"]) == 3 and set(record["forget_ids"]) <= set(memorized)
     assert all(scores[i] > threshold for i in record["forget_ids"])
     # every memorized member at once; one more is refused, naming the pool
@@ -73,7 +74,7 @@ def test_forget_from_memorized(half_forgotten, tmp_path):
     loose, median = memorized_members(items, scores, 0.5)
     assert set(loose) > set(memorized) and median < threshold
     wide = load_manifest(unlearn_canary(canary, str(len(loose)), UnlearnConfig(steps=1, forget_from="memorized",
-                                                                             memorized_fpr=0.5), tmp_path / "w"))
+                                                                             memorized_target_fpr=0.5), tmp_path / "w"))
     assert wide["unlearning"]["forget_ids"] == loose
     assert wide["unlearning"]["memorized_before"]["threshold"] == pytest.approx(median, abs=1e-6)
     # the default samples all members and still records who was memorized before
@@ -121,7 +122,7 @@ def test_alternative_labels_small_alpha_changes_fewer_labels(canary, tmp_path):
         ({"method": ALTERNATIVE_LABELS, "target_loss": 1.0}, "--target-loss applies to gradient_ascent only"),
         ({"alpha": 0.0}, "--alpha must be > 0"),
         ({"forget_from": "all"}, "--forget-from must be one of members, memorized"),
-        ({"memorized_fpr": 1.0}, "--memorized-fpr must lie in"),
+        ({"memorized_target_fpr": 1.0}, "--memorized-target-fpr must lie in"),
     ],
 )
 def test_unlearn_config_rejects(settings, message):

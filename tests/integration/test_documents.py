@@ -102,7 +102,7 @@ def test_wilson_interval_hand_values():
 
 
 def test_document_rate_and_correction():
-    threshold = Threshold(value=0.5, rule="fpr", target_fpr=0.1, fpr=0.1, tpr=0.6,
+    threshold = Threshold(value=0.5, rule="fpr", target_fpr=0.1, realised_fpr=0.1, tpr=0.6,
                           n_calibration_nonmembers=10, n_calibration_members=10)
     row = document_rate("d", 6, [0.9, 0.2, 0.7, 0.5, 0.1], threshold, label=1)
     assert (row["n_chunks"], row["n_scored"], row["n_flagged"], row["rate"]) == (6, 5, 2, 0.4)
@@ -112,7 +112,7 @@ def test_document_rate_and_correction():
     # one validation document per label: FPR 1/10 and TPR 9/10 in every resample, so the CI is the
     # Jeffreys one mapped through the correction: Beta(2.5, 3.5) has 97.5% quantile 0.790583, so
     # ((q025 - 0.1)/0.8 clipped to 0, (0.790583 - 0.1)/0.8 = 0.863229)
-    exact = Threshold(value=0.5, rule="fpr", target_fpr=0.1, fpr=0.1, tpr=0.9,
+    exact = Threshold(value=0.5, rule="fpr", target_fpr=0.1, realised_fpr=0.1, tpr=0.9,
                       n_calibration_nonmembers=10, n_calibration_members=10)
     boot = CalibrationBootstrap([1, 9], [10, 10], [0, 1], 20000)
     row = document_rate("d", 6, [0.9, 0.2, 0.7, 0.5, 0.1], exact, bootstrap=boot)
@@ -224,7 +224,7 @@ def test_member_documents_rate_above_nonmember_documents_and_resume(local, doc_f
     nonmembers = [r["rate"] for r in rows if r["label"] == 0]
     assert min(members) > max(nonmembers)  # every member document above every non-member document
     assert [r["label"] for r in rows] == [1, 1, 1, 0, 0, 0] and s["auc_documents"] == 1.0
-    assert s["threshold_tpr"] > s["threshold_fpr"]
+    assert s["threshold_tpr"] > s["threshold_realised_fpr"] and s["threshold_fpr"] == s["threshold_realised_fpr"]
     for row in rows:
         lo, hi = row["corrected_ci"]
         assert 0 <= lo <= hi <= 1

@@ -96,6 +96,21 @@ def test_every_dry_run_sends_no_scoring_request(proxy, tiny_model_dir, files, tm
     assert not [p for p in tmp_path.iterdir() if p.name != "cache"]  # no output written
 
 
+def test_eval_dry_run_counts_the_texts_the_prompt_length_ablation_scores(proxy, tiny_model_dir, files, tmp_path):
+    """The estimate comes from the audit's plan (EvalPlan.scored_groups): the cut texts too."""
+    cache = tmp_path / "cache"
+    probe_requests(proxy, tiny_model_dir, cache)
+    plain, _ = bbmia(proxy, tiny_model_dir, cache, "eval", files["labelled"], "--scorers", "loss", "--dry-run", "--json")
+    cut, sent = bbmia(proxy, tiny_model_dir, cache, "eval", files["labelled"], "--scorers", "loss",
+                      "--truncate-tokens", "4", "--dry-run", "--json")
+    assert plain.exit_code == 0 and cut.exit_code == 0 and sent == 0, cut.output
+    plain, cut = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (plain, cut))
+    assert plain["n"] == {"eval": 4} and cut["n"] == {"eval": 4, "L4": 4}
+    assert cut["estimate"]["eval"] == plain["estimate"]["eval"] and cut["estimate"]["L4"]["target"]["requests"] > 0
+    total = cut["estimate"]["total"]["all"]["requests"]
+    assert total == plain["estimate"]["total"]["all"]["requests"] + cut["estimate"]["L4"]["target"]["requests"]
+
+
 def test_score_over_the_spend_guard_is_refused_without_max_cost_or_yes(proxy, tiny_model_dir, files, tmp_path,
                                                                       monkeypatch):
     from blackbox_mia.cli import spend

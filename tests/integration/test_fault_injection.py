@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import fault_injection as fi
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.datasets import Item, load_dataset
+from blackbox_mia.datasets import Item, load_shipped_or_jsonl
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from tests.tools.fault_proxy import (
     FAULT_CLASSES,
@@ -57,7 +57,7 @@ def clean(upstream, model, context, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def scored_items() -> list[Item]:
-    return load_dataset("gsm8k").items[:N_SCORED]
+    return load_shipped_or_jsonl("gsm8k").items[:N_SCORED]
 
 
 @pytest.fixture(scope="module")

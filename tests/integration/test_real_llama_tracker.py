@@ -13,7 +13,7 @@ from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.runner import score_texts
 from blackbox_mia.scorers import parse_scorers
 
@@ -24,7 +24,7 @@ EPSILON = 0.01
 TEXTS = {
     "ascii": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
     "accented": "Crème brûlée at the café costs ½ price, naïve señor.",
-    "japanese": load_dataset("ja-debian-docs").items[0].text[:20],
+    "japanese": load_shipped_or_jsonl("ja-debian-docs").items[0].text[:20],
     "punctuation": "He said “wait…” — then left; ‘why?’ she asked.",
 }
 SCORERS = "loss,min_k,zlib"

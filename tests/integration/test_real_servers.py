@@ -12,7 +12,7 @@ from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.emulator import (
     DEFAULT_CHAT_TEMPLATE,
     ServerConfig,
@@ -27,7 +27,7 @@ CONTEXT = 64  # the tiny model's context: longer texts go in sliding windows on 
 
 
 def japanese(n_chars: int) -> str:
-    return load_dataset("ja-debian-docs").items[0].text[:n_chars]
+    return load_shipped_or_jsonl("ja-debian-docs").items[0].text[:n_chars]
 
 
 ACCENTED = "Crème brûlée at the café costs ½ price, naïve señor."

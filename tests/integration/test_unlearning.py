@@ -214,6 +214,9 @@ def test_audit_end_to_end(canary, unlearned, tmp_path):
     report = json.loads(result.json_path.read_text())
     assert {"window", "ratio", "flagged_ids", "completion", "truth", "notes", "config"} <= set(report)
     assert result.md_path.exists()
+    # renamed keys keep their old names for one release (docs/migration.md)
+    assert truth["target_fpr"] == truth["fpr"] == 0.05
+    assert report["config"]["unlearning"]["truth_target_fpr"] == report["config"]["unlearning"]["truth_fpr"] == 0.05
 
 
 def test_cli_unlearn_then_audit(canary, tmp_path):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.http.answers import Malformed, read_completion
+from blackbox_mia.backends.api.http.answers import read_completion
+from blackbox_mia.backends.api.http.errors import Malformed
 from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig

@@ -54,6 +54,25 @@ def test_every_cut_of_a_mixed_text_is_a_prefix_without_replacement_characters(co
         truncate_tokens(codec, text, 0)
 
 
+def test_eval_plan_lists_the_cut_texts_it_scores_for_the_dry_run(codec, tmp_path):
+    """--dry-run estimates what run_eval scores: the dataset, then each L's cut texts."""
+    import json
+
+    from blackbox_mia.audits import EvalConfig, prepare_eval
+
+    texts = ["日本語 and more", "Tom has 3 apples.", "short", "Ivy walks 4 miles to school."]
+    path = tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps({"id": f"t{i}", "text": t, "label": i % 2}) + "\n" for i, t in enumerate(texts)))
+    plan = prepare_eval(EvalConfig(dataset=str(path), scorers=("loss",), truncate_tokens=(4, 6)))
+    groups = plan.scored_groups(codec)
+    assert list(groups) == ["eval", "L4", "L6"] and [it.text for it in groups["eval"]] == texts
+    for length in (4, 6):
+        assert [it.text for it in groups[f"L{length}"]] == [truncate_tokens(codec, t, length).text for t in texts]
+        assert [it.id for it in groups[f"L{length}"]] == ["t0", "t1", "t2", "t3"]
+    assert groups["L4"][0].text == "日" and groups["L6"][2].text == "short"  # 3 byte tokens a kanji; kept whole
+    assert list(prepare_eval(EvalConfig(dataset=str(path), scorers=("loss",))).scored_groups(codec)) == ["eval"]
+
+
 def test_heatmap_is_written_and_checks_its_shape(tmp_path):
     path = plot_heatmap([[0.5, 0.75], [0.6, float("nan")]], ["loss", "min_k"], ["8", "16"], tmp_path / "h" / "a.png",
                         title="AUC", xlabel="L", colorbar="AUC")

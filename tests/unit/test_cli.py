@@ -180,6 +180,47 @@ def test_numeric_options_of_every_command(args, option, tmp_path):
     assert_one_line_error(invoke(*args, "--cache-dir", tmp_path), option)
 
 
+def test_unlearning_runs_through_the_audit_skeleton(tiny_model_dir, labelled_jsonl, tmp_path):
+    """The same model before and after: every Min-K% ratio is exactly 1, inside the default
+    window, so every text is flagged; the report and the --json line as the other audits'."""
+    out = tmp_path / "unlearning"
+    result = invoke("unlearning", labelled_jsonl, "--before", tiny_model_dir, "--after", f"local:{tiny_model_dir}",
+                    "--prompt-words", "3", "--samples", "1", "--max-new-tokens", "4", "--device", "cpu",
+                    "--out", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["n_items"] == summary["n_flagged"] == 4 and summary["truth"] is None
+    assert "usage" not in summary  # local models send no request
+    assert f"report: {out / 'unlearning.json'} and {out / 'unlearning.md'}" in result.stdout
+    config = json.loads((out / "unlearning.json").read_text())["config"]["unlearning"]
+    assert config["truth_target_fpr"] == config["truth_fpr"] == 0.05  # the renamed key and its old name
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--truth-target-fpr", "1"], ["--truth-target-fpr must lie in (0, 1)"]),
+        (["--truth-fpr", "0"], ["--truth-target-fpr must lie in (0, 1)"]),  # the old spelling, hidden
+        (["--truth-target-fpr", "0.1", "--truth-fpr", "0.2"], ["--truth-fpr is the old name of --truth-target-fpr"]),
+    ],
+)
+def test_unlearning_truth_target_fpr_and_its_old_name(args, fragments, tmp_path):
+    result = invoke("unlearning", "gsm8k", "--before", NO_MODEL, "--after", NO_MODEL, *args, "--cache-dir", tmp_path)
+    assert_one_line_error(result, *fragments)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--memorized-target-fpr", "1"], "--memorized-target-fpr must lie in (0, 1)"),
+        (["--memorized-fpr", "0"], "--memorized-target-fpr must lie in (0, 1)"),  # the old spelling, hidden
+        (["--memorized-target-fpr", "0.1", "--memorized-fpr", "0.2"], "--memorized-fpr is the old name"),
+    ],
+)
+def test_canary_unlearn_memorized_target_fpr_and_its_old_name(args, fragment, tmp_path):
+    assert_one_line_error(invoke("canary", "unlearn", tmp_path / "no-canary", "--forget", "1", *args), fragment)
+
+
 def test_allow_chat_conditional_reaches_the_api_backend(tiny_model_dir, tmp_path):
     from dataclasses import replace
 

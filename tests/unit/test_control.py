@@ -13,14 +13,14 @@ from blackbox_mia.controls import (
     safe_eval,
     visible_equations,
 )
-from blackbox_mia.datasets import Item, gsm8k_text, load_dataset
+from blackbox_mia.datasets import Item, gsm8k_text, load_shipped_or_jsonl
 
 JANET = "gsm8k-test-0"
 
 
 @pytest.fixture(scope="module")
 def gsm8k_test():
-    return load_dataset("gsm8k:test").items
+    return load_shipped_or_jsonl("gsm8k:test").items
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_ambiguous_number_words_drop_the_item():
 
 
 def test_aqua_control_keeps_only_verifiable_items():
-    items = load_dataset("aqua:test").items
+    items = load_shipped_or_jsonl("aqua:test").items
     assert control_kind(items) == "aqua"
     control = build_control(items)
     assert 0 < len(control.items) < 0.1 * len(items)  # free-text rationales: most are dropped

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from blackbox_mia.canary.dataset import is_canary_spec, load_dataset, load_items
+from blackbox_mia.canary.dataset import is_canary_spec, load_any_dataset, load_items
 from blackbox_mia.datasets import (
     DATA_DIR,
     Dataset,
@@ -30,7 +30,7 @@ from blackbox_mia.types import BlackboxMIAError
     ],
 )
 def test_shipped_counts_and_labels(spec, name, count, members):
-    ds = load_dataset(spec)
+    ds = load_any_dataset(spec)
     assert ds.name == name and len(ds.items) == count
     assert len({item.id for item in ds.items}) == count
     assert ds.sha256 == file_sha256(ds.source)
@@ -41,13 +41,13 @@ def test_shipped_counts_and_labels(spec, name, count, members):
 
 
 def test_gsm8k_sha256_matches_provenance():
-    ds = load_dataset("gsm8k:test")
+    ds = load_any_dataset("gsm8k:test")
     assert ds.sha256 == "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
     assert ds.source == str(DATA_DIR / "gsm8k" / "test.jsonl")
 
 
 def test_gsm8k_test_0_exact_text():
-    item = load_dataset("gsm8k").items[0]
+    item = load_any_dataset("gsm8k").items[0]
     with open(DATA_DIR / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
         raw = json.loads(f.readline())
     assert item.id == "gsm8k-test-0"
@@ -59,8 +59,8 @@ def test_gsm8k_test_0_exact_text():
 
 
 def test_gsm8k_train_ids_and_aqua_text():
-    assert load_dataset("gsm8k:train").items[7472].id == "gsm8k-train-7472"
-    item = load_dataset("aqua").items[0]
+    assert load_any_dataset("gsm8k:train").items[7472].id == "gsm8k-train-7472"
+    item = load_any_dataset("aqua").items[0]
     assert item.id == "aqua-test-0"
     m = item.meta
     assert set(m) == {"question", "options", "rationale", "correct"} and len(m["options"]) == 5
@@ -71,12 +71,12 @@ def test_gsm8k_train_ids_and_aqua_text():
 
 
 def test_wikimia_ids_use_hf_index():
-    ds = load_dataset("wikimia64")
+    ds = load_any_dataset("wikimia64")
     first = ds.items[0]
     assert first.id == "wikimia64-0" and first.label == 0
     assert first.text.startswith("The 12th Circle Chart Music Awards ceremony")
     assert first.meta["hf_index"] == 0 and "input" not in first.meta
-    assert load_dataset("wikimia24").items[0].id.startswith("wikimia24-")
+    assert load_any_dataset("wikimia24").items[0].id.startswith("wikimia24-")
 
 
 def write(tmp_path, lines, name="data.jsonl"):
@@ -97,7 +97,7 @@ def test_jsonl_with_text_field_ids_and_labels(tmp_path):
             json.dumps({"text": "fourth", "label": True}),
         ],
     )
-    ds = load_dataset(str(path))
+    ds = load_any_dataset(str(path))
     assert isinstance(ds, Dataset) and ds.name == str(path) and ds.source == str(path)
     assert ds.items[0] == Item("a", "first text", 1, {"source": "x"})
     assert ds.items[1] == Item("data-1", "second text", 0, {})
@@ -109,64 +109,64 @@ def test_jsonl_with_text_field_ids_and_labels(tmp_path):
 
 def test_jsonl_with_input_field(tmp_path):
     path = write(tmp_path, [json.dumps({"input": "an input text", "label": 0}), json.dumps({"input": "b", "label": 1.0})])
-    ds = load_dataset(str(path))
+    ds = load_any_dataset(str(path))
     assert [(i.id, i.text, i.label) for i in ds.items] == [("data-0", "an input text", 0), ("data-1", "b", 1)]
     assert ds.labelled
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(BlackboxMIAError, match=r"not found: .*nope\.jsonl"):
-        load_dataset(str(tmp_path / "nope.jsonl"))
+        load_any_dataset(str(tmp_path / "nope.jsonl"))
 
 
 def test_malformed_line_names_file_and_line(tmp_path):
     path = write(tmp_path, [json.dumps({"text": "ok"}), "", '{"text": "broken'])
     with pytest.raises(BlackboxMIAError, match=rf"{path}:3: malformed JSON"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 def test_not_an_object(tmp_path):
     path = write(tmp_path, ['["text"]'])
     with pytest.raises(BlackboxMIAError, match=r":1: expected a JSON object"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 def test_missing_text_field(tmp_path):
     path = write(tmp_path, [json.dumps({"text": "ok"}), json.dumps({"body": "no text key"})])
     with pytest.raises(BlackboxMIAError, match=r":2: no 'text' or 'input' field"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 @pytest.mark.parametrize("text", ["", "   \n"])
 def test_empty_text(tmp_path, text):
     path = write(tmp_path, [json.dumps({"text": "ok"}), json.dumps({"text": "fine"}), json.dumps({"text": text})])
     with pytest.raises(BlackboxMIAError, match=r":3: empty text"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 def test_non_string_text(tmp_path):
     path = write(tmp_path, [json.dumps({"text": 42})])
     with pytest.raises(BlackboxMIAError, match=r":1: text must be a string"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 @pytest.mark.parametrize("label", [2, -1, "1", 0.5])
 def test_bad_label(tmp_path, label):
     path = write(tmp_path, [json.dumps({"text": "ok", "label": 1}), json.dumps({"text": "t", "label": label})])
     with pytest.raises(BlackboxMIAError, match=r":2: label must be 0, 1 or null"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 def test_duplicate_id(tmp_path):
     path = write(tmp_path, [json.dumps({"text": "a", "id": "x"}), json.dumps({"text": "b", "id": "x"})])
     with pytest.raises(BlackboxMIAError, match=r":2: duplicate id 'x' \(first on line 1\)"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 def test_empty_dataset(tmp_path):
     path = write(tmp_path, ["", "  "])
     with pytest.raises(BlackboxMIAError, match="empty dataset"):
-        load_dataset(str(path))
+        load_any_dataset(str(path))
 
 
 def write_canary(model_dir, members, nonmembers):
@@ -186,7 +186,7 @@ def test_canary_spec_is_resolved_in_the_cache_root(tmp_path, monkeypatch):
     default = write_canary(tmp_path / "root" / "canary" / CanaryConfig().short_hash(),
                            ["gsm8k-test-5", "gsm8k-test-2"], ["gsm8k-test-7"])
     items, meta = load_items("canary", cache_dir=tmp_path / "root")
-    test = {it.id: it for it in load_dataset("gsm8k:test").items}
+    test = {it.id: it for it in load_any_dataset("gsm8k:test").items}
     assert [(it.id, it.label) for it in items] == [("gsm8k-test-5", 1), ("gsm8k-test-2", 1), ("gsm8k-test-7", 0)]
     assert items[0].text == test["gsm8k-test-5"].text
     assert meta == {"name": f"canary:{default}", "source": str(default / "manifest.json"),
@@ -194,7 +194,7 @@ def test_canary_spec_is_resolved_in_the_cache_root(tmp_path, monkeypatch):
     assert load_items("canary", limit=2, cache_dir=tmp_path / "root") == (items[:2], meta)
     monkeypatch.setenv("BBMIA_CACHE_DIR", str(tmp_path / "root"))  # the environment, without cache_dir
     assert load_items("canary") == (items, meta)
-    assert load_dataset("canary").items == items
+    assert load_any_dataset("canary").items == items
     with pytest.raises(BlackboxMIAError, match=r"no trained canary at .*other.*; train one with: bbmia canary train$"):
         load_items("canary", cache_dir=tmp_path / "other")  # cache_dir wins over the environment
 

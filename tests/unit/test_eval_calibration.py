@@ -18,11 +18,11 @@ from blackbox_mia.types import BlackboxMIAError
 def test_fpr_rule_hand_values():
     # n = 100, α = 0.05: j = ⌈101·0.95⌉ = ⌈95.95⌉ = 96 → threshold 96, 4 scores above.
     t = calibrate(np.arange(1.0, 101.0), target_fpr=0.05)
-    assert (t.value, t.fpr, t.rule, t.target_fpr) == (96.0, 0.04, "fpr", 0.05)
+    assert (t.value, t.realised_fpr, t.rule, t.target_fpr) == (96.0, 0.04, "fpr", 0.05)
     assert t.tpr is None and t.n_calibration_members == 0 and t.note is None
     # n = 99: j = ⌈100·0.95⌉ = 95 exactly (guarded against 95.000000001) → 4 above.
     t = calibrate(np.arange(1.0, 100.0), target_fpr=0.05)
-    assert t.value == 95.0 and t.fpr == pytest.approx(4 / 99)
+    assert t.value == 95.0 and t.realised_fpr == pytest.approx(4 / 99)
 
 
 @pytest.mark.parametrize("target", [0.01, 0.05, 0.1, 0.3])
@@ -31,7 +31,7 @@ def test_fpr_rule_never_exceeds_target_in_sample(target):
     for n in list(range(1, 120)) + [499, 500, 1000]:
         scores = np.round(rng.normal(size=n), 1)  # ties included
         t = calibrate(scores, target_fpr=target)
-        assert t.fpr == np.mean(scores > t.value) <= target
+        assert t.realised_fpr == np.mean(scores > t.value) <= target
         assert (t.note is not None) == (n < math.ceil(1 / target - 1 - 1e-9))
 
 
@@ -46,7 +46,7 @@ def test_fpr_rule_is_conservative_out_of_sample():
 
 def test_fpr_rule_too_few_nonmembers():
     t = calibrate([0.1, 0.5, 0.3], target_fpr=0.05)
-    assert t.value == 0.5 and t.fpr == 0.0 and "too few" in t.note
+    assert t.value == 0.5 and t.realised_fpr == 0.0 and "too few" in t.note
 
 
 def test_fpr_rule_fills_tpr_with_members():
@@ -64,13 +64,13 @@ NONMEMBERS = [0.8, 0.7, 0.6, 0.5, 0.1]
 def test_max_accuracy_hand_example():
     t = calibrate(NONMEMBERS, MEMBERS, rule="max_accuracy")
     assert t.value == 0.8  # highest unflagged score
-    assert (t.accuracy, t.tpr, t.fpr, t.target_fpr) == (0.7, 0.4, 0.0, None)
+    assert (t.accuracy, t.tpr, t.realised_fpr, t.target_fpr) == (0.7, 0.4, 0.0, None)
 
 
 def test_max_f1_hand_example():
     t = calibrate(NONMEMBERS, MEMBERS, rule="max_f1")
     assert t.value == 0.1
-    assert t.f1 == pytest.approx(10 / 14) and (t.tpr, t.fpr) == (1.0, 0.8)
+    assert t.f1 == pytest.approx(10 / 14) and (t.tpr, t.realised_fpr) == (1.0, 0.8)
     np.testing.assert_array_equal(t.flag([0.1, 0.11, 5.0]), [False, True, True])
 
 
@@ -100,7 +100,7 @@ def test_conformal_rank_and_the_fewest_nonmembers_that_estimate_an_fpr():
     assert min_nonmembers(0.05) == 39 and conformal_rank(38, 0.05) == 38  # 38: none above
     assert min_nonmembers(0.01) == 199 and min_nonmembers(0.5) == 3
     neg = np.arange(39.0)
-    assert calibrate(neg).value == 37.0 and calibrate(neg).fpr == 1 / 39
+    assert calibrate(neg).value == 37.0 and calibrate(neg).realised_fpr == 1 / 39
     with pytest.raises(BlackboxMIAError):
         conformal_rank(0, 0.05)
     with pytest.raises(BlackboxMIAError):

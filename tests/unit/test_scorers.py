@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from blackbox_mia.scorers import REGISTRY, parse_scorer, parse_scorers, split_specs
-from blackbox_mia.scorers.pac import polarized_distance, swap_neighbours
+from blackbox_mia.scorers.pac import swap_neighbours
 from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
 
 LP7 = [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0]
@@ -35,7 +35,8 @@ def test_one_token_text():
     one = tlp([-2.5])
     assert parse_scorer("min_k").score(TEXT, one, []).value == pytest.approx(-2.5)
     assert parse_scorer("loss").score(TEXT, one, []).value == pytest.approx(-2.5)
-    assert polarized_distance(one.logprobs, 5, 30) == pytest.approx(0.0)
+    # PAC = mean PD of the neighbours - PD(text): PD of one token is 0 (its top 5% and bottom 30% are itself)
+    assert parse_scorer("pac").score(TEXT, one, [tlp(LP7)]).value == pytest.approx(5.5)
 
 
 def test_zlib_divides_by_compressed_bytes():
@@ -68,8 +69,9 @@ def test_ref_is_target_minus_reference_loss():
 
 
 def test_polarized_distance_hand_value():
-    # k1 = 5%: E1 = 1 -> top -1; k2 = 30%: E2 = 2 -> bottom mean -6.5; PD = 5.5
-    assert polarized_distance(np.array(LP7), 5, 30) == pytest.approx(5.5)
+    # PD(LP7) with k1 = 5%: E1 = 1 -> top -1; k2 = 30%: E2 = 2 -> bottom mean -6.5; PD = 5.5 (a neighbour
+    # here), minus PD of a constant text, 0
+    assert parse_scorer("pac").score(TEXT, tlp([-1.0, -1.0, -1.0]), [tlp(LP7)]).value == pytest.approx(5.5)
 
 
 def test_pac_score_is_mean_neighbour_pd_minus_pd():

@@ -18,8 +18,8 @@ def test_point_estimate_and_interval_by_hand():
     bench = np.array([2.0] * 30 + [0.0] * 70)  # 30 of 100 above
     out = estimate_prevalence(bench, NEG, pos)
     assert out["threshold"]["value"] == 38 / 40
-    assert out["n_false_positives"] == 1 and out["fpr_in_sample"] == 1 / 40
-    assert out["fpr"] == 2 / 41  # the exact mean of the conformal threshold's FPR, not the in-sample 1/40
+    assert out["n_false_positives"] == 1 and out["realised_fpr"] == 1 / 40
+    assert out["estimated_fpr"] == 2 / 41  # the exact mean of the conformal threshold's FPR, not the in-sample 1/40
     assert out["tpr"] == 0.8 and out["flag_rate"] == 0.3 and out["n_flagged"] == 30
     assert out["estimate"] == pytest.approx((0.3 - 2 / 41) / (0.8 - 2 / 41))
     # each rate's bounds at 1 - 0.05/3 two-sided (0.05/6 per side): together they hold with probability >= 0.95
@@ -34,7 +34,7 @@ def test_point_estimate_and_interval_by_hand():
     assert out["ci"] == pytest.approx([(0.1957707 - 0.1592034) / (0.9858689 - 0.1592034), 1.0], abs=1e-6)
     assert out["ci"][0] <= out["estimate"] <= out["ci"][1] and out["ci_level"] == 0.95 and out["detected"] is True
     # Clopper-Pearson 95% of the realised FPR (1 of 40) and of the TPR (8 of 10), as reported
-    assert out["fpr_ci"] == pytest.approx([0.000633, 0.131586], abs=1e-6)
+    assert out["realised_fpr_ci"] == pytest.approx([0.000633, 0.131586], abs=1e-6)
     assert out["tpr_ci"] == pytest.approx([0.443905, 0.974789], abs=1e-6)
     assert out["target_fpr"] == 0.05
 
@@ -101,7 +101,7 @@ def test_max_accuracy_rule_uses_clopper_pearson_and_says_it_ignores_the_selectio
     rng = np.random.default_rng(0)
     bench = np.r_[rng.normal(size=800), rng.normal(3, 1, size=200)]
     out = estimate_prevalence(bench, rng.normal(size=150), rng.normal(3, 1, size=150), rule="max_accuracy")
-    assert out["target_fpr"] is None and out["fpr"] == out["fpr_in_sample"]  # no conformal rank to correct
+    assert out["target_fpr"] is None and out["estimated_fpr"] == out["realised_fpr"]  # no conformal rank to correct
     assert out["bounds"]["fpr"] == pytest.approx(list(clopper_pearson(out["n_false_positives"], 150, 0.05 / 3)))
     assert out["identifiable"] and out["ci"][0] < 0.2 < out["ci"][1]
     assert any("ignore that selection" in n for n in out["notes"])
@@ -146,3 +146,14 @@ def test_lower_bound_on_a_clean_benchmark_errs_at_most_at_its_level():
 def test_errors(kwargs, message):
     with pytest.raises(BlackboxMIAError, match=message):
         estimate_prevalence([0.0, 1.0], [0.0, 0.5, 1.0], **kwargs)
+
+
+def test_renamed_fpr_keys_are_written_under_their_old_names_too():
+    """For one release (docs/migration.md): the prevalence's realised_fpr, realised_fpr_ci and
+    estimated_fpr also as fpr_in_sample, fpr_ci and fpr; the threshold's realised_fpr as fpr."""
+    pos = np.array([0.0, 0.1] + [2.0] * 8)
+    for members in (pos, None):  # with members, and the early return without them
+        out = estimate_prevalence(np.array([2.0] * 30 + [0.0] * 70), NEG, members)
+        assert (out["fpr_in_sample"], out["fpr_ci"], out["fpr"]) == (1 / 40, out["realised_fpr_ci"], 2 / 41)
+        assert out["realised_fpr"] == 1 / 40 and out["estimated_fpr"] == 2 / 41
+        assert out["threshold"]["fpr"] == out["threshold"]["realised_fpr"] == 1 / 40

@@ -23,6 +23,7 @@ import numpy as np
 from .http.cache.responses import ResponseCache
 from ...config import cache_root
 from ...cost.estimate import CostEstimate
+from ...cost.prices import request_cost
 from ...tokenizers import load_codec
 from ...types import (
     FINISH_REASONS,
@@ -178,7 +179,7 @@ class ApiBackend(Backend):
         bos = int(self.codec.bos_id is not None)
         prompt, completion = sum(n + bos for n in prompt_tokens), sum(max_new_tokens)
         price = self.client.config.price()
-        usd = 0.0 if price is None else (prompt * price[0] + completion * price[1]) / 1e6
+        usd = request_cost(prompt, completion, price)
         notes = ("answers already in the response cache are counted as if paid",
                  "completion tokens counted as if every generation ran to its token budget (an upper bound)")
         return CostEstimate(requests=len(prompt_tokens), prompt_tokens=prompt, completion_tokens=completion, usd=usd,

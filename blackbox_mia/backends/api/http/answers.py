@@ -6,46 +6,15 @@ One validation step for every answer, fresh or read back from the cache (:func:`
 lengths that agree with each other and, with echo, with the prompt. Generated entries past
 ``max_tokens`` are set apart under ``past_max_tokens`` (llama-cpp-python keeps generating while
 its output ends inside a character): ``tokens`` holds at most ``max_tokens``. A failure is a
-:class:`Malformed` naming the first field that fails.
+:class:`~.errors.Malformed` naming the first field that fails.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 
-MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
-VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is not JSON) is shown up to this
-
-_ABSENT = object()  # Malformed without an offending value
-
-
-class Malformed(Exception):
-    """An answer is not valid: wrong shape or type, a requested field missing, a number that is
-    null, NaN or infinite, or lengths that disagree.
-
-    Args:
-        where: the field, e.g. ``choices[0].logprobs``.
-        problem: what is wrong, e.g. ``"is missing"`` or (with ``value``) ``"expected a list"``.
-        value: the offending value, shown only through :meth:`describe` (which masks the API key
-            before cutting the value short).
-
-    Attributes:
-        status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
-    """
-
-    def __init__(self, where: str, problem: str, value: object = _ABSENT):
-        super().__init__(where)
-        self.where, self.problem, self.value = where, problem, value
-        self.status: int | None = None
-
-    def describe(self, masked: Callable[[str, int], str]) -> str:
-        """One line: where, the offending value (through ``masked(text, limit)``) and the problem."""
-        if self.value is _ABSENT:
-            return masked(f"{self.where} {self.problem}", MESSAGE_CHARS)
-        shown = masked(repr(self.value), VALUE_CHARS)
-        return f"{masked(self.where, MESSAGE_CHARS)} is {shown}, {self.problem}"
+from .errors import Malformed
 
 
 def clip(text: str, limit: int) -> str:

@@ -50,12 +50,11 @@ from typing import Self
 import openai
 
 from .cache.responses import ResponseCache
-from ....cost.usage import BudgetExceeded, Usage
-from ....types import BlackboxMIAError
-from .answers import MESSAGE_CHARS
+from ....cost.usage import Usage
+from ....types import BlackboxMIAError, BudgetExceeded
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
-from .errors import ApiError
+from .errors import MESSAGE_CHARS, ApiError
 from .fetch import AnswerFetcher
 from .transport import MODELS_PATH
 

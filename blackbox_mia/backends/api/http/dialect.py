@@ -179,10 +179,6 @@ class Dialect(ABC):
             Malformed: the answer fails validation.
         """
 
-    @abstractmethod
-    def resource(self, sdk):
-        """The :class:`openai.AsyncOpenAI` resource this kind's requests go to."""
-
 
 class Completions(Dialect):
     """The legacy ``/v1/completions``: token-id or text prompts, echo, ``logprobs: n``."""
@@ -193,10 +189,10 @@ class Completions(Dialect):
     echo = True
 
     def payload(self, prompt, *, max_tokens, temperature, top_n, bias=None, echo=False, extra=None) -> dict:
-        body: dict = {"prompt": check_prompt(prompt), "max_tokens": check_int(max_tokens, "max_tokens", 0)}
+        body: dict = {"prompt": check_prompt(prompt), "max_tokens": check_request_int(max_tokens, "max_tokens", 0)}
         body["temperature"] = float(temperature)
         if top_n is not None:
-            body["logprobs"] = check_int(top_n, "logprobs", 0)
+            body["logprobs"] = check_request_int(top_n, "logprobs", 0)
         if bias:
             body["logit_bias"] = check_logit_bias(bias)
         if echo:
@@ -205,9 +201,6 @@ class Completions(Dialect):
 
     def read(self, raw: dict, payload: dict) -> dict:
         return read_completion(raw, payload)
-
-    def resource(self, sdk):
-        return sdk.completions
 
 
 class Chat(Dialect):
@@ -248,21 +241,18 @@ class Chat(Dialect):
             raise ApiError(None, self.reasons["prompt"])
         body: dict = {
             "messages": self.template.render(prompt),
-            "max_tokens": check_int(max_tokens, "max_tokens", 1),
+            "max_tokens": check_request_int(max_tokens, "max_tokens", 1),
             "temperature": float(temperature),
         }
         if top_n is not None:
             body["logprobs"] = True
-            body["top_logprobs"] = check_int(top_n, "top_logprobs", 0)
+            body["top_logprobs"] = check_request_int(top_n, "top_logprobs", 0)
         if bias:
             body["logit_bias"] = check_logit_bias(bias)
         return with_extra(body, extra)
 
     def read(self, raw: dict, payload: dict) -> dict:
         return read_chat(raw, payload)
-
-    def resource(self, sdk):
-        return sdk.chat.completions
 
 
 COMPLETIONS, CHAT = Completions(), Chat()
@@ -332,7 +322,7 @@ def check_prompt(prompt: list[int] | str) -> list[int] | str:
     return ids
 
 
-def check_int(value: int, name: str, low: int) -> int:
+def check_request_int(value: int, name: str, low: int) -> int:
     """``value`` as an int of at least ``low``.
 
     Raises:

@@ -19,17 +19,51 @@ users of the openai SDK catch:
   validation (openai's ``APIResponseValidationError``); fault ``"invalid"``.
 
 Arguments the client refuses before sending (a bad ``logit_bias``, a prompt of the wrong type)
-raise a plain :class:`ApiError` with fault ``"final"``.
+raise a plain :class:`ApiError` with fault ``"final"``. An answer that fails validation is first
+a :class:`Malformed` (:mod:`.answers` raises it; the client retries, then raises
+:class:`InvalidAnswerError`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import openai
 
 from ....types import BlackboxMIAError
-from .answers import Malformed
 
 FAULTS = ("final", "transient", "invalid")
+MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
+VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is not JSON) is shown up to this
+
+_ABSENT = object()  # Malformed without an offending value
+
+
+class Malformed(Exception):
+    """An answer is not valid: wrong shape or type, a requested field missing, a number that is
+    null, NaN or infinite, or lengths that disagree.
+
+    Args:
+        where: the field, e.g. ``choices[0].logprobs``.
+        problem: what is wrong, e.g. ``"is missing"`` or (with ``value``) ``"expected a list"``.
+        value: the offending value, shown only through :meth:`describe` (which masks the API key
+            before cutting the value short).
+
+    Attributes:
+        status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
+    """
+
+    def __init__(self, where: str, problem: str, value: object = _ABSENT):
+        super().__init__(where)
+        self.where, self.problem, self.value = where, problem, value
+        self.status: int | None = None
+
+    def describe(self, masked: Callable[[str, int], str]) -> str:
+        """One line: where, the offending value (through ``masked(text, limit)``) and the problem."""
+        if self.value is _ABSENT:
+            return masked(f"{self.where} {self.problem}", MESSAGE_CHARS)
+        shown = masked(repr(self.value), VALUE_CHARS)
+        return f"{masked(self.where, MESSAGE_CHARS)} is {shown}, {self.problem}"
 
 
 class ApiError(BlackboxMIAError):
@@ -131,7 +165,7 @@ STATUS_ERRORS: dict[int, type[APIStatusError]] = {
 
 def error_type(exc: BaseException) -> type[ApiError]:
     """The :class:`ApiError` subclass that names the failure ``exc`` (the last attempt's
-    exception: the SDK's, or :class:`~.answers.Malformed` for an invalid answer)."""
+    exception: the SDK's, or :class:`Malformed` for an invalid answer)."""
     if isinstance(exc, Malformed):
         return InvalidAnswerError
     if isinstance(exc, openai.APITimeoutError):

@@ -18,8 +18,7 @@ import openai
 from tenacity import RetryCallState
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
-from .answers import Malformed
-from .errors import ApiError
+from .errors import ApiError, Malformed
 
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 REFUSED_ATTEMPTS = 2  # a refused connection is tried this many times (one retry), then the request fails

@@ -30,11 +30,11 @@ from ....cost.prices import request_cost
 from ....cost.usage import Budget, Usage
 from ....types import BlackboxMIAError
 from ...loop import ThreadResults
-from .answers import MESSAGE_CHARS, Malformed, billed_tokens, clip, decode_answer
+from .answers import billed_tokens, clip, decode_answer
 from .cache.claim_batcher import ClaimBatcher
 from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
-from .errors import ApiError, error_type
+from .errors import MESSAGE_CHARS, ApiError, Malformed, error_type
 from .faults import Backoff, connection_refused, fault_of, refused_too_often
 from .limits import RateLimiter
 from .senders import Senders

@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 
 from ..endpoint import NextToken, surely
 
-# the most positions (generated tokens) one chained request covers: on 8 GSM8K train questions
-# through the dup-16 canary, 4 / 8 / 16 gave 5.87 / 5.86 / 5.85 requests and 8.6 / 10.0 / 10.7
-# completion tokens per token: longer chains bill more for almost no request saved
+# the most positions (generated tokens) one chained request covers: longer chains bill more
+# completion tokens for almost no request saved (figures: docs/measured-settings.md)
 CHAIN_TOKENS = 4
 
 

@@ -51,11 +51,10 @@ class TrackerConfig:
             endpoint's own cap (``Capabilities.top_n``, which the probe finds) when lower. A
             larger top-n lists more targets (read exactly, no further request) but every answer
             grows with it: a server that lists its whole vocabulary would send ~50k entries
-            (megabytes of JSON) per position. Measured through the emulator (8192-token
-            vocabulary, one position): 0.9 KiB and 0.24 ms of client CPU (decode, validation,
-            token identity) per answer at top-20, 3.2 KiB and 0.7 ms at 100, 29 KiB and 4.5 ms
-            at 1000, 236 KiB and 33 ms at 8192. The capability probe asks for at most this many
-            too, after its one request for the whole vocabulary.
+            (megabytes of JSON) per position, and the client's CPU per answer grows about
+            linearly with the entries (figures: docs/measured-settings.md). The capability
+            probe asks for at most this many too, after its one request for the whole
+            vocabulary.
 
     Raises:
         BlackboxMIAError: an unknown strategy or an out-of-range number.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from ....cost.estimate import CostEstimate
+from ....cost.prices import request_cost
 from ....text.windows import sliding_windows
 from .flips import CHECK_LEADING, first_step
 from .tracker import Tracker
@@ -121,6 +122,6 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
             notes.append(f"run reading: at most about {strategy}'s figure per position, given here (fewer "
                          "requests where the model reproduces the text)")
             strategy = f"run+{strategy}"
-    usd = 0.0 if price is None else (prompt * price[0] + completion * price[1]) / 1e6
+    usd = request_cost(prompt, completion, price)
     return CostEstimate(requests=requests, prompt_tokens=prompt, completion_tokens=completion, usd=usd,
                         relative_uncertainty=spread, strategy=strategy, unpriced=price is None, notes=tuple(notes))

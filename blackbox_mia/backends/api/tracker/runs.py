@@ -18,8 +18,7 @@ proven to be the argmax (an exact value above log 1/2: more than half the mass),
 model is reproducing the text, stays with runs until one loses, and goes back to per-position
 read-out then. Run lengths start at :data:`RUN_FIRST_TOKENS` and double after a run that matched
 throughout (up to :data:`RUN_MAX_TOKENS`). The constants were chosen by replaying the policy on
-white-box answers of GSM8K canaries (members of a memorizing dup-16 canary: 0.49 requests per
-token; members and non-members of a dup-16 canary: 1.017 × forced read-out).
+white-box answers of GSM8K canaries, memorized and not (figures: docs/measured-settings.md).
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ STREAK = 1  # proven-argmax targets in a row after which per-position read-out t
 ARGMAX_LOGPROB = math.log(0.5)  # an exact log-prob above this is the argmax's (nats)
 CHUNK = 2  # per-position read-outs of one text asked at once between two looks at the streak
 # positions of a text whose unbiased answers one chain of run requests covers, one request after
-# another (:func:`read_unbiased`; the segments in parallel). Replayed on white-box answers of 10
-# GSM8K train questions through the dup-16 canary: 8 / 16 / 32 / the whole text gave 0.800 / 0.789
-# / 0.782 / 0.776 requests per position for 7.7 / 14.3 / 27.1 / 137 rounds of requests a text
+# another (:func:`read_unbiased`; the segments in parallel): longer segments save few requests for
+# many more rounds of requests (figures: docs/measured-settings.md)
 RUN_SEGMENT = 16
 
 

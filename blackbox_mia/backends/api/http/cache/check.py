@@ -212,7 +212,6 @@ def _rebuild(report: CacheReport) -> None:
             os.replace(directory / name, aside / name)
     report.moved_aside = aside
     open_store(directory, SQLITE_FULL_SYNC).close()  # a fresh database, diskcache's schema and settings
-    disk = JsonDisk(str(directory))
     damaged = open_read_only(aside)
     with contextlib.closing(damaged), contextlib.closing(sqlite3.connect(directory / CACHE_FILE)) as fresh, fresh:
         insert = f"INSERT INTO Cache ({', '.join(CACHE_COLUMNS)}) VALUES ({', '.join('?' * len(CACHE_COLUMNS))})"

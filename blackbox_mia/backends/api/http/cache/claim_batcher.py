@@ -1,7 +1,8 @@
 """Cache claims asked for together: every claim a client's requests ask for in one event-loop
 iteration goes to the response cache in one SQLite transaction (:meth:`ResponseCache.claim_many`).
 
-At 256 requests in flight one transaction per claim cost about 8% of the event loop's CPU.
+One transaction per claim cost the event loop a measurable share of its CPU at high
+concurrency (figures: docs/measured-settings.md).
 """
 
 from __future__ import annotations

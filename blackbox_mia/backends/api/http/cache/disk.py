@@ -29,7 +29,7 @@ from urllib.parse import quote
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
-from .....types import BlackboxMIAError
+from .....types import BadRow, BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
 
@@ -47,18 +47,6 @@ def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
         f"the response cache {directory} cannot be used: {problem}; run `bbmia cache repair {directory}` "
         f"(it keeps every readable answer and moves the damaged database aside) or use another --cache-dir"
     )
-
-
-class BadRow(BlackboxMIAError):
-    """A row of the response cache that cannot be trusted as an answer (it is quarantined).
-
-    Attributes:
-        reason: why, in words (``"a row stored in mode 3 ..."``).
-    """
-
-    def __init__(self, directory: str | os.PathLike, reason: str):
-        super().__init__(f"the response cache {directory} holds a bad row: {reason}")
-        self.reason = reason
 
 
 def read_only_error(directory: str | os.PathLike, why: str) -> BlackboxMIAError:

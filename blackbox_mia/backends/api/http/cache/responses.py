@@ -68,9 +68,9 @@ from .....types import BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
 
-GROUP_COMMIT_S = 0.01  # seconds the writer thread waits after a queued row for more to commit with it: a
-# commit of one row cost ~0.4 ms of CPU (fsync), of ten ~0.07 ms a row; the API client's senders never wait
-# for it (only the request's caller does), so at 64 in flight it saved 0.1-0.15 ms of CPU per request
+GROUP_COMMIT_S = 0.01  # seconds the writer thread waits after a queued row for more to commit with it: one
+# fsync per group of rows instead of per row; the API client's senders never wait for it (only the request's
+# caller does). Figures: docs/measured-settings.md
 
 
 def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
