@@ -1,7 +1,9 @@
-"""``bbmia sweep``: how much of an UNLABELLED benchmark leaked into a model.
+"""``bbmia sweep``: did an UNLABELLED benchmark leak into a model, and how much of it?
 
-One scorer, a threshold calibrated on known non-members for a target FPR, and the member
-fraction of the swept items estimated with every source of uncertainty carried
+First the verdict: an exact test of "no swept item is a member" against the reference
+non-members (:mod:`.sweep_verdict`, :mod:`blackbox_mia.evaluation.detection`). Then one
+scorer, a threshold calibrated on known non-members for a target FPR, and the member fraction
+of the swept items estimated with every source of uncertainty carried
 (:func:`~blackbox_mia.evaluation.estimate_prevalence`, docs/design.md §5): the calibration and
 the swept items are disjoint by construction (a calibration text found in the benchmark is
 dropped from the swept items, and the report counts each role), the interval is exact and
@@ -52,6 +54,7 @@ from .common import (
     require_labelled,
     score_column,
 )
+from .sweep_verdict import suspicious_table, sweep_headline, sweep_verdict
 
 TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious items
 
@@ -274,7 +277,9 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     plots = {f"{scorer.label} scores: swept benchmark vs {ref_label}, threshold dashed": plot_histogram(
         bench, reference, threshold["value"], out_dir / "histogram.png",
         title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark (swept)", ref_label))}
-    headline = _headline(prevalence, roles["swept"])
+    known = neg if plan.calibration is not None or plan.nonmembers is not None else None
+    verdict = sweep_verdict(bench, known, control, roles["calibration_source"], config.seed)
+    headline = sweep_headline(prevalence, roles["swept"], verdict)
 
     report = {
         "title": f"Contamination sweep: {plan.meta['name']}",
@@ -284,11 +289,12 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
                                 calibration=plan.calibration[1] if plan.calibration else None,
                                 nonmembers=plan.nonmembers[1] if plan.nonmembers else None),
         "roles": roles,
-        "sweep": {scorer.label: {"threshold": threshold, "prevalence": prevalence,
+        "sweep": {scorer.label: {"verdict": verdict, "threshold": threshold, "prevalence": prevalence,
                                  **({"dataset_test": dataset_test} if dataset_test else {})}},
         "plots": plots,
         "most_suspicious": suspicious,
-        "notes": [headline, *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
+        "notes": [*headline.split("\n"), *filter(None, [verdict["caveat"]]),
+                  *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
     }
     if plan.control is not None:
         report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
@@ -296,6 +302,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         report["planted"] = planted
     summary = {
         "headline": headline,
+        "verdict": {key: verdict[key] for key in ("detected", "p_value", "alpha", "test", "reference")},
         "roles": roles,
         "flag_rate": prevalence["flag_rate"],
         "fpr": prevalence["fpr_in_sample"],
@@ -316,22 +323,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     if planted is not None:
         summary["planted"] = planted["fraction"]
     # the Markdown lists the suspicious items as a table rather than as JSON
-    return publish(report, summary, out_dir, "sweep", appendix=_suspicious_table(suspicious), hidden=("most_suspicious",))
-
-
-def _headline(prevalence: dict, n_swept: int) -> str:
-    """The one sentence to quote: the estimate with its CI when identifiable, else the lower bound."""
-    bound = prevalence["lower_bound"]
-    lower = (f"at least {bound['lower_bound']:.3f} of the {n_swept} swept items are members "
-             f"(one-sided {100 * bound['confidence']:g}% lower bound, valid whatever the TPR)")
-    if prevalence["estimate"] is not None:
-        lo, hi = prevalence["ci"]
-        return (f"Estimated member fraction {prevalence['estimate']:.3f}, {100 * prevalence['ci_level']:g}% CI "
-                f"[{lo:.3f}, {hi:.3f}] of the {n_swept} swept items; {lower}.")
-    if prevalence["identifiable"] is False:
-        return (f"Not identifiable at this signal (TPR - FPR simultaneous lower bound "
-                f"{prevalence['youden_j_lower']:.3f}): no point estimate; {lower}.")
-    return f"No known member: {lower}; the member fraction itself needs a TPR (--calibration with members)."
+    return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",))
 
 
 def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_members: int | None,
@@ -479,15 +471,6 @@ def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, float]
                            resume=plan.config.resume, progress=progress)
         known = {**known, **dict(zip((it.text for it in todo), score_column(rows, plan.scorer.label)))}
     return np.array([known[it.text] for it in items], dtype=np.float64)
-
-
-def _suspicious_table(rows: list[dict]) -> str:
-    """Markdown table of the highest-scoring items (id, score, start of the text)."""
-    lines = ["## Most suspicious items (highest scores)", "", "| id | score | text |", "| --- | --- | --- |"]
-    for row in rows:
-        text = " ".join(row["text"].split()).replace("|", "\\|")
-        lines.append(f"| {row['id']} | {row['score']:.4f} | {text} |")
-    return "\n".join(lines) + "\n"
 
 
 def _planted(manifest_path: Path | None, rows: Sequence[ScoredText]) -> dict | None:

@@ -132,9 +132,11 @@ def sweep_command(
     *,
     target: TargetOptions,
 ):
-    """Estimate how much of a benchmark leaked into the target: flag rate at a calibrated threshold,
-    prevalence corrected for its FPR and TPR with a bootstrap CI, and a one-sided Welch t-test of
-    the benchmark against a control built from it (Maini et al. 2024).
+    """Did a benchmark leak into the target, and how much of it? First the verdict: an exact
+    test (p-value) of the swept items against the reference non-members (--calibration,
+    --nonmembers, else the control); then the flag rate at a calibrated threshold, the member
+    fraction corrected for its FPR and TPR with an exact interval, and a one-sided Welch t-test
+    of the benchmark against a control built from it (Maini et al. 2024).
 
     Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
     """
@@ -171,7 +173,10 @@ def sweep_rows(summary: dict) -> list[list]:
         estimate = "not identifiable at this signal"
     else:
         estimate = "n/a (no known member: TPR unknown)"
+    verdict = summary["verdict"]
     rows = [
+        [f"contamination detected at alpha {verdict['alpha']:g} ({verdict['test']})",
+         f"{'yes' if verdict['detected'] else 'no'} (p = {verdict['p_value']:.3g})"],
         ["benchmark items / swept", f"{roles['benchmark_items']} / {roles['swept']}"],
         ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
         ["threshold", summary["threshold"]],

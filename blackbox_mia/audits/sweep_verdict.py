@@ -1,0 +1,73 @@
+"""The sweep's first lines: the dataset-level verdict, then the member fraction.
+
+A sweep answers two questions, in this order (docs/contamination.md): is any swept item a member
+(:func:`~blackbox_mia.evaluation.detection.detection_verdict`, an exact test against the
+reference non-members), and how many (the prevalence interval of
+:func:`~blackbox_mia.evaluation.estimate_prevalence`). The reference is the best non-member
+set the sweep has: known non-members (``--calibration``, ``--nonmembers``) before the control
+built from the benchmark, whose perturbed items are not exchangeable with the benchmark's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..evaluation.detection import detection_verdict
+
+CONTROL_CAVEAT = (
+    "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
+    "so they are not exchangeable with the swept items. Where the model memorised a problem its control "
+    "inherits part of that (the test loses power); where new numbers make a text less likely than the original "
+    "to any model, the test may alarm without contamination. Known non-members (--nonmembers) make the level exact."
+)
+
+
+def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.ndarray | None, source: str,
+                  seed: int) -> dict:
+    """The verdict of the swept scores against the sweep's reference non-members.
+
+    Args:
+        bench: shape (N,), scores of the swept items.
+        nonmembers: shape (n,), known non-members (``--calibration``'s label-0 items or
+            ``--nonmembers``), or None when the control is the only non-member set.
+        control: shape (n_c,), the control's scores, or None.
+        source: where the reference comes from, as the report's roles name it.
+        seed: seed of the tail test's null draws and tie-breaking.
+
+    Returns:
+        :func:`~blackbox_mia.evaluation.detection.detection_verdict`'s dict, with ``caveat``
+        (None, or why the level is not exact).
+
+    Raises:
+        BlackboxMIAError: no reference at all, or as ``detection_verdict``.
+    """
+    reference = nonmembers if nonmembers is not None else control
+    verdict = detection_verdict(bench, reference, f"reference non-members ({source})", seed=seed)
+    return {**verdict, "caveat": CONTROL_CAVEAT if nonmembers is None else None}
+
+
+def sweep_headline(prevalence: dict, n_swept: int, verdict: dict) -> str:
+    """Two lines: the verdict with its p-value, then the member fraction (the estimate with its
+    CI when identifiable, else the lower bound)."""
+    bound = prevalence["lower_bound"]
+    lower = (f"at least {bound['lower_bound']:.3f} of the {n_swept} swept items are members "
+             f"(one-sided {100 * bound['confidence']:g}% lower bound, valid whatever the TPR)")
+    if prevalence["estimate"] is not None:
+        lo, hi = prevalence["ci"]
+        fraction = (f"Estimated member fraction {prevalence['estimate']:.3f}, {100 * prevalence['ci_level']:g}% CI "
+                    f"[{lo:.3f}, {hi:.3f}] of the {n_swept} swept items; {lower}.")
+    elif prevalence["identifiable"] is False:
+        fraction = (f"Not identifiable at this signal (TPR - FPR simultaneous lower bound "
+                    f"{prevalence['youden_j_lower']:.3f}): no point estimate; {lower}.")
+    else:
+        fraction = f"No known member: {lower}; the member fraction itself needs a TPR (--calibration with members)."
+    return f"{verdict['sentence']}\n{fraction}"
+
+
+def suspicious_table(rows: list[dict]) -> str:
+    """Markdown table of the highest-scoring items (id, score, start of the text)."""
+    lines = ["## Most suspicious items (highest scores)", "", "| id | score | text |", "| --- | --- | --- |"]
+    for row in rows:
+        text = " ".join(row["text"].split()).replace("|", "\\|")
+        lines.append(f"| {row['id']} | {row['score']:.4f} | {text} |")
+    return "\n".join(lines) + "\n"
