@@ -23,12 +23,13 @@ items, so
 
 exactly (negative hypergeometric law of X_j). One rank suits one signal strength: j = 1 (the
 count above the largest reference score) wins when members sit beyond every non-member, larger j
-when they overlap the tail. The statistic is m = min_j p_j; its null law is simulated from
-``n_draws`` random n-subsets, and the p-value (1 + #{draws with min-p ≤ m}) / (n_draws + 1) is
-valid at every level for any ``n_draws`` (Besag & Clifford 1989; Phipson & Smyth 2010: the
-observed arrangement is one more draw of the same law). The Bonferroni bound
-min(1, J · m) is also valid (and conservative); it is reported too, because it does not stop
-at the Monte Carlo floor 1/(n_draws + 1).
+when they overlap the tail. The statistic is m = min_j p_j, and its p-value P(min_j p_j ≤ m) is
+computed exactly: min_j p_j ≤ m exactly when X_j ≥ c_j(m) for some j (c_j(m) the smallest
+count with p_j ≤ m), and the probability that no X_j reaches its c_j follows from scanning the
+pooled items from the top, each next one a reference item with probability (references left) /
+(items left), a dynamic programme over (items seen, references seen) (:func:`min_p_value`). The
+test's level is exact (≤ alpha, equality up to the discreteness of the counts), with no Monte
+Carlo error and no floor on the p-value.
 
 Combined features. Given F membership features per item (several scorers) and known members
 (calibration members, disjoint from both sets), :func:`combined_scores` fits one linear score: a
@@ -47,16 +48,15 @@ the verdict states its assumption and its reference.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from scipy import special
 from sklearn.linear_model import LogisticRegression
 
 from ..types import BlackboxMIAError
 from .prevalence import finite_scores
 
 TAIL_RANKS = (1, 2, 3, 5, 8, 13, 21)  # ranks j of the reference scores the tail test counts above
-DEFAULT_DRAWS = 9999  # null draws of the Monte Carlo permutation law (p-value floor 1e-4)
 COMBINER_C = 1.0  # inverse L2 strength of the feature combination (features standardised on the pooled sample)
-DRAW_CHUNK = 500  # null arrangements simulated at once (memory: chunk · (N + n) floats)
+P_SLACK = 1e-9  # relative slack when comparing p-values computed by the same formula
 ASSUMPTION = ("the reference non-members are exchangeable with the swept items that are not members "
               "(same source, same selection; only membership differs)")
 
@@ -85,41 +85,72 @@ def rank_pvalues(counts: np.ndarray, n_swept: int, n_reference: int, ranks: tupl
         Shape (..., J): P(Hypergeometric(N + n, n, x_j + j − 1) ≤ j − 1), the negative
         hypergeometric tail of X_j under exchangeability (see the module docstring).
     """
-    j = np.asarray(ranks)
-    return stats.hypergeom.cdf(j - 1, n_swept + n_reference, n_reference, np.asarray(counts) + j - 1)
+    counts = np.asarray(counts)
+    out = np.empty(counts.shape, dtype=np.float64)
+    for index, j in enumerate(ranks):
+        drawn = counts[..., index, None] + j - 1  # the top x_j + j − 1 pooled items, of which i < j reference
+        i = np.arange(j)
+        log_pmf = _log_comb(n_reference, i) + _log_comb(n_swept, drawn - i) - _log_comb(n_swept + n_reference, drawn)
+        out[..., index] = np.minimum(1.0, np.exp(log_pmf).sum(axis=-1))
+    return out
+
+
+def _log_comb(a, b) -> np.ndarray:
+    """log C(a, b) elementwise (−inf where b < 0 or b > a)."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    valid = (b >= 0) & (b <= a)
+    safe_b = np.where(valid, b, 0.0)
+    value = special.gammaln(a + 1) - special.gammaln(safe_b + 1) - special.gammaln(a - safe_b + 1)
+    return np.where(valid, value, -np.inf)
+
+
+def min_p_value(m: float, n_swept: int, n_reference: int, ranks: tuple[int, ...]) -> float:
+    """Exact P(min_j p_j ≤ m) under exchangeability: the tail test's p-value for statistic m.
+
+    The event is {X_j ≥ c_j for some j of ``ranks``}, c_j the smallest count with p_j ≤ m.
+    Scanning the pooled order from the top, with r reference and x swept items seen, the next
+    item is a reference item with probability (n − r)/(N + n − r − x); the (r + 1)-th reference
+    then has x swept items above it. The mass of the paths on which some rank j meets
+    x ≥ c_j is summed directly (accurate for tiny p-values).
+
+    Raises:
+        BlackboxMIAError: ranks outside [1, n] or N < 1.
+    """
+    if n_swept < 1 or not ranks or min(ranks) < 1 or max(ranks) > n_reference:
+        raise BlackboxMIAError(f"the tail test needs N >= 1 and ranks in [1, n]; got N={n_swept}, n={n_reference}, "
+                               f"ranks={ranks}")
+    grid = np.repeat(np.arange(n_swept + 1)[:, None], len(ranks), axis=1)
+    table = rank_pvalues(grid, n_swept, n_reference, ranks)  # (N + 1, J)
+    below = table <= m * (1 + P_SLACK)
+    crit = np.where(below.any(axis=0), below.argmax(axis=0), n_swept + 1)  # c_j; N + 1: never
+    top = max(ranks)
+    limit = [n_swept + 1] * top  # limit[r]: the (r + 1)-th reference item rejects when x >= limit[r]
+    for j, c in zip(ranks, crit.tolist()):
+        limit[j - 1] = c
+    alive = [1.0] + [0.0] * (top - 1)  # alive[r]: P(r reference and t − r swept items seen, none rejecting)
+    hit = 0.0
+    for t in range(n_swept + top):  # plain floats: a few dozen states per step, numpy calls would dominate
+        left = n_swept + n_reference - t
+        step = [0.0] * top
+        for r in range(max(0, t - n_swept), min(t, top - 1) + 1):
+            mass, x = alive[r], t - r
+            if mass == 0.0:
+                continue
+            to_ref = mass * (n_reference - r) / left
+            if x >= limit[r]:
+                hit += to_ref
+            elif r + 1 < top:  # the top-th reference item ends the scan
+                step[r + 1] += to_ref
+            step[r] += mass * (n_swept - x) / left
+        alive = step
+    return min(1.0, hit)
 
 
 def _counts_above(reference_positions: np.ndarray, ranks: tuple[int, ...]) -> np.ndarray:
     """x_j from the sorted positions (0 = highest pooled score) of the reference items, shape
-    (..., n): the j-th reference has position p_j, so p_j − (j − 1) swept items are above it."""
+    (n,): the j-th reference has position p_j, so p_j − (j − 1) swept items are above it."""
     j = np.asarray(ranks)
-    return reference_positions[..., j - 1] - (j - 1)
-
-
-def tail_null(n_swept: int, n_reference: int, ranks: tuple[int, ...], n_draws: int = DEFAULT_DRAWS,
-              seed: int = 0) -> np.ndarray:
-    """The simulated null law of the tail test's min-p statistic: shape (n_draws,), sorted.
-
-    Each draw places the n reference items at a uniformly random n-subset of the N + n pooled
-    positions (H0) and takes min_j p_j. It depends on (N, n, ranks, n_draws, seed) only, so a
-    caller testing many splits of equal sizes computes it once.
-
-    Raises:
-        BlackboxMIAError: n_swept < 1, bad ranks, n_draws < 1.
-    """
-    if n_swept < 1 or n_draws < 1 or not ranks or max(ranks) > n_reference or min(ranks) < 1:
-        raise BlackboxMIAError(f"tail null needs N >= 1, n_draws >= 1 and ranks in [1, n]; got N={n_swept}, "
-                               f"n={n_reference}, ranks={ranks}, n_draws={n_draws}")
-    rng = np.random.default_rng(seed)
-    top = max(ranks)
-    out = []
-    for start in range(0, n_draws, DRAW_CHUNK):
-        keys = rng.random((min(DRAW_CHUNK, n_draws - start), n_swept + n_reference))
-        # the reference is the n positions with the smallest keys: a uniform random n-subset
-        chosen = np.argpartition(keys, n_reference - 1, axis=1)[:, :n_reference]
-        positions = np.sort(np.partition(chosen, top - 1, axis=1)[:, :top], axis=1)
-        out.append(rank_pvalues(_counts_above(positions, ranks), n_swept, n_reference, ranks).min(axis=1))
-    return np.sort(np.concatenate(out))
+    return reference_positions[j - 1] - (j - 1)
 
 
 def reference_positions(swept, reference, seed: int = 0) -> np.ndarray:
@@ -132,7 +163,7 @@ def reference_positions(swept, reference, seed: int = 0) -> np.ndarray:
 
 
 def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tuple[int, ...] | None = None,
-              n_draws: int = DEFAULT_DRAWS, seed: int = 0, null: np.ndarray | None = None) -> dict:
+              seed: int = 0) -> dict:
     """The tail test: do more swept items rise above the top reference scores than chance allows?
 
     Args:
@@ -141,19 +172,16 @@ def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tup
             non-members under H0.
         alpha: the level of the verdict (fraction).
         ranks: the reference ranks j counted above (default :func:`tail_ranks`).
-        n_draws: draws of the simulated null law (``null`` None).
-        seed: seed of the null draws and of the random tie-breaking.
-        null: a precomputed :func:`tail_null` for these sizes and ranks (else computed).
+        seed: seed of the random tie-breaking.
 
     Returns:
-        ``{"test", "detected" (p ≤ alpha), "alpha", "p_value" (Monte Carlo permutation, exact
-        level), "p_floor" (1/(draws + 1)), "p_bonferroni" (min(1, J·min p_j), valid too),
-        "counts" ({j: x_j}), "expected_counts" ({j: N·j/(n + 1)}, the null mean of x_j),
-        "rank_p_values" ({j: p_j}), "n_swept", "n_reference", "n_draws", "method"}``.
+        ``{"test", "detected" (p ≤ alpha), "alpha", "p_value" (exact, :func:`min_p_value`),
+        "statistic" (min_j p_j), "counts" ({j: x_j}), "expected_counts" ({j: N·j/(n + 1)},
+        the null mean of x_j), "rank_p_values" ({j: p_j}), "n_swept", "n_reference",
+        "method"}``.
 
     Raises:
-        BlackboxMIAError: empty or non-finite scores, alpha outside (0, 1), a null of the wrong
-            length for ``n_draws`` when both are given.
+        BlackboxMIAError: empty or non-finite scores, alpha outside (0, 1), ranks outside [1, n].
     """
     swept = finite_scores(swept_scores, "swept")
     reference = finite_scores(reference_scores, "reference non-member")
@@ -161,30 +189,24 @@ def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tup
         raise BlackboxMIAError(f"alpha must be in (0, 1), got {alpha}")
     n_swept, n_ref = len(swept), len(reference)
     ranks = tail_ranks(n_ref) if ranks is None else tuple(ranks)
-    if null is None:
-        null = tail_null(n_swept, n_ref, ranks, n_draws, seed)
     counts = _counts_above(reference_positions(swept, reference, seed), ranks)
     p_ranks = rank_pvalues(counts, n_swept, n_ref, ranks)
     m = float(p_ranks.min())
-    n_le = int(np.searchsorted(null, m * (1 + 1e-12), side="right"))  # draws with min-p <= m (float slack)
-    p_value = (1 + n_le) / (len(null) + 1)
+    p_value = min_p_value(m, n_swept, n_ref, ranks)
     return {
         "test": "tail test",
         "detected": bool(p_value <= alpha),
         "alpha": alpha,
         "p_value": p_value,
-        "p_floor": 1 / (len(null) + 1),
-        "p_bonferroni": min(1.0, len(ranks) * m),
+        "statistic": m,
         "counts": {int(j): int(c) for j, c in zip(ranks, counts)},
         "expected_counts": {int(j): n_swept * j / (n_ref + 1) for j in ranks},
         "rank_p_values": {int(j): float(p) for j, p in zip(ranks, p_ranks)},
         "n_swept": n_swept,
         "n_reference": n_ref,
-        "n_draws": len(null),
         "method": f"counts of swept items above the j-th highest reference score, j in {list(ranks)}; exact "
-                  "negative hypergeometric p-value of each; the smallest calibrated by a Monte Carlo permutation "
-                  f"law of {len(null)} draws, p = (1 + #draws <= observed) / (draws + 1): exact level under "
-                  "exchangeability",
+                  "negative hypergeometric p-value of each; the p-value of the smallest is its exact law under "
+                  "exchangeability (dynamic programme over the pooled order)",
     }
 
 
@@ -228,7 +250,7 @@ def combined_scores(swept_features, reference_features, member_features) -> tupl
 
 
 def detection_verdict(swept_scores, reference_scores, reference: str, *, members=None, alpha: float = 0.05,
-                      n_draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict:
+                      seed: int = 0) -> dict:
     """The sweep's headline: "contamination detected / not detected at alpha", with its p-value.
 
     Args:
@@ -239,7 +261,7 @@ def detection_verdict(swept_scores, reference_scores, reference: str, *, members
             of X", "--nonmembers F", "the control built from the benchmark").
         members: shape (m, F), known members' features: with F > 1 the test runs on
             :func:`combined_scores`; None (or F = 1): on the first feature.
-        alpha, n_draws, seed: see :func:`tail_test`.
+        alpha, seed: see :func:`tail_test`.
 
     Returns:
         :func:`tail_test`'s dict plus ``reference``, ``assumption``, ``combination``
@@ -254,13 +276,10 @@ def detection_verdict(swept_scores, reference_scores, reference: str, *, members
         swept, ref, combination = combined_scores(swept, ref, members)
     elif swept.ndim == 2:
         swept, ref = swept[:, 0], ref[:, 0]
-    out = tail_test(swept, ref, alpha=alpha, n_draws=n_draws, seed=seed)
+    out = tail_test(swept, ref, alpha=alpha, seed=seed)
     if combination is not None:
         out["test"] = f"tail test on {len(combination['weights'])} combined features"
     verdict = "Contamination DETECTED" if out["detected"] else "Contamination not detected"
-    p = out["p_value"]
-    p_text = f"p < {out['p_floor'] * 1.0001:.2g} (Bonferroni bound {out['p_bonferroni']:.2g})" \
-        if p <= out["p_floor"] else f"p = {p:.3g}"
-    sentence = (f"{verdict} at alpha = {alpha:g}: {p_text}, {out['test']} of {out['n_swept']} swept items against "
+    sentence = (f"{verdict} at alpha = {alpha:g}: p = {out['p_value']:.3g}, {out['test']} of {out['n_swept']} swept items against "
                 f"{out['n_reference']} {reference}; assumes {ASSUMPTION}.")
     return {**out, "reference": reference, "assumption": ASSUMPTION, "combination": combination, "sentence": sentence}
