@@ -10,9 +10,15 @@ built from the benchmark, whose perturbed items are not exchangeable with the be
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
 import numpy as np
 
+from ..canary import load_manifest
 from ..evaluation.detection import detection_verdict
+from ..results import ScoredText
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
@@ -22,17 +28,19 @@ CONTROL_CAVEAT = (
 )
 
 
-def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.ndarray | None, source: str,
-                  seed: int) -> dict:
+def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.ndarray | None,
+                  members: np.ndarray | None, source: str, seed: int) -> dict:
     """The verdict of the swept scores against the sweep's reference non-members.
 
     Args:
-        bench: shape (N,), scores of the swept items.
-        nonmembers: shape (n,), known non-members (``--calibration``'s label-0 items or
+        bench: shape (N, F), the swept items' scores (the sweep's scorer, then ``--features``).
+        nonmembers: shape (n, F), known non-members (``--calibration``'s label-0 items or
             ``--nonmembers``), or None when the control is the only non-member set.
-        control: shape (n_c,), the control's scores, or None.
+        control: shape (n_c, F), the control's scores, or None.
+        members: shape (m, F), ``--calibration``'s members, or None: with F > 1 the verdict
+            tests the features' combination (fitted on them), else the sweep's scorer alone.
         source: where the reference comes from, as the report's roles name it.
-        seed: seed of the tail test's null draws and tie-breaking.
+        seed: seed of the tail test's tie-breaking.
 
     Returns:
         :func:`~blackbox_mia.evaluation.detection.detection_verdict`'s dict, with ``caveat``
@@ -42,7 +50,7 @@ def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.
         BlackboxMIAError: no reference at all, or as ``detection_verdict``.
     """
     reference = nonmembers if nonmembers is not None else control
-    verdict = detection_verdict(bench, reference, f"reference non-members ({source})", seed=seed)
+    verdict = detection_verdict(bench, reference, f"reference non-members ({source})", members=members, seed=seed)
     return {**verdict, "caveat": CONTROL_CAVEAT if nonmembers is None else None}
 
 
@@ -71,3 +79,14 @@ def suspicious_table(rows: list[dict]) -> str:
         text = " ".join(row["text"].split()).replace("|", "\\|")
         lines.append(f"| {row['id']} | {row['score']:.4f} | {text} |")
     return "\n".join(lines) + "\n"
+
+
+def planted_fraction(manifest_path: Path | None, rows: Sequence[ScoredText]) -> dict | None:
+    """The true member fraction of the swept items (``rows``) under a canary manifest, or None
+    without one: ``{"fraction", "n_members", "n_scored", "manifest"}``."""
+    if manifest_path is None:
+        return None
+    members = set(load_manifest(manifest_path)["member_ids"])
+    n_members = sum(r.id in members for r in rows)
+    return {"fraction": n_members / len(rows) if rows else math.nan, "n_members": n_members,
+            "n_scored": len(rows), "manifest": str(manifest_path)}
