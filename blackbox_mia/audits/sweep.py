@@ -53,7 +53,7 @@ from .common import (
     require_labelled,
     score_column,
 )
-from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict
+from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict, verdict_notes
 
 TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious items
 
@@ -309,7 +309,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
                                  **({"dataset_test": dataset_test} if dataset_test else {})}},
         "plots": plots,
         "most_suspicious": suspicious,
-        "notes": [*headline.split("\n"), *filter(None, [verdict["caveat"]]),
+        "notes": [*headline.split("\n"), *verdict_notes(verdict),
                   *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
     }
     if plan.control is not None:

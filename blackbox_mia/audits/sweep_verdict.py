@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..canary import load_manifest
+from ..evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
 from ..evaluation.detection import detection_verdict
 from ..results import ScoredText
 
@@ -44,14 +45,32 @@ def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.
 
     Returns:
         :func:`~blackbox_mia.evaluation.detection.detection_verdict`'s dict, with ``caveat``
-        (None, or why the level is not exact).
+        (None, or why the level is not exact) and ``dataset_inference`` (Maini et al. 2024 on
+        the same items and every feature, with its false-positive check:
+        :func:`~blackbox_mia.evaluation.dataset_inference.dataset_inference`; None when the
+        reference has fewer than 8 items).
 
     Raises:
         BlackboxMIAError: no reference at all, or as ``detection_verdict``.
     """
     reference = nonmembers if nonmembers is not None else control
     verdict = detection_verdict(bench, reference, f"reference non-members ({source})", members=members, seed=seed)
-    return {**verdict, "caveat": CONTROL_CAVEAT if nonmembers is None else None}
+    enough = len(reference) >= 4 * MIN_PER_HALF and len(bench) >= 2 * MIN_PER_HALF
+    inference = dataset_inference(bench, reference, seed=seed) if enough else None
+    return {**verdict, "caveat": CONTROL_CAVEAT if nonmembers is None else None, "dataset_inference": inference}
+
+
+def verdict_notes(verdict: dict) -> list[str]:
+    """The report's notes on the verdict: the reference's caveat, then dataset inference."""
+    notes = [verdict["caveat"]] if verdict["caveat"] else []
+    inference = verdict["dataset_inference"]
+    if inference is not None:
+        check = inference["false_positive_check"]
+        notes.append(f"Dataset inference (Maini et al. 2024; {inference['level']}): p = {inference['p_value']:.3g} on "
+                     f"{inference['n_suspect_test']} swept vs {inference['n_validation_test']} reference items held "
+                     f"out from the fit; its false-positive check (two reference halves) p = {check['p_value']:.3g}"
+                     + ("" if check["passed"] else ", which ALARMS: the reference is not homogeneous") + ".")
+    return notes
 
 
 def sweep_headline(prevalence: dict, n_swept: int, verdict: dict) -> str:

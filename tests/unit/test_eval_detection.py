@@ -105,15 +105,15 @@ def test_combined_features_keep_the_level_and_add_power():
         return rng.normal(size=(n, 2)) + (3.0 if member else 0.0)
 
     single, combined, clean = [0, 0], 0, 0
-    for rep in range(40):
+    for rep in range(30):
         swept = np.vstack([draw(370, False), draw(30, True)])
         reference, members = draw(60, False), draw(50, True)
         for f in (0, 1):
             single[f] += tail_test(swept[:, f], reference[:, f])["detected"]
         combined += detection_verdict(swept, reference, "ref", members=members, seed=rep)["detected"]
         clean += detection_verdict(draw(400, False), draw(60, False), "ref", members=members, seed=rep)["detected"]
-    assert combined >= 27 and combined >= max(single) + 3  # measured 29 against 23 and 25
-    assert clean <= 6
+    assert combined >= 21 and combined >= max(single) + 3  # measured 23 against 17 and 19 (of 30)
+    assert clean <= 5
 
 
 def test_combined_scores_ignore_which_rows_are_reference():
