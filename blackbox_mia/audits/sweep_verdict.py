@@ -69,7 +69,8 @@ def verdict_notes(verdict: dict) -> list[str]:
         notes.append(f"Dataset inference (Maini et al. 2024; {inference['level']}): p = {inference['p_value']:.3g} on "
                      f"{inference['n_suspect_test']} swept vs {inference['n_validation_test']} reference items held "
                      f"out from the fit; its false-positive check (two reference halves) p = {check['p_value']:.3g}"
-                     + ("" if check["passed"] else ", which ALARMS: the reference is not homogeneous") + ".")
+                     + ("" if check["passed"] else f", at or below alpha {inference['alpha']:g}: it alarms on a "
+                        "homogeneous reference in alpha of runs, so treat dataset inference's p with caution") + ".")
     return notes
 
 
