@@ -26,7 +26,9 @@ their members removed do (the clean benchmark: false alarms; ``--clean-splits`` 
 
 Prints one JSON line per (canary, test) with ``power`` and ``clean_false_alarm``, each with its
 Clopper–Pearson 95% CI, then a last line: ``power_dup8`` / ``power_dup16`` (the headline test),
-``max_clean_false_alarm`` (headline, over the canaries) with its CI, ``min_coverage`` (the
+``max_clean_false_alarm`` (headline, over the canaries) with its CI and
+``max_exact_clean_false_alarm`` (the headline's exact level at the clean sizes, computed:
+:func:`exact_size`), ``min_coverage`` (the
 interval, over dups identifiable in at least half the splits), ``exchangeability_p_canonical``
 and ``exchangeability_false_alarm`` (null: the exchangeability test of Oren et al. 2024 is not
 built yet), and whether each target is met. Measured figures: docs/contamination.md.
@@ -48,7 +50,7 @@ from scipy import stats
 from blackbox_mia.canary import CanaryConfig, ensure_canary, load_manifest
 from blackbox_mia.evaluation import clopper_pearson, dataset_level_test, estimate_prevalence
 from blackbox_mia.evaluation.dataset_inference import dataset_inference
-from blackbox_mia.evaluation.detection import combined_scores, tail_test
+from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
 
 from .prevalence_coverage import cached_scores, default_canaries, held_out_splits
 
@@ -68,6 +70,20 @@ def fisher_pooled(swept: np.ndarray, reference: np.ndarray, quantile: float = PO
     above = pooled > np.quantile(pooled, quantile)
     k_ref = int(above[len(swept):].sum())
     return float(stats.hypergeom.cdf(k_ref, len(pooled), len(reference), int(above.sum())))
+
+
+def exact_size(n_swept: int, n_reference: int, alpha: float = ALPHA) -> float:
+    """The tail test's exact false-alarm rate at these sizes, P(p ≤ alpha) under exchangeability:
+    p = :func:`min_p_value` of the largest attainable statistic (a p_j value) whose p-value is
+    ≤ alpha (the p-value rises with the statistic: bisection over the attainable values)."""
+    ranks = tail_ranks(n_reference)
+    grid = np.repeat(np.arange(n_swept + 1)[:, None], len(ranks), axis=1)
+    values = np.unique(rank_pvalues(grid, n_swept, n_reference, ranks))
+    lo, hi = -1, len(values) - 1  # invariant: values[lo] rejects (or lo = -1), values[hi + 1:] do not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if min_p_value(values[mid], n_swept, n_reference, ranks) <= alpha else (lo, mid - 1)
+    return 0.0 if lo < 0 else min_p_value(values[lo], n_swept, n_reference, ranks)
 
 
 def split_decisions(s: dict, cal_pos: np.ndarray, cal_neg: np.ndarray, keep: np.ndarray, member: np.ndarray,
@@ -117,6 +133,8 @@ def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int)
                 "splits": splits, "power": hits / splits, "power_ci": list(clopper_pearson(hits, splits)),
                 "clean_splits": clean_splits, "clean_false_alarm": alarms / clean_splits,
                 "clean_false_alarm_ci": list(clopper_pearson(alarms, clean_splits))}
+        if test in ("tail_combined", "tail"):  # both run the tail test at the same sizes
+            line["exact_clean_false_alarm"] = exact_size(clean[0]["n_swept"], len(manifest["nonmember_ids"]) // 2)
         if test == "interval":
             covered = [r["covered"] for r in power if r["covered"] is not None]
             line["coverage"] = float(np.mean(covered)) if covered else None
@@ -144,6 +162,7 @@ def summary(lines: list[dict]) -> dict:
         "power_dup16": power16,
         "max_clean_false_alarm": None if worst is None else worst["clean_false_alarm"],
         "max_clean_false_alarm_ci": None if worst is None else worst["clean_false_alarm_ci"],
+        "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in head.values()), default=None),
         "min_coverage": min_coverage,
         "coverage_dups": [line["dup"] for line in intervals],
         "exchangeability_p_canonical": None,
@@ -151,7 +170,9 @@ def summary(lines: list[dict]) -> dict:
         "exchangeability_note": "not built: the exchangeability test (Oren et al. 2024) and the canonical-order canary "
                                 "are open (issue 29 item 3)",
         "target_power_met": all(p is not None and p >= TARGET_POWER for p in (power8, power16)),
-        "target_false_alarm_met": worst is not None and worst["clean_false_alarm"] <= ALPHA,
+        # exact level <= alpha by computation, and the measured rate consistent with it (its CI reaches alpha)
+        "target_false_alarm_met": worst is not None and worst["clean_false_alarm_ci"][0] <= ALPHA
+        and all(line["exact_clean_false_alarm"] <= ALPHA for line in head.values()),
         "target_coverage_met": min_coverage is not None and min_coverage >= 1 - ALPHA,
     }
 
