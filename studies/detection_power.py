@@ -31,7 +31,11 @@ Clopper–Pearson 95% CI, then a last line: ``power_dup8`` / ``power_dup16`` (th
 :func:`exact_size`), ``min_coverage`` (the
 interval, over dups identifiable in at least half the splits), ``exchangeability_p_canonical``
 and ``exchangeability_false_alarm`` (null: the exchangeability test of Oren et al. 2024 is not
-built yet), and whether each target is met. Measured figures: docs/contamination.md.
+built yet), and whether each target is met. Measured (dup 8 and dup 4 canaries, 200 members each, truth 0.089; about 11 minutes per canary
+on a loaded 2-core machine; table and discussion in docs/contamination.md): the headline detects
+in 0.900 of dup-8 splits (tail test on min_k alone 0.800, Welch 0.663, interval 0.237) and 0.253
+of dup-4 ones; its exact level at the clean sizes is 0.0499, measured 0.057 and 0.062 over 1,000
+clean splits (CIs [0.043, 0.073] and [0.048, 0.079]). Dup 16 and dup 2 were not measured yet.
 
 Usage:
     OMP_NUM_THREADS=1 nice -n 10 python -m studies.detection_power --json
@@ -170,7 +174,8 @@ def summary(lines: list[dict]) -> dict:
         "exchangeability_note": "not built: the exchangeability test (Oren et al. 2024) and the canonical-order canary "
                                 "are open (issue 29 item 3)",
         "target_power_met": all(p is not None and p >= TARGET_POWER for p in (power8, power16)),
-        # exact level <= alpha by computation, and the measured rate consistent with it (its CI reaches alpha)
+        "target_false_alarm_rule": "the headline's exact level (computed) <= alpha at every canary, and each measured "
+                                    "rate consistent with it (its Clopper-Pearson CI reaches alpha)",
         "target_false_alarm_met": worst is not None and worst["clean_false_alarm_ci"][0] <= ALPHA
         and all(line["exact_clean_false_alarm"] <= ALPHA for line in head.values()),
         "target_coverage_met": min_coverage is not None and min_coverage >= 1 - ALPHA,
