@@ -68,7 +68,7 @@ from blackbox_mia.controls import build_control
 from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.evaluation import clopper_pearson, estimate_prevalence
 from blackbox_mia.runner import run_config, score_items
-from blackbox_mia.scorers import parse_scorer
+from blackbox_mia.scorers import parse_scorers
 
 ARCHITECTURE = ("vocab_size", "n_layer", "n_embd", "n_head", "block_size", "epochs", "lr", "batch_size")
 LEVEL = 0.95  # the nominal level of every interval and bound
@@ -92,15 +92,23 @@ def default_canaries(cache: Path) -> list[Path]:
     return [best[dup][1] for dup in sorted(best)]
 
 
-def cached_scores(canary: Path, scorer_spec: str, cache: Path) -> dict:
+def cached_scores(canary: Path, scorer_spec: str, cache: Path, with_control: bool = True) -> dict:
     """GSM8K test and control scores under ``canary``, scored once: read back from the JSONL
-    files when complete, else scored (resuming them) with the local backend."""
-    out = cache / "prevalence_coverage" / canary.name / parse_scorer(scorer_spec).label
+    files when complete, else scored (resuming them) with the local backend.
+
+    ``scorer_spec`` may name several scorers (``"min_k,loss"``: one model pass for all):
+    ``result["benchmark"]`` and ``result["control"]`` hold the first one's scores, shape
+    (n_items,) and (n_control,), and ``result["benchmark_columns"]`` /
+    ``result["control_columns"]`` every scorer's, by label."""
+    labels = [s.label for s in parse_scorers(scorer_spec)]
+    out = cache / "prevalence_coverage" / canary.name / "+".join(labels)
     items, meta = load_items("gsm8k")
     control = build_control(items)
     sets = {"benchmark": (items, meta), "control": (control.items, {**meta, "name": "control"})}
     result = {"ids": np.array([it.id for it in items]),
               "control_sources": np.array([it.meta["source_id"] for it in control.items])}
+    if not with_control:
+        del sets["control"], result["control_sources"]
     for name, (its, m) in sets.items():
         path = out / f"{name}.jsonl"
         done = {}
@@ -108,7 +116,8 @@ def cached_scores(canary: Path, scorer_spec: str, cache: Path) -> dict:
             done = {row["id"]: row["scores"] for row in map(json.loads, path.read_text().splitlines())}
         if any(it.id not in done for it in its):
             done = {r.id: r.scores for r in _score(canary, scorer_spec, its, m, path)}
-        result[name] = np.array([next(iter(done[it.id].values())) for it in its])
+        columns = {label: np.array([done[it.id][label] for it in its], dtype=np.float64) for label in labels}
+        result[name], result[f"{name}_columns"] = columns[labels[0]], columns
     return result
 
 
@@ -116,9 +125,26 @@ def _score(canary: Path, scorer_spec: str, items: list, meta: dict, path: Path) 
     """Score ``items`` under the canary with the local backend (resumable ``path``)."""
     from blackbox_mia.backends.registry import build_backend
 
-    scorer = parse_scorer(scorer_spec)
+    scorers = parse_scorers(scorer_spec)
     backends = {"target": build_backend(f"local:{canary}?device=cpu")}
-    return score_items(items, [scorer], backends, path, run_config([scorer], backends, meta), progress=False)
+    return score_items(items, scorers, backends, path, run_config(scorers, backends, meta), progress=False)
+
+
+def held_out_splits(manifest: dict, ids: np.ndarray, splits: int, seed: int, pool_name: str):
+    """Yield ``splits`` seeded ``(calibration members, calibration non-members, swept mask)``:
+    index arrays into ``ids`` (half the canary's members; as many non-members as half its
+    labelled ones, from ``pool_name``'s pool: see the module docstring) and a boolean mask of
+    shape (len(ids),), the rest of the benchmark."""
+    member = np.isin(ids, manifest["member_ids"])
+    members, labelled_non = np.flatnonzero(member), np.flatnonzero(np.isin(ids, manifest["nonmember_ids"]))
+    pool = labelled_non if pool_name == "labelled" else np.flatnonzero(~member)
+    rng = np.random.default_rng(seed)
+    for _ in range(splits):
+        cal_pos = rng.choice(members, len(members) // 2, replace=False)
+        cal_neg = rng.choice(pool, len(labelled_non) // 2, replace=False)
+        swept = np.ones(len(ids), bool)
+        swept[cal_pos] = swept[cal_neg] = False
+        yield cal_pos, cal_neg, swept
 
 
 def run_dup(canary: Path, scores: dict, splits: int, seed: int, target_fpr: float, pool_name: str) -> dict:
@@ -127,15 +153,9 @@ def run_dup(canary: Path, scores: dict, splits: int, seed: int, target_fpr: floa
     ids, s = scores["ids"], scores["benchmark"]
     member = np.isin(ids, manifest["member_ids"])
     members, labelled_non = np.flatnonzero(member), np.flatnonzero(np.isin(ids, manifest["nonmember_ids"]))
-    pool = labelled_non if pool_name == "labelled" else np.flatnonzero(~member)
     by_id = dict(zip(ids, s))
-    rng = np.random.default_rng(seed)
     rows = []
-    for split in range(splits):
-        cal_pos = rng.choice(members, len(members) // 2, replace=False)
-        cal_neg = rng.choice(pool, len(labelled_non) // 2, replace=False)
-        swept = np.ones(len(s), bool)
-        swept[cal_pos] = swept[cal_neg] = False
+    for cal_pos, cal_neg, swept in held_out_splits(manifest, ids, splits, seed, pool_name):
         truth = float(member[swept].mean())
         est = estimate_prevalence(s[swept], s[cal_neg], s[cal_pos], target_fpr=target_fpr)
         t = est["threshold"]["value"]

@@ -1,7 +1,9 @@
-"""``bbmia sweep``: how much of an UNLABELLED benchmark leaked into a model.
+"""``bbmia sweep``: did an UNLABELLED benchmark leak into a model, and how much of it?
 
-One scorer, a threshold calibrated on known non-members for a target FPR, and the member
-fraction of the swept items estimated with every source of uncertainty carried
+First the verdict: an exact test of "no swept item is a member" against the reference
+non-members (:mod:`.sweep_verdict`, :mod:`blackbox_mia.evaluation.detection`). Then one
+scorer, a threshold calibrated on known non-members for a target FPR, and the member fraction
+of the swept items estimated with every source of uncertainty carried
 (:func:`~blackbox_mia.evaluation.estimate_prevalence`, docs/design.md §5): the calibration and
 the swept items are disjoint by construction (a calibration text found in the benchmark is
 dropped from the swept items, and the report counts each role), the interval is exact and
@@ -17,7 +19,6 @@ fraction of the swept items is reported beside the estimate.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
-from ..canary import find_canary_manifest, load_manifest
+from ..canary import find_canary_manifest
 from ..controls import ControlConfig, ControlSet, build_control, control_kind
 from ..canary.dataset import load_items
 from ..config import check_number
@@ -40,7 +41,7 @@ from ..evaluation import (
 )
 from ..results import ScoredText
 from ..runner import run_config, score_items
-from ..scorers import Scorer, parse_scorer
+from ..scorers import Scorer, parse_scorer, parse_scorers
 from ..types import BlackboxMIAError
 from .common import (
     SCORES_FILE,
@@ -52,6 +53,7 @@ from .common import (
     require_labelled,
     score_column,
 )
+from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict, verdict_notes
 
 TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious items
 
@@ -63,6 +65,9 @@ class SweepConfig:
     Attributes:
         dataset: the benchmark spec (labels, if any, are ignored).
         scorer: one scorer spec (default ``min_k``, k = 20%).
+        features: more scorer specs, scored in the same pass: with labelled members
+            (``--calibration``) the verdict tests their combination with ``scorer``
+            (:func:`~blackbox_mia.evaluation.detection.combined_scores`); "" = ``scorer`` alone.
         rule: threshold rule, one of ``evaluation.RULES`` (``max_*`` need labelled members).
         target_fpr: FPR asked for by rule ``fpr`` (fraction).
         calibration: a labelled calibration spec (JSONL with labels, ``canary``, ``canary:PATH``).
@@ -82,6 +87,7 @@ class SweepConfig:
 
     dataset: str
     scorer: str = "min_k"
+    features: str = ""
     rule: str = "fpr"
     target_fpr: float = 0.05
     calibration: str | None = None
@@ -115,6 +121,8 @@ class SweepConfig:
             raise BlackboxMIAError("--calibration-fraction needs --calibration")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
+        if self.features and parse_scorer(self.scorer).label in {f.label for f in parse_scorers(self.features)}:
+            raise BlackboxMIAError(f"--features repeats --scorer {self.scorer}")
         check_number("--seed", self.seed, at_least=0, integer=True)
         check_number("--top", self.top, at_least=0, integer=True)
         if self.limit is not None:
@@ -131,6 +139,7 @@ class SweepPlan:
         nonmembers: known non-members (from ``--nonmembers``), else None.
         control: the control built from the benchmark, else None.
         planted_manifest: a canary manifest whose members give the true member fraction.
+        features: the scorers of ``config.features`` (scored with ``scorer``, one pass).
     """
 
     config: SweepConfig
@@ -141,6 +150,12 @@ class SweepPlan:
     nonmembers: tuple[list[Item], dict] | None
     control: ControlSet | None
     planted_manifest: Path | None
+    features: tuple[Scorer, ...] = ()
+
+    @property
+    def scorers(self) -> list[Scorer]:
+        """Every scorer a sweep runs: its scorer, then the features."""
+        return [self.scorer, *self.features]
 
     def scored_groups(self) -> dict[str, list[Item]]:
         """The groups of items :func:`run_sweep` scores, each in its own run (what ``--dry-run``
@@ -210,7 +225,8 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
             "threshold); give known non-members with --calibration (a labelled set) or --nonmembers PATH"
         )
     manifest = find_canary_manifest(target_model)
-    return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest)
+    features = tuple(parse_scorers(config.features)) if config.features else ()
+    return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest, features)
 
 
 def _stratified_share(items: list[Item], fraction: float, seed: int) -> list[Item]:
@@ -243,15 +259,18 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     """
     config, scorer = plan.config, plan.scorer
     out_dir = Path(out_dir)
-    run_cfg = run_config([scorer], backends, plan.meta)
-    log(f"scoring {len(plan.items)} benchmark items with {scorer.label}")
-    rows = score_items(plan.items, [scorer], backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
-    scores = score_column(rows, scorer.label)
-    known = {it.text: s for it, s in zip(plan.items, scores)}
+    run_cfg = run_config(plan.scorers, backends, plan.meta)
+    log(f"scoring {len(plan.items)} benchmark items with {', '.join(s.label for s in plan.scorers)}")
+    rows = score_items(plan.items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
+    scores_x = _feature_matrix(rows, plan)
+    scores = scores_x[:, 0]
+    known = {it.text: r for it, r in zip(plan.items, rows)}
     groups = plan.scored_groups()
-    control = _control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
-    neg, pos, source, calibration_texts = _calibration_scores(plan, groups.get("calibration", []), known, control,
-                                                              backends, out_dir, progress, log)
+    control_x = _control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
+    neg_x, pos_x, source, calibration_texts = _calibration_scores(plan, groups.get("calibration", []), known, control_x,
+                                                                  backends, out_dir, progress, log)
+    control = None if control_x is None else control_x[:, 0]
+    neg, pos = neg_x[:, 0], None if pos_x is None else pos_x[:, 0]
     swept = np.array([it.text not in calibration_texts for it in plan.items])
     if not swept.any():
         raise BlackboxMIAError(f"every item of {plan.meta['name']} is in the calibration set: nothing is left to sweep "
@@ -267,14 +286,16 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         dataset_test = {**dataset_level_test(bench, control), "against": "control built from the benchmark"}
     elif len(neg) >= 2:
         dataset_test = {**dataset_level_test(bench, neg), "against": "calibration non-members"}
-    planted = _planted(plan.planted_manifest, [r for r, keep in zip(rows, swept) if keep])
+    planted = planted_fraction(plan.planted_manifest, [r for r, keep in zip(rows, swept) if keep])
     top = sorted(zip(swept_items, bench), key=lambda pair: -pair[1])[: config.top]
     suspicious = [{"id": it.id, "score": float(s), "text": it.text[:TEXT_PREVIEW]} for it, s in top]
     reference, ref_label = (control, "control") if control is not None else (neg, "calibration non-members")
     plots = {f"{scorer.label} scores: swept benchmark vs {ref_label}, threshold dashed": plot_histogram(
         bench, reference, threshold["value"], out_dir / "histogram.png",
         title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark (swept)", ref_label))}
-    headline = _headline(prevalence, roles["swept"])
+    nonmembers_x = neg_x if plan.calibration is not None or plan.nonmembers is not None else None
+    verdict = sweep_verdict(scores_x[swept], nonmembers_x, control_x, pos_x, roles["calibration_source"], config.seed)
+    headline = sweep_headline(prevalence, roles["swept"], verdict)
 
     report = {
         "title": f"Contamination sweep: {plan.meta['name']}",
@@ -284,11 +305,12 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
                                 calibration=plan.calibration[1] if plan.calibration else None,
                                 nonmembers=plan.nonmembers[1] if plan.nonmembers else None),
         "roles": roles,
-        "sweep": {scorer.label: {"threshold": threshold, "prevalence": prevalence,
+        "sweep": {scorer.label: {"verdict": verdict, "threshold": threshold, "prevalence": prevalence,
                                  **({"dataset_test": dataset_test} if dataset_test else {})}},
         "plots": plots,
         "most_suspicious": suspicious,
-        "notes": [headline, *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
+        "notes": [*headline.split("\n"), *verdict_notes(verdict),
+                  *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
     }
     if plan.control is not None:
         report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
@@ -296,6 +318,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         report["planted"] = planted
     summary = {
         "headline": headline,
+        "verdict": {key: verdict[key] for key in ("detected", "p_value", "alpha", "test", "reference")},
         "roles": roles,
         "flag_rate": prevalence["flag_rate"],
         "realised_fpr": prevalence["realised_fpr"],
@@ -316,22 +339,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     if planted is not None:
         summary["planted"] = planted["fraction"]
     # the Markdown lists the suspicious items as a table rather than as JSON
-    return publish(report, summary, out_dir, "sweep", appendix=_suspicious_table(suspicious), hidden=("most_suspicious",))
-
-
-def _headline(prevalence: dict, n_swept: int) -> str:
-    """The one sentence to quote: the estimate with its CI when identifiable, else the lower bound."""
-    bound = prevalence["lower_bound"]
-    lower = (f"at least {bound['lower_bound']:.3f} of the {n_swept} swept items are members "
-             f"(one-sided {100 * bound['confidence']:g}% lower bound, valid whatever the TPR)")
-    if prevalence["estimate"] is not None:
-        lo, hi = prevalence["ci"]
-        return (f"Estimated member fraction {prevalence['estimate']:.3f}, {100 * prevalence['ci_level']:g}% CI "
-                f"[{lo:.3f}, {hi:.3f}] of the {n_swept} swept items; {lower}.")
-    if prevalence["identifiable"] is False:
-        return (f"Not identifiable at this signal (TPR - FPR simultaneous lower bound "
-                f"{prevalence['youden_j_lower']:.3f}): no point estimate; {lower}.")
-    return f"No known member: {lower}; the member fraction itself needs a TPR (--calibration with members)."
+    return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",))
 
 
 def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_members: int | None,
@@ -381,23 +389,23 @@ def _control_contamination(plan: SweepPlan, rows: Sequence[ScoredText], scores: 
 
 def _control_scores(plan: SweepPlan, items: list[Item] | None, backends: dict[str, Backend], out_dir: Path,
                     progress: bool, log: Log) -> np.ndarray | None:
-    """Scores of the control ``items`` (``control_scores.jsonl``); None without a usable control
-    (``items`` None: see :meth:`SweepPlan.scored_groups`)."""
+    """Scores of the control ``items`` (``control_scores.jsonl``), shape (n_c, F) (:func:`_feature_matrix`);
+    None without a usable control (``items`` None: see :meth:`SweepPlan.scored_groups`)."""
     if items is None:
         return None
     log(f"scoring {len(items)} control items")
     meta = {"name": f"control of {plan.meta['name']}", "source": plan.meta["source"],
             "sha256": plan.meta["sha256"], "construction": asdict(plan.control.config)}
-    rows = score_items(items, [plan.scorer], backends, out_dir / "control_scores.jsonl",
-                       run_config([plan.scorer], backends, meta), resume=plan.config.resume, progress=progress)
-    return score_column(rows, plan.scorer.label)
+    rows = score_items(items, plan.scorers, backends, out_dir / "control_scores.jsonl",
+                       run_config(plan.scorers, backends, meta), resume=plan.config.resume, progress=progress)
+    return _feature_matrix(rows, plan)
 
 
-def _calibration_scores(plan: SweepPlan, todo: list[Item], known: dict[str, float], control: np.ndarray | None,
+def _calibration_scores(plan: SweepPlan, todo: list[Item], known: dict[str, ScoredText], control: np.ndarray | None,
                         backends: dict[str, Backend], out_dir: Path, progress: bool,
                         log: Log) -> tuple[np.ndarray, np.ndarray | None, str, set[str]]:
     """``(non-member scores, member scores or None, description, calibration texts)`` of the
-    calibration source: ``--calibration``, else ``--nonmembers``, else the control (whose texts
+    calibration source (scores: shape (items, F), :func:`_feature_matrix`): ``--calibration``, else ``--nonmembers``, else the control (whose texts
     are new, so none of them is in the benchmark). ``todo``: its items to score (the others'
     texts are in ``known``, the benchmark's scores by text: :meth:`SweepPlan.scored_groups`)."""
     path = out_dir / "calibration_scores.jsonl"
@@ -470,31 +478,22 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
     return notes
 
 
-def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, float], plan: SweepPlan,
+def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, ScoredText], plan: SweepPlan,
                     backends: dict[str, Backend], out_path: Path, meta: dict, progress: bool, log: Log) -> np.ndarray:
-    """Scores of ``items``: ``todo`` scored, the others' texts already scored (``known``: text → score)."""
+    """Scores of ``items``, shape (len(items), F) (:func:`_feature_matrix`): ``todo`` scored, the
+    others' texts already scored (``known``: text → row)."""
     log(f"scoring {len(todo)} calibration items ({len(items) - len(todo)} reuse benchmark scores)")
     if todo:
-        rows = score_items(todo, [plan.scorer], backends, out_path, run_config([plan.scorer], backends, meta),
+        rows = score_items(todo, plan.scorers, backends, out_path, run_config(plan.scorers, backends, meta),
                            resume=plan.config.resume, progress=progress)
-        known = {**known, **dict(zip((it.text for it in todo), score_column(rows, plan.scorer.label)))}
-    return np.array([known[it.text] for it in items], dtype=np.float64)
+        known = {**known, **{it.text: row for it, row in zip(todo, rows)}}
+    return _feature_matrix([known[it.text] for it in items], plan)
 
 
-def _suspicious_table(rows: list[dict]) -> str:
-    """Markdown table of the highest-scoring items (id, score, start of the text)."""
-    lines = ["## Most suspicious items (highest scores)", "", "| id | score | text |", "| --- | --- | --- |"]
-    for row in rows:
-        text = " ".join(row["text"].split()).replace("|", "\\|")
-        lines.append(f"| {row['id']} | {row['score']:.4f} | {text} |")
-    return "\n".join(lines) + "\n"
+def _feature_matrix(rows: Sequence[ScoredText], plan: SweepPlan) -> np.ndarray:
+    """Shape (len(rows), F): the scores of :attr:`SweepPlan.scorers`, the sweep's scorer first.
 
-
-def _planted(manifest_path: Path | None, rows: Sequence[ScoredText]) -> dict | None:
-    """The true member fraction of the swept items under a canary manifest."""
-    if manifest_path is None:
-        return None
-    members = set(load_manifest(manifest_path)["member_ids"])
-    n_members = sum(r.id in members for r in rows)
-    return {"fraction": n_members / len(rows) if rows else math.nan, "n_members": n_members,
-            "n_scored": len(rows), "manifest": str(manifest_path)}
+    Raises:
+        BlackboxMIAError: a row without a usable score (:func:`score_column`).
+    """
+    return np.column_stack([score_column(rows, s.label) for s in plan.scorers])

@@ -106,6 +106,9 @@ def prompt_length_table(summary: dict) -> str:
 def sweep_command(
     dataset: str = typer.Argument(..., help=f"benchmark: {DATASET_HELP}"),
     scorer: str = typer.Option("min_k", help="one scorer spec, e.g. min_k or 'min_k:k=10'"),
+    features: str = typer.Option(
+        "", help="more scorers, scored in the same pass, e.g. 'loss,zlib,min_k:k=5,min_k:k=10,min_k:k=50': with "
+        "--calibration members the verdict tests their combination with --scorer (docs/contamination.md)"),
     rule: str = typer.Option("fpr", help="threshold rule: fpr (target FPR on non-members), max_accuracy or "
                              "max_f1 (these two need --calibration with members)"),
     target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
@@ -125,7 +128,7 @@ def sweep_command(
     control_seed: int = typer.Option(0, "--control-seed", help="seed of the control's new numbers"),
     limit: Optional[int] = typer.Option(None, help="sweep only the first N benchmark items"),
     top: int = typer.Option(10, help="list this many highest-scoring items"),
-    seed: int = typer.Option(0, help="seed of --calibration-fraction's draw"),
+    seed: int = typer.Option(0, help="seed of --calibration-fraction's draw and of the verdict's tie-breaking"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
@@ -133,9 +136,11 @@ def sweep_command(
     *,
     target: TargetOptions,
 ):
-    """Estimate how much of a benchmark leaked into the target: flag rate at a calibrated threshold,
-    prevalence corrected for its FPR and TPR with a bootstrap CI, and a one-sided Welch t-test of
-    the benchmark against a control built from it (Maini et al. 2024).
+    """Did a benchmark leak into the target, and how much of it? First the verdict: an exact
+    test (p-value) of the swept items against the reference non-members (--calibration,
+    --nonmembers, else the control); then the flag rate at a calibrated threshold, the member
+    fraction corrected for its FPR and TPR with an exact interval, and a one-sided Welch t-test
+    of the benchmark against a control built from it (Maini et al. 2024).
 
     Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
     """
@@ -144,7 +149,7 @@ def sweep_command(
         from ..controls import ControlConfig
 
         config = SweepConfig(
-            dataset=dataset, scorer=scorer, rule=rule, target_fpr=target_fpr, calibration=calibration,
+            dataset=dataset, scorer=scorer, features=features, rule=rule, target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite,
@@ -152,7 +157,7 @@ def sweep_command(
         log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
         out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
-        run_audit(target, [plan.scorer], lambda b: print_dry_run(plan.scored_groups(), [plan.scorer], b, json_out),
+        run_audit(target, plan.scorers, lambda b: print_dry_run(plan.scored_groups(), plan.scorers, b, json_out),
                   lambda b: run_sweep(plan, b, out, progress=not quiet, log=log),
                   lambda result: typer.echo(result.summary["headline"] + "\n"
                                             + format_table(["", plan.scorer.label], sweep_rows(result.summary))),
@@ -172,7 +177,10 @@ def sweep_rows(summary: dict) -> list[list]:
         estimate = "not identifiable at this signal"
     else:
         estimate = "n/a (no known member: TPR unknown)"
+    verdict = summary["verdict"]
     rows = [
+        [f"contamination detected at alpha {verdict['alpha']:g} ({verdict['test']})",
+         f"{'yes' if verdict['detected'] else 'no'} (p = {verdict['p_value']:.3g})"],
         ["benchmark items / swept", f"{roles['benchmark_items']} / {roles['swept']}"],
         ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
         ["threshold", summary["threshold"]],

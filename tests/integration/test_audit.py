@@ -180,6 +180,13 @@ def test_sweep_end_to_end_with_canary_calibration(canary, tmp_path):
     else:
         assert p["estimate"] is None and "not identifiable" in summary["headline"].lower()
     assert summary["headline"] in result.stdout and "realised FPR" in result.stdout
+    # the verdict comes first: no member is swept here, and the reference is the calibration's non-members
+    verdict = summary["verdict"]
+    assert result.stdout.startswith(summary["headline"].split("\n")[0]) and "p = " in summary["headline"].split("\n")[0]
+    assert verdict["reference"].startswith("reference non-members (--calibration") and 0 < verdict["p_value"] <= 1
+    from blackbox_mia.evaluation.detection import tail_test
+
+    assert verdict["p_value"] == pytest.approx(tail_test(bench, neg)["p_value"])
 
 
 def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_path):
@@ -190,11 +197,13 @@ def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_p
     assert summary["tpr"] is None and summary["identifiable"] is None
     assert summary["prevalence"]["estimate"] is None and summary["prevalence"]["ci"] is None
     assert summary["prevalence"]["lower_bound_confidence"] == 0.95 and 0 <= summary["prevalence"]["lower_bound"] <= 1
-    assert summary["headline"].startswith("No known member: at least") and "lower bound" in summary["headline"]
+    first, second = summary["headline"].split("\n")
+    assert first.startswith("Contamination ") and "control" in first and "p = " in first
+    assert second.startswith("No known member: at least") and "lower bound" in second
     assert summary["roles"]["dropped_calibration_overlap"] == 0 and summary["roles"]["swept"] == 80
     assert summary["p_value"] is not None and "planted" in summary  # --local names the canary
     report = json.loads((tmp_path / "s" / "sweep.json").read_text())
-    assert report["notes"][0] == summary["headline"]
+    assert report["notes"][:2] == [first, second] and "not exchangeable" in report["notes"][2]
     assert any(n.startswith("Control contamination") and "lower bound" in n for n in report["notes"])
     # the control's contamination: the share of control items whose source scores above the threshold
     rows = {json.loads(line)["id"]: json.loads(line)["scores"]["min_k"]
@@ -417,3 +426,21 @@ def test_eval_option_errors_for_the_ablation_and_segmenter():
         EvalConfig(dataset="x", segmenter="klingon").validate()
     result = invoke("eval", "canary", "--local", "nowhere", "--truncate-tokens", "8,x")
     assert result.exit_code == 2 and "comma-separated integers" in result.stderr
+
+
+def test_sweep_verdict_on_combined_features(canary, tmp_path):
+    out = tmp_path / "f"
+    args = ("sweep", "gsm8k", "--local", canary, "--calibration", f"canary:{canary}", "--calibration-fraction", 0.5,
+            "--limit", LIMIT, "--out", out, "--quiet", "--json")
+    result = invoke(*args, "--features", "loss,zlib")
+    assert result.exit_code == 0, result.output
+    summary = last_json(result)
+    assert summary["verdict"]["test"] == "tail test on 3 combined features"
+    verdict = json.loads((out / "sweep.json").read_text())["sweep"]["min_k"]["verdict"]
+    assert len(verdict["combination"]["weights"]) == 3
+    assert verdict["combination"]["n_members"] == summary["roles"]["calibration_members"] == 20
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert all(set(r["scores"]) == {"min_k", "loss", "zlib"} for r in rows)
+    repeated = invoke(*args, "--features", "min_k,loss")
+    assert repeated.exit_code == 2 and "--features repeats --scorer" in repeated.stderr
+    assert "Traceback" not in repeated.output

@@ -1,0 +1,218 @@
+"""How often does each dataset-level test say "contaminated" when it is, and when it is not? (issue 29)
+
+For each trained GSM8K canary with the default architecture (one per dup level, as
+:func:`studies.prevalence_coverage.default_canaries` picks them; or the ``--canary`` directories
+given), the 1,319 GSM8K test problems are scored ONCE with every scorer of ``--features`` (one
+model pass, cached under ``cache/prevalence_coverage/<canary>/<labels>/``, resumable; the first
+scorer, ``min_k``, is the sweep's). Then, on the same held-out splits as
+``prevalence_coverage.py`` (:func:`studies.prevalence_coverage.held_out_splits`: half the
+canary's members and 100 GSM8K non-members calibrate, the rest is swept), each test decides at
+alpha = 0.05 whether the swept items hold members (power), and whether the swept items with
+their members removed do (the clean benchmark: false alarms; ``--clean-splits`` splits, the first
+``--splits`` of them the power splits):
+
+* ``tail_combined`` (the sweep's headline with ``--features`` and members known): the tail test
+  of :mod:`blackbox_mia.evaluation.detection` on the features combined by a logistic regression of
+  the calibration members against the pooled swept + reference items;
+* ``tail``: the tail test on ``min_k`` alone (the headline without features or members);
+* ``max_reference``: the count of swept items above the largest reference score (exact);
+* ``fisher_pooled_95``: a Fisher (hypergeometric) test of the share above the pooled sample's
+  95th percentile (exact);
+* ``welch``: the one-sided Welch t-test of ``min_k`` (today's ``dataset_test``; asymptotic);
+* ``dataset_inference``: Maini et al. 2024 on every feature (asymptotic), with its
+  two-validation-halves false-positive check (``check_false_alarm``: the check's own rejection rate);
+* ``interval``: today's prevalence interval excludes 0 (and ``coverage``: its 95% CI holds
+  the truth, over the identifiable splits).
+
+Prints one JSON line per (canary, test) with ``power`` and ``clean_false_alarm``, each with its
+Clopper–Pearson 95% CI, then a last line: ``power_dup8`` / ``power_dup16`` (the headline test),
+``max_clean_false_alarm`` (headline, over the canaries) with its CI and
+``max_exact_clean_false_alarm`` (the headline's exact level at the clean sizes, computed:
+:func:`exact_size`), ``min_coverage`` (the
+interval, over dups identifiable in at least half the splits), ``exchangeability_p_canonical``
+and ``exchangeability_false_alarm`` (null: the exchangeability test of Oren et al. 2024 is not
+built yet), and whether each target is met. Measured (dup 8 and dup 4 canaries, 200 members each, truth 0.089; about 11 minutes per canary
+on a loaded 2-core machine; table and discussion in docs/contamination.md): the headline detects
+in 0.900 of dup-8 splits (tail test on min_k alone 0.800, Welch 0.663, interval 0.237) and 0.253
+of dup-4 ones; its exact level at the clean sizes is 0.0499, measured 0.057 and 0.062 over 1,000
+clean splits (CIs [0.043, 0.073] and [0.048, 0.079]). Dup 16 and dup 2 were not measured yet.
+
+Usage:
+    OMP_NUM_THREADS=1 nice -n 10 python -m studies.detection_power --json
+    python -m studies.detection_power --canary cache/canary/6338e872951d --splits 100 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from blackbox_mia.canary import CanaryConfig, ensure_canary, load_manifest
+from blackbox_mia.evaluation import clopper_pearson, dataset_level_test, estimate_prevalence
+from blackbox_mia.evaluation.dataset_inference import dataset_inference
+from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
+
+from .prevalence_coverage import cached_scores, default_canaries, held_out_splits
+
+FEATURES = "min_k,loss,zlib,min_k:k=5,min_k:k=10,min_k:k=50,min_k_pp,min_k_pp:k=5,min_k_pp:k=50"
+HEADLINE = "tail_combined"
+ALPHA = 0.05
+POOLED_QUANTILE = 0.95  # threshold of the Fisher test: this quantile of the pooled swept + reference scores
+TARGET_POWER = 0.80
+MIN_IDENTIFIABLE = 0.5  # a dup counts for min_coverage when at least this share of splits is identifiable
+
+
+def fisher_pooled(swept: np.ndarray, reference: np.ndarray, quantile: float = POOLED_QUANTILE) -> float:
+    """One-sided hypergeometric p-value of the swept share above the pooled ``quantile``: the
+    threshold is a function of the pooled sample only, so given it the reference items above it
+    are Hypergeometric(N + n, n, K) under exchangeability (Fisher's exact test)."""
+    pooled = np.concatenate([swept, reference])
+    above = pooled > np.quantile(pooled, quantile)
+    k_ref = int(above[len(swept):].sum())
+    return float(stats.hypergeom.cdf(k_ref, len(pooled), len(reference), int(above.sum())))
+
+
+def exact_size(n_swept: int, n_reference: int, alpha: float = ALPHA) -> float:
+    """The tail test's exact false-alarm rate at these sizes, P(p ≤ alpha) under exchangeability:
+    p = :func:`min_p_value` of the largest attainable statistic (a p_j value) whose p-value is
+    ≤ alpha (the p-value rises with the statistic: bisection over the attainable values)."""
+    ranks = tail_ranks(n_reference)
+    grid = np.repeat(np.arange(n_swept + 1)[:, None], len(ranks), axis=1)
+    values = np.unique(rank_pvalues(grid, n_swept, n_reference, ranks))
+    lo, hi = -1, len(values) - 1  # invariant: values[lo] rejects (or lo = -1), values[hi + 1:] do not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if min_p_value(values[mid], n_swept, n_reference, ranks) <= alpha else (lo, mid - 1)
+    return 0.0 if lo < 0 else min_p_value(values[lo], n_swept, n_reference, ranks)
+
+
+def split_decisions(s: dict, cal_pos: np.ndarray, cal_neg: np.ndarray, keep: np.ndarray, member: np.ndarray,
+                    seed: int) -> dict:
+    """Every test's p-value (and the interval's decision) for the swept items ``keep`` (mask)."""
+    x, main = s["features"], s["main"]
+    n_swept = int(keep.sum())
+    comb_swept, comb_ref, _ = combined_scores(x[keep], x[cal_neg], x[cal_pos])
+    single = tail_test(main[keep], main[cal_neg], seed=seed)
+    di = dataset_inference(x[keep], x[cal_neg], seed=seed)
+    est = estimate_prevalence(main[keep], main[cal_neg], main[cal_pos])
+    truth = float(member[keep].mean())
+    return {
+        "tail_combined": tail_test(comb_swept, comb_ref, seed=seed)["p_value"],
+        "tail": single["p_value"],
+        "max_reference": single["rank_p_values"][1],
+        "fisher_pooled_95": fisher_pooled(main[keep], main[cal_neg]),
+        "welch": dataset_level_test(main[keep], main[cal_neg])["p_value"],
+        "dataset_inference": di["p_value"],
+        "di_check": di["false_positive_check"]["p_value"],
+        "interval": 0.0 if est["detected"] else 1.0,  # a decision, not a p-value: 0 = the CI excludes 0
+        "covered": None if not est["identifiable"] else est["ci"][0] <= truth <= est["ci"][1],
+        "truth": truth,
+        "n_swept": n_swept,
+    }
+
+
+def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int) -> list[dict]:
+    """One line per test on one canary (see the module docstring)."""
+    manifest = load_manifest(canary)
+    member = np.isin(s["ids"], manifest["member_ids"])
+    power, clean = [], []
+    for i, (cal_pos, cal_neg, swept) in enumerate(held_out_splits(manifest, s["ids"], max(splits, clean_splits),
+                                                                  seed, "all")):
+        if i < splits:
+            power.append(split_decisions(s, cal_pos, cal_neg, swept, member, seed + i))
+        if i < clean_splits:
+            clean.append(split_decisions(s, cal_pos, cal_neg, swept & ~member, member, seed + i))
+    lines = []
+    for test in ("tail_combined", "tail", "max_reference", "fisher_pooled_95", "welch", "dataset_inference",
+                 "interval"):
+        hits = sum(r[test] <= ALPHA for r in power)
+        alarms = sum(r[test] <= ALPHA for r in clean)
+        line = {"canary": canary.name, "dup": manifest["dup"], "n_members_planted": len(manifest["member_ids"]),
+                "test": test, "headline": test == HEADLINE, "true_prevalence": power[0]["truth"],
+                "n_swept": power[0]["n_swept"], "n_reference": len(manifest["nonmember_ids"]) // 2,
+                "splits": splits, "power": hits / splits, "power_ci": list(clopper_pearson(hits, splits)),
+                "clean_splits": clean_splits, "clean_false_alarm": alarms / clean_splits,
+                "clean_false_alarm_ci": list(clopper_pearson(alarms, clean_splits))}
+        if test in ("tail_combined", "tail"):  # both run the tail test at the same sizes
+            line["exact_clean_false_alarm"] = exact_size(clean[0]["n_swept"], len(manifest["nonmember_ids"]) // 2)
+        if test == "interval":
+            covered = [r["covered"] for r in power if r["covered"] is not None]
+            line["coverage"] = float(np.mean(covered)) if covered else None
+            line["share_identifiable"] = len(covered) / splits
+        if test == "dataset_inference":
+            checks = sum(r["di_check"] <= ALPHA for r in power)
+            line["check_false_alarm"] = checks / splits
+            line["check_false_alarm_ci"] = list(clopper_pearson(checks, splits))
+        lines.append(line)
+    return lines
+
+
+def summary(lines: list[dict]) -> dict:
+    """The last line: the headline test's power at dups 8 and 16, its worst false-alarm rate,
+    the interval's worst coverage, and the targets."""
+    head = {line["dup"]: line for line in lines if line["headline"]}
+    worst = max(head.values(), key=lambda line: line["clean_false_alarm"], default=None)
+    intervals = [line for line in lines if line["test"] == "interval" and line["coverage"] is not None
+                 and line["share_identifiable"] >= MIN_IDENTIFIABLE]
+    min_coverage = min((line["coverage"] for line in intervals), default=None)
+    power8, power16 = (head[d]["power"] if d in head else None for d in (8, 16))
+    return {
+        "headline_test": HEADLINE,
+        "power_dup8": power8,
+        "power_dup16": power16,
+        "max_clean_false_alarm": None if worst is None else worst["clean_false_alarm"],
+        "max_clean_false_alarm_ci": None if worst is None else worst["clean_false_alarm_ci"],
+        "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in head.values()), default=None),
+        "min_coverage": min_coverage,
+        "coverage_dups": [line["dup"] for line in intervals],
+        "exchangeability_p_canonical": None,
+        "exchangeability_false_alarm": None,
+        "exchangeability_note": "not built: the exchangeability test (Oren et al. 2024) and the canonical-order canary "
+                                "are open (issue 29 item 3)",
+        "target_power_met": all(p is not None and p >= TARGET_POWER for p in (power8, power16)),
+        "target_false_alarm_rule": "the headline's exact level (computed) <= alpha at every canary, and each measured "
+                                    "rate consistent with it (its Clopper-Pearson CI reaches alpha)",
+        "target_false_alarm_met": worst is not None and worst["clean_false_alarm_ci"][0] <= ALPHA
+        and all(line["exact_clean_false_alarm"] <= ALPHA for line in head.values()),
+        "target_coverage_met": min_coverage is not None and min_coverage >= 1 - ALPHA,
+    }
+
+
+def load_features(canary: Path, features: str, cache: Path) -> dict:
+    """``ids``, ``features`` (shape (1319, F), the scorers' order) and ``main`` (the first scorer)."""
+    scores = cached_scores(canary, features, cache, with_control=False)
+    columns = list(scores["benchmark_columns"].values())
+    return {"ids": scores["ids"], "features": np.column_stack(columns), "main": columns[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--canary", action="append", type=Path, help="canary directory (repeatable; default: one per "
+                        "dup level from CACHE/canary with the default architecture; none there: the default canary)")
+    parser.add_argument("--cache", type=Path, default=Path("cache"), help="cache root (default: cache)")
+    parser.add_argument("--features", default=FEATURES, help="scorers, the first being the sweep's (default: %(default)s)")
+    parser.add_argument("--splits", type=int, default=300, help="held-out splits for power (default 300)")
+    parser.add_argument("--clean-splits", type=int, default=1000, help="splits of the clean check (default 1000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="one JSON line per (canary, test), then the summary line")
+    args = parser.parse_args()
+    canaries = args.canary or default_canaries(args.cache)
+    if not canaries:  # a clean checkout: the default canary (dup 8), trained once and cached
+        canaries = [ensure_canary(CanaryConfig(), progress=not args.json, cache=args.cache)]
+    lines = []
+    for canary in canaries:
+        for line in run_canary(canary, load_features(canary, args.features, args.cache), args.splits,
+                               args.clean_splits, args.seed):
+            lines.append(line)
+            print(json.dumps(line) if args.json else
+                  f"dup {line['dup']:>2} {line['test']:<18} power {line['power']:.3f}  "
+                  f"clean false alarms {line['clean_false_alarm']:.3f}", flush=True)
+    print(json.dumps(summary(lines)) if args.json else summary(lines))
+
+
+if __name__ == "__main__":
+    main()
