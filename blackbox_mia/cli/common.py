@@ -8,12 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..backends.api.http.config import display_url
 from ..backends.base import Backend
 from ..backends.registry import BackendOptions, build_backend, parse_spec
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..config import check_number
-from ..evaluation import auc
 from ..types import BlackboxMIAError
 from .options import with_dataclass_options
 
@@ -76,6 +74,8 @@ class TargetOptions(BackendOptions):
                 both a local model and an endpoint, an endpoint without ``--model`` or without
                 ``http://``/``https://``.
         """
+        from ..backends.api.http.config import display_url
+
         if self.local and self.base_url:
             raise BlackboxMIAError("choose one target: --local PATH, or --base-url URL --model NAME, not both")
         if self.local:
@@ -143,6 +143,8 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
     A scorer with a non-finite (``None``) score on some labelled row gets ``None``: its AUC is
     not defined on the rows as they are.
     """
+    from ..evaluation.metrics import auc
+
     labelled = [r for r in rows if r.label is not None]
     labels = [r.label for r in labelled]
     if len(set(labels)) < 2:

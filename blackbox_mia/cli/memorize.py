@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..cost.plan import TOTAL
-from ..evaluation.memorization import EIDETIC_CHARS
 from ..types import BlackboxMIAError
 from .app import app, messages, user_errors
 from .audit import run_audit
@@ -50,6 +48,8 @@ def memorize(
     with user_errors():
         from ..audits.common import dataset_slug
         from ..audits.memorization import MemorizeConfig, estimate_memorize, prepare_memorize, run_memorize
+        from ..cost.plan import TOTAL
+        from ..evaluation.memorization import EIDETIC_CHARS
 
         config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_numbers(prompt_lengths, "--prompt-lengths"),
                                 reference_length=reference_tokens, unit=unit, n_boot=n_boot, seed=seed, limit=limit,

@@ -10,9 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from scipy import stats
 
 from ..types import BlackboxMIAError
 from .calibration import Threshold
@@ -39,6 +36,8 @@ def wilson_interval(flagged: int, n: int, alpha: float = 0.05) -> tuple[float, f
     Raises:
         BlackboxMIAError: counts out of range, alpha outside (0, 1).
     """
+    from scipy import stats
+
     if n < 1 or not 0 <= flagged <= n or not 0 < alpha < 1:
         raise BlackboxMIAError(f"need 0 <= flagged <= n, n >= 1 and alpha in (0, 1); got {flagged}, {n}, {alpha}")
     z = float(stats.norm.ppf(1 - alpha / 2))
@@ -164,6 +163,9 @@ def plot_document_rates(rows: Sequence[dict], path: str | Path, title: str) -> P
     Raises:
         BlackboxMIAError: no rows.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     if not rows:
         raise BlackboxMIAError("no documents to plot")
     groups = {"documents": [r["rate"] for r in rows if "label" not in r],

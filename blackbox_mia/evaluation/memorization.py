@@ -11,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from .metrics import DEFAULT_FPRS, evaluate_scores
 
@@ -118,6 +116,9 @@ def plot_memorization(by_label: Mapping[str, Mapping[str, Mapping]], unit: str, 
         unit: what the prompt length counts (axis label).
         path: output image.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(9, 4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from ..types import BlackboxMIAError
 from .metrics import auc, check_binary, roc
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
 
 ROC_MARGIN = 0.02
 """Room around the unit square on linear ROC axes (a fraction of it), so a perfect curve (AUC
@@ -61,6 +63,9 @@ def roc_figure(
     Raises:
         BlackboxMIAError: no curves, or bad labels/scores (see metrics.check_binary).
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     if not curves:
         raise BlackboxMIAError("plot_roc needs at least one curve")
     checked = {name: check_binary(labels, scores) for name, (labels, scores) in curves.items()}
@@ -137,6 +142,9 @@ def plot_histogram(
     Raises:
         BlackboxMIAError: an empty or non-finite score set.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     sets = []
     for name, values in zip(labels, (benchmark_scores, control_scores)):
         arr = np.asarray(values, dtype=np.float64).ravel()
@@ -188,6 +196,9 @@ def plot_heatmap(
     Raises:
         BlackboxMIAError: ``values`` not 2-D and non-empty, or labels of another count.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     grid = np.asarray(values, dtype=np.float64)
     if grid.ndim != 2 or grid.size == 0:
         raise BlackboxMIAError(f"a heat map needs a non-empty 2-D grid of values, got shape {grid.shape}")
