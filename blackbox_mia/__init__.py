@@ -21,7 +21,7 @@ no HTTP client).
 
 from __future__ import annotations
 
-import importlib
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -60,15 +60,4 @@ _EXPORTS = {
 __all__ = ["__version__"] + list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """Import a public name from its module on first access (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'blackbox_mia' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

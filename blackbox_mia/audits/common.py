@@ -54,7 +54,9 @@ def require_labelled(items: Sequence[Item], name: str, what: str = "eval") -> No
         )
     classes = {it.label for it in items}
     if classes != {0, 1}:
-        raise BlackboxMIAError(f"{what} needs both members (1) and non-members (0); {name} has only label {classes.pop()}")
+        few = " (--limit 1 keeps one item: use --limit 2 or more)" if len(items) == 1 else ""
+        raise BlackboxMIAError(f"{what} needs both members (1) and non-members (0); the {len(items)} items of {name} "
+                               f"have only label {classes.pop()}{few}")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
 from .common import TargetOptions, format_table, with_target_options
-from .options import parse_numbers
+from .options import SINGLE_SCORER_HELP, one_scorer_spec, parse_numbers
 from .spend import print_dry_run
 
 if TYPE_CHECKING:
@@ -104,7 +104,8 @@ def prompt_length_table(summary: dict) -> str:
 @with_target_options
 def sweep_command(
     dataset: str = typer.Argument(..., help=f"benchmark: {DATASET_HELP}"),
-    scorer: str = typer.Option("min_k", help="one scorer spec, e.g. min_k or 'min_k:k=10'"),
+    scorers: str | None = typer.Option(None, "--scorers", help=SINGLE_SCORER_HELP),
+    scorer_alias: str | None = typer.Option(None, "--scorer", hidden=True, help="same as --scorers"),
     rule: str = typer.Option("fpr", help="threshold rule: fpr (target FPR on non-members), max_accuracy or "
                              "max_f1 (these two need --calibration with members)"),
     target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
@@ -143,7 +144,8 @@ def sweep_command(
         from ..controls import ControlConfig
 
         config = SweepConfig(
-            dataset=dataset, scorer=scorer, rule=rule, target_fpr=target_fpr, calibration=calibration,
+            dataset=dataset, scorer=one_scorer_spec(scorers, scorer_alias), rule=rule, target_fpr=target_fpr,
+            calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite,

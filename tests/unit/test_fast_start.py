@@ -1,0 +1,99 @@
+"""``bbmia --help`` and option errors come back fast, in one line, before anything slow (issue 30,
+item 2): no heavy library is imported to print the help or refuse an option, the CPU time of
+either stays within the budget, and usage errors are one line with exit code 2.
+
+Time is measured as the child process's CPU time (user + system): on a machine shared with
+other jobs the wall time of the same work varies several-fold, while its CPU time stands for the
+wall time on an unloaded machine (the work is single-threaded and reads files already cached)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_cli import assert_one_line_error, invoke
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "sklearn", "matplotlib", "scipy", "aiohttp", "openai", "httpx", "tiktoken")
+HELP_CPU_S = 1.5  # issue 30: bbmia --help <= 1.5 s unloaded
+ERROR_CPU_S = HELP_CPU_S + 1.0  # a bad option fails within 1 s of the help
+
+RUN = """
+import json, sys
+from blackbox_mia.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "heavy": [m for m in %r if m in sys.modules]}), file=sys.stderr)
+""" % (HEAVY,)
+
+
+def run_bbmia(*args: str, cache_dir: Path) -> tuple[dict, str, float]:
+    """Run bbmia ARGS in a fresh interpreter: its exit code and the heavy modules it imported,
+    its stderr (without that report line) and its CPU seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BBMIA_CACHE_DIR": str(cache_dir), "COLUMNS": "100"}
+    env.pop("OPENAI_BASE_URL", None)
+    done = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    *lines, report = done.stderr.strip().splitlines()
+    return json.loads(report), "\n".join(lines), cpu
+
+
+def test_help_imports_no_heavy_library_and_fits_the_budget(tmp_path):
+    report, _, cpu = run_bbmia("--help", cache_dir=tmp_path)
+    assert report == {"code": 0, "heavy": []}
+    assert cpu <= HELP_CPU_S, f"bbmia --help took {cpu:.2f} s of CPU"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "canary", "--scorers", "nope", "--local", "/nonexistent/model"], "unknown scorer 'nope'"),
+    (["sweep", "gsm8k", "--limit", "0", "--local", "/nonexistent/model"], "--limit must be an integer >= 1, got 0"),
+    (["probe", "hi", "--scorers", "min_k:k=0.2", "--local", "/nonexistent/model"], "k=0.2 is ambiguous"),
+    (["memorize", "nodata", "--local", "/nonexistent/model"], "named datasets: canary, canary:PATH, gsm8k"),
+    (["eval"], "Missing argument"),
+])
+def test_a_bad_option_fails_in_one_line_before_anything_slow(tmp_path, args, message):
+    report, stderr, cpu = run_bbmia(*args, cache_dir=tmp_path)
+    assert report == {"code": 2, "heavy": []}, stderr
+    assert stderr.startswith("error: ") and message in stderr and len(stderr.splitlines()) == 1, stderr
+    assert cpu <= ERROR_CPU_S, f"bbmia {' '.join(args)} took {cpu:.2f} s of CPU"
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["eval"], ["Missing argument", "eval --help lists the options"]),
+    (["sweep", "gsm8k", "--limit", "x"], ["Invalid value for '--limit'"]),
+    (["score", "gsm8k", "--no-such-option"], ["No such option: --no-such-option"]),
+    (["serve", "--port", "80800"], ["bbmia serve needs the model to serve: bbmia serve MODEL"]),
+    (["serve", "some/model", "--port", "80800"], ["--port must be an integer >= 0 and <= 65535, got 80800"]),
+    (["serve", "a", "--model", "b"], ["two models given: 'a' and --model 'b'"]),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, fragments):
+    assert_one_line_error(invoke(*args), *fragments)
+
+
+def test_bbmia_alone_still_prints_the_help():
+    result = invoke()
+    assert result.exit_code == 2 and "Usage" in result.output and "eval" in result.output
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["sweep", "gsm8k", "--scorers", "min_k,loss"], ["--scorers takes one scorer spec here", "got 2: min_k, loss"]),
+    (["documents", "d", "--calibration", "c", "--scorers", "loss,zlib"], ["--scorers takes one scorer spec here"]),
+    (["sweep", "gsm8k", "--scorer", "min_k", "--scorers", "loss"], ["give the scorer once"]),
+    (["sweep", "gsm8k", "--scorer", "nope"], ["unknown scorer 'nope'"]),  # the hidden alias is still read
+])
+def test_scorers_everywhere_with_scorer_as_a_hidden_alias(tmp_path, args, fragments):
+    assert_one_line_error(invoke(*args, "--local", "/nonexistent/model", "--cache-dir", tmp_path), *fragments)
+    for command in ("sweep", "documents"):
+        text = invoke(command, "--help", env={"COLUMNS": "200"}).output
+        assert "--scorers" in text and "--scorer " not in text
