@@ -22,6 +22,12 @@ class BlackboxMIAError(Exception):
     """
 
 
+class ArgumentTypeError(BlackboxMIAError, TypeError):
+    """An argument of the wrong type from a Python caller (one ``str`` where a list of texts is
+    meant): a ``TypeError`` to Python, and a :class:`BlackboxMIAError` to the CLI's one-line
+    report."""
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Where a :class:`TokenLogprobs` came from.

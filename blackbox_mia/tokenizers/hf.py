@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..hub import load_pretrained
 from ..types import BlackboxMIAError
 from .base import TokenCodec
 
@@ -26,7 +27,8 @@ class HFTokenCodec(TokenCodec):
 
     @classmethod
     def load(cls, path: str, bos: bool | None = None) -> HFTokenCodec:
-        """Load with ``AutoTokenizer.from_pretrained``.
+        """Load with ``AutoTokenizer.from_pretrained``; a hub name from the local cache, and
+        downloaded only when the hub answers (:func:`~blackbox_mia.hub.load_pretrained`).
 
         Raises:
             BlackboxMIAError: ``path`` is a file system path that does not exist (a hub name is
@@ -38,10 +40,9 @@ class HFTokenCodec(TokenCodec):
                                    f"(and not a hub name, which is NAME or ORG/NAME)")
         try:
             from transformers import AutoTokenizer
-
-            return cls(AutoTokenizer.from_pretrained(path), name=path, bos=bos)
-        except (OSError, ValueError, ImportError) as exc:
+        except ImportError as exc:
             raise BlackboxMIAError(f"cannot load tokenizer {path!r}: {exc}") from exc
+        return cls(load_pretrained(AutoTokenizer.from_pretrained, path, "tokenizer"), name=path, bos=bos)
 
     def encode(self, text: str) -> list[int]:
         # special-token strings in the text ("<|endoftext|>") are plain text, never control tokens

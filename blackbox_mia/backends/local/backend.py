@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...hub import load_pretrained
 from ...text.windows import sliding_windows
 from ...tokenizers import HFTokenCodec
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
@@ -116,13 +117,9 @@ class LocalBackend(Backend):
         if dtype_name not in ("float32", "bfloat16", "float16"):
             raise BlackboxMIAError(f"unknown dtype {config.dtype!r}: use float32, bfloat16, float16 or auto")
         self.dtype = getattr(torch, dtype_name)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=config.local_files_only)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                config.model, dtype=self.dtype, local_files_only=config.local_files_only
-            )
-        except (OSError, ValueError) as exc:
-            raise BlackboxMIAError(f"cannot load model {config.model!r}: {exc}") from exc
+        self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, config.model, "model", config.local_files_only)
+        self.model = load_pretrained(AutoModelForCausalLM.from_pretrained, config.model, "model",
+                                     config.local_files_only, dtype=self.dtype)
         try:
             self.model.to(self.device).eval()
         except (RuntimeError, AssertionError) as exc:  # torch's "not compiled with CUDA", out of memory...
