@@ -112,9 +112,11 @@ def report_config(run_cfg: dict, audit: str, config, n_items: int, seeds: dict, 
 
 
 def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str = "",
-            hidden: Sequence[str] = ()) -> AuditResult:
+            hidden: Sequence[str] = (), warnings: Sequence[str] = ()) -> AuditResult:
     """Write ``{stem}.json`` and ``{stem}.md`` into ``out_dir`` and return the :class:`AuditResult`,
-    whose summary gains ``"report"``: the path of the JSON report.
+    whose summary gains ``"report"``: the path of the JSON report, and ``"warnings"``: what the
+    report warns about (each one sentence; the CLI prints them on the console, one line each,
+    and the Markdown lists them first).
 
     Args:
         report: the full report (JSON-ready after :func:`~blackbox_mia.evaluation.to_jsonable`).
@@ -123,10 +125,14 @@ def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str
         stem: ``eval`` or ``sweep``.
         appendix: Markdown appended to the rendered report (e.g. a table of items).
         hidden: report keys left out of the Markdown rendering (still in the JSON).
+        warnings: caveats without which the headline misleads (a target FPR not realised, a
+            control that inherits membership, a lower bound of 0...).
 
     Raises:
         BlackboxMIAError: as :func:`~blackbox_mia.evaluation.write_report`.
     """
+    report = {**report, "warnings": list(warnings)}
+    summary = {**summary, "warnings": list(warnings)}
     json_path, md_path = write_report(report, out_dir, stem)
     if appendix or hidden:
         shown = {key: value for key, value in report.items() if key not in hidden}

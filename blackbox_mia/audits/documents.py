@@ -342,7 +342,8 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     summary = {"documents": rows, "threshold": threshold.value, "threshold_rule": threshold.rule,
                "threshold_fpr": threshold.fpr, "threshold_tpr": threshold.tpr, "auc_documents": auc_docs,
                "auc_documents_ci": auc_ci, "n_documents": len(cut), "n_chunks": n_chunks}
-    return publish(report, summary, out_dir, "documents", appendix=_ranked_table(rows), hidden=("documents",))
+    return publish(report, summary, out_dir, "documents", appendix=_ranked_table(rows), hidden=("documents",),
+                   warnings=[threshold.note] if threshold.note else [])
 
 
 def _write_chunks(path: Path, cut: list[DocumentChunks], scores: list[np.ndarray], threshold: Threshold) -> None:

@@ -1,6 +1,7 @@
 """The skeleton every audit command shares (``eval``, ``sweep``, ``documents``, ``memorize``):
 build the backends, estimate (``--dry-run``) or run, print what was spent, close the backends,
-then show the summary, the report's paths and, with ``--json``, the summary as the last line."""
+then show the summary, every warning of the report (one line each on stderr), the report's
+paths and, with ``--json``, the summary as the last line."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callabl
     finally:
         close_all(backends)
     show(result)
+    for warning in result.summary.get("warnings", ()):
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"report: {result.json_path} and {result.md_path}")
     if json_out:
         echo_json_line({**result.summary, **({"usage": usage} if usage else {})})

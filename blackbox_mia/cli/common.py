@@ -16,6 +16,8 @@ from ..types import BlackboxMIAError
 from .options import with_dataclass_options
 
 
+AUC_CI_RESAMPLES = 1000  # bootstrap resamples of the AUC intervals the console prints (score, demo)
+
 PRECISIONS = ("scores", "token")
 """``--precision``: bisection refines a text until the requested scores are ε-precise, or every
 value to ε."""
@@ -154,6 +156,24 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
         values = [r.scores[s.label] for r in labelled]
         aucs[s.label] = None if None in values else auc(labels, values)
     return aucs
+
+
+def auc_cells(rows, scorers: Sequence[Scorer], n_boot: int = AUC_CI_RESAMPLES, seed: int = 0) -> dict[str, str]:
+    """Each scorer's AUC as a console cell with its 95% stratified percentile-bootstrap CI
+    (:func:`~blackbox_mia.evaluation.metrics.bootstrap_ci`): ``"0.869 [0.834, 0.902]"``; ``"-"``
+    where :func:`auc_by_scorer` has none; {} without labels of both classes."""
+    from ..evaluation.metrics import bootstrap_ci
+
+    labelled = [r for r in rows if r.label is not None]
+    labels = [r.label for r in labelled]
+    cells = {}
+    for label, value in auc_by_scorer(rows, scorers).items():
+        if value is None:
+            cells[label] = "-"
+            continue
+        lo, hi = bootstrap_ci(labels, [r.scores[label] for r in labelled], "auc", n_boot, seed=seed)
+        cells[label] = f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+    return cells
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:

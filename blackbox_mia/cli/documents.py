@@ -91,7 +91,7 @@ def documents_command(
             typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): FPR {s['threshold_fpr']:.3f}, "
                        f"TPR {s['threshold_tpr']:.3f} on the validation chunks")
             if s["auc_documents"] is not None:
-                typer.echo(f"AUC over documents: {s['auc_documents']:.3f}")
+                typer.echo(f"AUC over documents: {s['auc_documents']:.3f}, 95% CI {_interval(s['auc_documents_ci'])}")
 
         run_audit(target, [plan.scorer],
                   lambda b: print_dry_run(chunk_groups(plan, b["target"]), [plan.scorer], b, json_out),

@@ -80,7 +80,7 @@ def eval_command(
                 rows.append(["blind (TF-IDF)", s["blind_auc"], lo, hi, *([None] * len(fprs))])
             typer.echo(format_table(header, rows))
             shift = result.report.get("distribution_shift")
-            if shift:
+            if shift and not shift["distribution_shift"]:  # a shift is one of the report's warnings
                 typer.echo(shift["message"])
             if "prompt_length" in s:
                 typer.echo(prompt_length_table(s["prompt_length"]))
@@ -177,15 +177,23 @@ def sweep_rows(summary: dict) -> list[list]:
         ["benchmark items / swept", f"{roles['benchmark_items']} / {roles['swept']}"],
         ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
         ["threshold", summary["threshold"]],
-        ["flag rate (swept)", summary["flag_rate"]],
+        ["flag rate (swept) [95% CI]", _with_interval(summary["flag_rate"], summary["flag_rate_ci"])],
         [f"realised FPR [95% CI]{target}", f"{summary['fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
-        ["TPR (calibration members)", summary["tpr"]],
+        ["TPR (calibration members) [95% CI]", _with_interval(summary["tpr"], summary["tpr_ci"])],
         ["TPR - FPR, simultaneous lower bound", summary["tpr_minus_fpr_lower"]],
         ["member fraction [95% CI]", estimate],
         [f"lower bound ({100 * prevalence['lower_bound_confidence']:g}%, one-sided)", prevalence["lower_bound"]],
-        ["control items with a flagged source", summary["control_contamination"]],
+        ["control items with a flagged source (share)", summary["control_contamination"]],
         ["t-test p-value", "n/a" if summary["p_value"] is None else f"{summary['p_value']:.3g}"],
     ]
     if "planted" in summary:
         rows.append(["planted member fraction (swept)", summary["planted"]])
     return rows
+
+
+def _with_interval(value: float | None, interval: list[float] | None) -> str | None:
+    """``value [low, high]`` to 3 decimals; the value alone when it has no interval (an assumed
+    TPR); None when there is no value."""
+    if value is None:
+        return None
+    return f"{value:.3f}" + ("" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]")

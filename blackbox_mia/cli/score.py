@@ -12,6 +12,7 @@ from .app import app, echo_json_line, user_errors
 from .common import (
     TargetOptions,
     auc_by_scorer,
+    auc_cells,
     build_backends,
     check_number,
     close_all,
@@ -67,6 +68,6 @@ def score(
                 err=True,
             )
         if aucs:
-            typer.echo(format_table(["scorer", "AUC"], list(aucs.items())))
+            typer.echo(format_table(["scorer", "AUC [95% CI]"], list(auc_cells(rows, parsed).items())))
         if json_out:
             echo_json_line({"out": str(out), "n": len(rows), "auc": aucs, **({"usage": usage} if usage else {})})
