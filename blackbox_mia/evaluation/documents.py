@@ -13,7 +13,7 @@ import numpy as np
 
 from ..types import BlackboxMIAError
 from .calibration import Threshold
-from .plots import _save
+from .plots import save_figure, fit_title, legend_below
 from .prevalence import _rogan_gladen, corrected_prevalence
 
 JEFFREYS_PRIOR = 0.5  # Beta(½, ½): the prior of the Jeffreys interval of a proportion
@@ -171,7 +171,7 @@ def plot_document_rates(rows: Sequence[dict], path: str | Path, title: str) -> P
     groups = {"documents": [r["rate"] for r in rows if "label" not in r],
               "members (label 1)": [r["rate"] for r in rows if r.get("label") == 1],
               "non-members (label 0)": [r["rate"] for r in rows if r.get("label") == 0]}
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     bins = np.linspace(0, 1, 21)
@@ -180,6 +180,6 @@ def plot_document_rates(rows: Sequence[dict], path: str | Path, title: str) -> P
             ax.hist(rates, bins=bins, alpha=0.6, label=f"{name} (n={len(rates)})")
     ax.set_xlabel("contamination rate (share of chunks flagged)")
     ax.set_ylabel("documents")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return _save(fig, path)
+    fit_title(fig, title)
+    legend_below(ax)
+    return save_figure(fig, path)
