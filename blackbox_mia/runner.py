@@ -37,7 +37,10 @@ from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
 CONFIG_SUFFIX = ".config.json"
-OVERWRITE_HINT = "pass --overwrite or choose another --out"
+OVERWRITE_HINT = ("choose another --out to keep these results, or pass --overwrite to replace them (an endpoint's "
+                  "answers stay in its response cache: the requests that do not change are not paid again)")
+"""What to do when a results file was written with another configuration (the message names the
+first differing setting; :func:`~blackbox_mia.io.check_saved_config`)."""
 
 OnScored = Callable[[int, dict[str, Bounded], TokenLogprobs], None]
 """``on_scored(index, scores, logprobs)``: text ``index`` is fully scored."""

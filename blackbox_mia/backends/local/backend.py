@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from ...hub import load_pretrained
 from ...text.windows import sliding_windows
 from ...tokenizers import HFTokenCodec
+from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
 from ..base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..generation import build_generation, sample_seed, seeded_sampler, strategy_name
@@ -58,7 +59,7 @@ def model_context(model_config, tokenizer) -> int:
     """Context length in tokens of a Hugging Face model: its config's
     ``max_position_embeddings`` / ``n_positions`` / ``seq_length``, else the tokenizer's
     ``model_max_length`` capped at 2,048."""
-    for attr in ("max_position_embeddings", "n_positions", "seq_length"):
+    for attr in MODEL_CONTEXT_FIELDS:
         value = getattr(model_config, attr, None)
         if isinstance(value, int) and value > 0:
             return value
