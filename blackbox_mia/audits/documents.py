@@ -237,7 +237,7 @@ def prepare_documents(config: DocumentsConfig) -> DocumentsPlan:
 
     Raises:
         BlackboxMIAError: bad options, unreadable documents, validation documents without a
-            label or without both classes.
+            label or without both classes, or also among the audited documents (same text).
     """
     config.validate()
     scorer = parse_scorer(config.scorer)
@@ -249,6 +249,12 @@ def prepare_documents(config: DocumentsConfig) -> DocumentsPlan:
                                f"{missing[0]!r}); validation documents need label 1 (member) or 0 (non-member)")
     if {d.label for d in calibration} != {0, 1}:
         raise BlackboxMIAError(f"--calibration {cal_meta['name']} needs member (1) and non-member (0) documents")
+    audited = {d.text for d in docs}
+    shared = [d.doc_id for d in calibration if d.text in audited]
+    if shared:  # a threshold chosen on the audited documents themselves flatters them
+        raise BlackboxMIAError(f"{len(shared)} of the --calibration documents are also audited (first: {shared[0]!r}); "
+                               "the threshold must be chosen on other documents: pass the validation set, not the "
+                               "audited documents, as --calibration")
     segmenter = get_segmenter(config.segmenter) if config.unit == "words" else None
     plan = DocumentsPlan(config, scorer, segmenter, docs, meta, calibration, cal_meta)
     if segmenter is not None:

@@ -115,3 +115,12 @@ def test_a_404_for_the_model_or_the_path_is_final_at_once(tiny_model_dir, tmp_pa
         waited = time.monotonic() - started
     assert_one_line_error(result, *fragments)
     assert waited < 3.0, f"the 404 took {waited:.1f} s"
+
+
+def test_the_audited_documents_are_refused_as_their_own_calibration(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"doc_id": f"d{i}", "text": f"document {i} text", "label": i % 2}) + "\n"
+                            for i in range(4)))
+    result = invoke("documents", docs, "--calibration", docs, "--local", "/nonexistent/model", "--cache-dir", tmp_path)
+    assert_one_line_error(result, "4 of the --calibration documents are also audited (first: 'd0')",
+                          "pass the validation set, not the audited documents, as --calibration")
