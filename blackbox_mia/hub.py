@@ -111,3 +111,37 @@ def library_warnings_logged() -> Iterator[None]:
     finally:
         if verbosity is not None:
             hf_logging.set_verbosity(verbosity)
+
+
+UNMASKED_PADDING_NOTE = "We strongly recommend passing in an `attention_mask`"
+"""transformers' note when a forward pass gets no attention mask, which the local backend
+omits on purpose (right padding: exact values, and the faster fused kernel; see
+``LocalBackend._states``)."""
+
+
+class ToDebugLog(logging.Filter):
+    """A filter for a library's logger: a record whose message starts with one of ``prefixes``
+    is logged at DEBUG on this module's logger instead of being shown.
+
+    Args:
+        prefixes: the starts of the messages to route.
+    """
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.prefixes):
+            LOG.debug("%s: %s", record.name, message)
+            return False
+        return True
+
+
+def route_unmasked_padding_note() -> None:
+    """Route :data:`UNMASKED_PADDING_NOTE` from ``transformers.modeling_utils`` to the DEBUG log
+    (once per process: a second call adds nothing)."""
+    logger = logging.getLogger("transformers.modeling_utils")
+    if not any(isinstance(f, ToDebugLog) for f in logger.filters):
+        logger.addFilter(ToDebugLog((UNMASKED_PADDING_NOTE,)))

@@ -107,3 +107,15 @@ def test_library_warnings_are_logged_not_shown(monkeypatch, tmp_path, caplog, re
         assert load_pretrained(FakeHub(cached=True), str(tmp_path), "model") == f"loaded {tmp_path}"
     assert not recwarn.list
     assert "FutureWarning: a library's deprecation note" in caplog.text
+
+
+def test_scoring_a_padded_batch_prints_no_library_warning(tiny_model_dir, capfd, caplog):
+    backend = build_backend(f"local:{tiny_model_dir}")
+    try:
+        capfd.readouterr()
+        with caplog.at_level(logging.DEBUG, logger="blackbox_mia.hub"):
+            backend.logprobs(["Tom has 3 apples.", "A robe takes 2 bolts of blue fiber and half that much white."])
+    finally:
+        backend.close()
+    assert "attention_mask" not in capfd.readouterr().err
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "attention_mask" in r.getMessage()]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...hub import load_pretrained
+from ...hub import load_pretrained, route_unmasked_padding_note
 from ...text.windows import sliding_windows
 from ...tokenizers import HFTokenCodec
 from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
@@ -121,6 +121,7 @@ class LocalBackend(Backend):
         self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, config.model, "model", config.local_files_only)
         self.model = load_pretrained(AutoModelForCausalLM.from_pretrained, config.model, "model",
                                      config.local_files_only, dtype=self.dtype)
+        route_unmasked_padding_note()  # no mask on purpose (_states): not a warning for the user
         try:
             self.model.to(self.device).eval()
         except (RuntimeError, AssertionError) as exc:  # torch's "not compiled with CUDA", out of memory...
