@@ -95,6 +95,31 @@ class TargetOptions(BackendOptions):
         return f"api:{self.model}@{base_url}"
 
 
+def check_output(path: Path, folder: bool) -> Path:
+    """Check before anything slow that ``--out`` can be written: a folder (``folder``) or a file
+    path that is not the other kind, under a folder this process may write (the missing part is
+    created when the results are written). Nothing is created here.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        BlackboxMIAError: ``path`` is a file where a folder is meant or the reverse, a part of
+            it is a file, or its nearest existing folder is not writable.
+    """
+    if path.exists() and path.is_dir() != folder:
+        kind, wanted = ("a file", "a folder") if folder else ("a folder", "a file path")
+        raise BlackboxMIAError(f"--out {path} is {kind}; give {wanted}")
+    existing = (path if folder else path.parent).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BlackboxMIAError(f"--out {path}: {existing} is a file, so nothing can be written under it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BlackboxMIAError(f"--out {path}: {existing} is not writable; choose another --out")
+    return path
+
+
 def local_model_path(model: str) -> str:
     """A local model as one spelling: an existing path normalised (``cache/canary/X/``,
     ``./cache/canary/X`` → ``cache/canary/X``; relative stays relative), a hub name as given.

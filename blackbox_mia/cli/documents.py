@@ -10,7 +10,7 @@ import typer
 from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, format_table, with_target_options
+from .common import TargetOptions, check_output, format_table, with_target_options
 from .options import SINGLE_SCORER_HELP, one_scorer_spec
 from .spend import print_dry_run
 
@@ -78,7 +78,7 @@ def documents_command(
                                  chunk_tokens=chunk_tokens, segmenter=segmenter, chunks_per_doc=chunks_per_doc,
                                  rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite)
         plan = prepare_documents(config)
-        out = out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}"
+        out = check_output(out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}", folder=True)
         log = messages(quiet)
 
         def show(result: AuditResult) -> None:

@@ -10,7 +10,7 @@ import typer
 from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, format_table, with_target_options
+from .common import TargetOptions, check_output, format_table, with_target_options
 from .options import SINGLE_SCORER_HELP, one_scorer_spec, parse_numbers
 from .spend import print_dry_run
 
@@ -64,7 +64,7 @@ def eval_command(
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
                             segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
-        out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
+        out = check_output(out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}", folder=True)
         log = messages(quiet)
 
         def show(result: AuditResult) -> None:
@@ -152,7 +152,7 @@ def sweep_command(
         )
         log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local, cache_dir=target.cache_dir, log=log)
-        out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
+        out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
         run_audit(target, [plan.scorer], lambda b: print_dry_run(plan.scored_groups(), [plan.scorer], b, json_out),
                   lambda b: run_sweep(plan, b, out, progress=not quiet, log=log),
                   lambda result: typer.echo(result.summary["headline"] + "\n"

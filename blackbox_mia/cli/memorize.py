@@ -10,7 +10,7 @@ import typer
 from ..types import BlackboxMIAError
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, format_table, with_target_options
+from .common import TargetOptions, check_output, format_table, with_target_options
 from .options import parse_numbers
 from .spend import print_estimate
 
@@ -57,7 +57,7 @@ def memorize(
         if target.ref:
             raise BlackboxMIAError("memorize uses no reference model: drop --ref")
         plan = prepare_memorize(config, cache_dir=target.cache_dir)
-        out = out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}"
+        out = check_output(out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}", folder=True)
 
         def dry_run(backends) -> None:
             prompts, estimate = estimate_memorize(plan, backends["target"])

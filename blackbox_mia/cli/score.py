@@ -15,6 +15,7 @@ from .common import (
     auc_cells,
     build_backends,
     check_number,
+    check_output,
     close_all,
     format_table,
     with_target_options,
@@ -45,6 +46,8 @@ def score(
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=bool(target.local))))
         items, meta = load_items(dataset, limit, target.cache_dir)
+        out = check_output(out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl",
+                           folder=False)
         backends = build_backends(target, parsed)
         try:
             if target.dry_run:
@@ -53,7 +56,6 @@ def score(
             guard_spend({meta["name"]: items}, parsed, backends, target, yes)
             from ..runner import run_config, score_items
 
-            out = out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl"
             rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite)
             usage = print_usage(backends)
         finally:

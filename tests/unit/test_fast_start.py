@@ -124,3 +124,18 @@ def test_the_audited_documents_are_refused_as_their_own_calibration(tmp_path):
     result = invoke("documents", docs, "--calibration", docs, "--local", "/nonexistent/model", "--cache-dir", tmp_path)
     assert_one_line_error(result, "4 of the --calibration documents are also audited (first: 'd0')",
                           "pass the validation set, not the audited documents, as --calibration")
+
+
+@pytest.mark.parametrize("command", [["eval", "wikimia64", "--quiet"], ["sweep", "gsm8k", "--quiet"],
+                                     ["memorize", "gsm8k", "--quiet"], ["score", "gsm8k"]])
+def test_an_unwritable_out_fails_before_anything_slow(tmp_path, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = invoke(*command, "--local", "/nonexistent/model", "--out", blocker / "run", "--cache-dir", tmp_path)
+    assert_one_line_error(result, f"--out {blocker / 'run'}: {blocker} is a file, so nothing can be written under it")
+    folder = invoke(*command, "--local", "/nonexistent/model", "--out", tmp_path, "--cache-dir", tmp_path)
+    if command[0] == "score":  # score writes one JSONL file, the audits a folder
+        assert_one_line_error(folder, f"--out {tmp_path} is a folder; give a file path")
+    else:
+        assert_one_line_error(invoke(*command, "--local", "/nonexistent/model", "--out", blocker, "--cache-dir",
+                                     tmp_path), f"--out {blocker} is a file; give a folder")
