@@ -18,6 +18,7 @@ from .interrupts import INTERRUPTED_EXIT, interrupt_once
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
 
+
 class OneLineErrors(TyperGroup):
     """The root command group: a usage error (a missing argument, an unknown option, a value of
     the wrong type) is one line on stderr, ``error: ... (bbmia CMD --help lists the options)``,
