@@ -105,7 +105,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     bbmia = str(Path(sys.executable).with_name("bbmia"))
-    serve = [bbmia, "serve", "--model", canary, "--served-name", PRICED_NAME, "--port", str(port), "--cpu-threads", "1"]
+    serve = [bbmia, "serve", canary, "--served-name", PRICED_NAME, "--port", str(port), "--cpu-threads", "1"]
     server = subprocess.Popen(serve + ([] if args.echo else ["--no-echo"]), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
     os.environ.setdefault("OPENAI_API_KEY", "none")

@@ -63,7 +63,7 @@ def main() -> None:
     for mode, echo in modes:
         port = free_port()
         url = f"http://127.0.0.1:{port}/v1"
-        serve = [bbmia, "serve", "--model", args.canary, "--port", str(port), "--logprobs-mode", mode]
+        serve = [bbmia, "serve", args.canary, "--port", str(port), "--logprobs-mode", mode]
         server = subprocess.Popen(serve + ([] if echo else ["--no-echo"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_ready(url)

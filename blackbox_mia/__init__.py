@@ -5,14 +5,15 @@ through local Hugging Face models. Convention everywhere: higher score = more li
 
 In a script or a notebook (the sync calls work inside Jupyter's running event loop too)::
 
-    from blackbox_mia import build_backend, parse_scorers, score_texts
+    from blackbox_mia import ascore_texts, build_backend, parse_scorers, score_texts
 
     target = build_backend("local:gpt2")          # or "api:MODEL@http://127.0.0.1:8000/v1"
     results = score_texts(["Tom has 3 apples."], parse_scorers("loss,min_k"), {"target": target})
     scores, logprobs = results[0]                 # {"loss": Bounded, "min_k": ...}, TokenLogprobs
     scores["loss"].value, scores["loss"].lower, scores["loss"].upper   # nats/token, with its interval
 
-    lps = await target.alogprobs(["Tom has 3 apples."])          # async form
+    results = await ascore_texts(["Tom has 3 apples."], "loss,min_k", {"target": "local:gpt2"})  # async form
+    lps = await target.alogprobs(["Tom has 3 apples."])
     gens = target.generate(["Tom has"], max_new_tokens=16)       # greedy continuations
 
 The names below are imported on first use, so ``import blackbox_mia`` stays light (no torch,
@@ -21,7 +22,7 @@ no HTTP client).
 
 from __future__ import annotations
 
-import importlib
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ _EXPORTS = {
     "ApiConfig": "blackbox_mia.backends.api.http.client",
     "TrackerConfig": "blackbox_mia.backends.api.tracker.config",
     "score_texts": "blackbox_mia.runner",
+    "ascore_texts": "blackbox_mia.runner",
     "score_items": "blackbox_mia.runner",
     "parse_scorers": "blackbox_mia.scorers",
     "load_any_dataset": "blackbox_mia.canary.dataset",
@@ -62,15 +64,4 @@ _EXPORTS = {
 __all__ = ["__version__"] + list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """Import a public name from its module on first access (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'blackbox_mia' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,7 +2,9 @@
 
 Every JSON file the runner and the command line write (``<out>.config.json``, summaries) goes
 through :func:`write_json_atomic`: a reader, or a run killed mid-write, sees either the old file
-or the new one, never half of one. Every JSON Lines row goes through :func:`json_line`.
+or the new one, never half of one. Every JSON Lines row goes through :func:`json_line`. An atomic
+write gets the mode any other file of the run gets (:func:`new_file_mode`: 0644 under the usual
+umask), not the 0600 of a temporary file: a run's reports, rows and figures are all readable alike.
 """
 
 from __future__ import annotations
@@ -42,10 +44,27 @@ def json_line(obj, what: str) -> str:
     return dumps_strict(obj, what) + "\n"
 
 
+def new_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: ``0o666`` less the process's umask.
+
+    The umask is read from ``/proc/self/status`` where there is one (Linux); elsewhere it is
+    set and restored at once (``os.umask`` has no read-only form)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            umask = next((int(line.split()[1], 8) for line in f if line.startswith("Umask:")), None)
+    except OSError:
+        umask = None
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same directory,
     flushed and fsynced, then :func:`os.replace` over ``path`` (parents are created). A reader,
-    or a run killed mid-write, sees the old file or the new one, never a mix.
+    or a run killed mid-write, sees the old file or the new one, never a mix. The file gets the
+    mode of any new file (:func:`new_file_mode`).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -64,6 +83,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp_name, new_file_mode())  # a temporary file is created 0600
         os.replace(tmp_name, path)
         tmp_name = None
     except OSError as exc:
@@ -175,7 +195,7 @@ def check_saved_config(config_path: Path, config, what: str, results: Path, hint
         config: this run's configuration.
         what: what the file holds, for messages (``"run configuration"``).
         results: the results file being resumed, named in the message.
-        hint: what the user can do (``"pass --overwrite or choose another --out"``).
+        hint: what the user can do (:data:`~blackbox_mia.runner.OVERWRITE_HINT`).
 
     Raises:
         BlackboxMIAError: no saved configuration, an unreadable one, or one that differs

@@ -16,26 +16,31 @@ Progress goes per text, with the requests sent, their rate and the spend so far 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from . import __version__
-from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend
+from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend, refuse_one_str
 from .datasets import Item
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
 from .progress import ProgressTicker
 from .results import ScoredText, read_rows
-from .scorers import TARGET, Scorer, parse_scorers
+from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
 CONFIG_SUFFIX = ".config.json"
-OVERWRITE_HINT = "pass --overwrite or choose another --out"
+OVERWRITE_HINT = ("choose another --out to keep these results, or pass --overwrite to replace them (an endpoint's "
+                  "answers stay in its response cache: the requests that do not change are not paid again)")
+"""What to do when a results file was written with another configuration (the message names the
+first differing setting; :func:`~blackbox_mia.io.check_saved_config`)."""
 
 OnScored = Callable[[int, dict[str, Bounded], TokenLogprobs], None]
 """``on_scored(index, scores, logprobs)``: text ``index`` is fully scored."""
@@ -55,11 +60,13 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
         roles = {need.role for need in scorer.needs("a b c")} | {TARGET}
         missing = roles - set(backends)
         if missing:
-            raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {'/'.join(sorted(missing))} model (use --ref)")
+            role = "/".join(sorted(missing))
+            raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {role} model: pass one as backends[{role!r}] "
+                                   "(--ref on the command line)")
         if scorer.needs_vocab_stats and FULL_DISTRIBUTION not in backends[TARGET].features:
             raise BlackboxMIAError(
                 f"scorer {scorer.label!r} needs the full next-token distribution, which this backend "
-                "does not expose (black-box APIs return top-n only): run it with --local"
+                "does not expose (black-box APIs return top-n only): use a local model (local:PATH; --local on the command line)"
             )
 
 
@@ -95,8 +102,8 @@ def logprobs_reporting(
 
 def score_texts(
     texts: Sequence[str],
-    scorers: Sequence[Scorer] | str,
-    backends: dict[str, Backend],
+    scorers: Sequence[Scorer | str] | str,
+    backends: Mapping[str, Backend | str],
     progress: bool = False,
     on_scored: OnScored | None = None,
 ) -> list[tuple[dict[str, Bounded], TokenLogprobs]]:
@@ -111,9 +118,13 @@ def score_texts(
 
     Args:
         texts: texts to score (a list: one ``str`` is refused, not read character by character).
-        scorers: scorers (their labels key the result dicts), or their specs as one string
-            (``"loss,min_k:k=10"``, :func:`~blackbox_mia.scorers.parse_scorers`).
-        backends: ``{"target": backend}`` plus ``{"reference": backend}`` for ``ref``.
+        scorers: scorers (their labels key the result dicts), their specs as one string
+            (``"loss,min_k:k=10"``, :func:`~blackbox_mia.scorers.parse_scorers`), or a list
+            of scorers and specs.
+        backends: ``{"target": backend}`` plus ``{"reference": backend}`` for ``ref``; a
+            backend may be given as its spec (``"local:PATH"``, ``"api:MODEL@URL"``), which is
+            built with default options (:func:`~blackbox_mia.backends.registry.build_backend`)
+            and closed before this returns.
         progress: let the backends show progress bars.
         on_scored: called once per text, in completion order, on the target backend's thread
             (see :meth:`~blackbox_mia.backends.base.Backend.alogprobs`).
@@ -125,14 +136,72 @@ def score_texts(
         :meth:`ScoredText.from_scores` decides which are reported as numbers.
 
     Raises:
-        BlackboxMIAError: one ``str`` as ``texts``, a bad scorer spec, a scorer the backends cannot serve, a text the backend or a scorer
-            refuses (empty, no scorable token); texts scored before the error were reported
-            through ``on_scored``.
+        ArgumentTypeError: one ``str`` as ``texts`` (a ``TypeError``; ``[text]`` is meant).
+        BlackboxMIAError: a bad scorer or backend spec, a scorer the
+            backends cannot serve, a text the backend or a scorer refuses (empty, no scorable
+            token); texts scored before the error were reported through ``on_scored``.
     """
-    if isinstance(texts, str):
-        raise BlackboxMIAError("texts must be a sequence of texts, got one str: pass [text]")
+    refuse_one_str(texts)
+    scorers = as_scorers(scorers)
+    with built_backends(backends) as backends:
+        return _score_texts(texts, scorers, backends, progress, on_scored)
+
+
+async def ascore_texts(
+    texts: Sequence[str],
+    scorers: Sequence[Scorer | str] | str,
+    backends: Mapping[str, Backend | str],
+    progress: bool = False,
+    on_scored: OnScored | None = None,
+) -> list[tuple[dict[str, Bounded], TokenLogprobs]]:
+    """The async form of :func:`score_texts` (same arguments, result and errors): awaitable in a
+    running event loop (a notebook, a server), which it leaves free while the backends work
+    (the work runs in a worker thread; the backends compute on their own threads as always)."""
+    refuse_one_str(texts)  # refused here, before a thread is started
+    return await asyncio.to_thread(score_texts, texts, scorers, backends, progress, on_scored)
+
+
+def as_scorers(scorers: Sequence[Scorer | str] | str) -> list[Scorer]:
+    """Scorers from scorers, one string of specs, or a list mixing both.
+
+    Raises:
+        BlackboxMIAError: a bad spec, no scorer, or two scorers with the same label.
+    """
     if isinstance(scorers, str):
-        scorers = parse_scorers(scorers)
+        return parse_scorers(scorers)
+    built = [parse_scorer(s) if isinstance(s, str) else s for s in scorers]
+    labels = [s.label for s in built]
+    if not built or len(set(labels)) != len(labels):
+        raise BlackboxMIAError(f"scorers must be distinct and at least one, got {labels}")
+    return built
+
+
+@contextlib.contextmanager
+def built_backends(backends: Mapping[str, Backend | str]) -> Iterator[dict[str, Backend]]:
+    """The backends, those given as specs built (default options) and closed on exit.
+
+    Raises:
+        BlackboxMIAError: a malformed spec or a backend that cannot be built (those already
+            built are closed).
+    """
+    from .backends.registry import build_backend
+
+    built: dict[str, Backend] = {}
+    try:
+        ready = {}
+        for role, backend in backends.items():
+            if isinstance(backend, str):
+                backend = built[role] = build_backend(backend)
+            ready[role] = backend
+        yield ready
+    finally:
+        for backend in built.values():
+            backend.close()
+
+
+def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend], progress: bool,
+                 on_scored: OnScored | None) -> list[tuple[dict[str, Bounded], TokenLogprobs]]:
+    """:func:`score_texts` once its scorers and backends are built."""
     check_compatible(scorers, backends)
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     wanted = _wanted(texts, needs, backends)
@@ -195,8 +264,7 @@ def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve.
     """
-    if isinstance(texts, str):
-        raise BlackboxMIAError("texts must be a sequence of texts, got one str: pass [text]")
+    refuse_one_str(texts)
     if isinstance(scorers, str):
         scorers = parse_scorers(scorers)
     check_compatible(scorers, backends)

@@ -47,6 +47,10 @@ class BadRow(BlackboxMIAError):
     def __init__(self, directory: str | os.PathLike, reason: str):
         super().__init__(f"the response cache {directory} holds a bad row: {reason}")
         self.reason = reason
+class ArgumentTypeError(BlackboxMIAError, TypeError):
+    """An argument of the wrong type from a Python caller (one ``str`` where a list of texts is
+    meant): a ``TypeError`` to Python, and a :class:`BlackboxMIAError` to the CLI's one-line
+    report."""
 
 
 @dataclass(frozen=True)

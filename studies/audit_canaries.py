@@ -384,7 +384,7 @@ def audit_documents(args: argparse.Namespace, cache: tuple[str, ...]) -> dict:
     if has_command("documents"):
         audit = bbmia(
             "documents", trained["documents"], "--calibration", trained["validation"], "--local", trained["path"],
-            *cache, "--chunk-words", str(args.chunk_words), "--scorer", args.scorer, "--rule", args.rule,
+            *cache, "--chunk-words", str(args.chunk_words), "--scorers", args.scorer, "--rule", args.rule,
             "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out", args.out_dir, "--quiet",
         )
         truth = {r["doc_id"]: r for r in load_manifest(trained["path"])["documents"]}
@@ -418,7 +418,7 @@ def documents_through_serve(args: argparse.Namespace, trained: dict, local: dict
             remote = bbmia(
                 "documents", trained["documents"], "--calibration", trained["validation"], "--base-url", url,
                 "--model", trained["path"], "--tokenizer", trained["path"], "--context-tokens", "128",
-                "--chunk-words", str(args.chunk_words), "--scorer", args.scorer, "--rule", args.rule,
+                "--chunk-words", str(args.chunk_words), "--scorers", args.scorer, "--rule", args.rule,
                 "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out", out, "--quiet",
                 "--overwrite",  # the server's port is new each run: nothing to resume
             )

@@ -180,7 +180,7 @@ def main() -> None:
     context = manifest["chat"]["context_tokens"]  # the windows its chat examples were cut as
     url = f"http://127.0.0.1:{args.port}/v1"
     bbmia = str(Path(sys.executable).with_name("bbmia"))
-    serve = [bbmia, "serve", "--model", str(canary), "--served-name", SERVED_NAME, "--port", str(args.port),
+    serve = [bbmia, "serve", str(canary), "--served-name", SERVED_NAME, "--port", str(args.port),
              "--chat-template", "model", "--threads", "1", "--device", "cpu"]
     server = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -49,7 +49,9 @@ def require_labelled(items: Sequence[Item], name: str, what: str = "eval") -> No
         )
     classes = {it.label for it in items}
     if classes != {0, 1}:
-        raise BlackboxMIAError(f"{what} needs both members (1) and non-members (0); {name} has only label {classes.pop()}")
+        few = " (--limit 1 keeps one item: use --limit 2 or more)" if len(items) == 1 else ""
+        raise BlackboxMIAError(f"{what} needs both members (1) and non-members (0); the {len(items)} items of {name} "
+                               f"have only label {classes.pop()}{few}")
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,12 @@ def report_config(run_cfg: dict, audit: str, config, n_items: int, seeds: dict, 
 
 
 def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str = "",
-            hidden: Sequence[str] = ()) -> AuditResult:
+            hidden: Sequence[str] = (), warnings: Sequence[str] = ()) -> AuditResult:
     """Write ``{stem}.json`` and ``{stem}.md`` into ``out_dir`` and return the :class:`AuditResult`,
-    whose summary gains ``"report"``: the path of the JSON report, and the old names of its
-    renamed keys for one release (:data:`blackbox_mia.key_aliases.SUMMARY_KEYS`).
+    whose summary gains ``"report"``: the path of the JSON report, ``"warnings"``: what the report
+    warns about (each one sentence; the CLI prints them on the console, one line each, and the
+    Markdown lists them first), and the old names of its renamed keys for one release
+    (:data:`blackbox_mia.key_aliases.SUMMARY_KEYS`).
 
     Args:
         report: the full report (JSON-ready after :func:`~blackbox_mia.evaluation.to_jsonable`).
@@ -117,10 +121,14 @@ def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str
         stem: the audit: ``eval``, ``sweep``, ``documents``...
         appendix: Markdown appended to the rendered report (e.g. a table of items).
         hidden: report keys left out of the Markdown rendering (still in the JSON).
+        warnings: caveats without which the headline misleads (a target FPR not realised, a
+            control that inherits membership, a lower bound of 0...).
 
     Raises:
         BlackboxMIAError: as :func:`~blackbox_mia.evaluation.write_report`.
     """
+    report = {**report, "warnings": list(warnings)}
+    summary = {**summary, "warnings": list(warnings)}
     json_path, md_path = write_report(report, out_dir, stem)
     if appendix or hidden:
         shown = {key: value for key, value in report.items() if key not in hidden}

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..backends.base import GENERATE, Backend
 from ..datasets import Item
 from ..io import check_saved_config, json_line, write_json_atomic
-from ..runner import config_path_for, repair_tail
+from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.segment import Segmenter
 from ..text.similarity import approximate, rouge_l_recall
 from ..types import BlackboxMIAError
@@ -95,8 +95,7 @@ def _open(path: Path, config: dict, resume: bool) -> dict[tuple[str, int], dict]
     path.parent.mkdir(parents=True, exist_ok=True)
     done: dict[tuple[str, int], dict] = {}
     if resume and path.exists() and path.stat().st_size > 0:
-        hint = "pass --overwrite or choose another --out"
-        check_saved_config(config_path, config, "completion configuration", path, hint)
+        check_saved_config(config_path, config, "completion configuration", path, OVERWRITE_HINT)
         repair_tail(path)
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():

@@ -237,7 +237,7 @@ def prepare_documents(config: DocumentsConfig) -> DocumentsPlan:
 
     Raises:
         BlackboxMIAError: bad options, unreadable documents, validation documents without a
-            label or without both classes.
+            label or without both classes, or also among the audited documents (same text).
     """
     config.validate()
     scorer = parse_scorer(config.scorer)
@@ -249,6 +249,12 @@ def prepare_documents(config: DocumentsConfig) -> DocumentsPlan:
                                f"{missing[0]!r}); validation documents need label 1 (member) or 0 (non-member)")
     if {d.label for d in calibration} != {0, 1}:
         raise BlackboxMIAError(f"--calibration {cal_meta['name']} needs member (1) and non-member (0) documents")
+    audited = {d.text for d in docs}
+    shared = [d.doc_id for d in calibration if d.text in audited]
+    if shared:  # a threshold chosen on the audited documents themselves flatters them
+        raise BlackboxMIAError(f"{len(shared)} of the --calibration documents are also audited (first: {shared[0]!r}); "
+                               "the threshold must be chosen on other documents: pass the validation set, not the "
+                               "audited documents, as --calibration")
     segmenter = get_segmenter(config.segmenter) if config.unit == "words" else None
     plan = DocumentsPlan(config, scorer, segmenter, docs, meta, calibration, cal_meta)
     if segmenter is not None:
@@ -343,7 +349,8 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     summary = {"documents": rows, "threshold": threshold.value, "threshold_rule": threshold.rule,
                "threshold_realised_fpr": threshold.realised_fpr, "threshold_tpr": threshold.tpr, "auc_documents": auc_docs,
                "auc_documents_ci": auc_ci, "n_documents": len(cut), "n_chunks": n_chunks}
-    return publish(report, summary, out_dir, "documents", appendix=_ranked_table(rows), hidden=("documents",))
+    return publish(report, summary, out_dir, "documents", appendix=_ranked_table(rows), hidden=("documents",),
+                   warnings=[threshold.note] if threshold.note else [])
 
 
 def _write_chunks(path: Path, cut: list[DocumentChunks], scores: list[np.ndarray], threshold: Threshold) -> None:

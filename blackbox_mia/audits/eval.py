@@ -177,12 +177,15 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
                for name, s in scores.items()}
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
     notes: list[str] = []
+    warnings: list[str] = []  # also on the console: without them the AUCs mislead
     blind, verdict = None, None
     try:
         baseline = blind_baseline([it.text for it in items], labels, config.blind_folds, config.seed)
     except BlackboxMIAError as exc:
         baseline = None
         notes.append(f"blind baseline not run: {exc}")
+        warnings.append(f"blind baseline not run ({exc}): a distribution shift between members and non-members "
+                        "would go unnoticed")
     best = max(scores, key=lambda name: metrics[name]["auc"])
     if baseline is not None:
         blind = baseline.to_dict()
@@ -230,4 +233,6 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     }
     if ablation is not None:
         summary["prompt_length"] = ablation.summary
-    return publish(report, summary, out_dir, "eval")
+    if verdict is not None and verdict["distribution_shift"]:
+        warnings.append(verdict["message"])
+    return publish(report, summary, out_dir, "eval", warnings=warnings)

@@ -38,7 +38,7 @@ from ..evaluation.memorization import (
     summarize,
 )
 from ..io import check_saved_config, json_line, write_json_atomic
-from ..runner import config_path_for, repair_tail
+from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
@@ -214,8 +214,7 @@ def _open_rows(path: Path, config: dict, resume: bool) -> dict[tuple[str, int], 
     path.parent.mkdir(parents=True, exist_ok=True)
     done: dict[tuple[str, int], dict] = {}
     if resume and path.exists() and path.stat().st_size > 0:
-        check_saved_config(config_path, config, "memorization configuration", path,
-                           "pass --overwrite or choose another --out")
+        check_saved_config(config_path, config, "memorization configuration", path, OVERWRITE_HINT)
         repair_tail(path)
         done = {row_key(r["id"], r["prompt_length"]): r for r in read_memorization_rows(path)}
     else:

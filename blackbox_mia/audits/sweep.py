@@ -32,13 +32,7 @@ from ..controls import ControlConfig, ControlSet, build_control, control_kind
 from ..canary.dataset import load_items
 from ..config import check_number
 from ..datasets import Item
-from ..evaluation import (
-    RULES,
-    dataset_level_test,
-    estimate_prevalence,
-    min_nonmembers,
-    plot_histogram,
-)
+from ..evaluation import RULES, clopper_pearson, dataset_level_test, estimate_prevalence, min_nonmembers, plot_histogram
 from ..results import ScoredText
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer, parse_scorers
@@ -54,6 +48,7 @@ from .common import (
     score_column,
 )
 from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict, verdict_notes
+from .sweep_warnings import sweep_warnings
 
 TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious items
 
@@ -324,7 +319,9 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         "realised_fpr": prevalence["realised_fpr"],
         "realised_fpr_ci": prevalence["realised_fpr_ci"],
         "target_fpr": prevalence["target_fpr"],
+        "flag_rate_ci": list(clopper_pearson(prevalence["n_flagged"], prevalence["n_benchmark"])),
         "tpr": prevalence["tpr"],
+        "tpr_ci": prevalence["tpr_ci"],
         "tpr_minus_fpr_lower": prevalence["youden_j_lower"],
         "bounds_level": None if prevalence["bounds"] is None else prevalence["bounds"]["level"],
         "identifiable": prevalence["identifiable"],
@@ -339,7 +336,8 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     if planted is not None:
         summary["planted"] = planted["fraction"]
     # the Markdown lists the suspicious items as a table rather than as JSON
-    return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",))
+    return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",),
+                   warnings=sweep_warnings(prevalence, threshold, contamination, None if control is None else len(control)))
 
 
 def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_members: int | None,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..cost.estimate import CostEstimate
-from ..types import BlackboxMIAError, Generation, TokenLogprobs
+from ..types import ArgumentTypeError, BlackboxMIAError, Generation, TokenLogprobs
 from .loop import LoopThread
 
 if TYPE_CHECKING:  # the client is only imported by the API backend
@@ -267,10 +267,20 @@ class Backend(ABC):
         :meth:`_settle` (nothing here)."""
 
 
+def refuse_one_str(values, what: str = "texts") -> None:
+    """Refuse one ``str`` where a list is meant (it would be read character by character).
+
+    Raises:
+        ArgumentTypeError: ``values`` is a ``str`` (a ``TypeError`` and a ``BlackboxMIAError``).
+    """
+    if isinstance(values, str):
+        raise ArgumentTypeError(f"{what} must be a list, got one str: pass [{what[:-1]}]")
+
+
 def check_texts(texts: Sequence[str]) -> None:
-    """Raise :class:`BlackboxMIAError` naming the first empty or non-string text."""
-    if isinstance(texts, str):
-        raise BlackboxMIAError("texts must be a list of strings, got one string")
+    """Raise :class:`BlackboxMIAError` naming the first empty or non-string text
+    (:class:`~blackbox_mia.types.ArgumentTypeError` for one ``str``)."""
+    refuse_one_str(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise BlackboxMIAError(f"text #{i} is {type(text).__name__}, not a string")
@@ -280,8 +290,7 @@ def check_texts(texts: Sequence[str]) -> None:
 
 def check_generation(prompts: Sequence[Prompt], max_new_tokens: int, temperature: float, n: int, seed: int | None) -> None:
     """Raise :class:`BlackboxMIAError` for an empty or malformed prompt or a bad setting."""
-    if isinstance(prompts, str):
-        raise BlackboxMIAError("prompts must be a list (of texts or token-id lists), got one string")
+    refuse_one_str(prompts, "prompts")
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, str) and not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in prompt):
             raise BlackboxMIAError(f"prompt #{i} is neither a text nor a list of token ids")

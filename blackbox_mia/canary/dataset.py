@@ -77,11 +77,15 @@ def load_any_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> D
             ``<cache root>/canary/<config hash>``); None = ``$BBMIA_CACHE_DIR``, else ``./cache``.
 
     Raises:
-        BlackboxMIAError: see :func:`blackbox_mia.datasets.load_shipped_or_jsonl`; for a canary spec: no
+        BlackboxMIAError: no such file nor named dataset (the message lists the names, ``canary``
+            among them); see :func:`blackbox_mia.datasets.load_shipped_or_jsonl`; for a canary spec: no
             trained canary there.
     """
     if is_canary_spec(spec):
         return load_canary_dataset(spec, cache_dir)
+    if spec not in datasets.NAMED and not Path(spec).expanduser().is_file():
+        names = ", ".join([CANARY, f"{CANARY}:PATH", *datasets.NAMED])
+        raise BlackboxMIAError(f"dataset file not found: {spec} (named datasets: {names}; anything else is a JSONL path)")
     return datasets.load_shipped_or_jsonl(spec)
 
 

@@ -6,14 +6,51 @@ import contextlib
 import sys
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exceptions
 
 from ..types import BlackboxMIAError
 from .interrupts import INTERRUPTED_EXIT, interrupt_once
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
 
+
+class OneLineErrors(TyperGroup):
+    """The root command group: a usage error (a missing argument, an unknown option, a value of
+    the wrong type) is one line on stderr, ``error: ... (bbmia CMD --help lists the options)``,
+    exit code 2, instead of typer's framed box. ``bbmia`` alone still prints the help."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click_exceptions.ClickException as exc:
+            if isinstance(exc, getattr(click_exceptions, "NoArgsIsHelpError", ())):
+                exc.show()
+            else:
+                typer.secho(f"error: {one_line_usage_error(exc)}", fg=typer.colors.RED, err=True)
+            sys.exit(exc.exit_code)
+        except click_exceptions.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def one_line_usage_error(exc) -> str:
+    """A click usage error as one line: its message and which ``--help`` lists the options."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    return message + (f" ({ctx.command_path} --help lists the options)" if ctx is not None else "")
+
+
 app = typer.Typer(
     name="bbmia",
+    cls=OneLineErrors,
     help="Membership inference and benchmark-contamination audits for LLMs (higher score = more likely a member).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -1,8 +1,8 @@
 """The skeleton every audit command shares (``eval``, ``sweep``, ``documents``, ``memorize``,
 ``unlearning``): once the command has validated its options and loaded its data (the audit's
 ``prepare_*``), build the backends, estimate (``--dry-run``) or run (resuming its files), print
-what was spent, close the backends, then show the summary, the report's paths and, with
-``--json``, the summary as the last line."""
+what was spent, close the backends, then show the summary, every warning of the report (one line
+each on stderr), the report's paths and, with ``--json``, the summary as the last line."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callabl
     finally:
         close_all(backends)
     show(result)
+    for warning in result.summary.get("warnings", ()):
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"report: {result.json_path} and {result.md_path}")
     if json_out:
         echo_json_line({**result.summary, **({"usage": usage} if usage else {})})

@@ -136,7 +136,7 @@ def train(
             context = manifest["chat"]["context_tokens"]
             summary["chat_context_tokens"] = context
             typer.echo(
-                f"serve it as a chat model: bbmia serve --model {path} --chat-template model; audit it with "
+                f"serve it as a chat model: bbmia serve {path} --chat-template model; audit it with "
                 f"--endpoint chat --chat-template continuation --allow-chat-conditional --context-tokens {context} "
                 "(the windows its chat examples were cut as)",
                 err=True,

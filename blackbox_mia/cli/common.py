@@ -9,16 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
-from ..backends.api.http.config import display_url
 from ..backends.base import Backend
 from ..backends.options import KINDS, check_ranges, merge_options
 from ..backends.registry import build_backend, parse_spec, split_query
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
-from ..evaluation import auc
 from ..types import BlackboxMIAError
 from .options import flags_of, option_fields, with_dataclass_options
 
+
+AUC_CI_RESAMPLES = 1000  # bootstrap resamples of the AUC intervals the console prints (score, demo)
 
 PRECISIONS = ("scores", "token")
 """``--precision``: bisection refines a text until the requested scores are ε-precise, or every
@@ -119,6 +119,8 @@ class TargetOptions(BackendFlags):
                 both a local model and an endpoint, an endpoint without ``--model`` or without
                 ``http://``/``https://``.
         """
+        from ..backends.api.http.config import display_url
+
         if self.local and self.base_url:
             raise BlackboxMIAError("choose one target: --local PATH, or --base-url URL --model NAME, not both")
         if self.local:
@@ -134,6 +136,31 @@ class TargetOptions(BackendFlags):
         if not base_url.startswith(("http://", "https://")):
             raise BlackboxMIAError(f"{source} must start with http:// or https://, got {display_url(base_url)!r}")
         return f"api:{self.model}@{base_url}"
+
+
+def check_output(path: Path, folder: bool) -> Path:
+    """Check before anything slow that ``--out`` can be written: a folder (``folder``) or a file
+    path that is not the other kind, under a folder this process may write (the missing part is
+    created when the results are written). Nothing is created here.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        BlackboxMIAError: ``path`` is a file where a folder is meant or the reverse, a part of
+            it is a file, or its nearest existing folder is not writable.
+    """
+    if path.exists() and path.is_dir() != folder:
+        kind, wanted = ("a file", "a folder") if folder else ("a folder", "a file path")
+        raise BlackboxMIAError(f"--out {path} is {kind}; give {wanted}")
+    existing = (path if folder else path.parent).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BlackboxMIAError(f"--out {path}: {existing} is a file, so nothing can be written under it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BlackboxMIAError(f"--out {path}: {existing} is not writable; choose another --out")
+    return path
 
 
 def local_model_path(model: str) -> str:
@@ -190,6 +217,8 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
     A scorer with a non-finite (``None``) score on some labelled row gets ``None``: its AUC is
     not defined on the rows as they are.
     """
+    from ..evaluation.metrics import auc
+
     labelled = [r for r in rows if r.label is not None]
     labels = [r.label for r in labelled]
     if len(set(labels)) < 2:
@@ -199,6 +228,24 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
         values = [r.scores[s.label] for r in labelled]
         aucs[s.label] = None if None in values else auc(labels, values)
     return aucs
+
+
+def auc_cells(rows, scorers: Sequence[Scorer], n_boot: int = AUC_CI_RESAMPLES, seed: int = 0) -> dict[str, str]:
+    """Each scorer's AUC as a console cell with its 95% stratified percentile-bootstrap CI
+    (:func:`~blackbox_mia.evaluation.metrics.bootstrap_ci`): ``"0.869 [0.834, 0.902]"``; ``"-"``
+    where :func:`auc_by_scorer` has none; {} without labels of both classes."""
+    from ..evaluation.metrics import bootstrap_ci
+
+    labelled = [r for r in rows if r.label is not None]
+    labels = [r.label for r in labelled]
+    cells = {}
+    for label, value in auc_by_scorer(rows, scorers).items():
+        if value is None:
+            cells[label] = "-"
+            continue
+        lo, hi = bootstrap_ci(labels, [r.scores[label] for r in labelled], "auc", n_boot, seed=seed)
+        cells[label] = f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+    return cells
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:

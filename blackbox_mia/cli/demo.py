@@ -12,7 +12,7 @@ import typer
 from ..scorers import DEFAULT_SCORERS, parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
-from .common import auc_by_scorer, check_number, format_table
+from .common import auc_by_scorer, auc_cells, check_number, format_table
 
 BLACKBOX_DEMO_SCORERS = "loss,zlib,min_k,min_k:k=10"
 DEMO_PORT = 18273
@@ -63,15 +63,16 @@ def demo(
             "n_nonmembers": sum(it.label == 0 for it in items),
             "model": str(path),
         }
-        table = {name: [value] for name, value in aucs.items()}
+        table = {name: [cell] for name, cell in auc_cells(rows, scorers).items()}
         if blackbox:
             subset = items[: blackbox_n // 2] + [it for it in items if it.label == 0][: blackbox_n - blackbox_n // 2]
             summary["blackbox"] = blackbox_agreement(path, local, subset, mode, echo, cache_dir, not json_out)
+            cells = summary["blackbox"].pop("auc_cells")  # console text, not part of the JSON summary
             for name, values in table.items():
-                values.append(summary["blackbox"]["auc"].get(name))
-        header = ["scorer", f"AUC white-box (n={len(items)})"]
+                values.append(cells.get(name, "-"))
+        header = ["scorer", f"AUC white-box [95% CI] (n={len(items)})"]
         if blackbox:
-            header.append(f"AUC black-box (n={len(summary['blackbox']['ids'])})")
+            header.append(f"AUC black-box [95% CI] (n={len(summary['blackbox']['ids'])})")
         typer.echo(format_table(header, [[name, *values] for name, values in table.items()]))
         if blackbox:
             bb = summary["blackbox"]
@@ -114,7 +115,8 @@ def blackbox_agreement(path, local, items, mode: str, echo: bool, cache_dir, pro
     compare them with the white-box values of ``local``.
 
     Returns:
-        The summary's ``blackbox`` section: ``ids``, ``auc`` per scorer, ``n_tokens``,
+        The summary's ``blackbox`` section: ``ids``, ``auc`` per scorer (and ``auc_cells``, the
+        console cells with their CIs, :func:`~.common.auc_cells`), ``n_tokens``,
         ``max_abs_diff_nats``, ``upper_bound_only``, ``within_bounds`` (share of tokens),
         ``requests`` paid this run (0 when every answer came from the cache),
         ``requests_per_token``, ``wall_seconds``, ``strategies``, ``capabilities``, ``server_mode``.
@@ -161,6 +163,7 @@ def blackbox_agreement(path, local, items, mode: str, echo: bool, cache_dir, pro
     return {
         "ids": [it.id for it in items],
         "auc": auc_by_scorer(rows, scorers),
+        "auc_cells": auc_cells(rows, scorers),
         "n_tokens": n_tokens,
         "max_abs_diff_nats": float(np.max(np.abs(diffs))) if diffs.size else None,
         "upper_bound_only": int((~bounded).sum()),

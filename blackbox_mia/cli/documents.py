@@ -10,7 +10,8 @@ import typer
 from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, format_table, with_target_options
+from .common import TargetOptions, check_output, format_table, with_target_options
+from .options import SINGLE_SCORER_HELP, one_scorer_spec
 from .spend import print_dry_run
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ def documents_command(
                                "and optional label (1 member, 0 non-member: gives an AUC over documents)"),
     calibration: str = typer.Option(..., help="labelled validation documents (same formats, label on every one): "
                                     "the threshold is chosen on their chunks"),
-    scorer: str = typer.Option("min_k", help="one scorer spec, e.g. min_k or 'min_k:k=10'"),
+    scorers: str | None = typer.Option(None, "--scorers", help=SINGLE_SCORER_HELP),
+    scorer_alias: str | None = typer.Option(None, "--scorer", hidden=True, help="same as --scorers"),
     chunk_words: int | None = typer.Option(None, "--chunk-words", help="words per chunk (default 512; words of "
                                               "--segmenter)"),
     chunk_tokens: int | None = typer.Option(None, "--chunk-tokens", help="tokens per chunk (target's tokenizer) "
@@ -71,11 +73,12 @@ def documents_command(
 
         if chunk_words is None and chunk_tokens is None:
             chunk_words = DEFAULT_CHUNK_WORDS
-        config = DocumentsConfig(docs=docs, calibration=calibration, scorer=scorer, chunk_words=chunk_words,
+        config = DocumentsConfig(docs=docs, calibration=calibration, scorer=one_scorer_spec(scorers, scorer_alias),
+                                 chunk_words=chunk_words,
                                  chunk_tokens=chunk_tokens, segmenter=segmenter, chunks_per_doc=chunks_per_doc,
                                  rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite)
         plan = prepare_documents(config)
-        out = out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}"
+        out = check_output(out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}", folder=True)
         log = messages(quiet)
 
         def show(result: AuditResult) -> None:
@@ -88,7 +91,7 @@ def documents_command(
             typer.echo(f"threshold {s['threshold']} ({s['threshold_rule']}): realised FPR {s['threshold_realised_fpr']:.3f}, "
                        f"TPR {s['threshold_tpr']:.3f} on the validation chunks")
             if s["auc_documents"] is not None:
-                typer.echo(f"AUC over documents: {s['auc_documents']:.3f}")
+                typer.echo(f"AUC over documents: {s['auc_documents']:.3f}, 95% CI {_interval(s['auc_documents_ci'])}")
 
         run_audit(target, [plan.scorer],
                   lambda b: print_dry_run(chunk_groups(plan, b["target"]), [plan.scorer], b, json_out),

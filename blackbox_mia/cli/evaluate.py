@@ -10,8 +10,8 @@ import typer
 from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, format_table, with_target_options
-from .options import parse_numbers
+from .common import TargetOptions, check_output, format_table, with_target_options
+from .options import SINGLE_SCORER_HELP, one_scorer_spec, parse_numbers
 from .spend import print_dry_run
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def eval_command(
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
                             segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
-        out = out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}"
+        out = check_output(out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}", folder=True)
         log = messages(quiet)
 
         def show(result: AuditResult) -> None:
@@ -80,7 +80,7 @@ def eval_command(
                 rows.append(["blind (TF-IDF)", s["blind_auc"], lo, hi, *([None] * len(fprs))])
             typer.echo(format_table(header, rows))
             shift = result.report.get("distribution_shift")
-            if shift:
+            if shift and not shift["distribution_shift"]:  # a shift is one of the report's warnings
                 typer.echo(shift["message"])
             if "prompt_length" in s:
                 typer.echo(prompt_length_table(s["prompt_length"]))
@@ -105,10 +105,11 @@ def prompt_length_table(summary: dict) -> str:
 @with_target_options
 def sweep_command(
     dataset: str = typer.Argument(..., help=f"benchmark: {DATASET_HELP}"),
-    scorer: str = typer.Option("min_k", help="one scorer spec, e.g. min_k or 'min_k:k=10'"),
+    scorers: str | None = typer.Option(None, "--scorers", help=SINGLE_SCORER_HELP),
+    scorer_alias: str | None = typer.Option(None, "--scorer", hidden=True, help="same as --scorers"),
     features: str = typer.Option(
         "", help="more scorers, scored in the same pass, e.g. 'loss,zlib,min_k:k=5,min_k:k=10,min_k:k=50': with "
-        "--calibration members the verdict tests their combination with --scorer (docs/contamination.md)"),
+        "--calibration members the verdict tests their combination with --scorers (docs/contamination.md)"),
     rule: str = typer.Option("fpr", help="threshold rule: fpr (target FPR on non-members), max_accuracy or "
                              "max_f1 (these two need --calibration with members)"),
     target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
@@ -149,14 +150,15 @@ def sweep_command(
         from ..controls import ControlConfig
 
         config = SweepConfig(
-            dataset=dataset, scorer=scorer, features=features, rule=rule, target_fpr=target_fpr, calibration=calibration,
+            dataset=dataset, scorer=one_scorer_spec(scorers, scorer_alias), features=features, rule=rule,
+            target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite,
         )
         log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
-        out = out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}"
+        out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
         run_audit(target, plan.scorers, lambda b: print_dry_run(plan.scored_groups(), plan.scorers, b, json_out),
                   lambda b: run_sweep(plan, b, out, progress=not quiet, log=log),
                   lambda result: typer.echo(result.summary["headline"] + "\n"
@@ -184,15 +186,23 @@ def sweep_rows(summary: dict) -> list[list]:
         ["benchmark items / swept", f"{roles['benchmark_items']} / {roles['swept']}"],
         ["calibration members / non-members (disjoint)", f"{roles['calibration_members']} / {roles['calibration_nonmembers']}"],
         ["threshold", summary["threshold"]],
-        ["flag rate (swept)", summary["flag_rate"]],
+        ["flag rate (swept) [95% CI]", _with_interval(summary["flag_rate"], summary["flag_rate_ci"])],
         [f"realised FPR [95% CI]{target}", f"{summary['realised_fpr']:.4f} [{fpr_lo:.4f}, {fpr_hi:.4f}]"],
-        ["TPR (calibration members)", summary["tpr"]],
+        ["TPR (calibration members) [95% CI]", _with_interval(summary["tpr"], summary["tpr_ci"])],
         ["TPR - FPR, simultaneous lower bound", summary["tpr_minus_fpr_lower"]],
         ["member fraction [95% CI]", estimate],
         [f"lower bound ({100 * prevalence['lower_bound_confidence']:g}%, one-sided)", prevalence["lower_bound"]],
-        ["control items with a flagged source", summary["control_contamination"]],
+        ["control items with a flagged source (share)", summary["control_contamination"]],
         ["t-test p-value", "n/a" if summary["p_value"] is None else f"{summary['p_value']:.3g}"],
     ]
     if "planted" in summary:
         rows.append(["planted member fraction (swept)", summary["planted"]])
     return rows
+
+
+def _with_interval(value: float | None, interval: list[float] | None) -> str | None:
+    """``value [low, high]`` to 3 decimals; the value alone when it has no interval (an assumed
+    TPR); None when there is no value."""
+    if value is None:
+        return None
+    return f"{value:.3f}" + ("" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]")

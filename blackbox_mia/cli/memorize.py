@@ -7,12 +7,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..cost.plan import TOTAL
-from ..evaluation.memorization import EIDETIC_CHARS
 from ..types import BlackboxMIAError
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, format_table, with_target_options
+from .common import TargetOptions, check_output, format_table, with_target_options
 from .options import parse_numbers
 from .spend import print_estimate
 
@@ -50,6 +48,8 @@ def memorize(
     with user_errors():
         from ..audits.common import dataset_slug
         from ..audits.memorization import MemorizeConfig, estimate_memorize, prepare_memorize, run_memorize
+        from ..cost.plan import TOTAL
+        from ..evaluation.memorization import EIDETIC_CHARS
 
         config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_numbers(prompt_lengths, "--prompt-lengths"),
                                 reference_length=reference_tokens, unit=unit, n_boot=n_boot, seed=seed, limit=limit,
@@ -57,7 +57,7 @@ def memorize(
         if target.ref:
             raise BlackboxMIAError("memorize uses no reference model: drop --ref")
         plan = prepare_memorize(config, cache_dir=target.cache_dir)
-        out = out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}"
+        out = check_output(out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}", folder=True)
 
         def dry_run(backends) -> None:
             prompts, estimate = estimate_memorize(plan, backends["target"])

@@ -119,3 +119,30 @@ def with_dataclass_options(cls: type, param: str, options: Mapping[str, Mapping]
         return wrapper
 
     return decorate
+
+
+
+SINGLE_SCORER_DEFAULT = "min_k"
+"""The scorer of ``sweep`` and ``documents`` when none is given (Min-K%, k = 20%)."""
+
+SINGLE_SCORER_HELP = "one scorer spec, e.g. min_k or 'min_k:k=10' (the threshold is set on its score; default min_k)"
+
+
+def one_scorer_spec(scorers: str | None, scorer_alias: str | None) -> str:
+    """The one scorer spec of a command that thresholds a single score (``sweep``,
+    ``documents``): ``--scorers`` as in every other command, or ``--scorer`` (a hidden alias
+    kept for old command lines), else :data:`SINGLE_SCORER_DEFAULT`.
+
+    Raises:
+        BlackboxMIAError: both options with different values, or other than one spec
+            (``--scorers min_k,loss``: the message says to run once per scorer).
+    """
+    from ..scorers import split_specs
+
+    if scorers is not None and scorer_alias is not None and scorers != scorer_alias:
+        raise BlackboxMIAError(f"give the scorer once: --scorers {scorers!r} or --scorer {scorer_alias!r}")
+    specs = split_specs(scorers or scorer_alias or SINGLE_SCORER_DEFAULT)
+    if len(specs) != 1:
+        raise BlackboxMIAError(f"--scorers takes one scorer spec here (the threshold is set on one score), got "
+                               f"{len(specs)}: {', '.join(specs) or 'none'}; run once per scorer")
+    return specs[0]

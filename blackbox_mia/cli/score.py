@@ -12,8 +12,10 @@ from .app import app, echo_json_line, user_errors
 from .common import (
     TargetOptions,
     auc_by_scorer,
+    auc_cells,
     build_backends,
     check_number,
+    check_output,
     close_all,
     format_table,
     with_target_options,
@@ -44,6 +46,8 @@ def score(
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=bool(target.local))))
         items, meta = load_items(dataset, limit, target.cache_dir)
+        out = check_output(out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl",
+                           folder=False)
         backends = build_backends(target, parsed)
         try:
             if target.dry_run:
@@ -52,7 +56,6 @@ def score(
             guard_spend({meta["name"]: items}, parsed, backends, target, yes)
             from ..runner import run_config, score_items
 
-            out = out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl"
             rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite)
             usage = print_usage(backends)
         finally:
@@ -67,6 +70,6 @@ def score(
                 err=True,
             )
         if aucs:
-            typer.echo(format_table(["scorer", "AUC"], list(aucs.items())))
+            typer.echo(format_table(["scorer", "AUC [95% CI]"], list(auc_cells(rows, parsed).items())))
         if json_out:
             echo_json_line({"out": str(out), "n": len(rows), "auc": aucs, **({"usage": usage} if usage else {})})

@@ -9,19 +9,22 @@ import signal
 import typer
 
 from ..backends.api.http.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
+from ..types import BlackboxMIAError
 from .app import app, user_errors
 
 
 @app.command()
 def serve(
-    model: str = typer.Option(..., "--model", help="local Hugging Face model (directory or hub name)"),
+    model: str | None = typer.Argument(None, metavar="MODEL", help="local Hugging Face model (directory or hub name), "
+                                       "given first as in 'vllm serve MODEL'", show_default=False),
+    model_option: str | None = typer.Option(None, "--model", hidden=True, help="the model (same as MODEL)"),
     host: str = typer.Option("127.0.0.1", help="interface to bind (anything but loopback exposes the model)"),
     port: int = typer.Option(8000, help="TCP port; 0 picks a free one"),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar="BBMIA_SERVER_KEY", show_envvar=True,
         help="bearer token clients must send (never printed)",
     ),
-    served_name: str | None = typer.Option(None, "--served-name", help="model name clients send (default: --model)"),
+    served_name: str | None = typer.Option(None, "--served-name", help="model name clients send (default: MODEL)"),
     logprobs_mode: str = typer.Option(
         "raw", "--logprobs-mode",
         help="raw: reported log-probs ignore logit_bias (OpenAI since 2024, vLLM default); "
@@ -83,6 +86,7 @@ def serve(
         from ..emulator import ServerConfig, is_loopback, load_chat_template
         from ..emulator.listen import check_bindable
 
+        model = _one_model(model, model_option)
         config = ServerConfig(
             model=model, host=host, port=port, api_key=api_key, served_name=served_name,
             logprobs_mode=logprobs_mode, echo=echo, logprobs=logprobs,
@@ -106,6 +110,19 @@ def serve(
             asyncio.run(_serve_until_interrupted(config))
         except KeyboardInterrupt:
             typer.echo("stopped", err=True)
+
+
+def _one_model(positional: str | None, option: str | None) -> str:
+    """The model to serve, given as ``MODEL`` (as ``vllm serve MODEL``) or ``--model`` (kept).
+
+    Raises:
+        BlackboxMIAError: neither, or two different models.
+    """
+    if positional and option and positional != option:
+        raise BlackboxMIAError(f"two models given: {positional!r} and --model {option!r}; give one")
+    if not (positional or option):
+        raise BlackboxMIAError("bbmia serve needs the model to serve: bbmia serve MODEL (a directory or hub name)")
+    return positional or option
 
 
 async def _serve_until_interrupted(config) -> None:

@@ -131,7 +131,14 @@ def load_shipped_or_jsonl(spec: str) -> Dataset:
 
 
 def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
-    """The first ``limit`` items (all of them when ``limit`` is None).
+    """``limit`` items, stratified by label, in the dataset's order (all of them when ``limit``
+    is None).
+
+    Unlabelled or one-label data: the first ``limit`` items. Data with several labels (a canary
+    lists its members first): the first items of each label, as many as its share of the data
+    (largest-remainder rounding, and at least one of each label when ``limit`` allows), so that
+    ``--limit 40`` on 200 members and 200 non-members keeps 20 of each, not 40 members and no
+    AUC.
 
     Raises:
         BlackboxMIAError: ``limit`` below 1 (``--limit 0`` must not mean "everything", nor
@@ -141,4 +148,40 @@ def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
         return list(items)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise BlackboxMIAError(f"--limit must be an integer >= 1, got {limit!r}")
-    return list(items[:limit])
+    counts: dict[int | None, int] = {}
+    for item in items:
+        counts[item.label] = counts.get(item.label, 0) + 1
+    if len(counts) < 2 or limit >= len(items):
+        return list(items[:limit])
+    quota = label_quota(counts, limit)
+    kept: list[Item] = []
+    for item in items:
+        if quota[item.label] > 0:
+            quota[item.label] -= 1
+            kept.append(item)
+    return kept
+
+
+def label_quota(counts: dict, limit: int) -> dict:
+    """How many items of each label a stratified ``limit`` keeps: ``limit * count / total``
+    rounded by largest remainder (ties to the label seen first), then one item moved from the
+    largest quota to each label left at 0 while ``limit`` covers every label.
+
+    Args:
+        counts: items per label, in the order the labels first appear (every count >= 1).
+        limit: items to keep, 1 <= limit < sum of counts.
+
+    Returns:
+        label → items to keep; the quotas sum to ``limit``.
+    """
+    total = sum(counts.values())
+    exact = {label: limit * n / total for label, n in counts.items()}
+    quota = {label: int(share) for label, share in exact.items()}
+    by_remainder = sorted(counts, key=lambda label: -(exact[label] - quota[label]))  # stable: first seen wins ties
+    for label in by_remainder[: limit - sum(quota.values())]:
+        quota[label] += 1
+    for label in counts:
+        if quota[label] == 0 and limit >= len(counts):
+            quota[max(quota, key=quota.get)] -= 1
+            quota[label] = 1
+    return quota

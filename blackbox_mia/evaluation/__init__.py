@@ -2,60 +2,44 @@
 
 Convention everywhere: scores are "higher = more likely a member"; labels 1 = member,
 0 = non-member. See docs/design.md §5 for the practice these modules implement.
+
+The names below are imported from their modules on first use (:mod:`blackbox_mia.lazy`), so
+importing one module of the package does not load scikit-learn, scipy and matplotlib.
 """
 
-from .blind import BlindBaseline, blind_baseline, distribution_shift_verdict
-from .calibration import RULES, Threshold, calibrate, conformal_rank, min_nonmembers
-from .estimate import IDENTIFIABILITY_MARGIN, estimate_prevalence
-from .metrics import (
-    DEFAULT_FPRS,
-    WIKIMIA_EDGES,
-    auc,
-    bootstrap_ci,
-    bootstrap_roc_stats,
-    evaluate_by_length,
-    evaluate_scores,
-    length_buckets,
-    roc,
-    tpr_at_fpr,
-)
-from .plots import plot_histogram, plot_roc
-from .prevalence import (
-    clopper_pearson,
-    corrected_prevalence,
-    dataset_level_test,
-    prevalence_lower_bound,
-)
-from .report import render_markdown, to_jsonable, write_report
+from ..lazy import lazy_exports
 
-__all__ = [
-    "DEFAULT_FPRS",
-    "IDENTIFIABILITY_MARGIN",
-    "RULES",
-    "WIKIMIA_EDGES",
-    "BlindBaseline",
-    "Threshold",
-    "auc",
-    "blind_baseline",
-    "bootstrap_ci",
-    "bootstrap_roc_stats",
-    "calibrate",
-    "clopper_pearson",
-    "conformal_rank",
-    "corrected_prevalence",
-    "dataset_level_test",
-    "distribution_shift_verdict",
-    "estimate_prevalence",
-    "evaluate_by_length",
-    "evaluate_scores",
-    "length_buckets",
-    "min_nonmembers",
-    "plot_histogram",
-    "plot_roc",
-    "prevalence_lower_bound",
-    "render_markdown",
-    "roc",
-    "to_jsonable",
-    "tpr_at_fpr",
-    "write_report",
-]
+_EXPORTS = {
+    "BlindBaseline": ".blind",
+    "blind_baseline": ".blind",
+    "distribution_shift_verdict": ".blind",
+    "RULES": ".calibration",
+    "Threshold": ".calibration",
+    "calibrate": ".calibration",
+    "conformal_rank": ".calibration",
+    "min_nonmembers": ".calibration",
+    "IDENTIFIABILITY_MARGIN": ".estimate",
+    "estimate_prevalence": ".estimate",
+    "DEFAULT_FPRS": ".metrics",
+    "WIKIMIA_EDGES": ".metrics",
+    "auc": ".metrics",
+    "bootstrap_ci": ".metrics",
+    "bootstrap_roc_stats": ".metrics",
+    "evaluate_by_length": ".metrics",
+    "evaluate_scores": ".metrics",
+    "length_buckets": ".metrics",
+    "roc": ".metrics",
+    "tpr_at_fpr": ".metrics",
+    "plot_histogram": ".plots",
+    "plot_roc": ".plots",
+    "clopper_pearson": ".prevalence",
+    "corrected_prevalence": ".prevalence",
+    "dataset_level_test": ".prevalence",
+    "prevalence_lower_bound": ".prevalence",
+    "render_markdown": ".report",
+    "to_jsonable": ".report",
+    "write_report": ".report",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -16,10 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold, cross_val_predict
-from sklearn.pipeline import make_pipeline
 
 from ..text.script import is_japanese
 from ..text.segment import get_segmenter
@@ -137,6 +133,11 @@ def blind_baseline(
             texts in a class, no usable token in the texts, an unknown segmenter or
             analyser, a bad n-gram range.
     """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+
     texts = list(texts)
     y = np.asarray(labels)
     if y.ndim != 1 or len(y) != len(texts):

@@ -18,8 +18,6 @@ half A (the paper trains a linear layer with a sigmoid; the fitted direction is 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
-from sklearn.linear_model import LogisticRegression
 
 from ..types import BlackboxMIAError
 
@@ -50,6 +48,9 @@ def _infer(suspect: np.ndarray, validation: np.ndarray, rng: np.random.Generator
     mean, sd = train.mean(axis=0), train.std(axis=0)
     sd[sd == 0] = 1.0
     y = np.r_[np.ones(len(s_a)), np.zeros(len(v_a))]
+    from scipy import stats  # imported where used: the CLI starts without scipy and sklearn
+    from sklearn.linear_model import LogisticRegression
+
     model = LogisticRegression(class_weight="balanced", max_iter=1000).fit((train - mean) / sd, y)
     out_s = model.decision_function((suspect[s_b] - mean) / sd)
     out_v = model.decision_function((validation[v_b] - mean) / sd)

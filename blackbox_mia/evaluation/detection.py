@@ -48,8 +48,6 @@ the verdict states its assumption and its reference.
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
-from sklearn.linear_model import LogisticRegression
 
 from ..types import BlackboxMIAError
 from .prevalence import finite_scores
@@ -100,6 +98,8 @@ def _log_comb(a, b) -> np.ndarray:
     a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
     valid = (b >= 0) & (b <= a)
     safe_b = np.where(valid, b, 0.0)
+    from scipy import special  # imported where used: the CLI starts without scipy
+
     value = special.gammaln(a + 1) - special.gammaln(safe_b + 1) - special.gammaln(a - safe_b + 1)
     return np.where(valid, value, -np.inf)
 
@@ -242,6 +242,8 @@ def combined_scores(swept_features, reference_features, member_features) -> tupl
     sd[sd == 0] = 1.0
     x = np.concatenate([members, pooled])
     y = np.r_[np.ones(len(members)), np.zeros(len(pooled))]
+    from sklearn.linear_model import LogisticRegression  # imported where used: the CLI starts without it
+
     model = LogisticRegression(C=COMBINER_C, class_weight="balanced", max_iter=1000).fit((x - mean) / sd, y)
     info = {"weights": model.coef_[0].tolist(), "intercept": float(model.intercept_[0]), "n_members": len(members),
             "method": "class-balanced L2 logistic regression (C = 1) of the members against the pooled swept + "

@@ -10,13 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from scipy import stats
 
 from ..types import BlackboxMIAError
 from .calibration import Threshold
-from .plots import _save
+from .plots import save_figure, fit_title, legend_below
 from .prevalence import _rogan_gladen, corrected_prevalence
 
 JEFFREYS_PRIOR = 0.5  # Beta(½, ½): the prior of the Jeffreys interval of a proportion
@@ -39,6 +36,8 @@ def wilson_interval(flagged: int, n: int, alpha: float = 0.05) -> tuple[float, f
     Raises:
         BlackboxMIAError: counts out of range, alpha outside (0, 1).
     """
+    from scipy import stats
+
     if n < 1 or not 0 <= flagged <= n or not 0 < alpha < 1:
         raise BlackboxMIAError(f"need 0 <= flagged <= n, n >= 1 and alpha in (0, 1); got {flagged}, {n}, {alpha}")
     z = float(stats.norm.ppf(1 - alpha / 2))
@@ -165,12 +164,15 @@ def plot_document_rates(rows: Sequence[dict], path: str | Path, title: str) -> P
     Raises:
         BlackboxMIAError: no rows.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     if not rows:
         raise BlackboxMIAError("no documents to plot")
     groups = {"documents": [r["rate"] for r in rows if "label" not in r],
               "members (label 1)": [r["rate"] for r in rows if r.get("label") == 1],
               "non-members (label 0)": [r["rate"] for r in rows if r.get("label") == 0]}
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     bins = np.linspace(0, 1, 21)
@@ -179,6 +181,6 @@ def plot_document_rates(rows: Sequence[dict], path: str | Path, title: str) -> P
             ax.hist(rates, bins=bins, alpha=0.6, label=f"{name} (n={len(rates)})")
     ax.set_xlabel("contamination rate (share of chunks flagged)")
     ax.set_ylabel("documents")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return _save(fig, path)
+    fit_title(fig, title)
+    legend_below(ax)
+    return save_figure(fig, path)

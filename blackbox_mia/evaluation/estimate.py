@@ -35,7 +35,6 @@ TPR at the chosen t, which ignores that selection (a note says so).
 
 from __future__ import annotations
 
-from scipy import stats
 
 from ..key_aliases import PREVALENCE_KEYS, with_old_keys
 from ..types import BlackboxMIAError
@@ -186,6 +185,8 @@ def fpr_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
         BlackboxMIAError: k outside [0, n − 1] (a conformal threshold leaves at most n − 1 above
             it), alpha outside (0, 1).
     """
+    from scipy import stats
+
     if not 0 <= k < n or not 0 < alpha < 1:
         raise BlackboxMIAError(f"conformal FPR bounds need 0 <= k < n and alpha in (0, 1); got {k}, {n}, {alpha}")
     law = stats.beta(k + 1, n - k)

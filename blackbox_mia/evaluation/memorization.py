@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from .metrics import DEFAULT_FPRS, evaluate_scores
+from .plots import save_figure, legend_below
 
 MEASURES = ("eidetic", "approximate")
 """The memorization measures used as membership scores (higher = more likely a member)."""
@@ -118,7 +117,10 @@ def plot_memorization(by_label: Mapping[str, Mapping[str, Mapping]], unit: str, 
         unit: what the prompt length counts (axis label).
         path: output image.
     """
-    fig = Figure(figsize=(9, 4))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)
     for ax, measure, ylabel in zip(axes, MEASURES, ("mean eidetic memorization (characters)",
@@ -132,10 +134,6 @@ def plot_memorization(by_label: Mapping[str, Mapping[str, Mapping]], unit: str, 
         ax.minorticks_off()
         ax.set_xlabel(f"prompt length ({unit})")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize="small")
+    legend_below(axes[0])  # the same labels in both panels: one legend for the figure
     fig.suptitle("Memorization vs prompt length")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_figure(fig, path)

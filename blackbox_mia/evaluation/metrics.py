@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-from sklearn.metrics import roc_auc_score, roc_curve
 
 from ..types import BlackboxMIAError
 
@@ -64,6 +63,8 @@ def roc(labels, scores) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     Raises:
         BlackboxMIAError: see :func:`check_binary`.
     """
+    from sklearn.metrics import roc_curve
+
     y, s = check_binary(labels, scores)
     return roc_curve(y, s, drop_intermediate=False)
 
@@ -74,6 +75,8 @@ def auc(labels, scores) -> float:
     Raises:
         BlackboxMIAError: see :func:`check_binary`.
     """
+    from sklearn.metrics import roc_auc_score
+
     y, s = check_binary(labels, scores)
     return float(roc_auc_score(y, s))
 

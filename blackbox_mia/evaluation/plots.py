@@ -7,19 +7,30 @@ al. 2022, where the low-FPR region that matters for membership inference is visi
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from ..types import BlackboxMIAError
 from .metrics import auc, check_binary, roc
 
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
+
 ROC_MARGIN = 0.02
 """Room around the unit square on linear ROC axes (a fraction of it), so a perfect curve (AUC
 1.0), which runs along FPR = 0 and TPR = 1, is drawn inside the frame, not on it."""
+
+TITLE_CHAR_WIDTH = 0.62
+"""Width of a title character, as a fraction of the font size (DejaVu Sans, paths and names:
+0.57 measured): with :data:`TITLE_WIDTH`, the budget :func:`fit_title` wraps a title line to."""
+
+TITLE_WIDTH = 0.92  # share of the figure's width a title line may take
+
+LEGEND_ROW_INCHES = 0.2  # height a figure gains per row of the legend under it
 
 ROC_LOG_MARGIN = 1.25
 """The same room on log-log ROC axes, as a factor: the axes run from the lowest drawn rate
@@ -61,10 +72,14 @@ def roc_figure(
     Raises:
         BlackboxMIAError: no curves, or bad labels/scores (see metrics.check_binary).
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     if not curves:
         raise BlackboxMIAError("plot_roc needs at least one curve")
     checked = {name: check_binary(labels, scores) for name, (labels, scores) in curves.items()}
-    fig = Figure(figsize=(5, 5))
+    legend_rows = -(-(len(checked) + 1) // 2)  # two columns: the curves and the chance line
+    fig = Figure(figsize=(5, 5 + LEGEND_ROW_INCHES * legend_rows), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     lo = min(min(1.0 / int((y == 0).sum()) for y, _ in checked.values()), 1e-3) / 2
@@ -86,8 +101,8 @@ def roc_figure(
         ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="chance")
     ax.set_xlabel("False positive rate")
     ax.set_ylabel("True positive rate")
-    ax.set_title(title or roc_title(list(curves), dataset, model, log_scale), fontsize="medium")
-    ax.legend(loc="lower right", fontsize="small")
+    fit_title(fig, title or roc_title(list(curves), dataset, model, log_scale))
+    legend_below(ax)
     return fig
 
 
@@ -109,7 +124,7 @@ def plot_roc(
     Raises:
         BlackboxMIAError: no curves, or bad labels/scores (see metrics.check_binary).
     """
-    return _save(roc_figure(curves, log_scale, title, dataset=dataset, model=model), path)
+    return save_figure(roc_figure(curves, log_scale, title, dataset=dataset, model=model), path)
 
 
 def plot_histogram(
@@ -137,6 +152,9 @@ def plot_histogram(
     Raises:
         BlackboxMIAError: an empty or non-finite score set.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     sets = []
     for name, values in zip(labels, (benchmark_scores, control_scores)):
         arr = np.asarray(values, dtype=np.float64).ravel()
@@ -146,7 +164,7 @@ def plot_histogram(
     bins = np.histogram_bin_edges(np.concatenate([a for _, a in sets]), bins="auto")
     if len(bins) > 61:
         bins = np.linspace(bins[0], bins[-1], 61)
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for name, arr in sets:
@@ -155,9 +173,9 @@ def plot_histogram(
         ax.axvline(threshold, color="k", ls="--", lw=1, label=f"threshold {threshold:.4g}")
     ax.set_xlabel("score (higher = more likely member)")
     ax.set_ylabel("density")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    return _save(fig, path)
+    fit_title(fig, title)
+    legend_below(ax)
+    return save_figure(fig, path)
 
 
 def plot_heatmap(
@@ -188,12 +206,16 @@ def plot_heatmap(
     Raises:
         BlackboxMIAError: ``values`` not 2-D and non-empty, or labels of another count.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     grid = np.asarray(values, dtype=np.float64)
     if grid.ndim != 2 or grid.size == 0:
         raise BlackboxMIAError(f"a heat map needs a non-empty 2-D grid of values, got shape {grid.shape}")
     if grid.shape != (len(row_labels), len(col_labels)):
         raise BlackboxMIAError(f"{grid.shape} values for {len(row_labels)} row and {len(col_labels)} column labels")
-    fig = Figure(figsize=(1.2 + 1.0 * grid.shape[1] + 0.05 * max(map(len, row_labels)), 1.2 + 0.5 * grid.shape[0]))
+    fig = Figure(figsize=(1.2 + 1.0 * grid.shape[1] + 0.05 * max(map(len, row_labels)), 1.2 + 0.5 * grid.shape[0]),
+                 layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=limits[0], vmax=limits[1], aspect="auto")
@@ -205,14 +227,40 @@ def plot_heatmap(
     ax.set_xticks(range(len(col_labels)), list(col_labels))
     ax.set_yticks(range(len(row_labels)), list(row_labels))
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    fit_title(fig, title)
     fig.colorbar(image, ax=ax, label=colorbar)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
+def fit_title(fig, title: str, fontsize: str | float = "medium"):
+    """Set ``title`` as the figure's title (centred on the figure, not on the axes), each line
+    wrapped to :data:`TITLE_WIDTH` of the figure's width at :data:`TITLE_CHAR_WIDTH` of the font
+    size per character, so a long dataset or model path is wrapped, never cut.
+
+    Returns:
+        The title's ``matplotlib.text.Text``.
+    """
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size=fontsize).get_size_in_points()
+    chars = max(20, int(TITLE_WIDTH * fig.get_figwidth() * 72 / (points * TITLE_CHAR_WIDTH)))
+    lines = [textwrap.fill(line, chars, break_long_words=True, break_on_hyphens=False) for line in title.split("\n")]
+    return fig.suptitle("\n".join(lines), fontsize=fontsize)
+
+
+def legend_below(ax) -> None:
+    """The legend of ``ax`` under the whole figure, outside every plotting area: it never covers
+    a curve (two columns when there are more than three entries). The figure must use the
+    constrained layout, which makes room for it."""
+    handles, labels = ax.get_legend_handles_labels()
+    ax.figure.legend(handles, labels, loc="outside lower center", ncol=2 if len(labels) > 3 else 1,
+                     fontsize="small", frameon=False)
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` (constrained layout) to ``path`` (parents created), cropped to what is drawn:
+    titles, labels and a legend outside the axes all lie inside the image."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight", pad_inches=0.1)
     return path

@@ -14,7 +14,6 @@ scores with a one-sided t-test and report p-values.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from ..types import BlackboxMIAError
 
@@ -53,6 +52,8 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     Raises:
         BlackboxMIAError: n < 1, k outside [0, n], alpha outside (0, 1).
     """
+    from scipy import stats
+
     if n < 1 or not 0 <= k <= n or not 0 < alpha < 1:
         raise BlackboxMIAError(f"Clopper-Pearson needs 0 <= k <= n, n >= 1, alpha in (0, 1); got {k}, {n}, {alpha}")
     lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
@@ -121,6 +122,8 @@ def dataset_level_test(benchmark_scores, control_scores) -> dict:
     Raises:
         BlackboxMIAError: fewer than 2 scores in a set, or non-finite scores.
     """
+    from scipy import stats
+
     bench = finite_scores(benchmark_scores, "benchmark")
     control = finite_scores(control_scores, "control")
     if len(bench) < 2 or len(control) < 2:

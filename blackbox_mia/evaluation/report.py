@@ -40,7 +40,7 @@ from ..types import BlackboxMIAError
 
 KNOWN_KEYS = (
     "title", "config", "scorers", "blind_baseline", "distribution_shift",
-    "length_buckets", "length_unit", "prompt_length", "plots", "sweep", "notes",
+    "length_buckets", "length_unit", "prompt_length", "plots", "sweep", "notes", "warnings",
 )
 
 
@@ -96,6 +96,8 @@ def to_jsonable(value):
 def render_markdown(report: dict, out_dir: str | Path = ".") -> str:
     """Markdown text of a (JSON-ready) report dict; image links relative to ``out_dir``."""
     lines = [f"# {report.get('title', 'Membership inference report')}", ""]
+    if report.get("warnings"):
+        lines += ["## Warnings", ""] + [f"- **{w}**" for w in report["warnings"]] + [""]
     if "config" in report:
         lines += ["## Configuration", "", "```json",
                   json.dumps(report["config"], sort_keys=True, indent=2, ensure_ascii=False),

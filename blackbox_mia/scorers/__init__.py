@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..config import check_number
 from ..types import BlackboxMIAError
-from .base import REFERENCE, TARGET, Need, Scorer
+from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, TARGET, Need, Scorer
 from .loss import Loss
 from .lowercase import Lowercase
 from .min_k import MinK
@@ -29,10 +29,14 @@ DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")
 def parse_scorer(spec: str) -> Scorer:
     """Build a scorer from ``NAME`` or ``NAME:param=value,...``.
 
+    A percent parameter (Min-K%'s ``k``, PAC's ``k1``/``k2``: 0 < k <= 100) may carry its
+    ``%`` sign (``min_k:k=10%``), and must carry it below 1 (``min_k:k=0.5%``): ``min_k:k=0.2``
+    is refused, as it may be meant as the fraction 0.2 (20 %) that papers' code uses.
+
     Raises:
-        BlackboxMIAError: unknown scorer, unknown parameter, a value of the wrong type, or out of
-            its range (:attr:`Scorer.ranges`; ``pac:n_neighbours=0``: "scorer 'pac': n_neighbours
-            must be an integer >= 1, got 0").
+        BlackboxMIAError: unknown scorer, unknown parameter, a value of the wrong type, a
+            percent below 1 without its ``%`` sign, or out of its range (:attr:`Scorer.ranges`;
+            ``pac:n_neighbours=0``: "scorer 'pac': n_neighbours must be an integer >= 1, got 0").
     """
     name, _, arg_text = spec.strip().partition(":")
     if name not in REGISTRY:
@@ -46,12 +50,18 @@ def parse_scorer(spec: str) -> Scorer:
             raise BlackboxMIAError(
                 f"scorer {name!r}: bad parameter {item!r}; parameters: {', '.join(fields) or 'none'}"
             )
+        percent = cls.ranges.get(key) == PERCENT
+        number = value[:-1] if percent and value.endswith("%") else value
         try:
-            kwargs[key] = type(fields[key].default)(value)
+            kwargs[key] = type(fields[key].default)(number)
         except ValueError as exc:
             raise BlackboxMIAError(f"scorer {name!r}: {key}={value!r} is not a {type(fields[key].default).__name__}") from exc
         if isinstance(kwargs[key], (int, float)):
             check_number(f"scorer {name!r}: {key}", kwargs[key], given=value, **cls.ranges.get(key, {}))
+        if percent and number == value and kwargs[key] < PERCENT_SIGN_BELOW:
+            raise BlackboxMIAError(
+                f"scorer {name!r}: {key}={value} is ambiguous: {key} is a percent (0 < {key} <= 100); write "
+                f"{key}={100 * kwargs[key]:g} for {100 * kwargs[key]:g}% of the tokens, or {key}={value}% for {value}%")
     return cls(**kwargs)
 
 

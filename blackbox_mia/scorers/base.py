@@ -23,6 +23,11 @@ from .bounded import Bounded, set_size
 
 PERCENT = {"above": 0.0, "at_most": 100.0}  # bounds of a k% parameter (check_number keywords)
 
+PERCENT_SIGN_BELOW = 1.0
+"""A percent parameter below this value is written with its ``%`` sign in a spec (``k=0.5%``):
+without it, ``k=0.2`` could as well be the fraction 0.2 (20 %) of papers' code, so it is refused
+(:func:`~blackbox_mia.scorers.parse_scorer`)."""
+
 TARGET = "target"
 REFERENCE = "reference"
 
@@ -78,15 +83,17 @@ class Scorer(ABC):
     def label(self) -> str:
         """Column name in outputs: the name, plus any parameter that differs from its default."""
         changed = [
-            f"{f.name}={_format(getattr(self, f.name))}"
+            f"{f.name}={_format(getattr(self, f.name), self.ranges.get(f.name) == PERCENT)}"
             for f in dataclasses.fields(self)  # type: ignore[arg-type]
             if getattr(self, f.name) != f.default
         ]
         return self.name + (":" + ",".join(changed) if changed else "")
 
 
-def _format(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def _format(value, percent: bool = False) -> str:
+    """A parameter's value as a spec writes it (a percent below :data:`PERCENT_SIGN_BELOW` with its sign)."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text + "%" if percent and value < PERCENT_SIGN_BELOW else text
 
 
 def mean_logprob(lp: TokenLogprobs) -> float:

@@ -65,10 +65,13 @@ class TokenCodec(ABC):
         name: tokenizer name (saved with results).
         bos_id: BOS token id prepended before scoring, or ``None`` (then the first text token
             is context, not scored).
+        max_length: the context in tokens of the model the tokenizer ships with, when its
+            configuration says (a Hugging Face tokenizer's ``model_max_length``), else ``None``.
     """
 
     name: str
     bos_id: int | None = None
+    max_length: int | None = None
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:

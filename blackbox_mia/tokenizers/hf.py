@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from ..hub import load_pretrained
 from ..types import BlackboxMIAError
 from .base import TokenCodec
+
+
+MAX_CONFIGURED_LENGTH = 10_000_000
+"""A tokenizer's ``model_max_length`` above this many tokens is transformers' placeholder for
+"not configured", not a context."""
+
+
+MODEL_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "seq_length")
+"""The fields of a Hugging Face model configuration that give its context in tokens."""
+
+
+def configured_context(directory: str) -> int | None:
+    """The context in tokens that ``directory/config.json`` (a model saved with its tokenizer)
+    gives in one of :data:`MODEL_CONTEXT_FIELDS`; ``None`` without such a file or field."""
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8")) if directory else {}
+    except (OSError, ValueError):
+        return None
+    values = [config.get(field) for field in MODEL_CONTEXT_FIELDS] if isinstance(config, dict) else []
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 2), None)
 
 
 class HFTokenCodec(TokenCodec):
@@ -23,10 +45,15 @@ class HFTokenCodec(TokenCodec):
         self.name = name
         self.bos_id = tokenizer.bos_token_id if bos in (None, True) else None
         self._byte_decoder = _byte_level_decoder(tokenizer)
+        length = getattr(tokenizer, "model_max_length", None)  # transformers' "unset" is about 1e30
+        self.max_length = length if isinstance(length, int) and 2 <= length <= MAX_CONFIGURED_LENGTH else None
+        if self.max_length is None:
+            self.max_length = configured_context(getattr(tokenizer, "name_or_path", ""))
 
     @classmethod
     def load(cls, path: str, bos: bool | None = None) -> HFTokenCodec:
-        """Load with ``AutoTokenizer.from_pretrained``.
+        """Load with ``AutoTokenizer.from_pretrained``; a hub name from the local cache, and
+        downloaded only when the hub answers (:func:`~blackbox_mia.hub.load_pretrained`).
 
         Raises:
             BlackboxMIAError: ``path`` is a file system path that does not exist (a hub name is
@@ -38,10 +65,9 @@ class HFTokenCodec(TokenCodec):
                                    f"(and not a hub name, which is NAME or ORG/NAME)")
         try:
             from transformers import AutoTokenizer
-
-            return cls(AutoTokenizer.from_pretrained(path), name=path, bos=bos)
-        except (OSError, ValueError, ImportError) as exc:
+        except ImportError as exc:
             raise BlackboxMIAError(f"cannot load tokenizer {path!r}: {exc}") from exc
+        return cls(load_pretrained(AutoTokenizer.from_pretrained, path, "tokenizer"), name=path, bos=bos)
 
     def encode(self, text: str) -> list[int]:
         # special-token strings in the text ("<|endoftext|>") are plain text, never control tokens

@@ -61,7 +61,7 @@ class TiktokenCodec(TokenCodec):
         """The encoding tiktoken maps an OpenAI model name to.
 
         Raises:
-            BlackboxMIAError: tiktoken does not know the model (pass ``--tokenizer``).
+            BlackboxMIAError: tiktoken does not know the model (name its tokenizer).
         """
         import tiktoken
 
@@ -69,8 +69,9 @@ class TiktokenCodec(TokenCodec):
             encoding = tiktoken.encoding_name_for_model(model)
         except KeyError as exc:
             raise BlackboxMIAError(
-                f"no tiktoken encoding known for model {model!r}: pass --tokenizer "
-                "(a tiktoken encoding such as cl100k_base, or a Hugging Face tokenizer directory)"
+                f"no tiktoken encoding known for model {model!r}: name its tokenizer, a tiktoken encoding such as "
+                "cl100k_base or a Hugging Face tokenizer directory (tokenizer= in ApiOptions or ?tokenizer= in an api: spec; --tokenizer on "
+                "the command line)"
             ) from exc
         return cls(encoding, cache_dir)
 

@@ -205,6 +205,12 @@ def test_sweep_with_control_only_gives_the_lower_bound_as_headline(canary, tmp_p
     report = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert report["notes"][:2] == [first, second] and "not exchangeable" in report["notes"][2]
     assert any(n.startswith("Control contamination") and "lower bound" in n for n in report["notes"])
+    # whatever the report warns about, the console says too, one line each (issue 30)
+    assert report["warnings"] == summary["warnings"]
+    assert (summary["prevalence"]["lower_bound"] == 0) == any("lower bound is 0.000" in w for w in summary["warnings"])
+    markdown = (tmp_path / "s" / "sweep.md").read_text()
+    for warning in summary["warnings"]:
+        assert f"warning: {warning}\n" in result.stderr and f"- **{warning}**" in markdown
     # the control's contamination: the share of control items whose source scores above the threshold
     rows = {json.loads(line)["id"]: json.loads(line)["scores"]["min_k"]
             for line in (tmp_path / "s" / "scores.jsonl").read_text().splitlines()}

@@ -153,7 +153,10 @@ def test_cli_json_line_and_clear_errors(canary, tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(summary["auc"]) == {"eidetic", "approximate"} and summary["n_rows"] == 12
-    assert set(summary["by_label"]) == {"member"}  # the first 6 canary items are members: no AUC
+    # --limit 6 is stratified by label (issue 30): 3 members and 3 non-members, so an AUC, where the
+    # first 6 canary items (all members) gave none
+    assert set(summary["by_label"]) == {"member", "non-member"}
+    assert summary["auc"]["eidetic"] is not None and summary["auc"]["approximate"] is not None
     for bad, message in (
         (["--prompt-lengths", "8,x"], "comma-separated integers"),
         (["--prompt-lengths", "0"], "--prompt-lengths must be an integer >= 1"),

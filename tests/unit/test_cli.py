@@ -280,7 +280,7 @@ def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, t
     result = invoke(*base, "--json")
     assert result.exit_code == 0, result.output
     assert out.read_text() == good
-    assert_one_line_error(invoke(*base[:-1], tmp_path), "is not a file")  # --out is a directory
+    assert_one_line_error(invoke(*base[:-1], tmp_path), "is a folder; give a file path")  # --out is a directory
 
 
 @pytest.mark.parametrize(

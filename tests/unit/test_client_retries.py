@@ -164,6 +164,18 @@ async def test_unreachable_base_url():
     assert client.usage.requests == 2 and waited < 2.0  # one backoff of 0.2-0.6 s, not six up to 60 s
 
 
+async def test_a_refused_connection_fails_within_two_seconds_with_the_default_backoff():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with ApiClient(config(f"http://127.0.0.1:{port}/v1", backoff_base_s=1.0, backoff_max_s=60.0)) as client:
+        started = time.monotonic()
+        with pytest.raises(ApiError, match="nothing listens there"):
+            await client.complete([1])
+        waited = time.monotonic() - started
+    assert client.usage.requests == 2 and waited < 2.0  # one retry after at most 0.25 s (issue 30)
+
+
 def test_connection_refused_is_found_through_the_sdk_wrapping():
     import errno
 

@@ -191,7 +191,8 @@ def test_canary_spec_is_resolved_in_the_cache_root(tmp_path, monkeypatch):
     assert items[0].text == test["gsm8k-test-5"].text
     assert meta == {"name": f"canary:{default}", "source": str(default / "manifest.json"),
                     "sha256": file_sha256(default / "manifest.json")}
-    assert load_items("canary", limit=2, cache_dir=tmp_path / "root") == (items[:2], meta)
+    # --limit keeps each label's share: one member and the non-member, not the two members
+    assert load_items("canary", limit=2, cache_dir=tmp_path / "root") == ([items[0], items[2]], meta)
     monkeypatch.setenv("BBMIA_CACHE_DIR", str(tmp_path / "root"))  # the environment, without cache_dir
     assert load_items("canary") == (items, meta)
     assert load_any_dataset("canary").items == items
@@ -209,3 +210,30 @@ def test_canary_path_spec_ignores_the_cache_root(tmp_path):
     with pytest.raises(BlackboxMIAError, match="not a canary spec"):
         load_items("canary:")
     assert is_canary_spec("canary") and is_canary_spec("canary:x") and not is_canary_spec("canary.jsonl")
+
+
+def item(i: int, label: int | None) -> Item:
+    return Item(id=f"i{i}", text=f"text {i}", label=label)
+
+
+@pytest.mark.parametrize("labels, limit, kept", [
+    ([1] * 200 + [0] * 200, 40, [*range(20), *range(200, 220)]),  # a canary: members first, 20 of each
+    ([1] * 6 + [0] * 3, 3, [0, 1, 6]),  # 3 * 6/9 = 2 members, 1 non-member
+    ([1] * 9 + [0], 4, [0, 1, 2, 9]),  # 3.6 / 0.4: the rare label still gets its one
+    ([1, 0, 1, 0, 1, 0], 4, [0, 1, 2, 3]),  # interleaved: the first items, in order
+    ([None] * 5, 2, [0, 1]),  # unlabelled: the first items
+    ([1] * 4, 2, [0, 1]),  # one label: the first items
+    ([1, 1, 0], 1, [0]),  # one item cannot hold both labels: the larger share's first
+    ([1, 1, 0], 5, [0, 1, 2]),  # more than there are: all
+])
+def test_limit_is_stratified_by_label_in_the_datasets_order(labels, limit, kept):
+    from blackbox_mia.datasets import limit_items
+
+    items = [item(i, label) for i, label in enumerate(labels)]
+    assert limit_items(items, limit) == [items[i] for i in kept]
+
+
+def test_an_unknown_dataset_lists_every_name_canary_first(tmp_path):
+    with pytest.raises(BlackboxMIAError) as err:
+        load_any_dataset(str(tmp_path / "nothing.jsonl"))
+    assert "(named datasets: canary, canary:PATH, gsm8k, gsm8k:test" in str(err.value)

@@ -50,7 +50,7 @@ def test_roc_names_what_it_shows_and_keeps_a_perfect_curve_inside_the_frame(log_
                      dataset="wikimia64", model="cache/canary/x")
     ax = fig.axes[0]
     kind = "ROC (log-log)" if log_scale else "ROC"
-    assert ax.get_title() == f"{kind}: loss\nwikimia64 · cache/canary/x"
+    assert fig.get_suptitle() == f"{kind}: loss\nwikimia64 · cache/canary/x"  # the figure's title (issue 30)
     curve = ax.get_lines()[0]
     assert curve.get_label() == "loss (AUC 1.000)"
     x, y = np.asarray(curve.get_xdata()), np.asarray(curve.get_ydata())

@@ -32,7 +32,7 @@ def test_scorer_parameters_out_of_range_are_refused_naming_the_value_given(spec,
 
 
 def test_scorer_parameters_in_range_are_kept():
-    pac, min_k = parse_scorers("pac:n_neighbours=1,swap_frac=0.05,k1=100,seed=-3;min_k:k=0.5")
+    pac, min_k = parse_scorers("pac:n_neighbours=1,swap_frac=0.05,k1=100,seed=-3;min_k:k=0.5%")
     assert (pac.n_neighbours, pac.swap_frac, pac.k1, pac.seed, min_k.k) == (1, 0.05, 100.0, -3, 0.5)
 
 
@@ -88,3 +88,25 @@ def test_a_non_utf8_jsonl_error_names_the_line(tmp_path):
     path.write_bytes(b'{"text": "fine"}\n\n{"text": "caf\xe9"}\n')
     result = invoke("score", path, "--local", tmp_path / "no-model")
     assert_one_line_error(result, f"{path}:3: not UTF-8 (byte 0xe9 at column 14")
+
+
+@pytest.mark.parametrize(("spec", "k"), [("min_k:k=10", 10.0), ("min_k:k=10%", 10.0), ("min_k:k=0.5%", 0.5),
+                                         ("min_k:k=1", 1.0), ("min_k:k=100%", 100.0)])
+def test_min_k_takes_a_percent_with_or_without_its_sign(spec, k):
+    scorer = parse_scorer(spec)
+    assert scorer.k == k
+    assert parse_scorer(scorer.label) == scorer  # a label is a spec that parses back
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("min_k:k=0.2", "scorer 'min_k': k=0.2 is ambiguous: k is a percent (0 < k <= 100); write k=20 for 20% of the "
+                    "tokens, or k=0.2% for 0.2%"),
+    ("pac:k2=0.5", "scorer 'pac': k2=0.5 is ambiguous"),
+    ("min_k_pp:k=0.05", "scorer 'min_k_pp': k=0.05 is ambiguous"),
+    ("min_k:k=0%", "k must be a finite number > 0 and <= 100, got 0%"),
+    ("min_k:k=120%", "k must be a finite number > 0 and <= 100, got 120%"),
+])
+def test_a_fraction_where_a_percent_is_meant_is_refused_not_guessed(spec, message):
+    with pytest.raises(BlackboxMIAError) as err:
+        parse_scorer(spec)
+    assert message in str(err.value)

@@ -14,7 +14,9 @@ Jupyter, and from other event loops alike.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,8 @@ from .endpoint import Endpoint
 from .probe import load_or_probe
 from .tracker.tracker import Tracker
 from .tracker.config import TrackerConfig
+
+LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .http.client import Usage
@@ -135,10 +139,30 @@ class ApiBackend(Backend):
     async def _probed(self) -> Capabilities:
         async with self._probe_lock:
             if self._capabilities is None:
+                await self._discover_context()
                 self._capabilities = await load_or_probe(
                     self.endpoint, self._root, self.tracker_config, refresh=self._reprobe
                 )
         return self._capabilities
+
+    async def _discover_context(self) -> None:
+        """Without a context (``--context-tokens``), the model's: as the server lists it
+        (``GET /models``: vLLM's ``max_model_len``...), else as the tokenizer's configuration
+        says (:attr:`~blackbox_mia.tokenizers.TokenCodec.max_length`); texts longer than it
+        then go in sliding windows instead of being refused by the server. Logged; the
+        tracker's configuration, saved with every result, records it."""
+        if self.tracker_config.context is not None:
+            return
+        found = await self.client.served_context()
+        if found is not None:
+            context, source = found[0], f"GET /models {found[1]}"
+        elif self.codec.max_length is not None:
+            context, source = self.codec.max_length, f"the tokenizer's model_max_length ({self.codec.name})"
+        else:
+            return
+        self.tracker_config = replace(self.tracker_config, context=context)
+        self.context = context
+        LOG.info("%s: context %d tokens, from %s", self.client.config.model, context, source)
 
     async def _tracking(self) -> Tracker:
         """The tracker, built once after the probe.

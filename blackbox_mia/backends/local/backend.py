@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ...hub import load_pretrained, route_unmasked_padding_note
 from ...text.windows import sliding_windows
 from ...tokenizers import HFTokenCodec
+from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
 from ..base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..generation import build_generation, sample_seed, seeded_sampler, strategy_name
@@ -57,7 +59,7 @@ def model_context(model_config, tokenizer) -> int:
     """Context length in tokens of a Hugging Face model: its config's
     ``max_position_embeddings`` / ``n_positions`` / ``seq_length``, else the tokenizer's
     ``model_max_length`` capped at 2,048."""
-    for attr in ("max_position_embeddings", "n_positions", "seq_length"):
+    for attr in MODEL_CONTEXT_FIELDS:
         value = getattr(model_config, attr, None)
         if isinstance(value, int) and value > 0:
             return value
@@ -116,13 +118,10 @@ class LocalBackend(Backend):
         if dtype_name not in ("float32", "bfloat16", "float16"):
             raise BlackboxMIAError(f"unknown dtype {config.dtype!r}: use float32, bfloat16, float16 or auto")
         self.dtype = getattr(torch, dtype_name)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=config.local_files_only)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                config.model, dtype=self.dtype, local_files_only=config.local_files_only
-            )
-        except (OSError, ValueError) as exc:
-            raise BlackboxMIAError(f"cannot load model {config.model!r}: {exc}") from exc
+        self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, config.model, "model", config.local_files_only)
+        self.model = load_pretrained(AutoModelForCausalLM.from_pretrained, config.model, "model",
+                                     config.local_files_only, dtype=self.dtype)
+        route_unmasked_padding_note()  # no mask on purpose (_states): not a warning for the user
         try:
             self.model.to(self.device).eval()
         except (RuntimeError, AssertionError) as exc:  # torch's "not compiled with CUDA", out of memory...

@@ -60,6 +60,9 @@ from .transport import MODELS_PATH
 
 __all__ = ["ApiClient", "ApiConfig", "ApiError", "BudgetExceeded", "Usage", "display_url"]
 
+CONTEXT_FIELDS = ("max_model_len", "context_length", "max_context_length")
+"""Where a ``GET /models`` entry gives the model's context in tokens: vLLM (and ``bbmia serve``),
+OpenRouter and Together, LM Studio."""
 LOG = logging.getLogger(__name__)
 SHOWN_MODELS = 20  # model ids an unknown-model error lists at most
 
@@ -200,6 +203,23 @@ class ApiClient(AnswerFetcher):
         not OpenAI's ``{"data": [{"id": ...}, ...]}``: the first real request then reports any
         problem with its own retries). One GET per client, not retried; the result (or ``None``)
         is kept in memory only, for the client's life. Sends nothing until first awaited."""
+        entries = await self._model_entries()
+        return None if entries is None else list(entries)
+
+    async def served_context(self) -> tuple[int, str] | None:
+        """The model's context length in tokens as ``GET {base_url}/models`` lists it, and the
+        field it came from (:data:`CONTEXT_FIELDS`: vLLM's ``max_model_len``, ...), or ``None``
+        when the server lists no such number for this model (the same single GET as
+        :meth:`served_models`)."""
+        entry = (await self._model_entries() or {}).get(self.config.model) or {}
+        for field in CONTEXT_FIELDS:
+            value = entry.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+                return value, field
+        return None
+
+    async def _model_entries(self) -> dict[str, dict] | None:
+        """``GET /models``'s entries by id, fetched once (see :meth:`served_models`)."""
         if self._models is None:
             self._models = asyncio.ensure_future(self._list_models())
         return await asyncio.shield(self._models)
@@ -228,8 +248,8 @@ class ApiClient(AnswerFetcher):
             )
         self._model_checked = True
 
-    async def _list_models(self) -> list[str] | None:
-        """The ids of ``GET /models``, or ``None`` (see :meth:`served_models`)."""
+    async def _list_models(self) -> dict[str, dict] | None:
+        """The entries of ``GET /models`` by id, or ``None`` (see :meth:`served_models`)."""
         try:
             _, content = await self._transport.get(MODELS_PATH)
             data = json.loads(content).get("data")
@@ -238,7 +258,7 @@ class ApiClient(AnswerFetcher):
             return None
         if not isinstance(data, list):
             return None
-        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        return {m["id"]: m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
 
     async def stop_sending(self, grace_s: float) -> int:
         """Send no further request (retries included: what is queued never starts) and wait up to

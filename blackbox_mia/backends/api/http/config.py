@@ -10,7 +10,6 @@ from urllib.parse import urlsplit, urlunsplit
 from ....config import MAX_PORT
 from ....cost.prices import DEFAULT_PRICES, price_of
 from ....types import BlackboxMIAError
-from .dialect import dialect_named
 
 API_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"  # sent when no key is configured: local servers (vLLM, llama.cpp) ignore it
@@ -106,6 +105,8 @@ class ApiConfig:
             raise BlackboxMIAError(f"base URL {display_url(self.base_url)!r}: {problem}")
         if not self.model:
             raise BlackboxMIAError("the model name is empty")
+        from .dialect import dialect_named  # here: the dialects import the SDK's errors, which --help never needs
+
         dialect_named(self.endpoint, self.chat_template)  # raises on an unknown kind or template
         if self.concurrency < 1:
             raise BlackboxMIAError(f"concurrency must be at least 1, got {self.concurrency}")

@@ -22,6 +22,7 @@ from .errors import ApiError, Malformed
 
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 REFUSED_ATTEMPTS = 2  # a refused connection is tried this many times (one retry), then the request fails
+REFUSED_RETRY_S = 0.25  # seconds before retrying a refused connection, at most: a wrong port fails within 2 s
 QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the attempt number (capped by the backoff base)
 
 
@@ -96,8 +97,8 @@ def fault_of(exc: BaseException | None) -> str:
 
 class Backoff(wait_base):
     """Seconds before the next attempt (a tenacity wait): after an invalid answer a short linear
-    wait (the server is not overloaded, it answered), else max(server's Retry-After,
-    exponential backoff with jitter).
+    wait (the server is not overloaded, it answered), after a refused connection at most
+    :data:`REFUSED_RETRY_S`, else max(server's Retry-After, exponential backoff with jitter).
 
     Args:
         base_s: first backoff in seconds (doubling each retry, plus up to as much jitter); an
@@ -115,5 +116,7 @@ class Backoff(wait_base):
         if fault_of(exc) == "invalid":
             return self.quick_s * retry_state.attempt_number
         backoff = self.backoff(retry_state)
+        if connection_refused(exc):  # nothing listens: one quick retry (a server restarting), not the schedule
+            return min(backoff, REFUSED_RETRY_S)
         hint = retry_after_s(exc)
         return backoff if hint is None else max(hint, backoff)

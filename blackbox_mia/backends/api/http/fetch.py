@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import re
 
 import openai
 from tenacity import (
@@ -40,6 +41,11 @@ from .limits import RateLimiter
 from .senders import Senders
 from .transport import Transport
 
+CONTEXT_REFUSAL = re.compile(
+    r"context (length|window|size)|maximum context|max_model_len|n_ctx|exceed\w* (the )?(context|max)|too (long|many tokens)",
+    re.IGNORECASE)
+"""A server's 400 message that says the prompt is longer than the model's context (vLLM, OpenAI,
+llama.cpp, TGI wordings)."""
 LOG = logging.getLogger(__name__)
 CLAIM_POLL_S = 0.02  # first wait (seconds) for another process's answer to a claimed request; doubles
 CLAIM_POLL_MAX_S = 0.5  # longest wait (seconds) between two looks at the cache for that answer
@@ -352,6 +358,10 @@ class AnswerFetcher:
                 return status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}"
             where = display_url(self._transport.url(dialect.prompt_field))
             return status, f"404 at {where}: wrong base URL? (it usually ends in /v1; the server said: {detail})"
+        if status == 400 and CONTEXT_REFUSAL.search(detail):
+            return status, (f"{url} rejected the request (HTTP 400): {detail}; the text is longer than the model's "
+                            "context: pass its context as --context-tokens N (context= in TrackerConfig), and longer "
+                            "texts go in sliding windows")
         if status == 429:
             return status, f"rate limited by {url} (HTTP 429): {detail}; lower the concurrency or set rpm / tpm"
         if status >= 500:

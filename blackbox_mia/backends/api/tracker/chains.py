@@ -32,11 +32,6 @@ from dataclasses import dataclass, field
 
 from ..endpoint import NextToken, surely
 
-# the most positions (generated tokens) one chained request covers: longer chains bill more
-# completion tokens for almost no request saved (figures: docs/measured-settings.md)
-CHAIN_TOKENS = 4
-
-
 @dataclass(frozen=True)
 class Link:
     """One position of a chain: its index in the text's positions, its target id, the bias on
