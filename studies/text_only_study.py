@@ -39,8 +39,10 @@ LOGPROB_BASELINE = "min_k"
 
 
 def methods(corpus: str, args: argparse.Namespace) -> list[str]:
-    """The scorer specs run on a canary: Min-K%, SaMIA, CDD (``--cdd-samples``), TS-Guessing on AQuA."""
-    specs = [LOGPROB_BASELINE, f"samia:n={args.samia_samples}", f"cdd:n={args.cdd_samples}"]
+    """The scorer specs run on a canary: Min-K%, SaMIA, CDD (``--cdd-samples``; at the paper's
+    α = 0.05 and at α = 0.2, which reads the very same generations), TS-Guessing on AQuA."""
+    specs = [LOGPROB_BASELINE, f"samia:n={args.samia_samples}", f"cdd:n={args.cdd_samples}",
+             f"cdd:n={args.cdd_samples},alpha=0.2"]
     return specs + (["ts_guessing"] if corpus == "aqua" else [])
 
 

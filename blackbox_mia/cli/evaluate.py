@@ -176,7 +176,7 @@ def sweep_command(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
     methods: Optional[str] = typer.Option(None, help=METHODS_HELP.replace(
         "the text-only tests (samia, cdd; ts_guessing on multiple-choice items)", "the text-only scorer samia")
-        + " (auto and logprobs keep --scorer)"),
+        + " (a text-only --scorer, e.g. samia:n=5, is kept)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -209,7 +209,8 @@ def sweep_command(
 
         def routed(backends):
             specs, route = route_scorers(methods, backends, [it.text for it in plan.items], (scorer,), log)
-            pick = scorer if specs == (scorer,) else TEXT_ONLY_SWEEP_SCORER
+            keep = specs == (scorer,) or not plan.scorer.needs_logprobs  # a text-only --scorer runs anywhere
+            pick = scorer if keep else TEXT_ONLY_SWEEP_SCORER
             if pick != scorer:
                 chosen[0] = prepare_sweep(replace(config, scorer=pick), target_model=target.local,
                                           cache_dir=target.cache_dir)
