@@ -168,3 +168,35 @@ def test_errors_are_clear():
     with pytest.raises(BlackboxMIAError, match="scores generations"):
         parse_scorer("samia").score("a", None, [])
     assert text_only_specs(True) == ("samia", "cdd", "ts_guessing") and text_only_specs(False) == ("samia", "cdd")
+
+
+class Tracked(Scripted):
+    """A scripted backend that also offers log-probs, at ``rate`` estimated requests per token."""
+
+    features = frozenset({GENERATE, "logprobs"})
+
+    def __init__(self, rate: float):
+        super().__init__(lambda prompt, j: "x")
+        self.rate = rate
+
+    async def _aestimate_cost(self, texts):
+        from blackbox_mia.cost.estimate import CostEstimate
+
+        tokens = sum(len(self.codec.encode(t)) for t in texts)
+        return CostEstimate(requests=round(self.rate * tokens), strategy="bisect")
+
+
+def test_routing_by_capability_and_cost():
+    from blackbox_mia.audits.routing import route, routed_specs
+
+    generation_only = Scripted(lambda prompt, j: "x")
+    found = route(generation_only, ["a b c"])
+    assert found.methods == "text-only" and "gives no log-probs" in found.reason
+    assert routed_specs("auto", generation_only, [AQUA], ("min_k",))[0] == ("samia", "cdd", "ts_guessing")
+    assert routed_specs("auto", generation_only, ["a b c"], ("min_k",))[0] == ("samia", "cdd")
+    assert routed_specs("logprobs", generation_only, ["a b c"], ("min_k",))[0] == ("min_k",)  # as asked
+    costly, cheap = route(Tracked(6.0), ["one two three four"]), route(Tracked(1.0), ["one two three four"])
+    assert costly.methods == "text-only" and costly.requests_per_token == pytest.approx(6.0)
+    assert cheap.methods == "logprobs" and routed_specs("text-only", Tracked(1.0), ["a b"], ("min_k",))[0] == ("samia", "cdd")
+    with pytest.raises(BlackboxMIAError, match="--methods must be one of"):
+        routed_specs("all", generation_only, ["a"], ("min_k",))
