@@ -1,7 +1,9 @@
 """Text-only audits end to end on a tiny canary: ``bbmia eval`` with SaMIA and CDD through
 ``bbmia serve --no-logprobs`` scores every text, a rerun sends nothing (every answer cached and
-the same rows), ``--dry-run`` counts exactly the requests sent, ``--methods auto`` routes an endpoint
-without log-probs to the text-only tests (eval and sweep), and members score higher."""
+the same rows), ``--dry-run`` counts exactly the requests sent, and ``--methods auto`` routes an endpoint
+without log-probs to the text-only tests (eval and sweep). Membership signal itself is measured
+by studies/text_only_study.py (docs/text_only.md): on this tiny canary SaMIA at the paper's
+temperature 1.0 with 4 samples showed none (AUC CI lower end 0.34 on 20 + 20 items)."""
 
 from __future__ import annotations
 
@@ -68,14 +70,6 @@ def test_eval_through_a_generation_only_endpoint(memorizing_canary, served, tmp_
     assert rescored == rows and again["auc"] == black["auc"]  # every answer from the cache
     assert "usage" in again and again["usage"]["total"]["requests"] == 0
     assert again["usage"]["total"]["cache_hits"] == sent
-
-
-def test_members_score_higher(memorizing_canary, tmp_path):
-    data = balanced(memorizing_canary, tmp_path, n=20)
-    summary = invoke("eval", str(data), "--local", str(memorizing_canary), "--scorers", "samia:n=4", "--n-boot", "200",
-                     "--quiet", "--out", str(tmp_path / "e"))
-    lo, _ = summary["auc_ci"]["samia:n=4"]
-    assert lo > 0.5  # planted members reproduce more of their second half
 
 
 def test_methods_auto_routes_to_text_only_tests(memorizing_canary, served, tmp_path):
