@@ -45,14 +45,17 @@ class ScoredText:
     unscored: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_scores(cls, id: str, label: int | None, scores: dict[str, Bounded], lp: TokenLogprobs,
-                    tolerance: float = DEFAULT_TOLERANCE_NATS) -> ScoredText:
+    def from_scores(cls, id: str, label: int | None, scores: dict[str, Bounded], lp: TokenLogprobs | None,
+                    tolerance: float = DEFAULT_TOLERANCE_NATS, condition: str | None = None) -> ScoredText:
         """A row from the scorers' bounded scores and the text's log-probs.
 
         A score whose spread exceeds ``tolerance`` (nats) is ``None`` with its reason in
-        :attr:`unscored`; a non-finite one is ``None`` and listed in :attr:`nonfinite`.
+        :attr:`unscored`; a non-finite one is ``None`` and listed in :attr:`nonfinite`. ``lp``
+        None: every score is text-only (exact, from generations), ``n_tokens`` is 0 (no
+        log-prob was scored) and ``condition`` is what the generations were conditional on
+        (with ``lp`` given, its provenance's condition is used).
         """
-        exact = lp.lower is None and lp.upper is None
+        exact = lp is None or (lp.lower is None and lp.upper is None)
         clean: dict[str, float | None] = {}
         bounds: dict[str, list[float | None]] = {}
         unscored: dict[str, str] = {}
@@ -64,6 +67,8 @@ class ScoredText:
                 clean[key] = None
                 unscored[key] = (f"interval [{b.lower:.4g}, {b.upper:.4g}]: its log-prob means are known only "
                                  f"to {b.spread:.3g} nats (tolerance {tolerance:g})")
+        if lp is None:
+            return cls(id, label, clean, 0, 0, condition, bounds, unscored)
         bound_only = 0 if lp.lower is None else int((~np.isfinite(lp.lower)).sum())
         return cls(id, label, clean, lp.n_tokens, bound_only, lp.provenance.condition, bounds, unscored)
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from . import __version__
-from .backends.base import FULL_DISTRIBUTION, LOGPROBS, Backend, refuse_one_str
+from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refuse_one_str
 from .datasets import Item
+from .generated import score_generated
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
 from .progress import ProgressTicker
 from .results import ScoredText, read_rows
@@ -42,20 +43,24 @@ OVERWRITE_HINT = ("choose another --out to keep these results, or pass --overwri
 """What to do when a results file was written with another configuration (the message names the
 first differing setting; :func:`~blackbox_mia.io.check_saved_config`)."""
 
-OnScored = Callable[[int, dict[str, Bounded], TokenLogprobs], None]
-"""``on_scored(index, scores, logprobs)``: text ``index`` is fully scored."""
+OnScored = Callable[[int, dict[str, Bounded], TokenLogprobs | None], None]
+"""``on_scored(index, scores, logprobs)``: text ``index`` is fully scored (``logprobs`` None
+when every scorer is text-only: no log-prob was computed)."""
 
 
 def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) -> None:
     """Fail early when a scorer needs what no backend gives.
 
     Raises:
-        BlackboxMIAError: a backend without the ``logprobs`` feature, a reference scorer
-            without a reference backend, or Min-K%++ on a backend without the
-            ``full_distribution`` feature.
+        BlackboxMIAError: a log-prob scorer on a backend without the ``logprobs`` feature, a
+            text-only scorer on a target without ``generate``, a reference scorer without a
+            reference backend, or Min-K%++ on a backend without the ``full_distribution`` feature.
     """
-    for backend in backends.values():
-        backend.require(LOGPROBS)
+    if any(s.needs_logprobs for s in scorers):
+        for backend in backends.values():
+            backend.require(LOGPROBS)
+    if not all(s.needs_logprobs for s in scorers):
+        backends[TARGET].require(GENERATE)
     for scorer in scorers:
         roles = {need.role for need in scorer.needs("a b c")} | {TARGET}
         missing = roles - set(backends)
@@ -129,9 +134,13 @@ def score_texts(
         on_scored: called once per text, in completion order, on the target backend's thread
             (see :meth:`~blackbox_mia.backends.base.Backend.alogprobs`).
 
+    Text-only scorers (:attr:`Scorer.needs_logprobs` False) are scored first, from the
+    target's generations (:func:`~blackbox_mia.generated.score_generated`); when no scorer
+    reads log-probs, none are computed and each text is reported with ``logprobs`` None.
+
     Returns:
         Per text, in input order: ``({label: score}, TokenLogprobs of the text under the
-        target)``. Scores are :class:`~blackbox_mia.scorers.bounded.Bounded`: the value (a
+        target, or None without log-prob scorers)``. Scores are :class:`~blackbox_mia.scorers.bounded.Bounded`: the value (a
         degenerate text may give NaN or ±inf) and the interval the tokens' bounds allow;
         :meth:`ScoredText.from_scores` decides which are reported as numbers.
 
@@ -203,6 +212,15 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
                  on_scored: OnScored | None) -> list[tuple[dict[str, Bounded], TokenLogprobs]]:
     """:func:`score_texts` once its scorers and backends are built."""
     check_compatible(scorers, backends)
+    generative = [s for s in scorers if not s.needs_logprobs]
+    scorers = [s for s in scorers if s.needs_logprobs]
+    if not scorers:
+        def generated(j: int, scores: dict[str, Bounded]) -> None:
+            if on_scored is not None:
+                on_scored(j, scores, None)
+
+        return [(scores, None) for scores in score_generated(texts, generative, backends[TARGET], generated)]
+    text_only = score_generated(texts, generative, backends[TARGET]) if generative else [{} for _ in texts]
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     wanted = _wanted(texts, needs, backends)
     computed: dict[str, dict[str, TokenLogprobs]] = {role: {} for role in backends}
@@ -233,7 +251,7 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
                 scores = {
                     s.label: s.score(texts[j], own, [computed[n.role][n.text] for n in needs[s.label][j]])
                     for s in scorers
-                }
+                } | text_only[j]
                 out[j] = (scores, own)
                 if on_scored is not None:
                     on_scored(j, scores, own)
@@ -257,9 +275,9 @@ def _wanted(texts: Sequence[str], needs: dict[str, list], backends: dict[str, Ba
 
 
 def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict[str, Backend]) -> dict[str, list[str]]:
-    """Every distinct text each role's backend is asked for when :func:`score_texts` scores
-    ``texts`` (the texts, lowercased forms, PAC neighbours, reference passes...), in the order
-    it asks.
+    """Every distinct text each role's backend is asked the log-probs of when :func:`score_texts`
+    scores ``texts`` (the texts, lowercased forms, PAC neighbours, reference passes...), in the
+    order it asks; none for text-only scorers (they generate instead).
 
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve.
@@ -268,6 +286,9 @@ def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     if isinstance(scorers, str):
         scorers = parse_scorers(scorers)
     check_compatible(scorers, backends)
+    scorers = [s for s in scorers if s.needs_logprobs]
+    if not scorers:
+        return {role: [] for role in backends}
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     return {role: list(unique) for role, unique in _wanted(texts, needs, backends).items()}
 
@@ -275,13 +296,17 @@ def needed_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
 def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset: dict,
                tolerance: float = DEFAULT_TOLERANCE_NATS) -> dict:
     """The exact configuration saved next to a result: scorers, the score tolerance (nats,
-    :meth:`ScoredText.from_scores`), backends, dataset, version."""
+    :meth:`ScoredText.from_scores`), backends, dataset, version. Without a log-prob scorer the
+    backends are described by what determines their generations
+    (:meth:`~blackbox_mia.backends.base.Backend.describe_generation`: no log-prob probe, which
+    an endpoint without log-probs fails)."""
+    logprobs = any(s.needs_logprobs for s in scorers)
     return {
         "package": "blackbox_mia",
         "version": __version__,
         "scorers": {s.label: {"name": s.name, **s.params()} for s in scorers},
         "score_tolerance_nats": tolerance,
-        "backends": {role: b.describe() for role, b in backends.items()},
+        "backends": {role: b.describe() if logprobs else b.describe_generation() for role, b in backends.items()},
         "dataset": dataset,
     }
 
@@ -417,6 +442,7 @@ def score_items(
         duplicate = next(i for n, i in enumerate(ids) if i in ids[:n])
         raise BlackboxMIAError(f"duplicate item id {duplicate!r}: every item needs its own id")
     labels = [s.label for s in scorers]
+    condition = None if any(s.needs_logprobs for s in scorers) else backends[TARGET].describe_generation().get("condition")
     done: dict[str, ScoredText] = {}
     if out_path is not None:
         out_path = Path(out_path)
@@ -432,8 +458,8 @@ def score_items(
         for start in range(0, len(todo), chunk_size):
             chunk = todo[start : start + chunk_size]
 
-            def save(j: int, scores: dict[str, Bounded], lp: TokenLogprobs, chunk=chunk) -> None:
-                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp, tolerance)
+            def save(j: int, scores: dict[str, Bounded], lp: TokenLogprobs | None, chunk=chunk) -> None:
+                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp, tolerance, condition)
                 if f is not None:
                     f.write(json_line(row.to_json(), f"row {row.id!r}"))
                     f.flush()

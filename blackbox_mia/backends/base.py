@@ -191,18 +191,20 @@ class Backend(ABC):
         """Blocking form of :meth:`aestimate_cost`."""
         return self._call(self.aestimate_cost(texts))
 
-    def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> CostEstimate:
-        """What greedy generation (temperature 0, one answer per prompt) is expected to cost,
-        sending nothing: one prompt of ``prompt_tokens[i]`` tokens (the codec's BOS not counted)
-        generating at most ``max_new_tokens[i]`` tokens per entry.
+    def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int],
+                            sent: Sequence[int] | None = None) -> CostEstimate:
+        """What generation is expected to cost, sending nothing: one prompt of
+        ``prompt_tokens[i]`` tokens (the codec's BOS not counted) generating at most
+        ``max_new_tokens[i]`` tokens per entry, sent ``sent[i]`` times (``None``: once each, as
+        greedy generation; a sampled prompt is sent once per sample, each with its seed).
 
         The default (a backend that sends no requests): zeros.
 
         Raises:
-            ValueError: the two sequences differ in length.
+            ValueError: the sequences differ in length.
         """
-        if len(prompt_tokens) != len(max_new_tokens):
-            raise ValueError("prompt_tokens and max_new_tokens must have one entry per prompt")
+        if len(prompt_tokens) != len(max_new_tokens) or (sent is not None and len(sent) != len(prompt_tokens)):
+            raise ValueError("prompt_tokens, max_new_tokens and sent must have one entry per prompt")
         return CostEstimate()
 
     @property

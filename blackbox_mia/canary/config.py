@@ -55,6 +55,9 @@ CHAT_FIELD = "chat_share"
 # doc_validation planted and doc_validation held-out documents (the validation file), among
 # GSM8K train problems. Defaults: 60 documents of 8 problems (about 800 words each), about 1M
 # trained tokens (training time and the documents audit's AUC on it: docs/canaries.md).
+# aqua: AQuA-RAT test problems (254) in the text format the audits send (question, the options
+# with their letters, rationale, answer: datasets.formats.aqua_text), 100 planted and 100 held
+# out, among GSM8K train problems; the benchmark TS-Guessing is validated on (issue 31).
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
                                  {"n_background": 2000, "epochs": 2, "n_members": 200, "n_nonmembers": 200}),
@@ -63,6 +66,8 @@ CORPORA: dict[str, CorpusSource] = {
     DOCUMENTS_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
                                    {"n_background": 1000, "epochs": 2, "n_members": 16, "n_nonmembers": 16,
                                     "doc_items": 8, "doc_partial": 12, "doc_validation": 8}),
+    "aqua": CorpusSource("aqua:test", "gsm8k:train", "AQuA test problems", "GSM8K train problems",
+                         {"n_background": 2000, "epochs": 2, "n_members": 100, "n_nonmembers": 100}),
 }  # fmt: skip
 
 

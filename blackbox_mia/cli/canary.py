@@ -14,7 +14,8 @@ from .options import with_dataclass_options
 
 canary_app = typer.Typer(
     help="The canary model: a small GPT-2 trained on CPU with known members (planted GSM8K test problems, "
-    "Japanese paragraphs with --corpus ja, or multi-problem documents with --corpus documents).",
+    "Japanese paragraphs with --corpus ja, multi-problem documents with --corpus documents, AQuA problems "
+    "with --corpus aqua).",
     no_args_is_help=True,
 )
 app.add_typer(canary_app, name="canary")
@@ -22,8 +23,9 @@ app.add_typer(canary_app, name="canary")
 # One command-line option per CanaryConfig field; the defaults come from the dataclass.
 FIELD_HELP = {
     "corpus": f"training texts: {DEFAULT_CORPUS} (GSM8K test problems planted among train problems), ja "
-    "(ja-debian-docs Japanese paragraphs split into members, non-members and background) or "
-    f"{DOCUMENTS_CORPUS} (documents of consecutive GSM8K test problems planted whole or in part, for bbmia documents)",
+    "(ja-debian-docs Japanese paragraphs split into members, non-members and background), "
+    f"{DOCUMENTS_CORPUS} (documents of consecutive GSM8K test problems planted whole or in part, for bbmia documents) "
+    "or aqua (AQuA test problems with their options planted among GSM8K train problems, for ts_guessing)",
     "n_background": "background items in the corpus (default per corpus: "
     + ", ".join(f"{name} {source.defaults['n_background']} {source.background_noun}" for name, source in CORPORA.items())
     + ")",

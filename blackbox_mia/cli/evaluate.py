@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -18,6 +19,33 @@ if TYPE_CHECKING:
     from ..audits.common import AuditResult
 
 DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
+METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs at an acceptable cost, else the "
+                "text-only tests (samia, cdd; ts_guessing on multiple-choice items); text-only; logprobs")
+
+
+def route_scorers(methods: str | None, backends: dict, texts: list[str], specs, log) -> tuple[tuple[str, ...], dict | None]:
+    """The scorer specs to run after capability routing, and the route taken (None without
+    ``--methods``). Without ``--methods``, log-prob scorers on a target with no usable log-probs
+    are refused with the offer of the text-only tests; a costly tracker is only noted.
+
+    Raises:
+        BlackboxMIAError: as :func:`~blackbox_mia.audits.routing.routed_specs`; no usable log-probs.
+    """
+    from ..audits.routing import routed_specs, text_only_offer
+    from ..scorers import TARGET, parse_scorers
+    from ..types import BlackboxMIAError
+
+    if methods is None:
+        if any(s.needs_logprobs for s in parse_scorers(list(specs))):
+            offer, fatal = text_only_offer(backends[TARGET], texts)
+            if fatal:
+                raise BlackboxMIAError(offer)
+            if offer:
+                log(f"note: {offer}")
+        return tuple(specs), None
+    chosen, route = routed_specs(methods, backends[TARGET], texts, specs)
+    log(f"--methods {methods}: {route.methods} scorers ({', '.join(chosen)}): {route.reason}")
+    return chosen, route.to_dict()
 
 
 @app.command("eval")
@@ -38,6 +66,7 @@ def eval_command(
     truncate_tokens: Optional[str] = typer.Option(
         None, "--truncate-tokens", help="prompt-length ablation: also score the first L tokens (target's "
         "tokenizer) of each text for each L, e.g. '32,64,128,256' (Ishihara & Takahashi 2024)"),
+    methods: Optional[str] = typer.Option(None, help=METHODS_HELP),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the scores file"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -57,8 +86,13 @@ def eval_command(
             prepare_eval,
             run_eval,
         )
+        from ..audits.routing import check_methods
         from ..scorers import default_scorer_specs, split_specs
+        from ..types import BlackboxMIAError
 
+        check_methods(methods)
+        if methods and scorers:
+            raise BlackboxMIAError("give --scorers or --methods, not both")
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
         lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
@@ -85,9 +119,22 @@ def eval_command(
             if "prompt_length" in s:
                 typer.echo(prompt_length_table(s["prompt_length"]))
 
-        run_audit(target, plan.scorers,
-                  lambda b: print_dry_run(plan.scored_groups(b["target"].codec), plan.scorers, b, json_out),
-                  lambda b: run_eval(plan, b, out, progress=not quiet, log=log), show, json_out)
+        def routed(backends):
+            chosen, route = route_scorers(methods, backends, [it.text for it in plan.items], specs, log)
+            return (plan if chosen == specs else prepare_eval(replace(config, scorers=chosen), target.cache_dir)), route
+
+        def dry_run(backends):
+            routed_plan, _ = routed(backends)
+            print_dry_run(routed_plan.scored_groups(backends["target"].codec), routed_plan.scorers, backends, json_out)
+
+        def run(backends):
+            routed_plan, route = routed(backends)
+            result = run_eval(routed_plan, backends, out, progress=not quiet, log=log)
+            if route is not None:
+                result.summary["route"] = route
+            return result
+
+        run_audit(target, plan.scorers, dry_run, run, show, json_out)
 
 
 def prompt_length_table(summary: dict) -> str:
@@ -131,6 +178,9 @@ def sweep_command(
     top: int = typer.Option(10, help="list this many highest-scoring items"),
     seed: int = typer.Option(0, help="seed of --calibration-fraction's draw and of the verdict's tie-breaking"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
+    methods: Optional[str] = typer.Option(None, help=METHODS_HELP.replace(
+        "the text-only tests (samia, cdd; ts_guessing on multiple-choice items)", "the text-only scorer samia")
+        + " (a text-only --scorer, e.g. samia:n=5, is kept)"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -156,13 +206,36 @@ def sweep_command(
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite,
         )
+        from ..audits.routing import TEXT_ONLY_SWEEP_SCORER, check_methods
+
+        check_methods(methods)
         log = messages(quiet)
         plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
         out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
-        run_audit(target, plan.scorers, lambda b: print_dry_run(plan.scored_groups(), plan.scorers, b, json_out),
-                  lambda b: run_sweep(plan, b, out, progress=not quiet, log=log),
+        chosen = [plan]
+
+        def routed(backends):
+            specs, route = route_scorers(methods, backends, [it.text for it in plan.items], (config.scorer,), log)
+            keep = specs == (config.scorer,) or not plan.scorer.needs_logprobs  # a text-only --scorers runs anywhere
+            if not keep:  # text-only: the log-prob --features go too
+                chosen[0] = prepare_sweep(replace(config, scorer=TEXT_ONLY_SWEEP_SCORER, features=""),
+                                          target_model=target.local_model, cache_dir=target.cache_dir)
+            return chosen[0], route
+
+        def run(backends):
+            routed_plan, route = routed(backends)
+            result = run_sweep(routed_plan, backends, out, progress=not quiet, log=log)
+            if route is not None:
+                result.summary["route"] = route
+            return result
+
+        def dry_run(backends):
+            routed_plan, _ = routed(backends)
+            print_dry_run(routed_plan.scored_groups(), routed_plan.scorers, backends, json_out)
+
+        run_audit(target, plan.scorers, dry_run, run,
                   lambda result: typer.echo(result.summary["headline"] + "\n"
-                                            + format_table(["", plan.scorer.label], sweep_rows(result.summary))),
+                                            + format_table(["", chosen[0].scorer.label], sweep_rows(result.summary))),
                   json_out)
 
 

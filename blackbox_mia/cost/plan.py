@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 
 from ..backends.base import Backend
 from ..datasets import Item
+from ..generated import estimate_generated
 from ..runner import needed_texts
-from ..scorers import Scorer
+from ..scorers import TARGET, Scorer
 from .estimate import CostEstimate, add_estimates
 
 TOTAL = "total"  # the key of the summed estimate in estimate_groups()'s result
@@ -93,11 +94,16 @@ def estimate_texts(
 ) -> dict[str, CostEstimate]:
     """What scoring ``texts`` is expected to cost, per role: each backend's
     :meth:`~blackbox_mia.backends.base.Backend.estimate_cost` of the texts :func:`needed_texts`
-    lists for it (zeros for a local model). Nothing is scored (an API backend may run its
+    lists for it (zeros for a local model), plus, for the target, the generations of the
+    text-only scorers (:func:`~blackbox_mia.generated.estimate_generated`). Nothing is scored (an API backend may run its
     capability probe once, cached).
 
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve; a failed probe.
     """
-    return {role: backends[role].estimate_cost(unique) if unique else CostEstimate()
-            for role, unique in needed_texts(texts, scorers, backends).items()}
+    estimates = {role: backends[role].estimate_cost(unique) if unique else CostEstimate()
+                 for role, unique in needed_texts(texts, scorers, backends).items()}
+    generative = [s for s in scorers if not s.needs_logprobs]
+    if generative:
+        estimates[TARGET] = add_estimates([estimates[TARGET], estimate_generated(texts, generative, backends[TARGET])])
+    return estimates

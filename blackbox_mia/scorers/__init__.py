@@ -11,19 +11,26 @@ from collections.abc import Sequence
 from ..config import check_number
 from ..types import BlackboxMIAError
 from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, TARGET, Need, Scorer
+from .cdd import CDD
+from .generative import GenerationScorer
 from .loss import Loss
 from .lowercase import Lowercase
 from .min_k import MinK
 from .min_k_pp import MinKPlusPlus
 from .pac import PAC
 from .ref import Ref
+from .samia import SaMIA
+from .ts_guessing import TSGuessing
 from .zlib import Zlib
 
 REGISTRY: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref)
+    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing)
 }
 
 DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")
+TEXT_ONLY_SCORERS = ("samia", "cdd")
+"""The text-only scorers that apply to any text (``--methods auto`` without log-probs);
+``ts_guessing`` joins them on multiple-choice items (:func:`text_only_specs`)."""
 
 
 def parse_scorer(spec: str) -> Scorer:
@@ -72,11 +79,17 @@ def default_scorer_specs(vocab_stats: bool) -> tuple[str, ...]:
     return tuple(s for s in DEFAULT_SCORERS if vocab_stats or not parse_scorer(s).needs_vocab_stats)
 
 
+def text_only_specs(multiple_choice: bool) -> tuple[str, ...]:
+    """The text-only scorers for a dataset: :data:`TEXT_ONLY_SCORERS`, plus ``ts_guessing``
+    when every item is a multiple-choice item (``multiple_choice``)."""
+    return TEXT_ONLY_SCORERS + (("ts_guessing",) if multiple_choice else ())
+
+
 def refine_for(scorers: Sequence[Scorer]) -> tuple[float, ...]:
     """The precision the black-box tracker refines texts to for these scorers: the k of each
     (:meth:`Scorer.lowest_percent`), sorted, without repeats; ``()`` (every value to ε) when one
     of them reads the values otherwise (PAC, Min-K%++) or none is given."""
-    percents = [s.lowest_percent() for s in scorers]
+    percents = [s.lowest_percent() for s in scorers if s.needs_logprobs]
     if not percents or None in percents:
         return ()
     return tuple(sorted(set(percents)))
@@ -113,5 +126,5 @@ def parse_scorers(specs: list[str] | str) -> list[Scorer]:
     return scorers
 
 
-__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "Need", "Scorer", "default_scorer_specs", "parse_scorer",
-           "parse_scorers", "refine_for", "split_specs"]
+__all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "TEXT_ONLY_SCORERS", "GenerationScorer", "Need", "Scorer",
+           "default_scorer_specs", "parse_scorer", "parse_scorers", "refine_for", "split_specs", "text_only_specs"]

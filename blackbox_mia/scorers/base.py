@@ -46,12 +46,15 @@ class Scorer(ABC):
     Class attributes:
         name: registry name (``"min_k"``).
         needs_vocab_stats: True when the scorer reads ``mu``/``sigma`` (local backend only).
+        needs_logprobs: True when the scorer reads log-probs (:meth:`score`); False for the
+            text-only scorers (:mod:`.generative`), which read generations.
         ranges: per numeric parameter, its bounds as keyword arguments of
             :func:`~blackbox_mia.config.check_number` (checked when a spec is parsed).
     """
 
     name: ClassVar[str]
     needs_vocab_stats: ClassVar[bool] = False
+    needs_logprobs: ClassVar[bool] = True
     ranges: ClassVar[Mapping[str, Mapping[str, float]]] = {}
 
     def needs(self, text: str) -> list[Need]:

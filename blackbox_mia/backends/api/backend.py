@@ -191,22 +191,26 @@ class ApiBackend(Backend):
         tracker, price = await self._tracking(), self.client.config.price()
         return await in_daemon_thread(lambda _: estimate(tracker, texts, price), "bbmia-estimate")  # tokenizes
 
-    def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> CostEstimate:
-        """Requests, billed tokens and USD of greedy generation (:meth:`_agenerate` at temperature
-        0: one request per prompt, the codec's BOS added to each prompt), sending nothing (no
-        probe either). Completion tokens are counted at ``max_new_tokens``: an upper bound.
+    def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int],
+                            sent: Sequence[int] | None = None) -> CostEstimate:
+        """Requests, billed tokens and USD of generation (:meth:`_agenerate`: one request per
+        prompt at temperature 0, one per sample otherwise, ``sent[i]`` of them; the codec's BOS
+        added to each prompt), sending nothing (no probe either). Completion tokens are counted
+        at ``max_new_tokens``: an upper bound.
 
         Raises:
-            ValueError: the two sequences differ in length.
+            ValueError: the sequences differ in length.
         """
-        super().estimate_generation(prompt_tokens, max_new_tokens)
+        super().estimate_generation(prompt_tokens, max_new_tokens, sent)
+        sent = [1] * len(prompt_tokens) if sent is None else sent
         bos = int(self.codec.bos_id is not None)
-        prompt, completion = sum(n + bos for n in prompt_tokens), sum(max_new_tokens)
+        prompt = sum((n + bos) * k for n, k in zip(prompt_tokens, sent))
+        completion = sum(m * k for m, k in zip(max_new_tokens, sent))
         price = self.client.config.price()
         usd = request_cost(prompt, completion, price)
         notes = ("answers already in the response cache are counted as if paid",
                  "completion tokens counted as if every generation ran to its token budget (an upper bound)")
-        return CostEstimate(requests=len(prompt_tokens), prompt_tokens=prompt, completion_tokens=completion, usd=usd,
+        return CostEstimate(requests=sum(sent), prompt_tokens=prompt, completion_tokens=completion, usd=usd,
                             strategy="generate", unpriced=price is None, notes=notes)
 
     async def _agenerate(
