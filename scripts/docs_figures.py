@@ -81,7 +81,7 @@ class Session:
         summary = json.loads(lines[-1])
         if show:
             self.transcript.append("$ " + self.shown(shlex.join(["bbmia", *args])))
-            self.transcript.extend(self.shown(line) for line in lines[:-1] if not line.startswith("report: "))
+            self.transcript.extend(self.shown(line).rstrip() for line in lines[:-1] if not line.startswith("report: "))
         return "\n".join(lines[:-1]), summary
 
     def block(self) -> str:
