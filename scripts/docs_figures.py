@@ -91,13 +91,14 @@ class Session:
         return text
 
 
-def figures_of(summary: object) -> object:
-    """``summary`` without its volatile keys (:data:`VOLATILE_KEYS`), recursively."""
+def figures_of(summary: object, shown: Callable[[str], str] = str) -> object:
+    """``summary`` without its volatile keys (:data:`VOLATILE_KEYS`), recursively, its strings
+    passed through ``shown`` (absolute paths written as the docs print them)."""
     if isinstance(summary, dict):
-        return {k: figures_of(v) for k, v in summary.items() if k not in VOLATILE_KEYS}
+        return {k: figures_of(v, shown) for k, v in summary.items() if k not in VOLATILE_KEYS}
     if isinstance(summary, list):
-        return [figures_of(v) for v in summary]
-    return summary
+        return [figures_of(v, shown) for v in summary]
+    return shown(summary) if isinstance(summary, str) else summary
 
 
 def demo(s: Session) -> dict:
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     figures, drift = dict(recorded), []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
-        value = figures_of(BLOCKS[name](session))
+        value = figures_of(BLOCKS[name](session), session.shown)
         block = session.block()
         if args.check:
             drift += differences(recorded.get(name), value, name)
