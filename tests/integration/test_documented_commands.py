@@ -117,7 +117,7 @@ def test_printed_score_command_runs(workdir):
     folder, env = workdir
     command, _ = _printed(["canary", "train", "--quiet"], "evaluate", folder, env)
     assert command.startswith("bbmia score ")
-    _json_of(command, "--scorers loss,min_k --limit 24 --out runs/printed-score.jsonl --quiet", folder, env)
+    _json_of(command, "--scorers loss,min_k --limit 24 --out runs/printed-score.jsonl", folder, env)
     rows = (folder / "runs" / "printed-score.jsonl").read_text().strip().split("\n")
     assert len(rows) == 24 and all("min_k" in json.loads(row)["scores"] for row in rows)
 
