@@ -11,13 +11,16 @@ through the cache root (``BBMIA_CACHE_DIR``, else ./cache); then about 10-20 min
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -50,10 +53,21 @@ def workdir(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def _run(script: str, folder: Path, env: dict) -> subprocess.CompletedProcess:
-    """``script`` in bash (errexit, pipefail), background jobs killed at its end."""
+    """``script`` in bash (errexit, pipefail) in its own process group, which is killed once bash
+    exits: a server a block started in the background never outlives it (its output goes to
+    files, so a leftover process cannot hold a pipe open either)."""
     prologue = "set -eo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
-    return subprocess.run(["bash", "-c", prologue + script], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(["bash", "-c", prologue + script], cwd=folder, env=env, stdout=out, stderr=err,
+                                text=True, start_new_session=True)
+        try:
+            code = proc.wait(timeout=TIMEOUT_S)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, code, out.read(), err.read())
 
 
 def _assert_results(script: str, folder: Path) -> None:
