@@ -316,8 +316,8 @@ def run_unlearning(
 
     Args:
         plan: from :func:`prepare_unlearning`.
-        before, after: the original and the unlearned model (``logprobs``; ``after`` also
-            ``generate``).
+        before: the original model (``logprobs``).
+        after: the unlearned model (``logprobs`` and ``generate``).
         out_dir: the output folder.
         truth: (directory, local backend) of the unlearned canary that gives the ground
             truth, or None.

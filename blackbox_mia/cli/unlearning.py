@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..backends.registry import KIND_PREFIX, split_query
-from ..canary.unlearn import ALL_MEMBERS, GRADIENT_ASCENT
+from ..canary.unlearn import ALL_MEMBERS, FORGET_FILE, GRADIENT_ASCENT
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .audit import run_audit
@@ -60,6 +60,12 @@ def default_truth(after: str) -> Path | None:
 TRUTH_OPTION = typer.Option(None, "--truth", help="unlearned canary giving the ground truth (default: --after when "
                             "it is one)")
 OUT_OPTION = typer.Option(None, "--out", help="output folder (default: runs/unlearning-<dataset>/)")
+CANARY_COMPLETION_OPTIONS = "--prompt-words 24 --samples 20 --max-new-tokens 48"
+"""The story-completion settings ``bbmia canary unlearn`` prints in its ``bbmia unlearning``
+command: a canary's texts (single GSM8K problems, about 100 words) are nearly all shorter than the default 200-word
+prompt, which would leave no text to complete; 24-word prompts, 48 new tokens and 20 samples
+separated the white-box label best of 192 settings compared on tuning seed 0
+(docs/unlearning-ground-truth.md, "Story completion"; ``studies/completion_settings.py``)."""
 
 
 @app.command()
@@ -211,7 +217,8 @@ def unlearn(
     ascent or alternative labels), saved in a new directory with the forget list, the forget rule
     and the settings in its manifest.
 
-    Audit it afterwards with: bbmia unlearning --before CANARY --after NEW canary:NEW
+    Audit it afterwards with: bbmia unlearning NEW/forget_items.jsonl --before local:CANARY --after local:NEW
+    --prompt-words 24 --samples 20 --max-new-tokens 48 (the command it prints)
     """
     from ..canary.unlearn import UnlearnConfig, unlearn_canary, unlearning_record
 
@@ -228,7 +235,8 @@ def unlearn(
                    f"nats/token, the non-members' {1 - memorized['target_fpr']:.0%} quantile); forget set from the {forget_from}")
         typer.echo(f"forgot {len(record['forget_ids'])} members in {steps} steps ({method}): forget-set loss "
                    f"{record['forget_loss_before']:.3f} -> {record['forget_loss_after']:.3f} nats/token")
-        typer.echo(f"audit: bbmia unlearning --before {canary} --after {path} canary:{path}", err=True)
+        typer.echo(f"audit: bbmia unlearning {path / FORGET_FILE} --before local:{canary} --after local:{path} "
+                   f"{CANARY_COMPLETION_OPTIONS}", err=True)
         if json_out:
             echo_json_line({"path": str(path), "forget_ids": record["forget_ids"], "method": record["method"],
                             "forget_from": record["forget_from"], "n_memorized_before": len(memorized["ids"]),

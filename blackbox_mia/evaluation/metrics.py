@@ -92,7 +92,8 @@ def tpr_at_fpr(labels, scores, fpr_target: float) -> float:
     the TPR at zero false positives (see :func:`evaluate_scores`, which flags it).
 
     Args:
-        labels, scores: shape (n,) each (see :func:`roc`).
+        labels: shape (n,) (see :func:`roc`).
+        scores: shape (n,) (see :func:`roc`).
         fpr_target: in [0, 1].
 
     Raises:
@@ -120,7 +121,8 @@ def bootstrap_ci(
     one class only are dropped.
 
     Args:
-        labels, scores: shape (n,) each.
+        labels: shape (n,).
+        scores: shape (n,).
         statistic: ``"auc"``, ``"tpr@<fpr>"`` (e.g. ``"tpr@0.01"``), or a callable
             ``f(labels, scores) -> float``. The named statistics run vectorised over all
             resamples (same values as sklearn on each resample); a callable runs once per
@@ -180,9 +182,12 @@ def bootstrap_roc_stats(
     trapezoidal area nor the TPR at an FPR.
 
     Args:
-        labels, scores: shape (n,) each.
+        labels: shape (n,).
+        scores: shape (n,).
         fprs: FPR targets in [0, 1], shape (f,).
-        n_boot, seed, stratified: as in :func:`bootstrap_ci`.
+        n_boot: as in :func:`bootstrap_ci`.
+        seed: as in :func:`bootstrap_ci`.
+        stratified: as in :func:`bootstrap_ci`.
 
     Returns:
         ``(aucs, tprs)`` of shapes (n_boot,) and (n_boot, f); NaN for a resample with one
@@ -232,7 +237,8 @@ def evaluate_scores(
     """AUC and TPR at each low FPR, with stratified percentile-bootstrap CIs.
 
     Args:
-        labels, scores: shape (n,) each.
+        labels: shape (n,).
+        scores: shape (n,).
         fprs: FPR targets (fractions: 0.01 = 1%).
         n_boot: bootstrap resamples; 0 skips the CIs (they are then None).
         seed: bootstrap seed.
@@ -324,8 +330,13 @@ def evaluate_by_length(
     """:func:`evaluate_scores` within each length bucket (see :func:`length_buckets`).
 
     Args:
-        labels, scores, word_counts: shape (n,) each.
-        edges, fprs, n_boot, seed: as in :func:`length_buckets` and :func:`evaluate_scores`.
+        labels: shape (n,).
+        scores: shape (n,).
+        word_counts: shape (n,).
+        edges: as in :func:`length_buckets` and :func:`evaluate_scores`.
+        fprs: as in :func:`length_buckets` and :func:`evaluate_scores`.
+        n_boot: as in :func:`length_buckets` and :func:`evaluate_scores`.
+        seed: as in :func:`length_buckets` and :func:`evaluate_scores`.
 
     Returns:
         ``{bucket: metrics}`` in increasing length order, non-empty buckets only. A bucket

@@ -1,0 +1,225 @@
+"""Regenerate every canary figure that README.md and docs/ quote, so the figures cannot drift
+from the code.
+
+Each figure is the output of a documented command run on a canary (the default dup-8 GSM8K
+canary, its unlearned copy, the document canary), exactly as a user would type it. The script
+runs those commands and writes:
+
+- ``docs/generated/<name>.md``: the console block (``$ command`` lines and what they printed),
+  which the docs pages include (MkDocs ``pymdownx.snippets``: ``--8<-- "generated/<name>.md"``);
+- ``docs/generated/figures.json``: the numbers of every block (AUCs, rates, intervals, counts),
+  read from each command's ``--json`` line;
+- README.md: the blocks between ``<!-- generated: <name>.md -->`` and ``<!-- /generated -->``
+  are replaced by the same files (GitHub renders no includes).
+
+``--check`` runs the commands again, writes nothing, and exits 1 when a number differs from
+``figures.json`` beyond the tolerance (:data:`ABS_TOL` absolute, :data:`REL_TOL` relative for
+p-values and thresholds; integer counts exactly). Times, request rates and paths are not figures
+and are never compared. ``--only NAME`` limits either mode to some blocks.
+
+Run from the repository root: ``python scripts/docs_figures.py`` (about 10 min on 2 CPU cores
+once the canaries are trained; the canaries are trained on first use and shared through the
+cache root, ``--cache-dir`` / ``BBMIA_CACHE_DIR``). Outputs of the audited commands go to
+``<cache root>/docs-figures/`` and are resumed on a rerun (``--fresh`` deletes them first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED = ROOT / "docs" / "generated"
+FIGURES_FILE = GENERATED / "figures.json"
+README = ROOT / "README.md"
+ABS_TOL = 0.002
+"""Largest absolute difference accepted by ``--check`` for a float (AUCs, rates, bounds: the
+docs print three decimals)."""
+REL_TOL = 0.05
+"""Largest relative difference accepted by ``--check`` for a float (p-values, thresholds)."""
+GENERATED_BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+VOLATILE_KEYS = {"seconds", "elapsed_s", "requests_per_token", "path", "model", "manifest", "json_path", "md_path",
+                 "out", "usage", "train_seconds", "reused", "requests", "cache_hits", "load_avg"}
+"""JSON keys that are not figures (times, costs, where files went) and are never compared."""
+
+
+@dataclass
+class Session:
+    """Where the commands run: the ``bbmia`` executable, the cache root, and the folder for the
+    audits' outputs. ``shown`` maps absolute paths to what the docs print instead."""
+
+    bbmia: str
+    cache: Path
+    work: Path
+    transcript: list[str] = field(default_factory=list)
+
+    def shown(self, text: str) -> str:
+        """``text`` with the cache root written as ``cache`` and the work folder as ``runs``."""
+        return text.replace(str(self.work), "runs").replace(str(self.cache), "cache")
+
+    def run(self, args: list[str], *, show: bool = True) -> tuple[str, dict]:
+        """Run ``bbmia ARGS --json``; return its stdout without the JSON line, and the JSON.
+
+        Raises:
+            RuntimeError: the command failed (its stderr's last lines in the message).
+        """
+        env = dict(os.environ, BBMIA_CACHE_DIR=str(self.cache))
+        proc = subprocess.run([self.bbmia, *args, "--json"], capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bbmia {shlex.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        lines = proc.stdout.rstrip("\n").split("\n")
+        summary = json.loads(lines[-1])
+        if show:
+            self.transcript.append("$ " + self.shown(shlex.join(["bbmia", *args])))
+            self.transcript.extend(self.shown(line).rstrip() for line in lines[:-1] if not line.startswith("report: "))
+        return "\n".join(lines[:-1]), summary
+
+    def block(self) -> str:
+        """The transcript so far as one fenced console block; the transcript is emptied."""
+        text = "```console\n" + "\n".join(self.transcript) + "\n```\n"
+        self.transcript.clear()
+        return text
+
+
+def figures_of(summary: object, shown: Callable[[str], str] = str) -> object:
+    """``summary`` without its volatile keys (:data:`VOLATILE_KEYS`), recursively, its strings
+    passed through ``shown`` (absolute paths written as the docs print them)."""
+    if isinstance(summary, dict):
+        return {k: figures_of(v, shown) for k, v in summary.items() if k not in VOLATILE_KEYS}
+    if isinstance(summary, list):
+        return [figures_of(v, shown) for v in summary]
+    return shown(summary) if isinstance(summary, str) else summary
+
+
+def demo(s: Session) -> dict:
+    """``bbmia demo``: white-box AUCs of every scorer on the default canary (400 items) and the
+    black-box AUCs and agreement on 20 of them through ``bbmia serve``."""
+    _, summary = s.run(["demo"])
+    return summary
+
+
+def sweep(s: Session) -> dict:
+    """``bbmia sweep gsm8k`` on the default canary, calibrated on a seeded half of its labelled
+    items, the other half swept with the benchmark (the planted fraction is known)."""
+    canary = s.run(["canary", "train", "--quiet"], show=False)[1]["path"]
+    _, summary = s.run(["sweep", "gsm8k", "--local", canary, "--calibration", f"canary:{canary}",
+                        "--calibration-fraction", "0.5", "--quiet", "--out", str(s.work / "sweep")])
+    return summary
+
+
+def unlearning(s: Session) -> dict:
+    """``bbmia canary unlearn`` (forget set among the memorized members, seed 1) and the command it
+    prints next, ``bbmia unlearning``, with the ground truth of the unlearned canary."""
+    canary = s.run(["canary", "train", "--quiet"], show=False)[1]["path"]
+    made = s.run(["canary", "unlearn", canary, "--forget", "50", "--forget-from", "memorized", "--seed", "1",
+                  "--steps", "6", "--lr", "3e-3", "--retain-weight", "10"])[1]
+    after = made["path"]
+    _, summary = s.run(["unlearning", f"{after}/forget_items.jsonl", "--before", f"local:{canary}",
+                        "--after", f"local:{after}", "--prompt-words", "24", "--samples", "20",
+                        "--max-new-tokens", "48", "--seed", "1", "--quiet", "--out", str(s.work / "unlearning")])
+    return {"unlearn": made, "audit": summary}
+
+
+def documents(s: Session) -> dict:
+    """``bbmia documents`` on the document canary (64-word chunks, Min-K%, threshold at 5% FPR on
+    the validation documents)."""
+    made = s.run(["canary", "train", "--corpus", "documents", "--quiet"], show=False)[1]
+    _, summary = s.run(["documents", made["documents"], "--calibration", made["validation"], "--local", made["path"],
+                        "--chunk-words", "64", "--rule", "fpr", "--quiet",
+                        "--out", str(s.work / "documents")])
+    return summary
+
+
+BLOCKS: dict[str, Callable[[Session], dict]] = {"demo": demo, "sweep": sweep, "unlearning": unlearning,
+                                                 "documents": documents}
+
+
+def differences(old: object, new: object, where: str = "") -> list[str]:
+    """Every place where ``new`` differs from ``old`` beyond the tolerance, as ``path: old -> new``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new)) for d in differences(old.get(k), new.get(k), f"{where}.{k}")]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{where}[{i}]")]
+    both_float = isinstance(old, float) and isinstance(new, (int, float)) or isinstance(new, float) and isinstance(old, int)
+    if both_float and not isinstance(old, bool) and not isinstance(new, bool):
+        if math.isclose(old, new, rel_tol=REL_TOL, abs_tol=ABS_TOL):
+            return []
+    elif old == new:
+        return []
+    return [f"{where or '.'}: {old!r} -> {new!r}"]
+
+
+def sync_readme() -> list[str]:
+    """Replace README.md's generated blocks by ``docs/generated/<name>``; return the names whose
+    file is missing."""
+    missing = []
+
+    def replace(match: re.Match) -> str:
+        path = GENERATED / match["name"]
+        if not path.is_file():
+            missing.append(match["name"])
+            return match[0]
+        return match[1] + path.read_text() + match[4]
+
+    text = README.read_text()
+    README.write_text(GENERATED_BLOCK.sub(replace, text))
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the blocks; write (or ``--check``) the generated files. Returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with figures.json, write nothing")
+    parser.add_argument("--only", default=",".join(BLOCKS), help=f"comma-separated blocks ({', '.join(BLOCKS)})")
+    parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("BBMIA_CACHE_DIR", ROOT / "cache")))
+    parser.add_argument("--fresh", action="store_true", help="delete the audits' earlier outputs first")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BLOCKS]
+    if unknown:
+        parser.error(f"unknown block {', '.join(unknown)}; choose from {', '.join(BLOCKS)}")
+    bbmia = shutil.which("bbmia", path=str(Path(sys.executable).parent)) or shutil.which("bbmia")
+    if bbmia is None:
+        parser.error("no bbmia executable: install the package (pip install -e \".[local]\")")
+    cache = args.cache_dir.resolve()
+    work = cache / "docs-figures"
+    if args.fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    session = Session(bbmia, cache, work)
+    recorded = json.loads(FIGURES_FILE.read_text()) if FIGURES_FILE.is_file() else {}
+    figures, drift = dict(recorded), []
+    for name in names:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        value = figures_of(BLOCKS[name](session), session.shown)
+        block = session.block()
+        if args.check:
+            drift += differences(recorded.get(name), value, name)
+        else:
+            figures[name] = value
+            GENERATED.mkdir(parents=True, exist_ok=True)
+            (GENERATED / f"{name}.md").write_text(block)
+    if args.check:
+        for line in drift:
+            print(f"drift: {line}")
+        print(f"{len(drift)} figures differ beyond the tolerance" if drift else "every figure reproduces")
+        return 1 if drift else 0
+    FIGURES_FILE.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    missing = sync_readme()
+    if missing:
+        print(f"README.md includes missing generated files: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

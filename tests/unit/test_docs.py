@@ -1,0 +1,119 @@
+"""The documentation's own rules (issue 30, items 1 and 8): a README of at most 250 lines whose
+test command is the one .ci/run runs, generated figures that the README and the docs pages take
+from docs/generated/ unchanged, every command block either run by
+tests/integration/test_documented_commands.py or marked with why not, every "next" command the
+package prints accounted for, and the figures script's tolerance."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+
+import pytest
+
+from tests.tools.doc_commands import (
+    NOT_RUN,
+    PRINTED_NEXT,
+    ROOT,
+    blocks,
+    pages,
+    printed_next_commands,
+    reduced,
+)
+
+README = ROOT / "README.md"
+TEST_COMMAND = (
+    'python3 -m venv .venv && . .venv/bin/activate && pip install -q torch==2.13.0 && '
+    'pip install -q -e ".[local,ja,dev]" && python -m pytest -q'
+)
+SNIPPET = re.compile(r'^--8<-- "(?P<path>[^"]+)"$', re.M)
+
+
+def _figures_script():
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "scripts" / "docs_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_is_a_short_guide_whose_test_command_ci_runs_word_for_word():
+    readme = README.read_text(encoding="utf-8")
+    assert len(readme.split("\n")) <= 250
+    assert TEST_COMMAND in readme.split("\n")
+    assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text().split("\n")
+
+
+def test_generated_blocks_are_the_generated_files_unchanged():
+    figures = _figures_script()
+    readme = README.read_text(encoding="utf-8")
+    names = [m["name"] for m in figures.GENERATED_BLOCK.finditer(readme)]
+    assert names, "README.md has no generated block"
+    for match in figures.GENERATED_BLOCK.finditer(readme):
+        assert match["body"] == (figures.GENERATED / match["name"]).read_text(), match["name"]
+    included = {m["path"] for page in pages() for m in SNIPPET.finditer(page.read_text(encoding="utf-8"))}
+    assert included, "no docs page includes a generated file"
+    for path in included:
+        assert (ROOT / "docs" / path).is_file(), path
+    recorded = json.loads(figures.FIGURES_FILE.read_text())
+    for name in figures.BLOCKS:
+        assert name in recorded and (figures.GENERATED / f"{name}.md").is_file(), name
+
+
+def test_every_command_block_is_run_or_says_why_not():
+    runnable = 0
+    for page in pages():
+        lines = page.read_text(encoding="utf-8").split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("<!-- not run"):
+                assert NOT_RUN.match(line), f"{page}:{i + 1}: a not-run marker needs a reason"
+                assert i + 1 < len(lines) and lines[i + 1].startswith("```"), f"{page}:{i + 1}: marker not before a fence"
+        for block in blocks(page):
+            assert block.text.strip(), f"{block.page}:{block.line}: an empty command block"
+            runnable += block.not_run is None
+    assert runnable >= 8
+
+
+def test_blocks_read_console_commands_and_reductions_keep_continuations(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- not run: needs a GPU -->\n```console\n$ vllm serve M\n```\n\n"
+        "```console\n$ bbmia sweep gsm8k --local X \\\n    --out runs/s\nprinted output\n$ bbmia probe T --port 8000\n```\n"
+    )
+    found = blocks(page)
+    assert [b.not_run for b in found] == ["needs a GPU", None]
+    assert found[1].text == "bbmia sweep gsm8k --local X \\\n    --out runs/s\nbbmia probe T --port 8000"
+    assert reduced(found[1].text, 1234) == ("bbmia sweep gsm8k --local X --limit 24 \\\n    --out runs/s\n"
+                                            "bbmia probe T --port 1234")
+    assert reduced("bbmia memorize canary --local $C --json   # note", 1) == (
+        "bbmia memorize canary --local $C --limit 24 --json   # note")
+    assert reduced("bbmia unlearning F --samples 20 --seed 1", 1) == "bbmia unlearning F --samples 2 --seed 1 --limit 24"
+
+
+def test_every_printed_next_command_is_run_or_says_why_not():
+    assert printed_next_commands() == set(PRINTED_NEXT)
+    assert all(reason is None or reason.strip() for reason in PRINTED_NEXT.values())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "differs"),
+    [
+        ({"auc": {"loss": 0.941}}, {"auc": {"loss": 0.942}}, False),  # the README's drift: within 0.002
+        ({"auc": 0.869}, {"auc": 0.750}, True),  # 512-word chunks vs the documented 64
+        ({"n_flagged": 14}, {"n_flagged": 18}, True),  # counts exactly
+        ({"p": 0.017}, {"p": 0.0175}, False),  # 3% relative
+        ({"p": 0.017}, {"p": 0.031}, True),
+        ({"ci": [0.0, 0.186]}, {"ci": [0.0, 0.186, 1.0]}, True),
+        ({"a": 1}, {"a": 1, "b": 2}, True),
+    ],
+)
+def test_figures_tolerance(old, new, differs):
+    assert bool(_figures_script().differences(old, new)) is differs
+
+
+def test_volatile_keys_are_not_figures():
+    figures = _figures_script()
+    kept = figures.figures_of({"auc": {"loss": 0.9}, "seconds": 14.0, "blackbox": {"requests_per_token": 1.0, "n": 3}})
+    assert kept == {"auc": {"loss": 0.9}, "blackbox": {"n": 3}}
