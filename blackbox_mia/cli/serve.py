@@ -121,7 +121,7 @@ def _one_model(positional: str | None, option: str | None) -> str:
     if positional and option and positional != option:
         raise BlackboxMIAError(f"two models given: {positional!r} and --model {option!r}; give one")
     if not (positional or option):
-        raise BlackboxMIAError("bbmia serve needs the model to serve: bbmia serve MODEL (a directory or hub name)")
+        raise BlackboxMIAError("the model to serve is missing: give it as bbmia serve MODEL (a directory or hub name)")
     return positional or option
 
 

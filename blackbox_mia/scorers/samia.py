@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-from rouge_score import rouge_scorer
 
 from ..types import Generation
 from .bounded import Bounded
 from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, split_halves, use_instruction
+
+if TYPE_CHECKING:
+    from rouge_score import rouge_scorer
 
 CONTINUE_INSTRUCTION = "Continue the following text exactly as it appears in its source, without any comment:\n\n"
 """The instruction form's prompt before the prefix (ours: SaMIA studies base models only)."""
@@ -63,6 +66,8 @@ class SaMIA(GenerationScorer):
 
     @cached_property
     def _rouge(self) -> rouge_scorer.RougeScorer:
+        from rouge_score import rouge_scorer  # imported where used: it loads nltk, which --help never needs
+
         return rouge_scorer.RougeScorer(["rouge1"], use_stemmer=False)
 
     def requests(self, text: str, target: TargetView) -> list[GenerationRequest]:

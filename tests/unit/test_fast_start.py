@@ -73,7 +73,7 @@ def test_a_bad_option_fails_in_one_line_before_anything_slow(tmp_path, args, mes
     (["eval"], ["Missing argument", "eval --help lists the options"]),
     (["sweep", "gsm8k", "--limit", "x"], ["Invalid value for '--limit'"]),
     (["score", "gsm8k", "--no-such-option"], ["No such option: --no-such-option"]),
-    (["serve", "--port", "80800"], ["bbmia serve needs the model to serve: bbmia serve MODEL"]),
+    (["serve", "--port", "80800"], ["the model to serve is missing: give it as bbmia serve MODEL"]),
     (["serve", "some/model", "--port", "80800"], ["--port must be an integer >= 0 and <= 65535, got 80800"]),
     (["serve", "a", "--model", "b"], ["two models given: 'a' and --model 'b'"]),
 ])

@@ -9,7 +9,7 @@ import pytest
 
 from blackbox_mia.backends.base import GENERATE, Backend
 from blackbox_mia.cost.plan import estimate_texts
-from blackbox_mia.datasets import load_dataset
+from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.generated import estimate_generated, score_generated, target_view
 from blackbox_mia.results import ScoredText
 from blackbox_mia.runner import score_texts
@@ -101,7 +101,7 @@ def test_ts_guessing_reads_aqua_and_hides_the_last_wrong_option(codec):
     assert item.options == ("4", "5", "six", "7 apples", "8") and item.answer == 1 and item.masked == 4
     assert item.question == "What is 2 + 3?"
     assert parse_multiple_choice("Question: x\nAnswer: A") is None
-    shipped = load_dataset("aqua:test").items
+    shipped = load_shipped_or_jsonl("aqua:test").items
     for it in shipped:  # every shipped AQuA item parses into its own options
         parsed = parse_multiple_choice(it.text)
         assert [o for o in parsed.options] == [o[2:].rstrip() for o in it.meta["options"]]
