@@ -210,6 +210,8 @@ def sweep_command(
 
         check_methods(methods)
         log = messages(quiet)
+        if out_dir is not None:  # checked before the control is built (seconds on GSM8K)
+            check_output(out_dir, folder=True)
         plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
         out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
         chosen = [plan]

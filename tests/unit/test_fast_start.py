@@ -133,8 +133,8 @@ def test_an_unwritable_out_fails_before_anything_slow(tmp_path, command):
     blocker.write_text("x")
     result = invoke(*command, "--local", "/nonexistent/model", "--out", blocker / "run", "--cache-dir", tmp_path)
     assert_one_line_error(result, f"--out {blocker / 'run'}: {blocker} is a file, so nothing can be written under it")
-    folder = invoke(*command, "--local", "/nonexistent/model", "--out", tmp_path, "--cache-dir", tmp_path)
     if command[0] == "score":  # score writes one JSONL file, the audits a folder
+        folder = invoke(*command, "--local", "/nonexistent/model", "--out", tmp_path, "--cache-dir", tmp_path)
         assert_one_line_error(folder, f"--out {tmp_path} is a folder; give a file path")
     else:
         assert_one_line_error(invoke(*command, "--local", "/nonexistent/model", "--out", blocker, "--cache-dir",

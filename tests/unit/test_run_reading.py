@@ -1,22 +1,16 @@
 """Run reading: the greedy continuation's top-n read the text's own log-probs while it equals the
 text; per-text switching keeps it within one request of forced read-out per failed attempt.
-Hand-counted on a synthetic endpoint, exact against the white-box model through `bbmia serve`."""
+Hand-counted on a synthetic endpoint (through `bbmia serve`: tests/integration/test_run_reading_emulator.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import numpy as np
-import pytest
 
-from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.capabilities import Capabilities
-from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
-from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.emulator import ServerConfig, serve_in_background
 
-from ..conftest import gsm8k_questions
 from .test_tracker import SyntheticEndpoint
 
 V = 10
@@ -99,39 +93,6 @@ def test_a_listed_mismatch_is_read_from_the_run_and_runs_go_on():
     result, calls = track(seq, "run")
     assert calls == 5 and result.strategies == ["forced"] * 2 + ["run"] * 3 + ["forced"]
     np.testing.assert_allclose(result.logprobs, truth(seq))
-
-
-# -- through `bbmia serve`: the probe checks the semantics, values are the white-box ones -----------
-
-
-@pytest.fixture(scope="module")
-def local(peaked_model_dir):
-    return LocalBackend(LocalConfig(str(peaked_model_dir)))
-
-
-def test_run_reading_through_the_emulator(local, peaked_model_dir, tmp_path):
-    question = gsm8k_questions(1, split="test")[0][:20]
-    memorized = question + local.generate([question], max_new_tokens=30)[0].text  # the model reproduces its tail
-    texts = [memorized, gsm8k_questions(2, split="test")[1][:60]]
-    white = local.logprobs(texts)
-    with serve_in_background(ServerConfig(str(peaked_model_dir), echo=False), backend=local) as url:
-        used = {}
-        for strategy in ("run", "forced"):
-            config = ApiConfig(base_url=url, model=str(peaked_model_dir), max_retries=1)
-            backend = ApiBackend(config, tokenizer=str(peaked_model_dir), tracker=TrackerConfig(strategy=strategy),
-                                 cache_dir=tmp_path / strategy)
-            assert backend.capabilities.run_reading
-            before = backend.usage.requests
-            black = backend.logprobs(texts)
-            used[strategy] = backend.usage.requests - before
-            backend.close()
-            for b, w in zip(black, white):
-                assert b.token_ids.tolist() == w.token_ids.tolist()
-                np.testing.assert_allclose(b.logprobs, w.logprobs, atol=1e-4)
-                np.testing.assert_array_equal(b.lower, b.upper)
-    tokens = sum(w.n_tokens for w in white)
-    assert used["forced"] == tokens
-    assert used["run"] < 0.8 * used["forced"]  # the memorized text's tail is read by runs
 
 
 def test_bisection_reads_its_unbiased_answers_by_runs():
