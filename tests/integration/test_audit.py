@@ -63,7 +63,7 @@ def test_canary_spec_loads_labelled_items_in_both_loaders(canary):
     assert [it.id for it in items] == manifest["member_ids"] + manifest["nonmember_ids"]
     assert [it.label for it in items] == [1] * 40 + [0] * 40
     assert meta["name"] == f"canary:{canary}" and len(meta["sha256"]) == 64
-    assert load_items(f"canary:{canary}", 5) == (items[:5], meta)
+    assert load_items(f"canary:{canary}", 5) == (items[:3] + items[40:42], meta)  # --limit keeps both labels
     with pytest.raises(BlackboxMIAError, match="bbmia canary train"):
         load_items(f"canary:{canary.parent / 'nothing'}")
     assert dataset_slug(meta["name"]) == "canary" and dataset_slug("gsm8k:test") == "gsm8k-test"
