@@ -10,13 +10,19 @@ about 6 requests a token). Deciding sends nothing but the probe (cached).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from ..backends.base import GENERATE, LOGPROBS, Backend
-from ..scorers import text_only_specs
+from ..scorers import TARGET, parse_scorers, text_only_specs
 from ..scorers.ts_guessing import parse_multiple_choice
 from ..types import BlackboxMIAError
+
+if TYPE_CHECKING:
+    from .common import AuditResult, Log
+
+Plan = TypeVar("Plan")
 
 METHODS = ("auto", "logprobs", "text-only")
 LOGPROBS_ROUTE, TEXT_ONLY_ROUTE = METHODS[1], METHODS[2]
@@ -111,3 +117,52 @@ def text_only_offer(target: Backend, texts: Sequence[str]) -> tuple[str | None, 
     specs = ",".join(text_only_specs(multiple_choice(texts)))
     return (f"{found.reason}. The text-only tests need only generation: --methods auto runs them "
             f"(or --scorers {specs})"), found.requests_per_token is None
+
+
+def route_scorers(methods: str | None, target: Backend, texts: Sequence[str], specs: Sequence[str],
+                  log: Log) -> tuple[tuple[str, ...], dict | None]:
+    """The scorer specs to run after capability routing, and the route taken (None without
+    ``--methods``). Without ``--methods``, log-prob scorers on a target with no usable log-probs
+    are refused with the offer of the text-only tests; a costly tracker is only noted (``log``).
+
+    Raises:
+        BlackboxMIAError: as :func:`routed_specs`; no usable log-probs.
+    """
+    if methods is None:
+        if any(s.needs_logprobs for s in parse_scorers(list(specs))):
+            offer, fatal = text_only_offer(target, texts)
+            if fatal:
+                raise BlackboxMIAError(offer)
+            if offer:
+                log(f"note: {offer}")
+        return tuple(specs), None
+    chosen, found = routed_specs(methods, target, texts, specs)
+    log(f"--methods {methods}: {found.methods} scorers ({', '.join(chosen)}): {found.reason}")
+    return chosen, found.to_dict()
+
+
+def routed_audit(methods: str | None, texts: Sequence[str], specs: Sequence[str], plan_for: Callable[[tuple[str, ...]], Plan],
+                 run: Callable[[Plan, dict[str, Backend]], AuditResult], dry_run: Callable[[Plan, dict[str, Backend]], None],
+                 log: Log) -> tuple[Callable[[dict[str, Backend]], None], Callable[[dict[str, Backend]], AuditResult]]:
+    """An audit's ``(dry_run, run)`` given its backends, after ``--methods`` routing
+    (:func:`route_scorers` on ``texts``): ``plan_for(chosen specs)`` gives the plan to run (the
+    prepared one when the specs are unchanged); the route goes into the result's
+    ``summary["route"]`` (when ``--methods`` was given).
+
+    Raises (from the returned functions): as :func:`route_scorers`, ``plan_for``, ``run``, ``dry_run``.
+    """
+    def routed(backends: dict[str, Backend]) -> tuple[Plan, dict | None]:
+        chosen, found = route_scorers(methods, backends[TARGET], texts, specs, log)
+        return plan_for(chosen), found
+
+    def estimate(backends: dict[str, Backend]) -> None:
+        dry_run(routed(backends)[0], backends)
+
+    def audit(backends: dict[str, Backend]) -> AuditResult:
+        plan, found = routed(backends)
+        result = run(plan, backends)
+        if found is not None:
+            result.summary["route"] = found
+        return result
+
+    return estimate, audit

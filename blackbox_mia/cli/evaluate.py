@@ -23,31 +23,6 @@ METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs 
                 "text-only tests (samia, cdd; ts_guessing on multiple-choice items); text-only; logprobs")
 
 
-def route_scorers(methods: str | None, backends: dict, texts: list[str], specs, log) -> tuple[tuple[str, ...], dict | None]:
-    """The scorer specs to run after capability routing, and the route taken (None without
-    ``--methods``). Without ``--methods``, log-prob scorers on a target with no usable log-probs
-    are refused with the offer of the text-only tests; a costly tracker is only noted.
-
-    Raises:
-        BlackboxMIAError: as :func:`~blackbox_mia.audits.routing.routed_specs`; no usable log-probs.
-    """
-    from ..audits.routing import routed_specs, text_only_offer
-    from ..scorers import TARGET, parse_scorers
-    from ..types import BlackboxMIAError
-
-    if methods is None:
-        if any(s.needs_logprobs for s in parse_scorers(list(specs))):
-            offer, fatal = text_only_offer(backends[TARGET], texts)
-            if fatal:
-                raise BlackboxMIAError(offer)
-            if offer:
-                log(f"note: {offer}")
-        return tuple(specs), None
-    chosen, route = routed_specs(methods, backends[TARGET], texts, specs)
-    log(f"--methods {methods}: {route.methods} scorers ({', '.join(chosen)}): {route.reason}")
-    return chosen, route.to_dict()
-
-
 @app.command("eval")
 @with_target_options
 def eval_command(
@@ -86,7 +61,7 @@ def eval_command(
             prepare_eval,
             run_eval,
         )
-        from ..audits.routing import check_methods
+        from ..audits.routing import check_methods, routed_audit
         from ..scorers import default_scorer_specs, split_specs
         from ..types import BlackboxMIAError
 
@@ -119,21 +94,12 @@ def eval_command(
             if "prompt_length" in s:
                 typer.echo(prompt_length_table(s["prompt_length"]))
 
-        def routed(backends):
-            chosen, route = route_scorers(methods, backends, [it.text for it in plan.items], specs, log)
-            return (plan if chosen == specs else prepare_eval(replace(config, scorers=chosen), target.cache_dir)), route
-
-        def dry_run(backends):
-            routed_plan, _ = routed(backends)
-            print_dry_run(routed_plan.scored_groups(backends["target"].codec), routed_plan.scorers, backends, json_out)
-
-        def run(backends):
-            routed_plan, route = routed(backends)
-            result = run_eval(routed_plan, backends, out, progress=not quiet, log=log)
-            if route is not None:
-                result.summary["route"] = route
-            return result
-
+        dry_run, run = routed_audit(
+            methods, [it.text for it in plan.items], specs,
+            lambda chosen: plan if chosen == specs else prepare_eval(replace(config, scorers=chosen), target.cache_dir),
+            lambda p, backends: run_eval(p, backends, out, progress=not quiet, log=log),
+            lambda p, backends: print_dry_run(p.scored_groups(backends["target"].codec), p.scorers, backends, json_out),
+            log)
         run_audit(target, plan.scorers, dry_run, run, show, json_out)
 
 
@@ -206,7 +172,7 @@ def sweep_command(
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite,
         )
-        from ..audits.routing import TEXT_ONLY_SWEEP_SCORER, check_methods
+        from ..audits.routing import TEXT_ONLY_SWEEP_SCORER, check_methods, routed_audit
 
         check_methods(methods)
         log = messages(quiet)
@@ -214,30 +180,20 @@ def sweep_command(
             check_output(out_dir, folder=True)
         plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
         out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
-        chosen = [plan]
 
-        def routed(backends):
-            specs, route = route_scorers(methods, backends, [it.text for it in plan.items], (config.scorer,), log)
-            keep = specs == (config.scorer,) or not plan.scorer.needs_logprobs  # a text-only --scorers runs anywhere
-            if not keep:  # text-only: the log-prob --features go too
-                chosen[0] = prepare_sweep(replace(config, scorer=TEXT_ONLY_SWEEP_SCORER, features=""),
-                                          target_model=target.local_model, cache_dir=target.cache_dir)
-            return chosen[0], route
+        def plan_for(specs: tuple[str, ...]):
+            if specs == (config.scorer,) or not plan.scorer.needs_logprobs:  # a text-only --scorers runs anywhere
+                return plan
+            return prepare_sweep(replace(config, scorer=TEXT_ONLY_SWEEP_SCORER, features=""),  # the log-prob
+                                 target_model=target.local_model, cache_dir=target.cache_dir)  # --features go too
 
-        def run(backends):
-            routed_plan, route = routed(backends)
-            result = run_sweep(routed_plan, backends, out, progress=not quiet, log=log)
-            if route is not None:
-                result.summary["route"] = route
-            return result
-
-        def dry_run(backends):
-            routed_plan, _ = routed(backends)
-            print_dry_run(routed_plan.scored_groups(), routed_plan.scorers, backends, json_out)
-
+        dry_run, run = routed_audit(
+            methods, [it.text for it in plan.items], (config.scorer,), plan_for,
+            lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log),
+            lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log)
         run_audit(target, plan.scorers, dry_run, run,
-                  lambda result: typer.echo(result.summary["headline"] + "\n"
-                                            + format_table(["", chosen[0].scorer.label], sweep_rows(result.summary))),
+                  lambda result: typer.echo(result.summary["headline"] + "\n" + format_table(
+                      ["", next(iter(result.report["sweep"]))], sweep_rows(result.summary))),
                   json_out)
 
 

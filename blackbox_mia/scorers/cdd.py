@@ -16,8 +16,7 @@ from rapidfuzz.distance import Levenshtein
 
 from ..types import Generation
 from .bounded import Bounded
-from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, split_halves, use_instruction
-from .samia import CONTINUE_INSTRUCTION
+from .generative import GenerationRequest, SampledContinuation, TargetView, split_halves
 
 
 def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: float) -> float:
@@ -38,7 +37,7 @@ def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: f
 
 
 @dataclass(frozen=True)
-class CDD(GenerationScorer):
+class CDD(SampledContinuation):
     """score = Peak(M; x) of :func:`peakedness`: the share of ``n`` samples at ``temperature``
     within token edit distance α·l of the greedy output (higher = more peaked = member).
 
@@ -48,15 +47,10 @@ class CDD(GenerationScorer):
     tokens (the continuation form, as SaMIA) and generate up to the rest's length (at most
     ``max_new_tokens``, our cap; we do not recall the paper's output cap).
 
-    Parameters:
-        n: samples per text (>= 1).
-        temperature: sampling temperature (> 0).
+    Parameters: those of :class:`~.generative.SampledContinuation` (``n`` = 50, ``temperature``
+    = 0.8, ``prefix``, ``seed``, ``form``: the instruction form's wording is ours), and
         alpha: α, the edit-distance threshold as a fraction of the longest output.
-        prefix: fraction of the text's tokens given as the prompt (0 < prefix < 1).
         max_new_tokens: at most this many tokens per output.
-        seed: sample ``j`` uses seed ``seed + j``.
-        form: ``continuation``, ``instruction`` (``samia.CONTINUE_INSTRUCTION`` and the prefix as
-            text, our wording), or ``auto`` (instruction on chat targets).
 
     Requests per text: ``n + 1`` (the greedy output, then the samples). Outputs are compared as
     the target tokenizer's encoding of their texts (the same on every backend, log-probs or not).
@@ -66,23 +60,16 @@ class CDD(GenerationScorer):
     """
 
     name = "cdd"
-    ranges = {"n": {"at_least": 1}, "temperature": {"above": 0.0, "at_most": 2.0}, "alpha": {"at_least": 0.0, "at_most": 1.0},
-              "prefix": {"above": 0.0, "below": 1.0}, "max_new_tokens": {"at_least": 1}, "seed": {"at_least": 0}}
+    ranges = {**SampledContinuation.ranges, "alpha": {"at_least": 0.0, "at_most": 1.0}, "max_new_tokens": {"at_least": 1}}
 
     n: int = 50
     temperature: float = 0.8
     alpha: float = 0.05
-    prefix: float = 0.5
     max_new_tokens: int = 128
-    seed: int = 0
-    form: str = "auto"
-
-    def __post_init__(self) -> None:
-        check_form(self.name, self.form)
 
     def requests(self, text: str, target: TargetView) -> list[GenerationRequest]:
         halves = split_halves(self.name, text, target, self.prefix, self.max_new_tokens)
-        prompt = CONTINUE_INSTRUCTION + halves.prefix if use_instruction(self.form, target.chat) else halves.prefix_ids
+        prompt = self.prompt(halves, target)
         budget = len(halves.suffix_ids)
         return [GenerationRequest(prompt, budget), GenerationRequest(prompt, budget, self.temperature, self.n, self.seed)]
 

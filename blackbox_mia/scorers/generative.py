@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 FORMS = ("auto", "continuation", "instruction")
 CONTINUATION, INSTRUCTION = FORMS[1], FORMS[2]
+CONTINUE_INSTRUCTION = "Continue the following text exactly as it appears in its source, without any comment:\n\n"
+"""The instruction form's prompt before a prefix, for SaMIA and CDD (ours: their papers study
+base models only)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,6 @@ class GenerationScorer(Scorer):
         raise BlackboxMIAError(f"scorer {self.label!r} scores generations, not log-probs")
 
 
-
 def check_form(name: str, form: str) -> None:
     """Raise :class:`BlackboxMIAError` (naming scorer ``name``) unless ``form`` is one of :data:`FORMS`."""
     if form not in FORMS:
@@ -160,3 +162,39 @@ def split_halves(name: str, text: str, target: TargetView, fraction: float, max_
     cut = min(max(1, round(fraction * len(ids))), len(ids) - 1)
     prefix, suffix = tuple(ids[:cut]), tuple(ids[cut : cut + max_suffix])
     return Halves(prefix, suffix, codec.decode(list(prefix)), codec.decode(list(suffix)))
+
+
+@dataclass(frozen=True)
+class SampledContinuation(GenerationScorer):
+    """Base of the scorers that sample continuations of a text's first part (SaMIA, CDD): the
+    fields, ranges and checks they share; each subclass sets its paper's defaults.
+
+    Parameters:
+        n: samples per text (>= 1).
+        temperature: sampling temperature (> 0, at most 2).
+        prefix: fraction of the text's tokens given as the prompt (0 < prefix < 1).
+        seed: sample ``j`` uses seed ``seed + j``.
+        form: ``continuation`` (the prefix as token ids), ``instruction``
+            (:data:`CONTINUE_INSTRUCTION` and the prefix as text), or ``auto`` (instruction on
+            chat targets).
+
+    Raises:
+        BlackboxMIAError: a bad ``form``.
+    """
+
+    ranges: ClassVar[dict] = {"n": {"at_least": 1}, "temperature": {"above": 0.0, "at_most": 2.0},
+                              "prefix": {"above": 0.0, "below": 1.0}, "seed": {"at_least": 0}}
+
+    n: int = 10
+    temperature: float = 1.0
+    prefix: float = 0.5
+    seed: int = 0
+    form: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_form(self.name, self.form)
+
+    def prompt(self, halves: Halves, target: TargetView) -> str | tuple[int, ...]:
+        """The prompt of ``halves``: its prefix as token ids, or (instruction form)
+        :data:`CONTINUE_INSTRUCTION` and the prefix as text."""
+        return CONTINUE_INSTRUCTION + halves.prefix if use_instruction(self.form, target.chat) else halves.prefix_ids

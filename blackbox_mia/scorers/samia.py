@@ -16,17 +16,14 @@ import numpy as np
 
 from ..types import Generation
 from .bounded import Bounded
-from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, split_halves, use_instruction
+from .generative import GenerationRequest, SampledContinuation, TargetView, split_halves
 
 if TYPE_CHECKING:
     from rouge_score import rouge_scorer
 
-CONTINUE_INSTRUCTION = "Continue the following text exactly as it appears in its source, without any comment:\n\n"
-"""The instruction form's prompt before the prefix (ours: SaMIA studies base models only)."""
-
 
 @dataclass(frozen=True)
-class SaMIA(GenerationScorer):
+class SaMIA(SampledContinuation):
     """score = mean over the ``n`` samples of ROUGE-1 recall of the reference suffix
     (Kaneko et al. 2024, §3, eq. 2: SaMIA(x) = (1/n) Σ_i ROUGE-N(x_suffix, x̂_i), N = 1).
 
@@ -35,14 +32,10 @@ class SaMIA(GenerationScorer):
     Higher = more of the true continuation reproduced = member.
 
     Parameters (the paper's defaults as we recall them; the authors sample 10 continuations of
-    the first half at temperature 1.0 (their decoding also used top-k, which we do not)):
-        n: samples per text (>= 1).
-        temperature: sampling temperature (> 0).
-        prefix: fraction of the text's tokens given as the prompt (0 < prefix < 1).
+    the first half at temperature 1.0 (their decoding also used top-k, which we do not)): those of
+    :class:`~.generative.SampledContinuation` (``n`` = 10, ``temperature`` = 1.0, ``prefix`` =
+    0.5, ``seed``, ``form``: the instruction form's wording is ours, the paper has none), and
         max_suffix: the reference suffix (and the token budget) is at most this many tokens.
-        seed: sample ``j`` uses seed ``seed + j``.
-        form: ``continuation`` (the prefix as token ids), ``instruction`` (:data:`CONTINUE_INSTRUCTION`
-            and the prefix as text, for chat endpoints: our wording, the paper has none), ``auto``.
 
     Requests per text: ``n``; tokens: ``n`` × (prefix + up to the suffix's length).
 
@@ -51,18 +44,9 @@ class SaMIA(GenerationScorer):
     """
 
     name = "samia"
-    ranges = {"n": {"at_least": 1}, "temperature": {"above": 0.0, "at_most": 2.0},
-              "prefix": {"above": 0.0, "below": 1.0}, "max_suffix": {"at_least": 1}, "seed": {"at_least": 0}}
+    ranges = {**SampledContinuation.ranges, "max_suffix": {"at_least": 1}}
 
-    n: int = 10
-    temperature: float = 1.0
-    prefix: float = 0.5
     max_suffix: int = 128
-    seed: int = 0
-    form: str = "auto"
-
-    def __post_init__(self) -> None:
-        check_form(self.name, self.form)
 
     @cached_property
     def _rouge(self) -> rouge_scorer.RougeScorer:
@@ -72,8 +56,7 @@ class SaMIA(GenerationScorer):
 
     def requests(self, text: str, target: TargetView) -> list[GenerationRequest]:
         halves = split_halves(self.name, text, target, self.prefix, self.max_suffix)
-        prompt = CONTINUE_INSTRUCTION + halves.prefix if use_instruction(self.form, target.chat) else halves.prefix_ids
-        return [GenerationRequest(prompt, len(halves.suffix_ids), self.temperature, self.n, self.seed)]
+        return [GenerationRequest(self.prompt(halves, target), len(halves.suffix_ids), self.temperature, self.n, self.seed)]
 
     def score_generations(self, text: str, target: TargetView, generations: Sequence[Sequence[Generation]]) -> Bounded:
         suffix = split_halves(self.name, text, target, self.prefix, self.max_suffix).suffix
