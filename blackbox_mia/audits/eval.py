@@ -178,6 +178,7 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
     notes: list[str] = []
     warnings: list[str] = []  # also on the console: without them the AUCs mislead
+    dataset_tests = _dataset_tests(plan.scorers, scores, labels, config.seed, notes)
     blind, verdict = None, None
     try:
         baseline = blind_baseline([it.text for it in items], labels, config.blind_folds, config.seed)
@@ -221,6 +222,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     }
     if ablation is not None:
         report["prompt_length"] = ablation.section
+    if dataset_tests:
+        report["dataset_tests"] = dataset_tests
     if blind is not None:
         report["blind_baseline"] = blind
         report["distribution_shift"] = verdict
@@ -233,6 +236,29 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     }
     if ablation is not None:
         summary["prompt_length"] = ablation.summary
+    if dataset_tests:
+        summary["dataset_tests"] = dataset_tests
     if verdict is not None and verdict["distribution_shift"]:
         warnings.append(verdict["message"])
     return publish(report, summary, out_dir, "eval", warnings=warnings)
+
+
+def _dataset_tests(scorers: list[Scorer], scores: dict[str, np.ndarray], labels: np.ndarray, seed: int,
+                   notes: list[str]) -> dict[str, dict[str, dict]]:
+    """Per scorer with a paper's dataset-level test (:meth:`Scorer.dataset_test`), that test on the
+    members and on the non-members apart (``{label: {"members": ..., "nonmembers": ...}}``), each
+    also as one note."""
+    out: dict[str, dict[str, dict]] = {}
+    for scorer in scorers:
+        for group, y in (("members", 1), ("nonmembers", 0)):
+            chosen = scores[scorer.label][labels == y]
+            test = scorer.dataset_test(chosen, seed) if chosen.size else None
+            if test is None:
+                continue
+            out.setdefault(scorer.label, {})[group] = test
+            p = "" if "sign_test_p" not in test else (f": mean {test['mean']:.4f}, sign test p = {test['sign_test_p']:.3g}, "
+                                                      f"paper's bootstrap p = {test['bootstrap_p']:.3g}")
+            matches = f": {test['matches']} of {test['n']}" if "matches" in test else ""
+            notes.append(f"{scorer.label} dataset test ({test['test']}) on the {group}{p}{matches}: "
+                         f"{'contaminated' if test['significant'] else 'not significant'}.")
+    return out

@@ -13,6 +13,7 @@ from ..types import BlackboxMIAError
 from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, TARGET, Need, Scorer
 from .cdd import CDD
 from .generative import GenerationScorer
+from .guided import GuidedInstruction
 from .loss import Loss
 from .lowercase import Lowercase
 from .min_k import MinK
@@ -24,7 +25,8 @@ from .ts_guessing import TSGuessing
 from .zlib import Zlib
 
 REGISTRY: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing)
+    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing,
+                                                 GuidedInstruction)
 }
 
 DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")

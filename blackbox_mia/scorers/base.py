@@ -78,6 +78,12 @@ class Scorer(ABC):
         otherwise (then every value is refined to ε)."""
         return None
 
+    def dataset_test(self, scores: np.ndarray, seed: int) -> dict | None:
+        """A dataset-level test the scorer's paper applies to the scores of one partition (the
+        members, or the non-members, of a labelled set), as ``{"test": name, "significant":
+        bool, ...}``; None when the paper has none (most scorers)."""
+        return None
+
     def params(self) -> dict:
         """The scorer's parameters, as saved next to every result."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]
