@@ -21,12 +21,12 @@ from .min_k_pp import MinKPlusPlus
 from .pac import PAC
 from .ref import Ref
 from .samia import SaMIA
-from .ts_guessing import TSGuessing
+from .ts_guessing import TSGuessing, TSGuessingKeyword
 from .zlib import Zlib
 
 REGISTRY: dict[str, type[Scorer]] = {
     cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing,
-                                                 GuidedInstruction)
+                                                 TSGuessingKeyword, GuidedInstruction)
 }
 
 DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")

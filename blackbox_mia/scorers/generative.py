@@ -131,6 +131,22 @@ def use_instruction(form: str, chat: bool) -> bool:
     return form == INSTRUCTION or (form == "auto" and chat)
 
 
+def fit_window(name: str, prompt: Sequence[int], budget: int, target: TargetView) -> tuple[int, ...]:
+    """``prompt`` (token ids) cut to its last ``window − budget`` tokens when with its token
+    ``budget`` it exceeds ``target.window`` (a short-context model was trained on windows of its
+    texts, so the text just before what it must generate matters most); unchanged when the window
+    is unknown.
+
+    Raises:
+        BlackboxMIAError: a budget that alone fills the window (naming scorer ``name``).
+    """
+    if target.window is None:
+        return tuple(prompt)
+    if budget >= target.window:
+        raise BlackboxMIAError(f"scorer {name!r}: the answer needs {budget} tokens, more than the target's context holds")
+    return tuple(prompt[-(target.window - budget):])
+
+
 @dataclass(frozen=True)
 class Halves:
     """A text cut into a prefix (the prompt) and the suffix it should be continued with.

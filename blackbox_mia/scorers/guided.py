@@ -23,7 +23,16 @@ import numpy as np
 
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
-from .generative import GenerationRequest, GenerationScorer, Halves, TargetView, check_form, split_halves, use_instruction
+from .generative import (
+    GenerationRequest,
+    GenerationScorer,
+    Halves,
+    TargetView,
+    check_form,
+    fit_window,
+    split_halves,
+    use_instruction,
+)
 
 if TYPE_CHECKING:
     from rouge_score import rouge_scorer
@@ -119,10 +128,8 @@ class GuidedInstruction(GenerationScorer):
             return [GenerationRequest(GUIDED_INSTRUCTION.format(split=self.split, dataset=self.dataset,
                                                                 prefix=halves.prefix), budget),
                     GenerationRequest(GENERAL_INSTRUCTION.format(prefix=halves.prefix), budget)]
-        general = target.codec.encode(GENERAL_HEADER) + list(halves.prefix_ids)
-        if target.window is not None:
-            general = general[-(target.window - budget):]  # its last tokens: the prefix first of all
-        return [GenerationRequest(halves.prefix_ids, budget), GenerationRequest(tuple(general), budget)]
+        general = fit_window(self.name, target.codec.encode(GENERAL_HEADER) + list(halves.prefix_ids), budget, target)
+        return [GenerationRequest(halves.prefix_ids, budget), GenerationRequest(general, budget)]
 
     def overlaps(self, text: str, target: TargetView, generations: Sequence[Sequence[Generation]]) -> tuple[float, float, bool]:
         """``(guided ROUGE-L, general ROUGE-L, guided exact match)`` of ``text``'s two completions."""

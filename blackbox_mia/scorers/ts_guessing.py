@@ -1,11 +1,12 @@
-"""TS-Guessing, the multiple-choice form (Deng, Zhao, Tang, Gerstein & Cohan 2024, "Investigating
-Data Contamination in Modern Benchmarks for Large Language Models", NAACL, §3.2 "Question-based
-guessing: multiple choice"): a text-only scorer.
+"""TS-Guessing (Deng, Zhao, Tang, Gerstein & Cohan 2024, "Investigating Data Contamination in
+Modern Benchmarks for Large Language Models", NAACL, §3.2): two text-only scorers.
 
-A wrong option of a multiple-choice item is hidden and the model is asked to fill it in: a wrong
-option cannot be derived from the question (only the right one can), so an exact guess points to
-a memorised item. The score of an item is 1 when the guess matches the hidden option exactly,
-else 0: a binary test, whose TPR and FPR ``sweep`` measures at its threshold.
+Multiple-choice form (``ts_guessing``, "Question-based guessing: multiple choice"): a wrong option
+of a multiple-choice item is hidden and the model is asked to fill it in: a wrong option cannot be
+derived from the question (only the right one can), so an exact guess points to a memorised item.
+Keyword form (``ts_guessing_keyword``, "Question-based guessing"): a key word of the question is
+hidden and the model is asked to fill it in. The score of an item is 1 when the guess matches the
+hidden part exactly, else 0: a binary test, whose TPR and FPR ``sweep`` measures at its threshold.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ from dataclasses import dataclass
 
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
-from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, use_instruction
+from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, fit_window, use_instruction
 
 LETTERS = "ABCDEFGH"
 QUESTION, OPTIONS, ANSWER = re.compile(r"^Question: "), re.compile(r"^Options: ", re.M), re.compile(r"^Answer: ([A-H])\s*$", re.M)
 OPTION_END = re.compile(r"\n| [A-H]\)")  # what ends a guessed option in the continuation form
 ANSWER_LABEL = re.compile(r"^\s*(?:option\s+)?[A-H]\s*[:)]\s*", re.I)  # "B: " before a chat answer
+WORD = re.compile(r"[A-Za-z]+")
+FIRST_WORD = re.compile(r"\W*([A-Za-z]+)")  # a guessed keyword: the answer's first word, quotes or "**" before it
+MIN_KEYWORD_LETTERS = 4
+STOPWORDS = frozenset("""about above after again against also another because been before being below between both
+could does doing down during each every from further have having here into itself just more most much other over
+same should some such than that their them then there these they this those through under until very were what when
+where which while whom will with would your""".split())
+"""Function words of four letters or more, never the hidden keyword (ours)."""
 
 
 @dataclass(frozen=True)
@@ -123,13 +132,8 @@ class TSGuessing(GenerationScorer):
         budget = len(target.codec.encode(item.options[item.masked])) + self.extra_tokens
         if use_instruction(self.form, target.chat):
             return [GenerationRequest(instruction_prompt(item), budget)]
-        prompt = target.codec.encode(text[: item.starts[item.masked] + 2])
-        if target.window is not None:
-            if budget >= target.window:
-                raise BlackboxMIAError(f"scorer {self.name!r}: the hidden option needs {budget} tokens, more than the "
-                                       f"target's context holds")
-            prompt = prompt[-(target.window - budget):]  # its last tokens: the model saw windows of its texts
-        return [GenerationRequest(tuple(prompt), budget)]
+        return [GenerationRequest(fit_window(self.name, target.codec.encode(text[: item.starts[item.masked] + 2]), budget,
+                                             target), budget)]
 
     def score_generations(self, text: str, target: TargetView, generations: Sequence[Sequence[Generation]]) -> Bounded:
         item, guess = self._item(text), generations[0][0].text
@@ -138,3 +142,100 @@ class TSGuessing(GenerationScorer):
         else:
             guess = OPTION_END.split(guess, maxsplit=1)[0]
         return Bounded.exact(float(guess.strip().lower() == item.options[item.masked].strip().lower()))
+
+
+@dataclass(frozen=True)
+class Keyword:
+    """The key word hidden from a question.
+
+    Attributes:
+        question: the question's text (the text's first line without its ``Question:`` label).
+        offset: where the question begins in the text.
+        word: the hidden word.
+        start: where it begins in the text (an index into the whole text).
+    """
+
+    question: str
+    offset: int
+    word: str
+    start: int
+
+    @property
+    def masked(self) -> str:
+        """The question with its key word as ``[MASK]``."""
+        at = self.start - self.offset
+        return self.question[:at] + "[MASK]" + self.question[at + len(self.word):]
+
+
+def pick_keyword(text: str) -> Keyword | None:
+    """The key word of a text's question: the longest content word of its first line (without a
+    leading ``Question: ``; letters only, at least :data:`MIN_KEYWORD_LETTERS`, not in
+    :data:`STOPWORDS`; the first of equally long ones); None when it has none.
+
+    The paper picks a keyword per question without a rule we can reproduce; ours is
+    deterministic: the longest content word stands in for the least frequent one (long words are
+    rare: Zipf's law of abbreviation), needs no frequency list and does not depend on the
+    target's tokenizer. Numbers are never chosen: a GSM8K number can be computed, not only recalled.
+    """
+    offset = len("Question: ") if text.startswith("Question: ") else 0
+    question = text[offset:].split("\n", 1)[0]
+    words = [m for m in WORD.finditer(question) if len(m.group()) >= MIN_KEYWORD_LETTERS and m.group().lower() not in STOPWORDS]
+    if not words:
+        return None
+    best = max(words, key=lambda m: (len(m.group()), -m.start()))
+    return Keyword(question, offset, best.group(), offset + best.start())
+
+
+def keyword_prompt(keyword: Keyword) -> str:
+    """The keyword form's chat prompt (Deng et al. 2024, §3.2, as we recall its wording): the
+    question with its key word as ``[MASK]``."""
+    return (f"Complete the sentence in one word.\n\nSentence: {keyword.masked}\n\n"
+            "Replace [MASK] with the word that fills it. Reply with the word only.")
+
+
+@dataclass(frozen=True)
+class TSGuessingKeyword(GenerationScorer):
+    """score = 1 when the greedy guess of a question's hidden key word (:func:`pick_keyword`)
+    equals it (case-insensitive), else 0 (Deng et al. 2024, §3.2, question-based guessing; their
+    metric is the exact-match rate over a benchmark, here its per-item indicator).
+
+    Forms: ``instruction`` (:func:`keyword_prompt`: the question with ``[MASK]``; the guess is
+    the answer's first word), ``continuation`` (ours, for base models: the text up to the
+    key word, without the space before it, is continued; the guess is the continuation's first
+    word: the model sees only the left context, the paper's prompt shows the whole question),
+    ``auto``. Greedy, one request per item; the budget is the key word's length in tokens plus
+    ``extra_tokens``. A continuation prompt that with the budget exceeds the target's window
+    keeps its last tokens.
+
+    Raises:
+        BlackboxMIAError: a bad ``form``; a text whose first line has no content word of
+            :data:`MIN_KEYWORD_LETTERS` letters.
+    """
+
+    name = "ts_guessing_keyword"
+    ranges = {"extra_tokens": {"at_least": 1}}
+
+    extra_tokens: int = 4
+    form: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_form(self.name, self.form)
+
+    def _keyword(self, text: str) -> Keyword:
+        keyword = pick_keyword(text)
+        if keyword is None:
+            raise BlackboxMIAError(f"scorer {self.name!r}: no content word of {MIN_KEYWORD_LETTERS}+ letters to hide in "
+                                   f"the question {text[:60]!r}")
+        return keyword
+
+    def requests(self, text: str, target: TargetView) -> list[GenerationRequest]:
+        keyword = self._keyword(text)
+        budget = len(target.codec.encode(" " + keyword.word)) + self.extra_tokens
+        if use_instruction(self.form, target.chat):
+            return [GenerationRequest(keyword_prompt(keyword), budget)]
+        prompt = target.codec.encode(text[: keyword.start].rstrip(" "))  # the word's token carries its space
+        return [GenerationRequest(fit_window(self.name, prompt, budget, target), budget)]
+
+    def score_generations(self, text: str, target: TargetView, generations: Sequence[Sequence[Generation]]) -> Bounded:
+        guess = FIRST_WORD.match(generations[0][0].text)
+        return Bounded.exact(float(guess is not None and guess.group(1).lower() == self._keyword(text).word.lower()))

@@ -200,3 +200,39 @@ def test_routing_by_capability_and_cost():
     assert cheap.methods == "logprobs" and routed_specs("text-only", Tracked(1.0), ["a b"], ("min_k",))[0] == ("samia", "cdd")
     with pytest.raises(BlackboxMIAError, match="--methods must be one of"):
         routed_specs("all", generation_only, ["a"], ("min_k",))
+
+
+def test_ts_guessing_keyword_picks_the_longest_content_word():
+    from blackbox_mia.scorers.ts_guessing import pick_keyword
+
+    keyword = pick_keyword("Question: Natalia sold clips to 4800 of her neighbours in April.\nAnswer: 48")
+    # candidates of 4+ letters: Natalia (7), sold, clips, neighbours (10), April; 4800 is a number
+    assert keyword.word == "neighbours" and keyword.masked == "Natalia sold clips to 4800 of her [MASK] in April."
+    assert pick_keyword("Question: Which of these could have been those?\nAnswer: x") is None  # all stopwords
+    tie = pick_keyword("Amber met Micah and Ahito")  # three of 5 letters: the first
+    assert (tie.word, tie.start) == ("Amber", 0)
+
+
+@pytest.mark.parametrize("reply, hit", [(" neighbours in April.", 1.0), (" Neighbours", 1.0), (" friends", 0.0),
+                                        (" neighbourhood", 0.0)])
+def test_ts_guessing_keyword_continuation_form(reply, hit, codec):
+    text = "Question: Natalia sold clips to 4800 of her neighbours in April.\nAnswer: 48"
+    seen = []
+    backend = Scripted(lambda prompt, j: seen.append(prompt) or reply)
+    got = score_texts([text], parse_scorers("ts_guessing_keyword"), {"target": backend})[0][0]["ts_guessing_keyword"]
+    assert seen == ["Question: Natalia sold clips to 4800 of her"] and got.value == hit  # no space: the word's token has it
+    assert backend.calls[0][1] == len(codec.encode(" neighbours")) + 4  # the word's tokens + extra_tokens
+
+
+@pytest.mark.parametrize("reply, hit", [("neighbours", 1.0), ('"Neighbours".', 1.0), ("**neighbours**", 1.0),
+                                        ("friends", 0.0)])
+def test_ts_guessing_keyword_instruction_form(reply, hit):
+    from blackbox_mia.scorers.ts_guessing import keyword_prompt, pick_keyword
+
+    text = "Question: Natalia sold clips to 4800 of her neighbours in April.\nAnswer: 48"
+    seen = []
+    backend = Scripted(lambda prompt, j: seen.append(prompt) or reply, chat=True)
+    got = score_texts([text], parse_scorers("ts_guessing_keyword"), {"target": backend})[0][0]["ts_guessing_keyword"]
+    assert seen == [keyword_prompt(pick_keyword(text))] and "her [MASK] in April." in seen[0] and got.value == hit
+    with pytest.raises(BlackboxMIAError, match="no content word"):
+        parse_scorer("ts_guessing_keyword").requests("Question: is it 4 or 5?", target_view(backend))
