@@ -93,7 +93,28 @@ def instruction_prompt(item: MultipleChoice) -> str:
 
 
 @dataclass(frozen=True)
-class TSGuessing(GenerationScorer):
+class Guessing(GenerationScorer):
+    """Base of the TS-Guessing forms: one greedy guess of a hidden part per item.
+
+    Parameters:
+        extra_tokens: the token budget is the hidden part's length in tokens plus this (>= 1).
+        form: ``continuation``, ``instruction`` or ``auto``.
+
+    Raises:
+        BlackboxMIAError: a bad ``form``.
+    """
+
+    ranges = {"extra_tokens": {"at_least": 1}}
+
+    extra_tokens: int = 8
+    form: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_form(self.name, self.form)
+
+
+@dataclass(frozen=True)
+class TSGuessing(Guessing):
     """score = 1 when the greedy guess of the hidden wrong option equals it exactly
     (whitespace-trimmed, case-insensitive), else 0 (Deng et al. 2024, §3.2; their metric is the
     exact-match rate over a benchmark, here its per-item indicator).
@@ -112,13 +133,6 @@ class TSGuessing(GenerationScorer):
     """
 
     name = "ts_guessing"
-    ranges = {"extra_tokens": {"at_least": 1}}
-
-    extra_tokens: int = 8
-    form: str = "auto"
-
-    def __post_init__(self) -> None:
-        check_form(self.name, self.form)
 
     def _item(self, text: str) -> MultipleChoice:
         item = parse_multiple_choice(text)
@@ -194,7 +208,7 @@ def keyword_prompt(keyword: Keyword) -> str:
 
 
 @dataclass(frozen=True)
-class TSGuessingKeyword(GenerationScorer):
+class TSGuessingKeyword(Guessing):
     """score = 1 when the greedy guess of a question's hidden key word (:func:`pick_keyword`)
     equals it (case-insensitive), else 0 (Deng et al. 2024, §3.2, question-based guessing; their
     metric is the exact-match rate over a benchmark, here its per-item indicator).
@@ -213,13 +227,8 @@ class TSGuessingKeyword(GenerationScorer):
     """
 
     name = "ts_guessing_keyword"
-    ranges = {"extra_tokens": {"at_least": 1}}
 
     extra_tokens: int = 4
-    form: str = "auto"
-
-    def __post_init__(self) -> None:
-        check_form(self.name, self.form)
 
     def _keyword(self, text: str) -> Keyword:
         keyword = pick_keyword(text)
