@@ -46,6 +46,9 @@ def documents_command(
     n_boot: int = typer.Option(1000, "--n-boot", help="bootstrap resamples of the AUC-over-documents "
                                 "CI and the corrected rates' CIs (0 = neither)"),
     seed: int = typer.Option(0, help="seed of the chunk sample and the bootstrap"),
+    paraphrases: str | None = typer.Option(None, "--paraphrases", help="with --scorers decop: a JSONL file of rows "
+                                           "{\"text\": chunk, \"paraphrases\": [three strings]} (default: a "
+                                           "deterministic substitute, numbers changed; docs/text_only.md)"),
     out_dir: Path | None = OUT_OPTION,
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
@@ -73,7 +76,8 @@ def documents_command(
 
         if chunk_words is None and chunk_tokens is None:
             chunk_words = DEFAULT_CHUNK_WORDS
-        config = DocumentsConfig(docs=docs, calibration=calibration, scorer=one_scorer_spec(scorers, scorer_alias),
+        config = DocumentsConfig(docs=docs, calibration=calibration,
+                                 scorer=with_paraphrases(one_scorer_spec(scorers, scorer_alias), paraphrases),
                                  chunk_words=chunk_words,
                                  chunk_tokens=chunk_tokens, segmenter=segmenter, chunks_per_doc=chunks_per_doc,
                                  rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite)
@@ -96,6 +100,25 @@ def documents_command(
         run_audit(target, [plan.scorer],
                   lambda b: print_dry_run(chunk_groups(plan, b["target"]), [plan.scorer], b, json_out),
                   lambda b: run_documents(plan, b, out, progress=not quiet, log=log), show, json_out)
+
+
+def with_paraphrases(spec: str, paraphrases: str | None) -> str:
+    """``spec`` with ``paraphrases=FILE`` among its parameters when ``--paraphrases`` is given.
+
+    Raises:
+        BlackboxMIAError: ``--paraphrases`` with another scorer than ``decop``, or a path that a
+            spec cannot hold (a comma or ``=``).
+    """
+    from ..types import BlackboxMIAError
+
+    if paraphrases is None:
+        return spec
+    name, colon, params = spec.partition(":")
+    if name != "decop":
+        raise BlackboxMIAError(f"--paraphrases is read by --scorers decop, not {name!r}")
+    if "," in paraphrases or "=" in paraphrases:
+        raise BlackboxMIAError(f"--paraphrases: rename {paraphrases!r}: a path with ',' or '=' cannot go in a scorer spec")
+    return f"{name}:{params + ',' if colon and params else ''}paraphrases={paraphrases}"
 
 
 def _interval(bounds: list[float] | None) -> str:

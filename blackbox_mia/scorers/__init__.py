@@ -12,6 +12,7 @@ from ..config import check_number
 from ..types import BlackboxMIAError
 from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, TARGET, Need, Scorer
 from .cdd import CDD
+from .decop import DECOP
 from .generative import GenerationScorer
 from .guided import GuidedInstruction
 from .loss import Loss
@@ -26,7 +27,7 @@ from .zlib import Zlib
 
 REGISTRY: dict[str, type[Scorer]] = {
     cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing,
-                                                 TSGuessingKeyword, GuidedInstruction)
+                                                 TSGuessingKeyword, GuidedInstruction, DECOP)
 }
 
 DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")
