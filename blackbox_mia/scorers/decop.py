@@ -15,13 +15,13 @@ is a *substitute*, not a paraphrase: it tests recall of the exact numbers and wo
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ..datasets.registry import read_jsonl
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
 from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, use_instruction
@@ -66,19 +66,9 @@ def read_paraphrases(path: str) -> dict[str, tuple[str, ...]]:
     Raises:
         BlackboxMIAError: an unreadable file, a bad row, not three distinct paraphrases.
     """
-    try:
-        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BlackboxMIAError(f"cannot read paraphrases {path}: {exc}") from exc
     out = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BlackboxMIAError(f"{path}:{number}: not JSON: {exc}") from exc
-        text, paraphrases = row.get("text") if isinstance(row, dict) else None, row.get("paraphrases") if isinstance(row, dict) else None
+    for number, row in read_jsonl(Path(path).expanduser()):
+        text, paraphrases = row.get("text"), row.get("paraphrases")
         if not isinstance(text, str) or not isinstance(paraphrases, list) or len(set(paraphrases)) != OPTIONS - 1 \
                 or not all(isinstance(p, str) for p in paraphrases):
             raise BlackboxMIAError(f"{path}:{number}: a row needs 'text' and 'paraphrases' (three distinct strings)")
