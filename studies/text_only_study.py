@@ -3,18 +3,22 @@
 For each canary (GSM8K at dup 8 and 16, AQuA at dup 8; ``--canaries``) the study trains it or
 reuses it from the cache, draws a balanced sample of its labelled items (``--n`` members and
 ``--n`` non-members, the first of each in the canary's item file), and runs ``bbmia eval`` on it
-with the text-only scorers (SaMIA, CDD, and TS-Guessing on AQuA) beside Min-K% and the blind
+with the text-only scorers (SaMIA, CDD, guided instruction, TS-Guessing's keyword form, and its
+multiple-choice form on AQuA) beside Min-K% and the blind
 TF-IDF baseline on the very same items, all on the local model (its generations are those a
 ``bbmia serve`` endpoint returns; tests/integration/test_text_only_audit.py checks that). It
 reports per (method, canary) the AUC with its bootstrap 95% CI, TPR at 5% FPR, and the
 requests and tokens per text a black-box run sends (from the scorers' own request lists: what
 ``--dry-run`` counts; Min-K%'s depend on the endpoint's tracker strategy, so null here), and for
-TS-Guessing the one-sided Fisher exact test of members' exact-match rate against non-members'.
+each TS-Guessing form the one-sided Fisher exact test of members' exact-match rate against
+non-members', for guided instruction the paper's dataset-level test on the members and on the
+non-members (``dataset_tests``). DE-COP scores passages of documents (``bbmia documents
+--scorers decop``), not these items: it is not run here.
 
 Output: ``--json`` prints one JSON line per (method, canary) with ``method``, ``canary``, ``auc``,
 ``auc_ci``, ``tpr_at_5_fpr``, ``requests_per_text``, ``tokens_per_text`` (and ``exact_match``,
-``p_value`` for TS-Guessing), then a last line with ``best_text_only_auc_gsm8k_dup16`` and
-``ts_guessing_p_aqua_dup8``. Every run resumes (canaries from the cache, ``eval`` its rows).
+``p_value`` for TS-Guessing, ``dataset_tests`` for guided instruction), then a last line with
+``best_text_only_auc_gsm8k_dup16`` and ``ts_guessing_p_aqua_dup8``. Every run resumes (canaries from the cache, ``eval`` its rows).
 
 Usage:
     python -m studies.text_only_study --json
@@ -36,13 +40,17 @@ from studies.bbmia_json import bbmia
 
 CANARIES = {"gsm8k-dup8": ("gsm8k", 8), "gsm8k-dup16": ("gsm8k", 16), "aqua-dup8": ("aqua", 8)}
 LOGPROB_BASELINE = "min_k"
+GUIDED_NAMES = {"gsm8k": "GSM8K", "aqua": "AQuA-RAT"}  # the dataset the guided prompt names (instruction form)
 
 
 def methods(corpus: str, args: argparse.Namespace) -> list[str]:
     """The scorer specs run on a canary: Min-K%, SaMIA, CDD (``--cdd-samples``; at the paper's
-    α = 0.05 and at α = 0.2, which reads the very same generations), TS-Guessing on AQuA."""
+    α = 0.05 and at α = 0.2, which reads the very same generations), guided instruction (its
+    difference and near-exact flag, the same generations), TS-Guessing's keyword form, and its
+    multiple-choice form on AQuA."""
     specs = [LOGPROB_BASELINE, f"samia:n={args.samia_samples}", f"cdd:n={args.cdd_samples}",
-             f"cdd:n={args.cdd_samples},alpha=0.2"]
+             f"cdd:n={args.cdd_samples},alpha=0.2", f"guided:dataset={GUIDED_NAMES[corpus]}",
+             f"guided:dataset={GUIDED_NAMES[corpus]},metric=near_exact", "ts_guessing_keyword"]
     return specs + (["ts_guessing"] if corpus == "aqua" else [])
 
 
@@ -106,6 +114,8 @@ def run_canary(name: str, args: argparse.Namespace) -> list[dict]:
                "tokens_per_text": tokens, "text_only": label in costs, "n": 2 * args.n}
         if label.startswith("ts_guessing"):
             row.update(exact_match_test(out / "eval" / "scores.jsonl", label))
+        if label in evaluated.get("dataset_tests", {}):
+            row["dataset_tests"] = evaluated["dataset_tests"][label]
         rows.append(row)
     rows.append({"method": "blind (TF-IDF)", "canary": name, "auc": evaluated["blind_auc"], "auc_ci": None,
                  "tpr_at_5_fpr": None, "requests_per_text": 0, "tokens_per_text": 0, "text_only": False, "n": 2 * args.n})
@@ -126,7 +136,7 @@ def main() -> None:
     rows = [row for name in args.canaries.split(",") for row in run_canary(name.strip(), args)]
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     text_only = [r for r in rows if r["text_only"] and r["canary"] == "gsm8k-dup16"]
-    ts = [r for r in rows if r["method"].startswith("ts_guessing") and r["canary"] == "aqua-dup8"]
+    ts = [r for r in rows if r["method"] == "ts_guessing" and r["canary"] == "aqua-dup8"]
     summary = {"best_text_only_auc_gsm8k_dup16": max((r["auc"] for r in text_only), default=None),
                "ts_guessing_p_aqua_dup8": ts[0]["p_value"] if ts else None,
                "settings": {"n_per_class": args.n, "samia_samples": args.samia_samples, "cdd_samples": args.cdd_samples,
