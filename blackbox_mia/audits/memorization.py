@@ -38,6 +38,7 @@ from ..evaluation.memorization import (
     summarize,
 )
 from ..io import check_saved_config, json_line, write_json_atomic
+from ..option_names import named
 from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
@@ -79,18 +80,18 @@ class MemorizeConfig:
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
         if not self.prompt_lengths:
-            raise BlackboxMIAError("--prompt-lengths needs at least one length")
+            raise BlackboxMIAError(f"{named('prompt_lengths')} needs at least one length")
         for length in self.prompt_lengths:
-            check_number("--prompt-lengths", length, at_least=1, integer=True)
+            check_number(named("prompt_lengths"), length, at_least=1, integer=True)
         if len(set(self.prompt_lengths)) != len(self.prompt_lengths):
-            raise BlackboxMIAError(f"--prompt-lengths repeats a length: {list(self.prompt_lengths)}")
-        check_number("--reference-tokens", self.reference_length, at_least=1, integer=True)
+            raise BlackboxMIAError(f"{named('prompt_lengths')} repeats a length: {list(self.prompt_lengths)}")
+        check_number(named("reference_length"), self.reference_length, at_least=1, integer=True)
         if self.unit not in UNITS:
-            raise BlackboxMIAError(f"--unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
-        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
-        check_number("--seed", self.seed, at_least=0, integer=True)
+            raise BlackboxMIAError(f"{named('unit')} must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        check_number(named("n_boot"), self.n_boot, at_least=0, integer=True)
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
         if self.limit is not None:
-            check_number("--limit", self.limit, at_least=1, integer=True)
+            check_number(named("limit"), self.limit, at_least=1, integer=True)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def read_memorization_rows(path: Path) -> list[dict]:
         bad = bad or any(not isinstance(row.get(k), t) or (t is int and isinstance(row.get(k), bool))
                          for k, t in ROW_FIELDS.items())
         if bad:
-            raise BlackboxMIAError(f"{path}:{number}: malformed memorization row; pass --overwrite to start again")
+            raise BlackboxMIAError(f"{path}:{number}: malformed memorization row; pass {named('resume')} to start again")
         rows.append(row)
     return rows
 
@@ -348,7 +349,7 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         raise BlackboxMIAError(
             f"no item of {plan.meta['name']} has a prompt of {min(config.prompt_lengths)} + a reference of "
             f"{config.reference_length} {config.unit} that fits the target ({target.context} tokens of context): choose "
-            "shorter --prompt-lengths or --reference-tokens"
+            f"shorter {named('prompt_lengths')} or {named('reference_length')}"
         )
     log("summaries and AUCs with bootstrap CIs")
     summary = summarize(rows, config.prompt_lengths, config.n_boot, config.seed)

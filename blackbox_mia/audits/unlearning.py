@@ -51,6 +51,7 @@ from ..evaluation import bootstrap_ci, to_jsonable
 from ..evaluation.plots import plot_histogram
 from ..io import json_line, write_text_atomic
 from ..key_aliases import UNLEARNING_CONFIG_KEYS, with_old_keys
+from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import TARGET
 from ..scorers.loss import Loss
@@ -115,24 +116,24 @@ class UnlearningConfig:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
         low, high = self.window
         if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
-            raise BlackboxMIAError(f"--window must be two finite numbers 0 < low < high, got {low}, {high}")
+            raise BlackboxMIAError(f"{named('window')} must be two finite numbers 0 < low < high, got {low}, {high}")
         if self.flag_fraction is not None:
             if not (math.isfinite(self.flag_fraction) and 0 < self.flag_fraction < 1):
-                raise BlackboxMIAError(f"--flag-least-changed must lie in (0, 1), got {self.flag_fraction}")
+                raise BlackboxMIAError(f"{named('flag_fraction')} must lie in (0, 1), got {self.flag_fraction}")
             if self.window != RATIO_WINDOW:
-                raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
+                raise BlackboxMIAError(f"{named('flag_fraction')} and {named('window')} are two flag rules: give one")
         if not 0 < self.k <= 100:
-            raise BlackboxMIAError(f"--k must lie in (0, 100] percent, got {self.k}")
-        check_number("--prompt-words", self.prompt_words, at_least=1, integer=True)
-        check_number("--samples", self.samples, at_least=1, integer=True)
-        check_number("--max-new-tokens", self.max_new_tokens, at_least=1, integer=True)
-        check_number("--seed", self.seed, at_least=0, integer=True)
+            raise BlackboxMIAError(f"{named('k')} must lie in (0, 100] percent, got {self.k}")
+        check_number(named("prompt_words"), self.prompt_words, at_least=1, integer=True)
+        check_number(named("samples"), self.samples, at_least=1, integer=True)
+        check_number(named("max_new_tokens"), self.max_new_tokens, at_least=1, integer=True)
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise BlackboxMIAError(f"--temperature must be > 0 (sampling), got {self.temperature}")
+            raise BlackboxMIAError(f"{named('temperature')} must be > 0 (sampling), got {self.temperature}")
         if not 0 < self.truth_target_fpr < 1:
-            raise BlackboxMIAError(f"--truth-target-fpr must lie in (0, 1), got {self.truth_target_fpr}")
+            raise BlackboxMIAError(f"{named('truth_target_fpr')} must lie in (0, 1), got {self.truth_target_fpr}")
         if self.limit is not None:
-            check_number("--limit", self.limit, at_least=1, integer=True)
+            check_number(named("limit"), self.limit, at_least=1, integer=True)
         get_segmenter(self.segmenter)
 
 
