@@ -360,9 +360,7 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         (f"Eidetic memorization counts forward-matching characters; the share column counts rows with at least "
         f"{EIDETIC_CHARS} characters. Approximate = 1 - Levenshtein / longer length (characters)."),
         "Pooled AUCs take every (item, prompt length) row: an item counts once per prompt length.",
-    ] + [f"L={length}: {n[TOO_SHORT]} items shorter than L + R {config.unit} and {n[OVER_CONTEXT]} items whose "
-         f"prompt and reference exceed the target's context ({target.context} tokens) were skipped"
-         for length, n in skipped.items() if n[TOO_SHORT] or n[OVER_CONTEXT]]
+    ]
     report = {
         "title": f"Memorization by generation: {plan.meta['name']}",
         "config": {**rows_config(plan, target), "memorize": asdict(config), "n_items": len(plan.items),
@@ -383,5 +381,35 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         "n_rows": len(rows),
     }
     return publish(report, result_summary, out_dir, "memorize", appendix=markdown_tables(summary, config.unit),
-                   hidden=("by_label", "membership", "skipped"))
+                   hidden=("by_label", "membership", "skipped"),
+                   warnings=memorize_warnings(skipped, metrics, config.unit, target.context))
+
+
+def memorize_warnings(skipped: dict, metrics: dict, unit: str, context: int) -> list[str]:
+    """What a memorization report's reader must know before quoting its AUCs (the report lists
+    them first, the console prints them one line each: :func:`~.common.publish`).
+
+    Args:
+        skipped: per prompt length L, items without a row: ``{L: {"too_short": n,
+            "over_context": n}}`` (:func:`generate_rows`).
+        metrics: per ``str(L)`` and ``"pooled"``, the membership metrics or None (not both
+            labels among the rows: :func:`~blackbox_mia.evaluation.memorization.summarize`).
+        unit: what L and R count (``tokens`` or ``chars``).
+        context: the target's context in tokens.
+
+    Returns:
+        One sentence per caveat: per L, the items skipped (too short for L + R, or over the
+        context); no AUC at all (the rows hold one class), else the lengths without an AUC.
+    """
+    warnings = [f"L={length}: {n[TOO_SHORT]} items shorter than L + R {unit} and {n[OVER_CONTEXT]} items whose prompt "
+                f"and reference exceed the target's context ({context} tokens) were skipped"
+                for length, n in skipped.items() if n[TOO_SHORT] or n[OVER_CONTEXT]]
+    if metrics[POOLED] is None:
+        warnings.append("no membership AUC: the rows do not hold both members (label 1) and non-members (label 0)")
+    else:
+        missing = [length for length, m in metrics.items() if m is None]
+        if missing:
+            warnings.append(f"no AUC at L={', '.join(missing)}: the rows left there do not hold both members and "
+                            "non-members (the pooled AUC counts the other lengths only)")
+    return warnings
 

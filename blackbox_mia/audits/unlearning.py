@@ -351,9 +351,6 @@ def run_unlearning(
                              "loss_before": b["loss"], "loss_after": a["loss"],
                              "ratio": score_ratio(b["min_k"], a["min_k"])}
     no_ratio = sorted(i for i, row in per_item.items() if row["ratio"] is None)
-    if no_ratio:
-        log(f"{len(no_ratio)} of {len(plan.items)} texts have no usable Min-K% ratio (a score is null: its tokens are "
-            f"known only by bounds, or it is 0 or not finite; see the scores files); they are never flagged")
     flags = flag_texts([row["ratio"] for row in per_item.values()], config.window, config.flag_fraction)
     for row, flag in zip(per_item.values(), flags):
         row["flagged"] = flag
@@ -454,4 +451,37 @@ def run_unlearning(
         "notes": notes,
         **summary,
     }
-    return publish(report, summary, out_dir, "unlearning", hidden=("flagged_ids",))
+    warnings = unlearning_warnings(len(plan.items), no_ratio, len(chosen), skipped,
+                                   {g: len(rows) for g, rows in groups.items()}, config.unflagged)
+    return publish(report, summary, out_dir, "unlearning", hidden=("flagged_ids",), warnings=warnings)
+
+
+def unlearning_warnings(n_items: int, no_ratio: list[str], n_chosen: int, skipped: list[str],
+                        completed: dict[str, int], compared: bool) -> list[str]:
+    """What an unlearning report's reader must know before quoting its flags and similarities
+    (the report lists them first, the console prints them one line each: :func:`~.common.publish`).
+
+    Args:
+        n_items: texts audited.
+        no_ratio: ids of the texts without a usable Min-K% ratio (never flagged).
+        n_chosen: texts chosen for completion (the flagged ones, or all).
+        skipped: ids of the chosen texts that could not be cut into a prompt and a reference.
+        completed: completed texts per group (``flagged``, ``unflagged``).
+        compared: whether the unflagged texts were completed too (no ``--flagged-only``).
+
+    Returns:
+        One sentence per caveat: texts without a ratio; texts not completed; a comparison
+        that could not be made (a group without a completed text).
+    """
+    warnings = []
+    if no_ratio:
+        warnings.append(f"{len(no_ratio)} of {n_items} texts have no usable Min-K% ratio (a score is null: its tokens "
+                        "are known only by bounds, or it is 0 or not finite; see the scores files): they are never "
+                        f"flagged (first: {no_ratio[0]!r})")
+    if skipped:
+        warnings.append(f"{len(skipped)} of {n_chosen} texts were not completed: nothing follows the prompt, or the "
+                        f"prompt leaves no room in the model's context (first: {skipped[0]!r})")
+    empty = [group for group, n in completed.items() if n == 0]
+    if compared and empty:
+        warnings.append(f"no flagged-vs-unflagged comparison: no {' and no '.join(empty)} text was completed")
+    return warnings
