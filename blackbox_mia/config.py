@@ -38,8 +38,9 @@ def check_number(
     given bounds (None passes). The one place numeric ranges are checked.
 
     Args:
-        option: the option as typed (``--epsilon``, ``scorer 'pac': n_neighbours``), named in
-            the message with the value given.
+        option: the setting as the message names it: :func:`~blackbox_mia.option_names.named`
+            (``epsilon=`` in Python, ``--epsilon`` on the command line), or a scorer parameter
+            (``scorer 'pac': n_neighbours``); the message shows it with the value given.
         value: its value.
         above, at_least, below, at_most: strict / inclusive lower and upper bounds.
         given: the text the user typed, named in the message (default: ``repr(value)``).

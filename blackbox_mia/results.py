@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .datasets import read_jsonl
+from .option_names import named
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from .types import BlackboxMIAError, TokenLogprobs
 
@@ -156,6 +157,6 @@ def read_rows(path: Path, labels: Sequence[str] | None = None) -> list[ScoredTex
             rows.append(_row(obj, labels))
         except ValueError as exc:
             raise BlackboxMIAError(
-                f"{path}:{number}: malformed result row ({exc}); fix or delete the line, or rescore with --overwrite"
+                f"{path}:{number}: malformed result row ({exc}); fix or delete the line, or rescore with {named('resume')}"
             ) from exc
     return rows

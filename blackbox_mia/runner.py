@@ -30,6 +30,7 @@ from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refus
 from .datasets import Item
 from .generated import score_generated
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
+from .option_names import named
 from .progress import ProgressTicker
 from .results import ScoredText, read_rows
 from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
@@ -38,7 +39,8 @@ from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
 CONFIG_SUFFIX = ".config.json"
-OVERWRITE_HINT = ("choose another --out to keep these results, or pass --overwrite to replace them (an endpoint's "
+OVERWRITE_HINT = (f"choose another {named('out_dir')} to keep these results, or pass {named('resume')} to replace "
+                  "them (an endpoint's "
                   "answers stay in its response cache: the requests that do not change are not paid again)")
 """What to do when a results file was written with another configuration (the message names the
 first differing setting; :func:`~blackbox_mia.io.check_saved_config`)."""

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .option_names import as_arguments
+
 
 class BlackboxMIAError(Exception):
     """Base class of every error the toolkit raises on purpose (bad input, refused endpoint...).
@@ -23,7 +25,13 @@ class BlackboxMIAError(Exception):
     The CLI turns it into a one-line message and a non-zero exit code. Its subclasses below, and
     the failed requests' :class:`~blackbox_mia.backends.api.http.errors.ApiError` hierarchy, are
     every kind a caller may want to catch apart.
+
+    A message names settings with :func:`~blackbox_mia.option_names.named`: ``str()`` shows the
+    Python arguments (``target_fpr=``), the CLI the flags (``--target-fpr``).
     """
+
+    def __str__(self) -> str:
+        return as_arguments(super().__str__())
 
 
 class BudgetExceeded(BlackboxMIAError):

@@ -140,8 +140,17 @@ def documents(s: Session) -> dict:
     return summary
 
 
+def memorize(s: Session) -> dict:
+    """``bbmia memorize`` on the default canary (400 items), at the prompt lengths and reference
+    length of docs/memorization.md (L + R within the canary's 128-token context)."""
+    canary = s.run(["canary", "train", "--quiet"], show=False)[1]["path"]
+    _, summary = s.run(["memorize", "canary", "--local", canary, "--prompt-lengths", "16,32,64",
+                        "--reference-tokens", "32", "--quiet", "--out", str(s.work / "memorize")])
+    return summary
+
+
 BLOCKS: dict[str, Callable[[Session], dict]] = {"demo": demo, "sweep": sweep, "unlearning": unlearning,
-                                                 "documents": documents}
+                                                 "documents": documents, "memorize": memorize}
 
 
 def differences(old: object, new: object, where: str = "") -> list[str]:

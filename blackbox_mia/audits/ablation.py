@@ -24,6 +24,7 @@ from ..backends.base import Backend
 from ..datasets import Item
 from ..evaluation import evaluate_scores
 from ..evaluation.plots import plot_heatmap
+from ..option_names import named
 from ..runner import score_items
 from ..scorers import TARGET, Scorer
 from ..tokenizers import TokenCodec
@@ -82,7 +83,7 @@ def truncate_tokens(codec: TokenCodec, text: str, length: int) -> Truncated:
     if not cut.strip():
         raise BlackboxMIAError(
             f"the first {length} tokens of a text hold no complete non-space character ({text[:40]!r}...): "
-            "nothing to score; use larger --truncate-tokens"
+            f"nothing to score; use larger {named('truncate_tokens')}"
         )
     return Truncated(cut, length, False)
 

@@ -14,6 +14,7 @@ from ..datasets import Item
 from ..evaluation import render_markdown, to_jsonable, write_report
 from ..io import write_text_atomic
 from ..key_aliases import SUMMARY_KEYS, with_old_keys
+from ..option_names import named
 from ..results import ScoredText
 from ..types import BlackboxMIAError
 
@@ -49,7 +50,7 @@ def require_labelled(items: Sequence[Item], name: str, what: str = "eval") -> No
         )
     classes = {it.label for it in items}
     if classes != {0, 1}:
-        few = " (--limit 1 keeps one item: use --limit 2 or more)" if len(items) == 1 else ""
+        few = f" ({named('limit', 1)} keeps one item: use 2 or more)" if len(items) == 1 else ""
         raise BlackboxMIAError(f"{what} needs both members (1) and non-members (0); the {len(items)} items of {name} "
                                f"have only label {classes.pop()}{few}")
 

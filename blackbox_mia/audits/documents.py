@@ -38,6 +38,7 @@ from ..evaluation.documents import (
     rank_documents,
 )
 from ..io import json_line, write_text_atomic
+from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer
 from ..text import DEFAULT_SEGMENTER, Segmenter, get_segmenter
@@ -101,19 +102,19 @@ class DocumentsConfig:
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible or contradictory options."""
         if (self.chunk_words is None) == (self.chunk_tokens is None):
-            raise BlackboxMIAError("choose one chunk size: --chunk-words N or --chunk-tokens N")
+            raise BlackboxMIAError(f"choose one chunk size: {named('chunk_words')} or {named('chunk_tokens')}")
         if self.chunk_words is not None:
-            check_number("--chunk-words", self.chunk_words, at_least=1, integer=True)
+            check_number(named("chunk_words"), self.chunk_words, at_least=1, integer=True)
         if self.chunk_tokens is not None:
-            check_number("--chunk-tokens", self.chunk_tokens, at_least=1, integer=True)
+            check_number(named("chunk_tokens"), self.chunk_tokens, at_least=1, integer=True)
         if self.chunks_per_doc is not None:
-            check_number("--chunks-per-doc", self.chunks_per_doc, at_least=1, integer=True)
+            check_number(named("chunks_per_doc"), self.chunks_per_doc, at_least=1, integer=True)
         if self.rule not in RULES:
-            raise BlackboxMIAError(f"unknown --rule {self.rule!r}; choose from {', '.join(RULES)}")
+            raise BlackboxMIAError(f"unknown {named('rule')} {self.rule!r}; choose from {', '.join(RULES)}")
         if not 0 < self.target_fpr < 1:
-            raise BlackboxMIAError(f"--target-fpr must be in (0, 1), got {self.target_fpr}")
-        check_number("--seed", self.seed, at_least=0, integer=True)
-        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
+            raise BlackboxMIAError(f"{named('target_fpr')} must be in (0, 1), got {self.target_fpr}")
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
+        check_number(named("n_boot"), self.n_boot, at_least=0, integer=True)
 
     @property
     def unit(self) -> str:
@@ -245,16 +246,16 @@ def prepare_documents(config: DocumentsConfig) -> DocumentsPlan:
     calibration, cal_meta = load_documents(config.calibration)
     missing = [d.doc_id for d in calibration if d.label is None]
     if missing:
-        raise BlackboxMIAError(f"--calibration {cal_meta['name']}: {len(missing)} documents have no label (first: "
+        raise BlackboxMIAError(f"{named('calibration', cal_meta['name'])}: {len(missing)} documents have no label (first: "
                                f"{missing[0]!r}); validation documents need label 1 (member) or 0 (non-member)")
     if {d.label for d in calibration} != {0, 1}:
-        raise BlackboxMIAError(f"--calibration {cal_meta['name']} needs member (1) and non-member (0) documents")
+        raise BlackboxMIAError(f"{named('calibration', cal_meta['name'])} needs member (1) and non-member (0) documents")
     audited = {d.text for d in docs}
     shared = [d.doc_id for d in calibration if d.text in audited]
     if shared:  # a threshold chosen on the audited documents themselves flatters them
-        raise BlackboxMIAError(f"{len(shared)} of the --calibration documents are also audited (first: {shared[0]!r}); "
+        raise BlackboxMIAError(f"{len(shared)} of the {named('calibration')} documents are also audited (first: {shared[0]!r}); "
                                "the threshold must be chosen on other documents: pass the validation set, not the "
-                               "audited documents, as --calibration")
+                               f"audited documents, as {named('calibration')}")
     segmenter = get_segmenter(config.segmenter) if config.unit == "words" else None
     plan = DocumentsPlan(config, scorer, segmenter, docs, meta, calibration, cal_meta)
     if segmenter is not None:

@@ -29,6 +29,7 @@ from ..evaluation import (
     evaluate_scores,
     plot_roc,
 )
+from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
@@ -86,11 +87,11 @@ class EvalConfig:
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
-        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
-        check_number("--seed", self.seed, at_least=0, integer=True)
-        check_number("--blind-folds", self.blind_folds, at_least=2, integer=True)
+        check_number(named("n_boot"), self.n_boot, at_least=0, integer=True)
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
+        check_number(named("blind_folds"), self.blind_folds, at_least=2, integer=True)
         if self.limit is not None:
-            check_number("--limit", self.limit, at_least=1, integer=True)
+            check_number(named("limit"), self.limit, at_least=1, integer=True)
         bad = [f for f in self.fprs if not 0 < f < 1]  # also NaN
         if not self.fprs or bad:
             raise BlackboxMIAError(f"FPR targets must lie in (0, 1), got {list(self.fprs)}")
@@ -98,9 +99,9 @@ class EvalConfig:
             raise BlackboxMIAError("no scorer given")
         get_segmenter(self.segmenter)
         for length in self.truncate_tokens:
-            check_number("--truncate-tokens", length, at_least=1, integer=True)
+            check_number(named("truncate_tokens"), length, at_least=1, integer=True)
         if any(b <= a for a, b in zip(self.truncate_tokens, self.truncate_tokens[1:])):
-            raise BlackboxMIAError(f"--truncate-tokens must be strictly increasing, got {list(self.truncate_tokens)}")
+            raise BlackboxMIAError(f"{named('truncate_tokens')} must be strictly increasing, got {list(self.truncate_tokens)}")
 
 
 @dataclass(frozen=True)

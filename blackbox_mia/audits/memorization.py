@@ -38,6 +38,7 @@ from ..evaluation.memorization import (
     summarize,
 )
 from ..io import check_saved_config, json_line, write_json_atomic
+from ..option_names import named
 from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
@@ -79,18 +80,18 @@ class MemorizeConfig:
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
         if not self.prompt_lengths:
-            raise BlackboxMIAError("--prompt-lengths needs at least one length")
+            raise BlackboxMIAError(f"{named('prompt_lengths')} needs at least one length")
         for length in self.prompt_lengths:
-            check_number("--prompt-lengths", length, at_least=1, integer=True)
+            check_number(named("prompt_lengths"), length, at_least=1, integer=True)
         if len(set(self.prompt_lengths)) != len(self.prompt_lengths):
-            raise BlackboxMIAError(f"--prompt-lengths repeats a length: {list(self.prompt_lengths)}")
-        check_number("--reference-tokens", self.reference_length, at_least=1, integer=True)
+            raise BlackboxMIAError(f"{named('prompt_lengths')} repeats a length: {list(self.prompt_lengths)}")
+        check_number(named("reference_length"), self.reference_length, at_least=1, integer=True)
         if self.unit not in UNITS:
-            raise BlackboxMIAError(f"--unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
-        check_number("--n-boot", self.n_boot, at_least=0, integer=True)
-        check_number("--seed", self.seed, at_least=0, integer=True)
+            raise BlackboxMIAError(f"{named('unit')} must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        check_number(named("n_boot"), self.n_boot, at_least=0, integer=True)
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
         if self.limit is not None:
-            check_number("--limit", self.limit, at_least=1, integer=True)
+            check_number(named("limit"), self.limit, at_least=1, integer=True)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def read_memorization_rows(path: Path) -> list[dict]:
         bad = bad or any(not isinstance(row.get(k), t) or (t is int and isinstance(row.get(k), bool))
                          for k, t in ROW_FIELDS.items())
         if bad:
-            raise BlackboxMIAError(f"{path}:{number}: malformed memorization row; pass --overwrite to start again")
+            raise BlackboxMIAError(f"{path}:{number}: malformed memorization row; pass {named('resume')} to start again")
         rows.append(row)
     return rows
 
@@ -348,7 +349,7 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         raise BlackboxMIAError(
             f"no item of {plan.meta['name']} has a prompt of {min(config.prompt_lengths)} + a reference of "
             f"{config.reference_length} {config.unit} that fits the target ({target.context} tokens of context): choose "
-            "shorter --prompt-lengths or --reference-tokens"
+            f"shorter {named('prompt_lengths')} or {named('reference_length')}"
         )
     log("summaries and AUCs with bootstrap CIs")
     summary = summarize(rows, config.prompt_lengths, config.n_boot, config.seed)
@@ -359,9 +360,7 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         (f"Eidetic memorization counts forward-matching characters; the share column counts rows with at least "
         f"{EIDETIC_CHARS} characters. Approximate = 1 - Levenshtein / longer length (characters)."),
         "Pooled AUCs take every (item, prompt length) row: an item counts once per prompt length.",
-    ] + [f"L={length}: {n[TOO_SHORT]} items shorter than L + R {config.unit} and {n[OVER_CONTEXT]} items whose "
-         f"prompt and reference exceed the target's context ({target.context} tokens) were skipped"
-         for length, n in skipped.items() if n[TOO_SHORT] or n[OVER_CONTEXT]]
+    ]
     report = {
         "title": f"Memorization by generation: {plan.meta['name']}",
         "config": {**rows_config(plan, target), "memorize": asdict(config), "n_items": len(plan.items),
@@ -382,5 +381,35 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         "n_rows": len(rows),
     }
     return publish(report, result_summary, out_dir, "memorize", appendix=markdown_tables(summary, config.unit),
-                   hidden=("by_label", "membership", "skipped"))
+                   hidden=("by_label", "membership", "skipped"),
+                   warnings=memorize_warnings(skipped, metrics, config.unit, target.context))
+
+
+def memorize_warnings(skipped: dict, metrics: dict, unit: str, context: int) -> list[str]:
+    """What a memorization report's reader must know before quoting its AUCs (the report lists
+    them first, the console prints them one line each: :func:`~.common.publish`).
+
+    Args:
+        skipped: per prompt length L, items without a row: ``{L: {"too_short": n,
+            "over_context": n}}`` (:func:`generate_rows`).
+        metrics: per ``str(L)`` and ``"pooled"``, the membership metrics or None (not both
+            labels among the rows: :func:`~blackbox_mia.evaluation.memorization.summarize`).
+        unit: what L and R count (``tokens`` or ``chars``).
+        context: the target's context in tokens.
+
+    Returns:
+        One sentence per caveat: per L, the items skipped (too short for L + R, or over the
+        context); no AUC at all (the rows hold one class), else the lengths without an AUC.
+    """
+    warnings = [f"L={length}: {n[TOO_SHORT]} items shorter than L + R {unit} and {n[OVER_CONTEXT]} items whose prompt "
+                f"and reference exceed the target's context ({context} tokens) were skipped"
+                for length, n in skipped.items() if n[TOO_SHORT] or n[OVER_CONTEXT]]
+    if metrics[POOLED] is None:
+        warnings.append("no membership AUC: the rows do not hold both members (label 1) and non-members (label 0)")
+    else:
+        missing = [length for length, m in metrics.items() if m is None]
+        if missing:
+            warnings.append(f"no AUC at L={', '.join(missing)}: the rows left there do not hold both members and "
+                            "non-members (the pooled AUC counts the other lengths only)")
+    return warnings
 

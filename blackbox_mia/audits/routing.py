@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from ..backends.base import GENERATE, LOGPROBS, Backend
+from ..option_names import named
 from ..scorers import TARGET, parse_scorers, text_only_specs
 from ..scorers.ts_guessing import parse_multiple_choice
 from ..types import BlackboxMIAError
@@ -54,7 +55,7 @@ class Route:
 def check_methods(methods: str | None) -> None:
     """Raise :class:`BlackboxMIAError` unless ``methods`` is None or one of :data:`METHODS`."""
     if methods is not None and methods not in METHODS:
-        raise BlackboxMIAError(f"--methods must be one of {', '.join(METHODS)}, got {methods!r}")
+        raise BlackboxMIAError(f"{named('methods')} must be one of {', '.join(METHODS)}, got {methods!r}")
 
 
 def route(target: Backend, texts: Sequence[str]) -> Route:

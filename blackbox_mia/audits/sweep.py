@@ -33,6 +33,7 @@ from ..canary.dataset import load_items
 from ..config import check_number
 from ..datasets import Item
 from ..evaluation import RULES, clopper_pearson, dataset_level_test, estimate_prevalence, min_nonmembers, plot_histogram
+from ..option_names import named
 from ..results import ScoredText
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer, parse_scorers
@@ -99,29 +100,29 @@ class SweepConfig:
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible or contradictory options."""
         if self.rule not in RULES:
-            raise BlackboxMIAError(f"unknown --rule {self.rule!r}; choose from {', '.join(RULES)}")
+            raise BlackboxMIAError(f"unknown {named('rule')} {self.rule!r}; choose from {', '.join(RULES)}")
         if not 0 < self.target_fpr < 1:
-            raise BlackboxMIAError(f"--target-fpr must be in (0, 1), got {self.target_fpr}")
+            raise BlackboxMIAError(f"{named('target_fpr')} must be in (0, 1), got {self.target_fpr}")
         if self.calibration and self.nonmembers:
-            raise BlackboxMIAError("give --calibration (labelled) or --nonmembers, not both")
+            raise BlackboxMIAError(f"give {named('calibration')} (labelled) or {named('nonmembers')}, not both")
         if self.assumed_tpr is not None:
             if not 0 < self.assumed_tpr <= 1:
-                raise BlackboxMIAError(f"--assumed-tpr must be in (0, 1], got {self.assumed_tpr}")
+                raise BlackboxMIAError(f"{named('assumed_tpr')} must be in (0, 1], got {self.assumed_tpr}")
             if self.calibration:
-                raise BlackboxMIAError("--assumed-tpr is for calibrations without members; "
-                                       "with --calibration the TPR is measured on its members")
+                raise BlackboxMIAError(f"{named('assumed_tpr')} is for calibrations without members; "
+                                       f"with {named('calibration')} the TPR is measured on its members")
         if not 0 < self.calibration_fraction <= 1:
-            raise BlackboxMIAError(f"--calibration-fraction must be in (0, 1], got {self.calibration_fraction}")
+            raise BlackboxMIAError(f"{named('calibration_fraction')} must be in (0, 1], got {self.calibration_fraction}")
         if self.calibration_fraction < 1 and not self.calibration:
-            raise BlackboxMIAError("--calibration-fraction needs --calibration")
+            raise BlackboxMIAError(f"{named('calibration_fraction')} needs {named('calibration')}")
         if self.rule != "fpr" and not self.calibration:
-            raise BlackboxMIAError(f"--rule {self.rule} needs labelled members: give --calibration")
+            raise BlackboxMIAError(f"{named('rule', self.rule)} needs labelled members: give {named('calibration')}")
         if self.features and parse_scorer(self.scorer).label in {f.label for f in parse_scorers(self.features)}:
-            raise BlackboxMIAError(f"--features repeats --scorer {self.scorer}")
-        check_number("--seed", self.seed, at_least=0, integer=True)
-        check_number("--top", self.top, at_least=0, integer=True)
+            raise BlackboxMIAError(f"{named('features')} repeats {named('scorer', self.scorer)}")
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
+        check_number(named("top"), self.top, at_least=0, integer=True)
         if self.limit is not None:
-            check_number("--limit", self.limit, at_least=1, integer=True)
+            check_number(named("limit"), self.limit, at_least=1, integer=True)
         self.control_config.validate()
 
 
@@ -187,7 +188,7 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
     items, meta = load_items(config.dataset, config.limit, cache_dir)
     kind = control_kind(items)
     if config.control and kind is None:
-        raise BlackboxMIAError(f"--control needs GSM8K or AQuA problems; {meta['name']} holds other items")
+        raise BlackboxMIAError(f"{named('control', True)} needs GSM8K or AQuA problems; {meta['name']} holds other items")
     control = None
     if config.control is not False and kind is not None:
         control = build_control(items, config.control_config)
@@ -196,7 +197,7 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
     calibration = nonmembers = None
     if config.calibration:
         cal_items, cal_meta = load_items(config.calibration, cache_dir=cache_dir)
-        require_labelled(cal_items, cal_meta["name"], "--calibration")
+        require_labelled(cal_items, cal_meta["name"], named("calibration"))
         if config.calibration_fraction < 1:
             cal_items = _stratified_share(cal_items, config.calibration_fraction, config.seed)
             cal_meta = {**cal_meta, "fraction": config.calibration_fraction, "n_used": len(cal_items)}
@@ -204,20 +205,21 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
     elif config.nonmembers:
         non_items, non_meta = load_items(config.nonmembers, cache_dir=cache_dir)
         if any(it.label == 1 for it in non_items):
-            raise BlackboxMIAError(f"--nonmembers {non_meta['name']} holds items labelled 1 (members); "
-                                   "give a labelled set with --calibration instead")
+            raise BlackboxMIAError(f"{named('nonmembers', non_meta['name'])} holds items labelled 1 (members); "
+                                   f"give a labelled set with {named('calibration')} instead")
         nonmembers = (non_items, non_meta)
     elif control is None:
         raise BlackboxMIAError(
-            "no known non-members to calibrate on: give --calibration (a labelled set, or canary / "
-            "canary:PATH) or --nonmembers PATH, or sweep GSM8K/AQuA problems (a control is then built)"
+            f"no known non-members to calibrate on: give {named('calibration')} (a labelled set, or canary / "
+            f"canary:PATH) or {named('nonmembers')} (a path), or sweep GSM8K/AQuA problems (a control is then built)"
         )
     need = min_nonmembers(config.target_fpr)
     if not calibration and not nonmembers and len(control.items) < need:
         raise BlackboxMIAError(
             f"the control kept only {len(control.items)} of {control.n_source} items: too few to estimate an FPR "
             f"at the target {config.target_fpr:g} (need >= {need}, so that at least one non-member lies above the "
-            "threshold); give known non-members with --calibration (a labelled set) or --nonmembers PATH"
+            f"threshold); give known non-members with {named('calibration')} (a labelled set) or "
+            f"{named('nonmembers')} (a path)"
         )
     manifest = find_canary_manifest(target_model)
     features = tuple(parse_scorers(config.features)) if config.features else ()

@@ -51,6 +51,7 @@ from ..evaluation import bootstrap_ci, to_jsonable
 from ..evaluation.plots import plot_histogram
 from ..io import json_line, write_text_atomic
 from ..key_aliases import UNLEARNING_CONFIG_KEYS, with_old_keys
+from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import TARGET
 from ..scorers.loss import Loss
@@ -115,24 +116,24 @@ class UnlearningConfig:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
         low, high = self.window
         if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
-            raise BlackboxMIAError(f"--window must be two finite numbers 0 < low < high, got {low}, {high}")
+            raise BlackboxMIAError(f"{named('window')} must be two finite numbers 0 < low < high, got {low}, {high}")
         if self.flag_fraction is not None:
             if not (math.isfinite(self.flag_fraction) and 0 < self.flag_fraction < 1):
-                raise BlackboxMIAError(f"--flag-least-changed must lie in (0, 1), got {self.flag_fraction}")
+                raise BlackboxMIAError(f"{named('flag_fraction')} must lie in (0, 1), got {self.flag_fraction}")
             if self.window != RATIO_WINDOW:
-                raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
+                raise BlackboxMIAError(f"{named('flag_fraction')} and {named('window')} are two flag rules: give one")
         if not 0 < self.k <= 100:
-            raise BlackboxMIAError(f"--k must lie in (0, 100] percent, got {self.k}")
-        check_number("--prompt-words", self.prompt_words, at_least=1, integer=True)
-        check_number("--samples", self.samples, at_least=1, integer=True)
-        check_number("--max-new-tokens", self.max_new_tokens, at_least=1, integer=True)
-        check_number("--seed", self.seed, at_least=0, integer=True)
+            raise BlackboxMIAError(f"{named('k')} must lie in (0, 100] percent, got {self.k}")
+        check_number(named("prompt_words"), self.prompt_words, at_least=1, integer=True)
+        check_number(named("samples"), self.samples, at_least=1, integer=True)
+        check_number(named("max_new_tokens"), self.max_new_tokens, at_least=1, integer=True)
+        check_number(named("seed"), self.seed, at_least=0, integer=True)
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise BlackboxMIAError(f"--temperature must be > 0 (sampling), got {self.temperature}")
+            raise BlackboxMIAError(f"{named('temperature')} must be > 0 (sampling), got {self.temperature}")
         if not 0 < self.truth_target_fpr < 1:
-            raise BlackboxMIAError(f"--truth-target-fpr must lie in (0, 1), got {self.truth_target_fpr}")
+            raise BlackboxMIAError(f"{named('truth_target_fpr')} must lie in (0, 1), got {self.truth_target_fpr}")
         if self.limit is not None:
-            check_number("--limit", self.limit, at_least=1, integer=True)
+            check_number(named("limit"), self.limit, at_least=1, integer=True)
         get_segmenter(self.segmenter)
 
 
@@ -350,9 +351,6 @@ def run_unlearning(
                              "loss_before": b["loss"], "loss_after": a["loss"],
                              "ratio": score_ratio(b["min_k"], a["min_k"])}
     no_ratio = sorted(i for i, row in per_item.items() if row["ratio"] is None)
-    if no_ratio:
-        log(f"{len(no_ratio)} of {len(plan.items)} texts have no usable Min-K% ratio (a score is null: its tokens are "
-            f"known only by bounds, or it is 0 or not finite; see the scores files); they are never flagged")
     flags = flag_texts([row["ratio"] for row in per_item.values()], config.window, config.flag_fraction)
     for row, flag in zip(per_item.values(), flags):
         row["flagged"] = flag
@@ -453,4 +451,37 @@ def run_unlearning(
         "notes": notes,
         **summary,
     }
-    return publish(report, summary, out_dir, "unlearning", hidden=("flagged_ids",))
+    warnings = unlearning_warnings(len(plan.items), no_ratio, len(chosen), skipped,
+                                   {g: len(rows) for g, rows in groups.items()}, config.unflagged)
+    return publish(report, summary, out_dir, "unlearning", hidden=("flagged_ids",), warnings=warnings)
+
+
+def unlearning_warnings(n_items: int, no_ratio: list[str], n_chosen: int, skipped: list[str],
+                        completed: dict[str, int], compared: bool) -> list[str]:
+    """What an unlearning report's reader must know before quoting its flags and similarities
+    (the report lists them first, the console prints them one line each: :func:`~.common.publish`).
+
+    Args:
+        n_items: texts audited.
+        no_ratio: ids of the texts without a usable Min-K% ratio (never flagged).
+        n_chosen: texts chosen for completion (the flagged ones, or all).
+        skipped: ids of the chosen texts that could not be cut into a prompt and a reference.
+        completed: completed texts per group (``flagged``, ``unflagged``).
+        compared: whether the unflagged texts were completed too (no ``--flagged-only``).
+
+    Returns:
+        One sentence per caveat: texts without a ratio; texts not completed; a comparison
+        that could not be made (a group without a completed text).
+    """
+    warnings = []
+    if no_ratio:
+        warnings.append(f"{len(no_ratio)} of {n_items} texts have no usable Min-K% ratio (a score is null: its tokens "
+                        "are known only by bounds, or it is 0 or not finite; see the scores files): they are never "
+                        f"flagged (first: {no_ratio[0]!r})")
+    if skipped:
+        warnings.append(f"{len(skipped)} of {n_chosen} texts were not completed: nothing follows the prompt, or the "
+                        f"prompt leaves no room in the model's context (first: {skipped[0]!r})")
+    empty = [group for group, n in completed.items() if n == 0]
+    if compared and empty:
+        warnings.append(f"no flagged-vs-unflagged comparison: no {' and no '.join(empty)} text was completed")
+    return warnings

@@ -19,13 +19,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..option_names import named
 from ..text.windows import sliding_windows
 from ..tokenizers import HFTokenCodec
 from ..types import BlackboxMIAError, Provenance, TokenLogprobs
 from .base import LOGPROBS, Backend, OnDone
 from .local.backend import check_model_path, model_context
 
-VLLM_MISSING = "--local-engine vllm needs vLLM (a CUDA machine): pip install 'blackbox_mia[vllm]'"
+VLLM_MISSING = f"{named('engine', 'vllm')} needs vLLM (a CUDA machine): pip install 'blackbox_mia[vllm]'"
 
 
 @dataclass(frozen=True)

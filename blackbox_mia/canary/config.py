@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..config import cache_root
+from ..option_names import named
 from ..types import BlackboxMIAError
 
 # Bump when the training recipe changes, so cached models trained by the old recipe are not reused.
@@ -165,7 +166,7 @@ class CanaryConfig:
         else:
             for name in DOCUMENT_FIELDS:
                 if getattr(self, name) is not None:
-                    raise BlackboxMIAError(f"canary: {name} applies only to --corpus {DOCUMENTS_CORPUS}")
+                    raise BlackboxMIAError(f"canary: {name} applies only to {named('corpus', DOCUMENTS_CORPUS)}")
         if not (math.isfinite(self.chat_share) and self.chat_share >= 0):
             raise BlackboxMIAError(f"canary: chat_share must be a finite number >= 0, got {self.chat_share}")
         if self.chat_share > 0 and round(self.chat_share * self.n_background) < 1:

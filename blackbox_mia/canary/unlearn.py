@@ -43,6 +43,7 @@ import numpy as np
 
 from ..datasets import Item
 from ..key_aliases import UNLEARN_CONFIG_KEYS, UNLEARNING_TRUTH_KEYS, with_old_keys
+from ..option_names import named
 from ..types import BlackboxMIAError
 from .manifest import (
     ITEMS_FILE,
@@ -101,23 +102,23 @@ class UnlearnConfig:
         """Raise :class:`BlackboxMIAError` naming the option of an impossible value."""
         for name in ("steps", "batch_size"):
             if isinstance(getattr(self, name), bool) or getattr(self, name) < 1:
-                raise BlackboxMIAError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise BlackboxMIAError(f"{named(name)} must be at least 1, got {getattr(self, name)}")
         if not self.lr > 0:
-            raise BlackboxMIAError(f"--lr must be > 0, got {self.lr}")
+            raise BlackboxMIAError(f"{named('lr')} must be > 0, got {self.lr}")
         if not self.retain_weight >= 0:
-            raise BlackboxMIAError(f"--retain-weight must be >= 0, got {self.retain_weight}")
+            raise BlackboxMIAError(f"{named('retain_weight')} must be >= 0, got {self.retain_weight}")
         if self.target_loss is not None and not self.target_loss > 0:
-            raise BlackboxMIAError(f"--target-loss must be > 0 nats/token, got {self.target_loss}")
+            raise BlackboxMIAError(f"{named('target_loss')} must be > 0 nats/token, got {self.target_loss}")
         if self.method not in METHODS:
-            raise BlackboxMIAError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+            raise BlackboxMIAError(f"{named('method')} must be one of {', '.join(METHODS)}, got {self.method!r}")
         if self.target_loss is not None and self.method != GRADIENT_ASCENT:
-            raise BlackboxMIAError(f"--target-loss applies to {GRADIENT_ASCENT} only, not {self.method}")
+            raise BlackboxMIAError(f"{named('target_loss')} applies to {GRADIENT_ASCENT} only, not {self.method}")
         if not (math.isfinite(self.alpha) and self.alpha > 0):
-            raise BlackboxMIAError(f"--alpha must be > 0, got {self.alpha}")
+            raise BlackboxMIAError(f"{named('alpha')} must be > 0, got {self.alpha}")
         if self.forget_from not in FORGET_FROM:
-            raise BlackboxMIAError(f"--forget-from must be one of {', '.join(FORGET_FROM)}, got {self.forget_from!r}")
+            raise BlackboxMIAError(f"{named('forget_from')} must be one of {', '.join(FORGET_FROM)}, got {self.forget_from!r}")
         if not 0 < self.memorized_target_fpr < 1:
-            raise BlackboxMIAError(f"--memorized-target-fpr must lie in (0, 1), got {self.memorized_target_fpr}")
+            raise BlackboxMIAError(f"{named('memorized_target_fpr')} must lie in (0, 1), got {self.memorized_target_fpr}")
 
     def short_hash(self, forget_ids: list[str]) -> str:
         """12 hex digits identifying these settings and the forget set. Each setting is hashed
@@ -144,21 +145,21 @@ def choose_forget(members: list[Item], forget: str, seed: int, noun: str = "memb
     if forget.strip().isdigit():
         n = int(forget)
         if not 1 <= n <= len(members):
-            raise BlackboxMIAError(f"--forget {n}: choose between 1 and the canary's {len(members)} {noun}")
+            raise BlackboxMIAError(f"{named('forget', forget)}: choose between 1 and the canary's {len(members)} {noun}")
         chosen = set(random.Random(seed).sample(range(len(members)), n))
         return [item for i, item in enumerate(members) if i in chosen]
     try:
         text = Path(forget).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BlackboxMIAError(f"--forget {forget}: neither a count nor a readable file of ids ({exc})") from exc
+        raise BlackboxMIAError(f"{named('forget', forget)}: neither a count nor a readable file of ids ({exc})") from exc
     try:
         ids = json.loads(text) if text.lstrip().startswith("[") else [line.strip() for line in text.splitlines()]
     except json.JSONDecodeError as exc:
-        raise BlackboxMIAError(f"--forget {forget}: not a JSON list of ids ({exc})") from exc
+        raise BlackboxMIAError(f"{named('forget', forget)}: not a JSON list of ids ({exc})") from exc
     ids = [str(i) for i in ids if str(i)]
     unknown = [i for i in ids if i not in by_id]
     if unknown or not ids:
-        raise BlackboxMIAError(f"--forget {forget}: " + (f"not {noun} of the canary: {unknown[:5]}" if unknown else "no id"))
+        raise BlackboxMIAError(f"{named('forget', forget)}: " + (f"not {noun} of the canary: {unknown[:5]}" if unknown else "no id"))
     return [by_id[i] for i in dict.fromkeys(ids)]
 
 

@@ -13,6 +13,7 @@ try:  # typer >= 0.20 carries its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exceptions
 
+from ..option_names import for_command_line
 from ..types import BlackboxMIAError
 from .interrupts import INTERRUPTED_EXIT, interrupt_once
 
@@ -66,13 +67,14 @@ def messages(quiet: bool):
 @contextlib.contextmanager
 def user_errors():
     """Turn toolkit errors, and files that cannot be read or written, into one line on stderr
-    and exit code 2 (never a traceback); Ctrl-C into a resume hint and exit code 130 once the
+    and exit code 2 (never a traceback; settings named by their flags:
+    :func:`~blackbox_mia.option_names.for_command_line`); Ctrl-C into a resume hint and exit code 130 once the
     answers in flight have landed (a second Ctrl-C exits at once: :func:`~.interrupts.interrupt_once`)."""
     try:
         with interrupt_once():
             yield
     except BlackboxMIAError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        typer.secho(f"error: {for_command_line(exc)}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
     except OSError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import typer
 
+from ..option_names import for_command_line
 from ..scorers import DEFAULT_SCORERS, parse_scorers
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
@@ -103,7 +104,7 @@ def demo_server(path, local, mode: str, echo: bool, port: int = DEMO_PORT, log=N
             )
         except BlackboxMIAError as exc:
             if log is not None:
-                log(f"{exc}; serving on a free port instead (black-box answers cached for port {port} are not reused)")
+                log(f"{for_command_line(exc)}; serving on a free port instead (black-box answers cached for port {port} are not reused)")
             url = stack.enter_context(
                 serve_in_background(ServerConfig(str(path), port=0, logprobs_mode=mode, echo=echo), backend=local)
             )

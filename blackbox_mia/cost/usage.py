@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..option_names import named
 from ..types import BudgetExceeded
 from .prices import request_cost
 
@@ -67,9 +68,9 @@ class Budget:
         """
         if spent + self.reserved + cost > self.max_usd:
             raise BudgetExceeded(
-                f"stopped before a request that could take the spend past --max-cost ${self.max_usd:g}: "
+                f"stopped before a request that could take the spend past {named('max_cost')} ${self.max_usd:g}: "
                 f"${spent:.4f} spent, ${self.reserved:.4f} in flight, this request up to ${cost:.4f}. "
-                "Every answer paid for is cached: rerun with a higher --max-cost to continue"
+                f"Every answer paid for is cached: rerun with a higher {named('max_cost')} to continue"
             )
         self.reserved += cost
 

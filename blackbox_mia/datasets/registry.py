@@ -39,6 +39,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..option_names import named
 from ..types import BlackboxMIAError
 from .formats import ItemMaker, aqua_item, gsm8k_item, user_item, wikimia_item
 from .items import Dataset, Item, file_sha256
@@ -147,7 +148,7 @@ def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:
     if limit is None:
         return list(items)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise BlackboxMIAError(f"--limit must be an integer >= 1, got {limit!r}")
+        raise BlackboxMIAError(f"{named('limit')} must be an integer >= 1, got {limit!r}")
     counts: dict[int | None, int] = {}
     for item in items:
         counts[item.label] = counts.get(item.label, 0) + 1

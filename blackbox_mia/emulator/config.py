@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..backends.api.http.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
 from ..config import MAX_PORT, check_number
+from ..option_names import named
 from ..types import BlackboxMIAError
 from .templates import check_chat_template
 
@@ -99,14 +100,14 @@ class ServerConfig:
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise BlackboxMIAError(f"logprobs_mode must be raw or processed, got {self.logprobs_mode!r}")
         # named as `bbmia serve` spells them
-        check_number("--port", self.port, at_least=0, at_most=MAX_PORT)
-        check_number("--batch-window-ms", self.batch_window_ms, at_least=0)
-        check_number("--max-batch", self.max_batch, at_least=1)
-        check_number("--max-logprobs", self.max_logprobs_completions, at_least=0)
-        check_number("--max-top-logprobs", self.max_logprobs_chat, at_least=0)
-        check_number("--token-id-refusal-status", self.token_id_refusal_status, at_least=400, at_most=599)
-        check_number("--max-body-bytes", self.max_body_bytes, at_least=1)
-        check_number("--threads", self.threads, at_least=1)
+        check_number(named("port"), self.port, at_least=0, at_most=MAX_PORT)
+        check_number(named("batch_window_ms"), self.batch_window_ms, at_least=0)
+        check_number(named("max_batch"), self.max_batch, at_least=1)
+        check_number(named("max_logprobs_completions"), self.max_logprobs_completions, at_least=0)
+        check_number(named("max_logprobs_chat"), self.max_logprobs_chat, at_least=0)
+        check_number(named("token_id_refusal_status"), self.token_id_refusal_status, at_least=400, at_most=599)
+        check_number(named("max_body_bytes"), self.max_body_bytes, at_least=1)
+        check_number(named("threads"), self.threads, at_least=1)
         check_chat_template(self.chat_template)
 
     @property

@@ -31,7 +31,7 @@ class MinKPlusPlus(Scorer):
         if not lp.has_vocab_stats:
             raise BlackboxMIAError(
                 "min_k_pp needs the full next-token distribution (mu, sigma) at every position; "
-                f"the {lp.provenance.backend!r} backend does not provide it. Use --local."
+                f"the {lp.provenance.backend!r} backend does not provide it: use a local model (local:PATH; --local on the command line)."
             )
         sigma = np.maximum(lp.sigma, 1e-12)
         return BoundedValues.of(lp).map(lambda v: (v - lp.mu) / sigma).smallest(self.k)

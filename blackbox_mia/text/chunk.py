@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..option_names import named
 from ..types import BlackboxMIAError
 from .segment import Segmenter
 
@@ -118,7 +119,7 @@ def chunk_tokens(text: str, size: int, codec: TokenCodec) -> list[Chunk]:
     if b"".join(pieces) != data:
         raise BlackboxMIAError(
             f"the tokenizer {codec.name!r} does not spell the text back byte for byte (it normalizes it): "
-            "chunk in words (--chunk-words) instead"
+            f"chunk in words ({named('chunk_words')}) instead"
         )
     # the character index of every byte offset; an offset inside a character rounds up to its end
     char_at = [-1] * (len(data) + 1)

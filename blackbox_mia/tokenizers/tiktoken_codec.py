@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from ..config import cache_root
+from ..option_names import named
 from ..types import BlackboxMIAError
 from .base import TokenCodec
 
@@ -70,8 +71,8 @@ class TiktokenCodec(TokenCodec):
         except KeyError as exc:
             raise BlackboxMIAError(
                 f"no tiktoken encoding known for model {model!r}: name its tokenizer, a tiktoken encoding such as "
-                "cl100k_base or a Hugging Face tokenizer directory (tokenizer= in ApiOptions or ?tokenizer= in an api: spec; --tokenizer on "
-                "the command line)"
+                f"cl100k_base or a Hugging Face tokenizer directory ({named('tokenizer')}, or ?tokenizer= in an api: "
+                "spec)"
             ) from exc
         return cls(encoding, cache_dir)
 

@@ -21,6 +21,7 @@ from blackbox_mia.backends.api.http.client import ApiClient
 from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 from blackbox_mia.backends.api.http.cache.keys import request_key
 from blackbox_mia.backends.api.http.cache.disk import MIN_FILE_SIZE, JsonDisk
+from blackbox_mia.option_names import for_command_line
 from blackbox_mia.types import BlackboxMIAError
 
 from ..helpers_client import MODEL, config
@@ -54,7 +55,8 @@ def test_read_only_cache_serves_hits_writes_nothing_and_names_the_fix_on_a_miss(
             cache.claim_many([KEYS[5]])  # a miss the client would ask for
         message = str(err.value)
         assert f"{directory} is read-only" in message and "1 request(s) not in it" in message
-        assert "--cache-dir" in message and f"cp -r {directory.parent} NEW_DIR" in message
+        assert "as cache_dir= (" in message and "as --cache-dir (" in for_command_line(err.value)
+        assert f"cp -r {directory.parent} NEW_DIR" in message
         with pytest.raises(BlackboxMIAError, match="is read-only"):
             cache.put(KEYS[5], {"n": 5})
         with pytest.raises(BlackboxMIAError, match="is read-only"):

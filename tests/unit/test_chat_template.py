@@ -140,7 +140,7 @@ def test_bad_message_templates_are_refused(tmp_path, messages):
 
 
 def test_template_spec_errors(tmp_path):
-    with pytest.raises(BlackboxMIAError, match="needs --endpoint chat"):
+    with pytest.raises(BlackboxMIAError, match="needs endpoint='chat'"):
         dialect_named("completions", "continuation")
     with pytest.raises(BlackboxMIAError, match="cannot read chat template"):
         dialect_named("chat", str(tmp_path / "missing.json"))

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from blackbox_mia.cli import app
 from blackbox_mia.cli.common import TargetOptions, with_target_options
 from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.option_names import for_command_line
 
 runner = CliRunner()
 
@@ -242,8 +243,9 @@ def test_allow_chat_conditional_reaches_the_api_backend(tiny_model_dir, tmp_path
     token.close()
     with pytest.raises(BlackboxMIAError, match="--precision must be one of scores, token"):
         replace(opts, precision="mean")
-    with pytest.raises(BlackboxMIAError, match="--allow-chat-conditional"):
+    with pytest.raises(BlackboxMIAError, match="allow_chat_conditional=True") as err:
         build_backends(TargetOptions(base_url=dead, model="m", endpoint="chat", tokenizer=str(tiny_model_dir)), [])
+    assert "pass --allow-chat-conditional to accept" in for_command_line(err.value)
     assert "--allow-chat-conditional" in invoke("probe", "--help").output
 
 

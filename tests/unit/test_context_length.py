@@ -12,6 +12,7 @@ from blackbox_mia.backends.api.http.errors import ApiError
 from blackbox_mia.backends.api.tracker.config import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
+from blackbox_mia.option_names import for_command_line
 from blackbox_mia.tokenizers import HFTokenCodec
 
 from ..conftest import gsm8k_questions
@@ -62,7 +63,8 @@ async def test_a_400_for_length_names_context_tokens(client, fake, message):
     fake.faults = [{"status": 400, "json": {"error": {"message": message}}}]
     with pytest.raises(ApiError) as err:
         await client.complete([1], logprobs=1)
-    assert "pass its context as --context-tokens N (context= in TrackerConfig)" in str(err.value)
+    assert "give its context in tokens as context=, and longer texts" in str(err.value)
+    assert "give its context in tokens as --context-tokens, and longer texts" in for_command_line(err.value)
     assert message.split(".")[0] in str(err.value) and err.value.fault == "final"
 
 

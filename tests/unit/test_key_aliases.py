@@ -29,5 +29,5 @@ def test_unlearned_canaries_keep_their_directories():
 
 
 def test_memorized_target_fpr_is_checked_under_its_new_name():
-    with pytest.raises(BlackboxMIAError, match="--memorized-target-fpr must lie in"):
+    with pytest.raises(BlackboxMIAError, match="memorized_target_fpr= must lie in"):
         UnlearnConfig(memorized_target_fpr=1.0).validate()

@@ -160,7 +160,7 @@ def test_special_token_strings_are_plain_text(backend):
     np.testing.assert_allclose(lp.logprobs, want, atol=1e-5)
 
 
-@pytest.mark.parametrize("device, message", [("nonsense", "unknown --device 'nonsense'"), ("cuda:99", "cuda:99")])
+@pytest.mark.parametrize("device, message", [("nonsense", "unknown device='nonsense'"), ("cuda:99", "cuda:99")])
 def test_bad_device_is_a_clear_error(tiny_model_dir, device, message):
     with pytest.raises(BlackboxMIAError, match=message):
         LocalBackend(LocalConfig(str(tiny_model_dir), device=device))

@@ -73,8 +73,8 @@ def test_default_budget_from_available_memory(monkeypatch):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("threads", 0, "--threads must be an integer >= 1"),
-    ("max_memory_gb", -1.0, "--max-memory must be a number of GiB > 0"),
+    ("threads", 0, "threads= must be an integer >= 1"),
+    ("max_memory_gb", -1.0, "max_memory_gb= must be a number of GiB > 0"),
 ])
 def test_bad_threads_or_memory(tiny_model_dir, field, value, message):
     with pytest.raises(BlackboxMIAError, match=message):

@@ -49,7 +49,7 @@ def test_serve_port_out_of_range_names_the_port_not_the_host(tmp_path, port, sho
     result = invoke("serve", "--model", tmp_path / "no-model", "--port", port)
     assert_one_line_error(result, "--port must be an integer >= 0 and <= 65535", shown)
     assert "host" not in result.output
-    with pytest.raises(BlackboxMIAError, match="--max-batch must be an integer >= 1, got 0"):
+    with pytest.raises(BlackboxMIAError, match="max_batch= must be an integer >= 1, got 0"):
         ServerConfig(model="m", max_batch=0)
 
 

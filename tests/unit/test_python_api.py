@@ -13,6 +13,7 @@ import pytest
 
 from blackbox_mia import ascore_texts, build_backend, parse_scorers, score_texts
 from blackbox_mia.hub import load_pretrained
+from blackbox_mia.option_names import for_command_line
 from blackbox_mia.tokenizers.tiktoken_codec import TiktokenCodec
 from blackbox_mia.types import BlackboxMIAError
 
@@ -54,7 +55,8 @@ def test_messages_name_the_python_argument_as_well_as_the_flag(tiny_model_dir):
     assert "backends['reference']" in str(err.value) and "--ref on the command line" in str(err.value)
     with pytest.raises(BlackboxMIAError) as err:
         TiktokenCodec.for_model("my-own-model")
-    assert "tokenizer= in ApiOptions" in str(err.value) and "--tokenizer on the command line" in str(err.value)
+    assert "(tokenizer=, or ?tokenizer= in an api: spec)" in str(err.value)
+    assert "(--tokenizer, or ?tokenizer= in an api: spec)" in for_command_line(err.value)
 
 
 class FakeHub:

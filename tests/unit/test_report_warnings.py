@@ -1,12 +1,19 @@
-"""Whatever a report warns about, the console says too (issue 30, item 3): a sweep's caveats
-computed from its numbers, listed first in the Markdown and printed one line each."""
+"""Whatever a report warns about, the console says too (issue 30, item 3): an audit's caveats
+(sweep, unlearning, memorize) computed from its numbers, listed first in the Markdown and printed
+one line each."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
+from blackbox_mia.audits.memorization import memorize_warnings
 from blackbox_mia.audits.sweep_warnings import sweep_warnings
+from blackbox_mia.audits.unlearning import unlearning_warnings
 from blackbox_mia.evaluation import estimate_prevalence, render_markdown
+
+from .test_cli import invoke, labelled_jsonl  # noqa: F401  (a fixture)
 
 
 def caveats(bench, neg, pos=None, contamination=None, n_control=None, **options):
@@ -51,3 +58,60 @@ def test_a_clean_sweep_has_no_warning():
 def test_the_markdown_lists_the_warnings_first():
     text = render_markdown({"title": "T", "notes": ["a note"], "warnings": ["mind this"]})
     assert text.index("## Warnings") < text.index("## Notes") and "- **mind this**" in text
+
+
+def test_memorize_warns_about_skipped_items_and_missing_aucs():
+    skipped = {32: {"too_short": 3, "over_context": 0}, 64: {"too_short": 0, "over_context": 0},
+               128: {"too_short": 5, "over_context": 2}}
+    some = {"eidetic": {"auc": 0.9}}
+    found = memorize_warnings(skipped, {"32": some, "64": some, "128": None, "pooled": some}, "tokens", 1024)
+    assert found == [
+        "L=32: 3 items shorter than L + R tokens and 0 items whose prompt and reference exceed the target's context "
+        "(1024 tokens) were skipped",
+        "L=128: 5 items shorter than L + R tokens and 2 items whose prompt and reference exceed the target's context "
+        "(1024 tokens) were skipped",
+        "no AUC at L=128: the rows left there do not hold both members and non-members (the pooled AUC counts the "
+        "other lengths only)",
+    ]
+    assert memorize_warnings({}, {"32": None, "pooled": None}, "chars", 64) == [
+        "no membership AUC: the rows do not hold both members (label 1) and non-members (label 0)"]
+    assert memorize_warnings({32: {"too_short": 0, "over_context": 0}}, {"32": some, "pooled": some}, "tokens", 64) == []
+
+
+def test_unlearning_warns_about_texts_without_ratio_or_completion_and_a_missing_comparison():
+    found = unlearning_warnings(10, ["a", "b"], 8, ["c"], {"flagged": 0, "unflagged": 7}, compared=True)
+    assert found[0].startswith("2 of 10 texts have no usable Min-K% ratio") and found[0].endswith("(first: 'a')")
+    assert found[1].startswith("1 of 8 texts were not completed") and found[1].endswith("(first: 'c')")
+    assert found[2] == "no flagged-vs-unflagged comparison: no flagged text was completed"
+    # --flagged-only asks for no comparison: an empty unflagged group is no caveat
+    assert unlearning_warnings(4, [], 2, [], {"flagged": 2, "unflagged": 0}, compared=False) == []
+    assert unlearning_warnings(4, [], 4, [], {"flagged": 2, "unflagged": 2}, compared=True) == []
+
+
+def console_warnings(result) -> list[str]:
+    return [line[len("warning: "):] for line in result.output.splitlines() if line.startswith("warning: ")]
+
+
+def test_the_console_prints_what_the_unlearning_and_memorize_reports_warn_about(tiny_model_dir, labelled_jsonl,
+                                                                                 tmp_path):
+    # the same model before and after: every ratio is 1, inside the window: all 4 texts flagged, none unflagged
+    out = tmp_path / "unlearning"
+    result = invoke("unlearning", labelled_jsonl, "--before", tiny_model_dir, "--after", f"local:{tiny_model_dir}",
+                    "--prompt-words", "3", "--samples", "1", "--max-new-tokens", "4", "--device", "cpu",
+                    "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "unlearning.json").read_text())
+    assert report["warnings"] == ["no flagged-vs-unflagged comparison: no unflagged text was completed"]
+    assert console_warnings(result) == report["warnings"]
+    assert f"- **{report['warnings'][0]}**" in (out / "unlearning.md").read_text()
+
+    # the texts are 8 words (< 40 tokens): L=40 has no row and so no AUC
+    out = tmp_path / "memorize"
+    result = invoke("memorize", labelled_jsonl, "--local", tiny_model_dir, "--prompt-lengths", "2,40",
+                    "--reference-tokens", "3", "--n-boot", "0", "--device", "cpu", "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "memorize.json").read_text())
+    assert report["warnings"][0].startswith("L=40: 4 items shorter than L + R tokens and 0 items")
+    assert report["warnings"][1].startswith("no AUC at L=40:") and len(report["warnings"]) == 2
+    assert console_warnings(result) == report["warnings"]
+    assert all(f"- **{w}**" in (out / "memorize.md").read_text() for w in report["warnings"])

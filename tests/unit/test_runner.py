@@ -305,7 +305,7 @@ def test_limits_and_item_checks():
     assert [it.id for it in limit_items(ITEMS, 2)] == ["a", "b"]
     assert limit_items(ITEMS, None) == ITEMS
     for bad in (0, -1):
-        with pytest.raises(BlackboxMIAError, match="--limit must be an integer >= 1"):
+        with pytest.raises(BlackboxMIAError, match="limit= must be an integer >= 1"):
             limit_items(ITEMS, bad)
     with pytest.raises(BlackboxMIAError, match="duplicate item id 'a'"):
         score_items([ITEMS[0], ITEMS[0]], SCORERS, {"target": StreamingFake()}, None, progress=False)

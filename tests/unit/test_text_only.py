@@ -198,7 +198,7 @@ def test_routing_by_capability_and_cost():
     costly, cheap = route(Tracked(6.0), ["one two three four"]), route(Tracked(1.0), ["one two three four"])
     assert costly.methods == "text-only" and costly.requests_per_token == pytest.approx(6.0)
     assert cheap.methods == "logprobs" and routed_specs("text-only", Tracked(1.0), ["a b"], ("min_k",))[0] == ("samia", "cdd")
-    with pytest.raises(BlackboxMIAError, match="--methods must be one of"):
+    with pytest.raises(BlackboxMIAError, match="methods= must be one of"):
         routed_specs("all", generation_only, ["a"], ("min_k",))
 
 

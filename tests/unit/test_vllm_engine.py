@@ -96,7 +96,7 @@ def test_without_vllm_a_clear_error(monkeypatch, tiny_model_dir):
 
 
 def test_unknown_engine_and_missing_path(tiny_model_dir):
-    with pytest.raises(BlackboxMIAError, match="unknown --local-engine 'onnx'"):
+    with pytest.raises(BlackboxMIAError, match="unknown engine='onnx'"):
         build_backend(f"local:{tiny_model_dir}", LocalOptions(engine="onnx"))
     with pytest.raises(BlackboxMIAError, match="local model path '/nonexistent' does not exist"):
         build_backend("local:/nonexistent")

@@ -26,6 +26,7 @@ from .http.cache.responses import ResponseCache
 from ...config import cache_root
 from ...cost.estimate import CostEstimate
 from ...cost.prices import request_cost
+from ...option_names import named
 from ...tokenizers import load_codec
 from ...types import (
     FINISH_REASONS,
@@ -99,9 +100,9 @@ class ApiBackend(Backend):
         super().__init__()
         if api.endpoint == "chat" and not allow_chat_conditional:
             raise BlackboxMIAError(
-                "--endpoint chat returns log-probs conditional on the server's chat template, not the "
-                "text's own log-probs, so scores would not be comparable to completions or --local; "
-                "pass --allow-chat-conditional to accept that (results are then labelled chat-template)"
+                f"{named('endpoint', 'chat')} returns log-probs conditional on the server's chat template, not "
+                "the text's own log-probs, so scores would not be comparable to completions or a local model; "
+                f"pass {named('allow_chat_conditional', True)} to accept that (results are then labelled chat-template)"
             )
         self._root = cache_root(cache_dir)
         self.tracker_config = tracker if tracker is not None else TrackerConfig()

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ...io import read_json_object, write_json_atomic
+from ...option_names import named
 from ...types import BlackboxMIAError
 
 PROBE_VERSION = 9  # bump when the probe's checks change: older records are probed again
@@ -141,11 +142,11 @@ class Capabilities:
             bad = not isinstance(value, kinds[f.name]) or (kinds[f.name] is int and isinstance(value, bool))
             if f.name not in data or bad:
                 raise BlackboxMIAError(
-                    f"{where}: field {f.name!r} is {json.dumps(value)}; delete the file or pass --reprobe"
+                    f"{where}: field {f.name!r} is {json.dumps(value)}; delete the file or pass {named('reprobe', True)}"
                 )
             values[f.name] = value
         if values["top_n"] < 0 or values["reported"] not in REPORTED or not values["tolerance"] >= 0:
-            raise BlackboxMIAError(f"{where}: a value is out of range; delete the file or pass --reprobe")
+            raise BlackboxMIAError(f"{where}: a value is out of range; delete the file or pass {named('reprobe', True)}")
         return cls(**values)
 
 

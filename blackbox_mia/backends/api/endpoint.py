@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ...option_names import marked
 from ...tokenizers import TokenCodec
 from ...tokenizers.base import BYTES_PREFIX
 from ...types import BlackboxMIAError
@@ -271,7 +272,7 @@ class Endpoint:
                        f"inside a character), {len(bias) - len(upward)} downward"
                        + (", a grammar" if "grammar" in (options.get("extra") or {}) else "")
                        + (", echo" if options.get("echo") else ""))
-            raise type(exc)(exc.status_code, f"{exc}. The server stopped answering during a request of this pattern: "
+            raise type(exc)(exc.status_code, f"{marked(exc)}. The server stopped answering during a request of this pattern: "
                                              f"{pattern}. Answers so far are cached (a rerun resumes)",
                             exc.fault, exc.detail) from exc
 

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...hub import load_pretrained, route_unmasked_padding_note
+from ...option_names import named
 from ...text.windows import sliding_windows
 from ...tokenizers import HFTokenCodec
 from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
@@ -176,13 +177,13 @@ class LocalBackend(Backend):
         try:
             device = torch.device(name)
         except (RuntimeError, ValueError) as exc:
-            raise BlackboxMIAError(f"unknown --device {name!r}: use cpu, cuda, cuda:N, mps, ...") from exc
+            raise BlackboxMIAError(f"unknown {named('device', name)}: use cpu, cuda, cuda:N, mps, ...") from exc
         if device.type == "cuda":
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
             if count == 0:
-                raise BlackboxMIAError(f"--device {name}: CUDA is not available (no GPU, or torch built without CUDA)")
+                raise BlackboxMIAError(f"{named('device', name)}: CUDA is not available (no GPU, or torch built without CUDA)")
             if device.index is not None and device.index >= count:
-                raise BlackboxMIAError(f"--device {name}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})")
+                raise BlackboxMIAError(f"{named('device', name)}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})")
         return device
 
     # -- tokenization ---------------------------------------------------------------------

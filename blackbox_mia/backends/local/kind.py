@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...option_names import named
 from ...types import BlackboxMIAError
 from ..base import Backend
 from ..options import KindOptions, register_backend
@@ -66,7 +67,7 @@ def build_local(model: str, options: LocalOptions) -> Backend:
 
         return VllmBackend(VllmConfig(model, dtype=options.dtype))
     if options.engine != "torch":
-        raise BlackboxMIAError(f"unknown --local-engine {options.engine!r} (local: option engine): use {' or '.join(ENGINES)}")
+        raise BlackboxMIAError(f"unknown {named('engine', options.engine)} (local: option engine): use {' or '.join(ENGINES)}")
     from .backend import LocalBackend
 
     return LocalBackend(

@@ -51,6 +51,7 @@ import openai
 
 from .cache.responses import ResponseCache
 from ....cost.usage import Usage
+from ....option_names import named
 from ....types import BlackboxMIAError, BudgetExceeded
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
@@ -244,7 +245,7 @@ class ApiClient(AnswerFetcher):
             more = f" and {len(models) - SHOWN_MODELS} more" if len(models) > SHOWN_MODELS else ""
             raise BlackboxMIAError(
                 f"unknown model {model!r} at {self._url}: the server lists {shown}{more} (GET /models); "
-                "pass one of them with --model"
+                f"pass one of them with {named('model')}"
             )
         self._model_checked = True
 

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ....config import MAX_PORT
 from ....cost.prices import DEFAULT_PRICES, price_of
+from ....option_names import named
 from ....types import BlackboxMIAError
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -118,10 +119,10 @@ class ApiConfig:
             raise BlackboxMIAError("timeout_s must be positive; max_retries and backoff times non-negative")
         if self.max_cost is not None:
             if not self.max_cost >= 0:
-                raise BlackboxMIAError(f"max_cost must be a number of USD >= 0, got {self.max_cost}")
+                raise BlackboxMIAError(f"{named('max_cost')} must be a number of USD >= 0, got {self.max_cost}")
             if self.price() is None:
                 raise BlackboxMIAError(
-                    f"--max-cost needs the price of model {self.model!r}, which is not in the price table "
+                    f"{named('max_cost')} needs the price of model {self.model!r}, which is not in the price table "
                     f"(known: {', '.join(sorted(self.prices))})"
                 )
 

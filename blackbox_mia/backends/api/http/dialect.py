@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
+from ....option_names import named
 from ....types import BlackboxMIAError
 from .answers import read_chat, read_completion
 from .errors import ApiError
@@ -272,7 +273,7 @@ def dialect_named(kind: str, chat_template: str | None = None) -> Dialect:
     if chat_template is None:
         return DIALECTS[kind]
     if kind != CHAT.name:
-        raise BlackboxMIAError(f"--chat-template needs --endpoint chat (the endpoint is {kind!r})")
+        raise BlackboxMIAError(f"{named('chat_template')} needs {named('endpoint', 'chat')} (the endpoint is {kind!r})")
     return Chat(load_message_template(chat_template))
 
 

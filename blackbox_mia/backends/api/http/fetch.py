@@ -29,6 +29,7 @@ from .cache.keys import canonical_json, request_key
 from .cache.claims import CLAIM_REFRESH_S
 from ....cost.prices import request_cost
 from ....cost.usage import Budget, Usage
+from ....option_names import named
 from ....types import BlackboxMIAError
 from ...loop import ThreadResults
 from .answers import billed_tokens, clip, decode_answer
@@ -352,7 +353,7 @@ class AnswerFetcher:
             return None, f"request to {url} failed: {type(exc).__name__}"
         status, detail = exc.status_code, self._server_message(exc)
         if status in (401, 403):
-            return status, f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or --api-key"
+            return status, f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or {named('api_key')}"
         if status == 404:
             if exc.code == "model_not_found" or "model" in detail.lower():
                 return status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}"
@@ -360,8 +361,8 @@ class AnswerFetcher:
             return status, f"404 at {where}: wrong base URL? (it usually ends in /v1; the server said: {detail})"
         if status == 400 and CONTEXT_REFUSAL.search(detail):
             return status, (f"{url} rejected the request (HTTP 400): {detail}; the text is longer than the model's "
-                            "context: pass its context as --context-tokens N (context= in TrackerConfig), and longer "
-                            "texts go in sliding windows")
+                            f"context: give its context in tokens as {named('context')}, and longer texts go in "
+                            "sliding windows")
         if status == 429:
             return status, f"rate limited by {url} (HTTP 429): {detail}; lower the concurrency or set rpm / tpm"
         if status >= 500:

@@ -29,6 +29,7 @@ from urllib.parse import quote
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
+from .....option_names import named
 from .....types import BadRow, BlackboxMIAError
 
 LOG = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def unusable(directory: str | os.PathLike, problem: str) -> BlackboxMIAError:
     which throws paid answers away)."""
     return BlackboxMIAError(
         f"the response cache {directory} cannot be used: {problem}; run `bbmia cache repair {directory}` "
-        f"(it keeps every readable answer and moves the damaged database aside) or use another --cache-dir"
+        f"(it keeps every readable answer and moves the damaged database aside) or use another {named('cache_dir')}"
     )
 
 
@@ -53,7 +54,7 @@ def read_only_error(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
     """The error for a request missing from a read-only cache: names the directory and the fix."""
     return BlackboxMIAError(
         f"the response cache {directory} is read-only ({why}): it serves the answers it holds, but a request "
-        f"missing from it cannot be cached; copy the cache root to a writable place and pass that as --cache-dir "
+        f"missing from it cannot be cached; copy the cache root to a writable place and pass that as {named('cache_dir')} "
         f"(e.g. cp -r {Path(directory).parent} NEW_DIR), or make {directory} writable"
     )
 
@@ -66,7 +67,7 @@ def disk_full(directory: str | os.PathLike, doing: str, needed: int | None) -> B
         sizes.append(f"{shutil.disk_usage(directory).free:,} bytes free")
     return BlackboxMIAError(
         f"no space left on the disk of the response cache {directory} while {doing} ({'; '.join(sizes) or '?'}): "
-        f"free some space or move the cache (--cache-dir) and rerun; every answer already cached is kept"
+        f"free some space or move the cache ({named('cache_dir')}) and rerun; every answer already cached is kept"
     )
 
 

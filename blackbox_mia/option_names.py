@@ -1,0 +1,88 @@
+"""How an error message names a setting: by its Python argument for a caller of the library
+(``calibration_fraction=``), by its flag on the command line (``--calibration-fraction``).
+
+A message names a setting with :func:`named`, which leaves a marker holding both forms; ``str()``
+of a :class:`~blackbox_mia.types.BlackboxMIAError` shows the Python form
+(:func:`as_arguments`), and the CLI's error boundary (:func:`blackbox_mia.cli.app.user_errors`)
+shows the flag form (:func:`for_command_line`). One table, :data:`FLAGS`, holds the flags that
+are not the argument's name spelled ``--with-dashes``.
+
+Example:
+    >>> message = f"{named('target_fpr')} must be in (0, 1), got 2"
+    >>> as_arguments(message), as_flags(message)
+    ('target_fpr= must be in (0, 1), got 2', '--target-fpr must be in (0, 1), got 2')
+"""
+
+from __future__ import annotations
+
+import re
+
+FLAGS = {
+    "context": "--context-tokens",
+    "out_dir": "--out",
+    "engine": "--local-engine",
+    "flag_fraction": "--flag-least-changed",
+    "max_logprobs_chat": "--max-top-logprobs",
+    "max_logprobs_completions": "--max-logprobs",
+    "max_memory_gb": "--max-memory",
+    "reference_length": "--reference-tokens",
+    "resume": "--overwrite",
+    "scorer": "--scorers",
+}
+"""The command-line flag of each Python argument whose flag is not ``--`` + its name with dashes
+(``resume=False`` is ``--overwrite``: :data:`NEGATED`)."""
+
+NEGATED = frozenset({"resume"})
+"""Arguments whose flag sets them to ``False`` (named in the Python form as ``resume=False``)."""
+
+_MARK, _SPLIT, _END = "\x1f", "\x1e", "\x1d"  # ASCII separators: never in a message's own text
+_MARKER = re.compile(f"{_MARK}([^{_SPLIT}]*){_SPLIT}([^{_END}]*){_END}")
+
+
+def flag(argument: str) -> str:
+    """The command-line flag of the Python argument ``argument`` (``target_fpr`` →
+    ``--target-fpr``, ``context`` → ``--context-tokens``: :data:`FLAGS`)."""
+    return FLAGS.get(argument, "--" + argument.replace("_", "-"))
+
+
+def named(argument: str, *value: object) -> str:
+    """A setting as a message names it: a marker that reads ``argument=`` (with a value:
+    ``argument=value!r``) to a Python caller and ``--flag`` (``--flag value``; ``--flag`` for
+    the value ``True`` of a switch) on the command line.
+
+    Args:
+        argument: the Python argument (a configuration field or keyword argument).
+        value: at most one value to show with it (the value given, as the user typed it;
+            ``True``: a switch that is on).
+
+    Raises:
+        ValueError: more than one value.
+    """
+    if len(value) > 1:
+        raise ValueError(f"named() takes at most one value, got {len(value)}")
+    negated = argument in NEGATED
+    python = f"{argument}=False" if negated else f"{argument}=" + (repr(value[0]) if value else "")
+    switch = negated or (value and value[0] is True)  # a flag without a value
+    command_line = flag(argument) + (f" {value[0]}" if value and not switch else "")
+    return f"{_MARK}{command_line}{_SPLIT}{python}{_END}"
+
+
+def as_arguments(message: str) -> str:
+    """``message`` with every :func:`named` setting in its Python form (``target_fpr=``)."""
+    return _MARKER.sub(lambda m: m.group(2), message)
+
+
+def as_flags(message: str) -> str:
+    """``message`` with every :func:`named` setting in its command-line form (``--target-fpr``)."""
+    return _MARKER.sub(lambda m: m.group(1), message)
+
+
+def marked(exc: BaseException) -> str:
+    """The message of ``exc`` with its settings still marked, to quote in another error's message
+    (``str(exc)`` of a :class:`~blackbox_mia.types.BlackboxMIAError` names Python arguments)."""
+    return Exception.__str__(exc)
+
+
+def for_command_line(exc: BaseException) -> str:
+    """The message of ``exc`` as the command line shows it: settings named by their flags."""
+    return as_flags(marked(exc))
