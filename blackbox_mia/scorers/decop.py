@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..datasets.registry import read_jsonl
+from ..option_names import named
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
 from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, use_instruction
@@ -148,7 +149,7 @@ class DECOP(GenerationScorer):
             longest = max(len(target.codec.encode(p)) for p in prompts)
             if longest + self.max_new_tokens > target.window:
                 raise BlackboxMIAError(f"scorer {self.name!r}: a question of {longest} tokens and its answer exceed the "
-                                       f"target's context of {target.window}; cut shorter passages (--chunk-tokens)")
+                                       f"target's context of {target.window}; cut shorter passages ({named('chunk_tokens')})")
         return [GenerationRequest(p, self.max_new_tokens) for p in prompts]
 
     def score_generations(self, text: str, target: TargetView, generations: Sequence[Sequence[Generation]]) -> Bounded:
