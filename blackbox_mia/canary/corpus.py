@@ -116,13 +116,18 @@ def _document_corpus(config: CanaryConfig, planted, pool, rng: random.Random) ->
     )
 
 
+def in_file_order(members: list[Item], planted: list[Item]) -> list[Item]:
+    """``members`` sorted by their index in ``planted``: the dataset's canonical order (GSM8K
+    test file order)."""
+    index = {item.id: i for i, item in enumerate(planted)}
+    return sorted(members, key=lambda item: index[item.id])
+
+
 def canonical_document(members: list[Item], planted: list[Item]) -> str:
-    """The members as the benchmark file holds them: sorted by their index in ``planted`` (the
-    dataset's canonical order: GSM8K test file order), joined by
+    """The members as the benchmark file holds them (:func:`in_file_order`), joined by
     :data:`~blackbox_mia.datasets.ordered.ITEM_SEPARATOR` (the text the exchangeability test
     scores a shard as)."""
-    index = {item.id: i for i, item in enumerate(planted)}
-    return join_items([item.text for item in sorted(members, key=lambda item: index[item.id])])
+    return join_items([item.text for item in in_file_order(members, planted)])
 
 
 def chat_items(background: list[Item], config: CanaryConfig) -> list[Item]:
