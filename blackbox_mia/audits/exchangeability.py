@@ -38,6 +38,7 @@ from ..evaluation.exchangeability import (
     exchangeability_test,
     shard_bounds,
 )
+from ..results import ScoredText
 from ..runner import run_config, score_items
 from ..scorers import parse_scorer
 from .common import SCORES_FILE, AuditResult, Log, publish, quiet, report_config, score_column
@@ -118,6 +119,16 @@ def prepare_exchangeability(config: ExchangeabilityConfig, cache_dir: str | os.P
     else:
         items, order = list(dataset.items), "file order"
     items = items[: config.limit] if config.limit is not None else items
+    return plan_shards(config, items, {**dataset.metadata(), "order": order})
+
+
+def plan_shards(config: ExchangeabilityConfig, items: list[Item], meta: dict) -> ExchangeabilityPlan:
+    """The shards of ``items`` (taken as the canonical order), their drawn orders and the distinct
+    texts to score (see :class:`ExchangeabilityPlan`).
+
+    Raises:
+        BlackboxMIAError: fewer than 2 items per shard, ``permutations`` < 1.
+    """
     bounds = shard_bounds(len(items), config.shards)
     orders = draw_orders(bounds, config.permutations, config.seed)
     texts: dict[str, Item] = {}
@@ -132,8 +143,24 @@ def prepare_exchangeability(config: ExchangeabilityConfig, cache_dir: str | os.P
         canonical_ids.append(ids[canonical])
         permuted_ids.append([ids[chosen] for chosen in orders[s]])
     ordered = sorted(texts.values(), key=lambda item: not item.id.endswith("-canonical"))
-    return ExchangeabilityPlan(config, items, {**dataset.metadata(), "order": order}, bounds, canonical_ids,
-                               permuted_ids, ordered)
+    return ExchangeabilityPlan(config, items, meta, bounds, canonical_ids, permuted_ids, ordered)
+
+
+def full_logprobs(rows: list[ScoredText]) -> dict[str, float]:
+    """Each scored text's full log-prob (nats): its ``loss`` score (mean log-prob per token) ×
+    the tokens scored.
+
+    Raises:
+        BlackboxMIAError: a text without a usable score (:func:`~.common.score_column`).
+    """
+    return {row.id: float(mean) * row.n_tokens for row, mean in zip(rows, score_column(rows, SCORER))}
+
+
+def shard_logprobs(plan: ExchangeabilityPlan, total: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The test's input from each text's full log-prob (``total``: text id -> nats): the
+    canonical texts', shape (r,), and the shuffled texts', shape (r, m)."""
+    canonical = np.array([total[i] for i in plan.canonical_ids])
+    return canonical, np.array([[total[i] for i in ids] for ids in plan.permuted_ids])
 
 
 def run_exchangeability(plan: ExchangeabilityPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True,
@@ -150,10 +177,7 @@ def run_exchangeability(plan: ExchangeabilityPlan, backends: dict[str, Backend],
     log(f"scoring {len(plan.texts)} distinct shard texts ({len(plan.bounds)} shards x {config.permutations + 1} orders)")
     rows = score_items(plan.texts, scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume,
                        progress=progress)
-    mean = score_column(rows, SCORER)
-    total = {row.id: float(m) * row.n_tokens for row, m in zip(rows, mean)}  # nats, the whole text
-    canonical = np.array([total[i] for i in plan.canonical_ids])
-    permuted = np.array([[total[i] for i in ids] for ids in plan.permuted_ids])
+    canonical, permuted = shard_logprobs(plan, full_logprobs(rows))
     test = exchangeability_test(canonical, permuted, alpha=config.alpha)
     shards = [{"shard": s, "items": f"{plan.items[a].id} .. {plan.items[b - 1].id}", "n_items": b - a,
                "canonical_nats": float(canonical[s]), "shuffled_mean_nats": float(permuted[s].mean()),

@@ -5,6 +5,7 @@ config and corpus."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -138,3 +139,63 @@ def test_canonical_corpus_plants_one_document_in_file_order():
     assert document.count(ITEM_SEPARATOR) >= 4 and document.startswith(in_order[0].text)
     assert len(canonical.documents) == 20 + 3 and canonical.documents.count(document) == 3
     assert len(shuffled.documents) == 20 + 15
+
+
+@pytest.fixture()
+def ordered_jsonl(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    texts = ["Question: Tom has 3 apples.", "Question: Ivy walks 4 miles.", "Question: Zed sells 5 kites.",
+             "Question: A robe takes 2 bolts.", "Question: Sam reads 7 pages.", "Question: Kim bakes 9 pies."]
+    path.write_text("".join(json.dumps({"id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--shards", "0"], ["--shards must be an integer >= 1, got 0"]),
+    (["--shards", "4"], ["6 items make fewer than 2 items per shard with 4 shards", "use --shards 3 or fewer"]),
+    (["--permutations", "0"], ["--permutations must be an integer >= 1, got 0"]),
+    (["--alpha", "1"], ["--alpha must be a finite number > 0 and < 1, got 1"]),
+    (["--limit", "1"], ["--limit must be an integer >= 2, got 1"]),
+    (["--ref", "/nonexistent/ref"], ["exchangeability uses no reference model: drop --ref"]),
+])
+def test_cli_errors_are_one_line(ordered_jsonl, tmp_path, args, fragments):
+    from .test_cli import assert_one_line_error, invoke
+
+    result = invoke("exchangeability", ordered_jsonl, "--local", "/nonexistent/model", "--cache-dir", tmp_path, *args)
+    assert_one_line_error(result, *fragments)
+
+
+def test_cli_dry_run_then_run_on_a_tiny_model(ordered_jsonl, tiny_model_dir, tmp_path):
+    from blackbox_mia.results import read_rows
+
+    from .test_cli import invoke
+
+    common = [ordered_jsonl, "--local", tiny_model_dir, "--shards", "2", "--permutations", "5", "--seed", "1",
+              "--out", tmp_path / "run", "--cache-dir", tmp_path, "--quiet"]
+    dry = invoke("exchangeability", *common, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert dry.output.startswith("12 texts to compare (2 shards x 6 orders)") and not (tmp_path / "run").exists()
+    result = invoke("exchangeability", *common, "--json")
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("canonical order ") and "(exact; sum of the canonical order's ranks" in first
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert summary["n_texts"] == 12 and summary["n_shards"] == 2 and summary["n_items"] == 6
+    # the verdict is the exact test of the scored texts' full log-probs (mean x tokens)
+    rows = {row.id: row.scores["loss"] * row.n_tokens for row in read_rows(tmp_path / "run" / "scores.jsonl")}
+    assert len(rows) == summary["n_distinct_texts"] <= 12
+    report = json.loads((tmp_path / "run" / "exchangeability.json").read_text())
+    ranks = [sum(rows[i] >= rows[f"shard{s:03d}-canonical"] for i in permuted)
+             for s, permuted in enumerate(_permuted_ids(ordered_jsonl, tmp_path))]
+    assert report["verdict"]["ranks"] == ranks and summary["rank_sum"] == sum(ranks)
+    assert summary["p_value"] == pytest.approx(rank_sum_pvalue(sum(ranks), 2, 5))
+    assert report["config"]["exchangeability"]["permutations"] == 5 and report["config"]["separator"] == "\n\n"
+
+
+def _permuted_ids(path, cache):
+    from blackbox_mia.audits.exchangeability import ExchangeabilityConfig, prepare_exchangeability
+
+    plan = prepare_exchangeability(ExchangeabilityConfig(str(path), shards=2, permutations=5, seed=1), cache)
+    assert [item.text for item in plan.texts if item.id == "shard000-canonical"] == [
+        "Question: Tom has 3 apples.\n\nQuestion: Ivy walks 4 miles.\n\nQuestion: Zed sells 5 kites."]
+    return plan.permuted_ids
