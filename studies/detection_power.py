@@ -58,6 +58,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
@@ -186,8 +187,12 @@ def exchangeability_line(canary: Path, seeds: int, cache: Path) -> dict:
         rng = np.random.default_rng([1, seed])  # the shuffling of the canonical order within the shards
         shuffled = [members[i] for a, b in plans["seed", seed].bounds for i in a + rng.permutation(b - a)]
         plans["shuffling", seed] = plan_shards(config, shuffled, {})
-    by_text = {item.text: None for plan in plans.values() for item in plan.texts}
-    items = [Item(f"t{k:05d}", text) for k, text in enumerate(sorted(by_text))]
+    # ids as bbmia exchangeability names the texts of the file order (a scores file it wrote can seed the cache)
+    ids = {item.text: item.id for (kind, _), plan in plans.items() if kind == "seed" for item in plan.texts}
+    for plan in plans.values():
+        ids.update({item.text: f"text-{hashlib.sha256(item.text.encode()).hexdigest()[:12]}" for item in plan.texts
+                    if item.text not in ids})
+    items = [Item(i, text) for text, i in ids.items()]
     out = cache / "prevalence_coverage" / canary.name / XCHG_TEST / "scores.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     backend = build_backend(f"local:{canary}")
