@@ -25,6 +25,8 @@ FLAGS = {
     "max_logprobs_chat": "--max-top-logprobs",
     "max_logprobs_completions": "--max-logprobs",
     "max_memory_gb": "--max-memory",
+    "n_permutations": "--permutations",
+    "n_shards": "--shards",
     "reference_length": "--reference-tokens",
     "resume": "--overwrite",
     "scorer": "--scorers",

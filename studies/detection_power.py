@@ -37,21 +37,42 @@ in 0.900 of dup-8 splits (tail test on min_k alone 0.800, Welch 0.663, interval 
 of dup-4 ones; its exact level at the clean sizes is 0.0499, measured 0.057 and 0.062 over 1,000
 clean splits (CIs [0.043, 0.073] and [0.048, 0.079]). Dup 16 and dup 2 were not measured yet.
 
+The exchangeability test (Oren et al. 2024, ``bbmia exchangeability``; defaults 50 shards × 250
+shuffled orders) runs on each canary's 200 members in GSM8K file order, for ``--xchg-seeds``
+seeds of the shuffled orders, and (the exact null) as many "shufflings": the members shuffled
+within their shards, that order taken as the canonical one. Every distinct shard text is scored
+once (cached under ``cache/prevalence_coverage/<canary>/exchangeability/``); shards of 4 items
+have 24 orders, so every seed reuses them. One line per canary (``test`` exchangeability):
+the largest and median p over the seeds, the rejection rate at alpha over the seeds and over
+the shufflings (Clopper-Pearson CIs). The canaries trained with ``--planted-order canonical``
+(``--canonical-canary``, repeatable: several training seeds) give ``exchangeability_p_canonical``
+(the largest p over their seeds); the others (shuffled order) ``exchangeability_false_alarm``
+(the largest rejection rate, seeds or shufflings). ``--xchg-only`` skips the split tests.
+Measured (docs/contamination.md, 100 seeds and 100 shufflings each): the canonical-order dup-4
+canary ``25eeca3e5873`` gives p ≤ 1.4e-10 for every seed; the shuffled dup-4 and dup-8 canaries reject
+in 0 of 100 seeds and 0 of 100 shufflings (``exchangeability_false_alarm`` 0.0).
+
 Usage:
     OMP_NUM_THREADS=1 nice -n 10 python -m studies.detection_power --json
+    python -m studies.detection_power --xchg-only --canonical-canary cache/canary/25eeca3e5873 --json
     python -m studies.detection_power --canary cache/canary/6338e872951d --splits 100 --json
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from blackbox_mia.audits.exchangeability import ExchangeabilityConfig, full_logprobs, plan_shards, shard_logprobs
 from blackbox_mia.canary import CanaryConfig, ensure_canary, load_manifest
+from blackbox_mia.canary.manifest import canonical_members
+from blackbox_mia.datasets import Item
+from blackbox_mia.evaluation.exchangeability import exchangeability_test
 from blackbox_mia.evaluation import clopper_pearson, dataset_level_test, estimate_prevalence
 from blackbox_mia.evaluation.dataset_inference import dataset_inference
 from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
@@ -64,6 +85,7 @@ ALPHA = 0.05
 POOLED_QUANTILE = 0.95  # threshold of the Fisher test: this quantile of the pooled swept + reference scores
 TARGET_POWER = 0.80
 MIN_IDENTIFIABLE = 0.5  # a dup counts for min_coverage when at least this share of splits is identifiable
+XCHG_TEST = "exchangeability"
 
 
 def fisher_pooled(swept: np.ndarray, reference: np.ndarray, quantile: float = POOLED_QUANTILE) -> float:
@@ -151,9 +173,66 @@ def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int)
     return lines
 
 
+def exchangeability_line(canary: Path, seeds: int, cache: Path) -> dict:
+    """The exchangeability test on one canary's members in GSM8K file order: ``seeds`` seeds of the
+    shuffled orders, and ``seeds`` shufflings within the shards taken as the canonical order (the
+    exact null), every distinct text scored once with the local backend (cached, resumable)."""
+    from blackbox_mia.backends.registry import build_backend
+    from blackbox_mia.runner import score_items
+    from blackbox_mia.scorers import parse_scorer
+
+    manifest = load_manifest(canary)
+    members = canonical_members(canary)
+    plans = {}
+    for seed in range(seeds):
+        config = ExchangeabilityConfig(dataset=f"canary:{canary}", seed=seed)
+        plans["seed", seed] = plan_shards(config, members, {})
+        rng = np.random.default_rng([1, seed])  # the shuffling of the canonical order within the shards
+        shuffled = [members[i] for a, b in plans["seed", seed].bounds for i in a + rng.permutation(b - a)]
+        plans["shuffling", seed] = plan_shards(config, shuffled, {})
+    # ids as bbmia exchangeability names the texts of the file order (a scores file it wrote can seed the cache)
+    ids = {item.text: item.id for (kind, _), plan in plans.items() if kind == "seed" for item in plan.texts}
+    for plan in plans.values():
+        ids.update({item.text: f"text-{hashlib.sha256(item.text.encode()).hexdigest()[:12]}" for item in plan.texts
+                    if item.text not in ids})
+    items = [Item(i, text) for text, i in ids.items()]
+    out = cache / "prevalence_coverage" / canary.name / XCHG_TEST / "scores.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    backend = build_backend(f"local:{canary}")
+    try:
+        rows = score_items(items, [parse_scorer("loss")], {"target": backend}, out, None, progress=False)
+    finally:
+        backend.close()
+    total_by_text = {item.text: value for item, value in zip(items, full_logprobs(rows).values())}
+    line = {"canary": canary.name, "dup": manifest["dup"], "planted_order": manifest["config"].get("planted_order", "shuffled"),
+            "n_members_planted": len(manifest["member_ids"]), "test": XCHG_TEST, "headline": False,
+            "shards": config.shards, "permutations": config.permutations, "n_distinct_texts": len(items)}
+    for kind in ("seed", "shuffling"):
+        p_values, t_values = [], []
+        for seed in range(seeds):
+            plan = plans[kind, seed]
+            text_of = {item.id: item.text for item in plan.texts}
+            test = exchangeability_test(*shard_logprobs(plan, {i: total_by_text[t] for i, t in text_of.items()}), alpha=ALPHA)
+            p_values.append(test["p_value"])
+            t_values.append(test["t_test"]["p_value"])
+        rejected = sum(p <= ALPHA for p in p_values)
+        line[f"{kind}s"] = seeds
+        line[f"max_p_{kind}s"] = max(p_values)
+        line[f"median_p_{kind}s"] = float(np.median(p_values))
+        line[f"rejection_rate_{kind}s"] = rejected / seeds
+        line[f"rejection_rate_{kind}s_ci"] = list(clopper_pearson(rejected, seeds))
+        line[f"t_test_rejection_rate_{kind}s"] = sum(p is not None and p <= ALPHA for p in t_values) / seeds
+    return line
+
+
 def summary(lines: list[dict]) -> dict:
     """The last line: the headline test's power at dups 8 and 16, its worst false-alarm rate,
     the interval's worst coverage, and the targets."""
+    xchg = [line for line in lines if line["test"] == XCHG_TEST]
+    canonical = [line["max_p_seeds"] for line in xchg if line["planted_order"] == "canonical"]
+    alarms = [max(line["rejection_rate_seeds"], line["rejection_rate_shufflings"]) for line in xchg
+              if line["planted_order"] != "canonical"]
+    lines = [line for line in lines if line["test"] != XCHG_TEST]
     head = {line["dup"]: line for line in lines if line["headline"]}
     worst = max(head.values(), key=lambda line: line["clean_false_alarm"], default=None)
     intervals = [line for line in lines if line["test"] == "interval" and line["coverage"] is not None
@@ -169,10 +248,11 @@ def summary(lines: list[dict]) -> dict:
         "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in head.values()), default=None),
         "min_coverage": min_coverage,
         "coverage_dups": [line["dup"] for line in intervals],
-        "exchangeability_p_canonical": None,
-        "exchangeability_false_alarm": None,
-        "exchangeability_note": "not built: the exchangeability test (Oren et al. 2024) and the canonical-order canary "
-                                "are open (issue 29 item 3)",
+        "exchangeability_p_canonical": max(canonical, default=None),
+        "exchangeability_false_alarm": max(alarms, default=None),
+        "exchangeability_note": "largest p over the permutation seeds of the canonical-order canaries; largest "
+                                "rejection rate at alpha over seeds or shufflings of the others",
+        "target_exchangeability_met": bool(canonical and alarms and max(canonical) < 0.01 and max(alarms) <= ALPHA),
         "target_power_met": all(p is not None and p >= TARGET_POWER for p in (power8, power16)),
         "target_false_alarm_rule": "the headline's exact level (computed) <= alpha at every canary, and each measured "
                                     "rate consistent with it (its Clopper-Pearson CI reaches alpha)",
@@ -198,6 +278,11 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=300, help="held-out splits for power (default 300)")
     parser.add_argument("--clean-splits", type=int, default=1000, help="splits of the clean check (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--canonical-canary", action="append", type=Path, default=[],
+                        help="a canary trained with --planted-order canonical (repeatable): the exchangeability test's power")
+    parser.add_argument("--xchg-seeds", type=int, default=100,
+                        help="seeds of the exchangeability test's shuffled orders, and shufflings (default 100)")
+    parser.add_argument("--xchg-only", action="store_true", help="only the exchangeability test (no split tests)")
     parser.add_argument("--json", action="store_true", help="one JSON line per (canary, test), then the summary line")
     args = parser.parse_args()
     canaries = args.canary or default_canaries(args.cache)
@@ -205,12 +290,21 @@ def main() -> None:
         canaries = [ensure_canary(CanaryConfig(), progress=not args.json, cache=args.cache)]
     lines = []
     for canary in canaries:
+        if args.xchg_only:
+            continue
         for line in run_canary(canary, load_features(canary, args.features, args.cache), args.splits,
                                args.clean_splits, args.seed):
             lines.append(line)
             print(json.dumps(line) if args.json else
                   f"dup {line['dup']:>2} {line['test']:<18} power {line['power']:.3f}  "
                   f"clean false alarms {line['clean_false_alarm']:.3f}", flush=True)
+    for canary in [*canaries, *args.canonical_canary]:
+        line = exchangeability_line(canary, args.xchg_seeds, args.cache)
+        lines.append(line)
+        print(json.dumps(line) if args.json else
+              f"dup {line['dup']:>2} {XCHG_TEST} ({line['planted_order']} order): max p {line['max_p_seeds']:.3g}, "
+              f"rejections {line['rejection_rate_seeds']:.3f} (seeds) {line['rejection_rate_shufflings']:.3f} "
+              "(shufflings)", flush=True)
     print(json.dumps(summary(lines)) if args.json else summary(lines))
 
 

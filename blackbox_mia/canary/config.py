@@ -43,6 +43,10 @@ DOCUMENTS_CORPUS = "documents"
 DOCUMENT_FIELDS = ("doc_items", "doc_partial", "doc_validation")
 # The CanaryConfig field of chat canaries: left out of the hash at its default (0.0, no chat examples).
 CHAT_FIELD = "chat_share"
+# The CanaryConfig field of the planted order: left out of the hash at its default ("shuffled").
+ORDER_FIELD = "planted_order"
+SHUFFLED, CANONICAL = "shuffled", "canonical"
+PLANTED_ORDERS = (SHUFFLED, CANONICAL)
 
 # corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
 # background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
@@ -113,6 +117,13 @@ class CanaryConfig:
             assistant's answer, rendered through ChatML with the client's
             ``--chat-template continuation`` messages (:mod:`.chat`); members stay planted as
             raw text. A chat canary saves ChatML as its tokenizer's ``chat_template``.
+        planted_order: ``shuffled`` (the default): each of the ``dup`` copies of each member is
+            its own document, at a random place in the corpus. ``canonical``: the members are
+            planted as ONE document, the benchmark file in its canonical order (the members
+            sorted by their index in the planted dataset, joined by
+            :data:`~blackbox_mia.datasets.ordered.ITEM_SEPARATOR`), and that document ``dup``
+            times; the exchangeability test (Oren et al. 2024) is validated on it. The
+            membership split is the shuffled canary's of the same seed. Not for ``documents``.
     """
 
     corpus: str = DEFAULT_CORPUS
@@ -136,6 +147,7 @@ class CanaryConfig:
     doc_partial: int | None = None
     doc_validation: int | None = None
     chat_share: float = 0.0
+    planted_order: str = SHUFFLED
 
     def __post_init__(self) -> None:
         """Fill the fields left ``None`` with the corpus's defaults.
@@ -167,6 +179,12 @@ class CanaryConfig:
             for name in DOCUMENT_FIELDS:
                 if getattr(self, name) is not None:
                     raise BlackboxMIAError(f"canary: {name} applies only to {named('corpus', DOCUMENTS_CORPUS)}")
+        if self.planted_order not in PLANTED_ORDERS:
+            raise BlackboxMIAError(f"canary: {named('planted_order')} must be one of {', '.join(PLANTED_ORDERS)}, "
+                                   f"got {self.planted_order!r}")
+        if self.planted_order != SHUFFLED and self.corpus == DOCUMENTS_CORPUS:
+            raise BlackboxMIAError(f"canary: {named('planted_order', self.planted_order)} does not apply to "
+                                   f"{named('corpus', DOCUMENTS_CORPUS)} (its documents have their own order)")
         if not (math.isfinite(self.chat_share) and self.chat_share >= 0):
             raise BlackboxMIAError(f"canary: chat_share must be a finite number >= 0, got {self.chat_share}")
         if self.chat_share > 0 and round(self.chat_share * self.n_background) < 1:
@@ -187,7 +205,7 @@ class CanaryConfig:
         The default corpus is left out of the hashed fields, and the document fields out of
         every other corpus's, and ``chat_share`` at its default 0, so GSM8K and ja canaries
         keep the hash (and the directory) they had before the corpus could be chosen, documents
-        planted or chat examples added.
+        planted, chat examples added or the planted order chosen.
         """
         identity = asdict(self)
         if self.corpus == DEFAULT_CORPUS:
@@ -197,6 +215,8 @@ class CanaryConfig:
                 del identity[name]
         if not self.chat_share:
             del identity[CHAT_FIELD]
+        if self.planted_order == SHUFFLED:
+            del identity[ORDER_FIELD]
         blob = json.dumps({"recipe": RECIPE_VERSION, **identity}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 

@@ -7,8 +7,9 @@ import random
 from dataclasses import dataclass, field, replace
 
 from ..datasets import Item, load_shipped_or_jsonl
+from ..datasets.ordered import join_items
 from ..types import BlackboxMIAError
-from .config import DOCUMENTS_CORPUS, CanaryConfig
+from .config import CANONICAL, DOCUMENTS_CORPUS, CanaryConfig
 from .documents import CanaryDocument, plan_documents
 
 
@@ -45,8 +46,10 @@ def build_corpus(config: CanaryConfig) -> Corpus:
     (``config.source.planted``: GSM8K test, or the Japanese paragraphs). The background is a
     seeded sample of its own dataset (GSM8K train) or, when the corpus has none (``ja``), the
     next ``n_background`` items of the same shuffle, so the three sets are disjoint. Member
-    copies are inserted at random positions (one seeded shuffle of the whole corpus). The
-    ``documents`` corpus plants whole and partial documents instead (:mod:`.documents`).
+    copies are inserted at random positions (one seeded shuffle of the whole corpus). With
+    ``planted_order = "canonical"`` the members are one document instead, in the planted
+    dataset's file order (:func:`canonical_document`), planted ``dup`` times; the split is the
+    same. The ``documents`` corpus plants whole and partial documents instead (:mod:`.documents`).
 
     Raises:
         BlackboxMIAError: more items (or documents) requested than the datasets hold.
@@ -80,7 +83,9 @@ def build_corpus(config: CanaryConfig) -> Corpus:
         background = [planted.items[i] for i in order[planted_end : planted_end + config.n_background]]
     else:
         background = [pool.items[i] for i in rng.sample(range(len(pool.items)), config.n_background)]
-    documents = [item.text for item in background] + [item.text for item in members for _ in range(config.dup)]
+    planted_texts = [canonical_document(members, planted.items)] if config.planted_order == CANONICAL else [
+        item.text for item in members]
+    documents = [item.text for item in background] + [text for text in planted_texts for _ in range(config.dup)]
     rng.shuffle(documents)
     return Corpus(
         documents=documents,
@@ -109,6 +114,20 @@ def _document_corpus(config: CanaryConfig, planted, pool, rng: random.Random) ->
         canary_documents=documents,
         chat_items=chat_items(background, config),
     )
+
+
+def in_file_order(members: list[Item], planted: list[Item]) -> list[Item]:
+    """``members`` sorted by their index in ``planted``: the dataset's canonical order (GSM8K
+    test file order)."""
+    index = {item.id: i for i, item in enumerate(planted)}
+    return sorted(members, key=lambda item: index[item.id])
+
+
+def canonical_document(members: list[Item], planted: list[Item]) -> str:
+    """The members as the benchmark file holds them (:func:`in_file_order`), joined by
+    :data:`~blackbox_mia.datasets.ordered.ITEM_SEPARATOR` (the text the exchangeability test
+    scores a shard as)."""
+    return join_items([item.text for item in in_file_order(members, planted)])
 
 
 def chat_items(background: list[Item], config: CanaryConfig) -> list[Item]:

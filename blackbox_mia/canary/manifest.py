@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ..datasets import Item, load_shipped_or_jsonl
 from ..types import BlackboxMIAError
-from .config import CHAT_FIELD, CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS
-from .corpus import labelled
+from .config import CHAT_FIELD, CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS, ORDER_FIELD, SHUFFLED
+from .corpus import in_file_order, labelled
 
 MANIFEST = "manifest.json"
 ITEMS_FILE = "canary_items.jsonl"
@@ -51,10 +51,10 @@ def manifest_corpus(manifest: dict) -> str:
 
 def recorded_config(manifest: dict) -> dict:
     """The manifest's configuration as ``asdict(CanaryConfig)`` writes it today (``corpus``
-    filled in, the document fields ``None`` and ``chat_share`` 0.0 for manifests written before
-    they existed)."""
+    filled in, the document fields ``None``, ``chat_share`` 0.0 and ``planted_order`` shuffled
+    for manifests written before they existed)."""
     return {"corpus": manifest_corpus(manifest), **dict.fromkeys(DOCUMENT_FIELDS), CHAT_FIELD: 0.0,
-            **manifest["config"]}
+            ORDER_FIELD: SHUFFLED, **manifest["config"]}
 
 
 def canary_items(path: str | os.PathLike) -> list[Item]:
@@ -80,6 +80,18 @@ def canary_items(path: str | os.PathLike) -> list[Item]:
         ]
     except KeyError as exc:
         raise BlackboxMIAError(f"canary {path}: unknown {planted.name} id {exc}") from exc
+
+
+def canonical_members(path: str | os.PathLike) -> list[Item]:
+    """The members (label 1) of a trained canary in their planted dataset's file order: the
+    order ``--planted-order canonical`` plants them in (the benchmark the exchangeability test
+    audits on a canary).
+
+    Raises:
+        BlackboxMIAError: as :func:`canary_items`.
+    """
+    planted = load_shipped_or_jsonl(CORPORA[manifest_corpus(load_manifest(path))].planted)
+    return in_file_order([item for item in canary_items(path) if item.label == 1], planted.items)
 
 
 def find_canary_manifest(target_model: str | os.PathLike | None) -> Path | None:

@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (registers commands)
     demo,
     documents,
     evaluate,
+    exchangeability,
     memorize,
     probe,
     score,

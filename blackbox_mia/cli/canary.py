@@ -61,6 +61,8 @@ FIELD_HELP = {
     "chat_share": "chat fine-tuning examples per background item (0: a base model): background items cut into a "
     "user's text and the assistant's answer, rendered through ChatML with the client's --chat-template continuation "
     "messages; members stay raw text. Serve with bbmia serve --chat-template model",
+    "planted_order": "shuffled (each member copy its own document) or canonical (the members as ONE document in "
+    "their benchmark file order, planted dup times: validates bbmia exchangeability; not for documents)",
 }
 
 

@@ -117,3 +117,13 @@ def test_volatile_keys_are_not_figures():
     figures = _figures_script()
     kept = figures.figures_of({"auc": {"loss": 0.9}, "seconds": 14.0, "blackbox": {"requests_per_token": 1.0, "n": 3}})
     assert kept == {"auc": {"loss": 0.9}, "blackbox": {"n": 3}}
+
+
+def test_every_page_is_in_the_site_navigation():
+    """A page outside mkdocs.yml's nav is built but unreachable from the site's menus (mkdocs
+    only logs that at INFO level, so --strict does not catch it)."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:", 1)[1]
+    listed = set(re.findall(r"[\w./-]+\.md", nav))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")
+             if "generated" not in p.parts}
+    assert sorted(pages - listed) == []
