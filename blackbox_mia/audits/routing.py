@@ -91,10 +91,12 @@ def multiple_choice(texts: Sequence[str]) -> bool:
     return bool(texts) and all(parse_multiple_choice(t) is not None for t in texts)
 
 
-def routed_specs(methods: str, target: Backend, texts: Sequence[str], logprob_specs: Sequence[str]) -> tuple[tuple[str, ...], Route]:
+def routed_specs(methods: str, target: Backend, texts: Sequence[str], logprob_specs: Sequence[str],
+                 text_only: Sequence[str] | None = None) -> tuple[tuple[str, ...], Route]:
     """The scorer specs for ``--methods`` on ``target``: ``logprob_specs`` or the text-only
-    scorers (:func:`~blackbox_mia.scorers.text_only_specs`, TS-Guessing on multiple-choice
-    items), and the route taken (``auto``: :func:`route`).
+    scorers (``text_only`` when given, as the sweep's one scorer; else
+    :func:`~blackbox_mia.scorers.text_only_specs`, TS-Guessing on multiple-choice items), and the
+    route taken (``auto``: :func:`route`).
 
     Raises:
         BlackboxMIAError: a bad ``methods``; as :func:`route`.
@@ -104,7 +106,8 @@ def routed_specs(methods: str, target: Backend, texts: Sequence[str], logprob_sp
         return tuple(logprob_specs), Route(LOGPROBS_ROUTE, "asked for (--methods logprobs)")
     found = route(target, texts)
     if TEXT_ONLY_ROUTE in (methods, found.methods):
-        return text_only_specs(multiple_choice(texts)), Route(TEXT_ONLY_ROUTE, found.reason, found.requests_per_token)
+        chosen = tuple(text_only) if text_only else text_only_specs(multiple_choice(texts))
+        return chosen, Route(TEXT_ONLY_ROUTE, found.reason, found.requests_per_token)
     return tuple(logprob_specs), Route(LOGPROBS_ROUTE, found.reason, found.requests_per_token)
 
 
@@ -121,7 +124,7 @@ def text_only_offer(target: Backend, texts: Sequence[str]) -> tuple[str | None, 
 
 
 def route_scorers(methods: str | None, target: Backend, texts: Sequence[str], specs: Sequence[str],
-                  log: Log) -> tuple[tuple[str, ...], dict | None]:
+                  log: Log, text_only: Sequence[str] | None = None) -> tuple[tuple[str, ...], dict | None]:
     """The scorer specs to run after capability routing, and the route taken (None without
     ``--methods``). Without ``--methods``, log-prob scorers on a target with no usable log-probs
     are refused with the offer of the text-only tests; a costly tracker is only noted (``log``).
@@ -137,23 +140,25 @@ def route_scorers(methods: str | None, target: Backend, texts: Sequence[str], sp
             if offer:
                 log(f"note: {offer}")
         return tuple(specs), None
-    chosen, found = routed_specs(methods, target, texts, specs)
+    chosen, found = routed_specs(methods, target, texts, specs, text_only)
     log(f"--methods {methods}: {found.methods} scorers ({', '.join(chosen)}): {found.reason}")
     return chosen, found.to_dict()
 
 
 def routed_audit(methods: str | None, texts: Sequence[str], specs: Sequence[str], plan_for: Callable[[tuple[str, ...]], Plan],
                  run: Callable[[Plan, dict[str, Backend]], AuditResult], dry_run: Callable[[Plan, dict[str, Backend]], None],
-                 log: Log) -> tuple[Callable[[dict[str, Backend]], None], Callable[[dict[str, Backend]], AuditResult]]:
+                 log: Log, text_only: Sequence[str] | None = None
+                 ) -> tuple[Callable[[dict[str, Backend]], None], Callable[[dict[str, Backend]], AuditResult]]:
     """An audit's ``(dry_run, run)`` given its backends, after ``--methods`` routing
     (:func:`route_scorers` on ``texts``): ``plan_for(chosen specs)`` gives the plan to run (the
-    prepared one when the specs are unchanged); the route goes into the result's
-    ``summary["route"]`` (when ``--methods`` was given).
+    prepared one when the specs are unchanged), ``text_only`` the text-only specs it takes (as
+    :func:`routed_specs`); the route goes into the result's ``summary["route"]`` (when
+    ``--methods`` was given).
 
     Raises (from the returned functions): as :func:`route_scorers`, ``plan_for``, ``run``, ``dry_run``.
     """
     def routed(backends: dict[str, Backend]) -> tuple[Plan, dict | None]:
-        chosen, found = route_scorers(methods, backends[TARGET], texts, specs, log)
+        chosen, found = route_scorers(methods, backends[TARGET], texts, specs, log, text_only)
         return plan_for(chosen), found
 
     def estimate(backends: dict[str, Backend]) -> None:

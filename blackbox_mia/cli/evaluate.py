@@ -184,13 +184,14 @@ def sweep_command(
         def plan_for(specs: tuple[str, ...]):
             if specs == (config.scorer,) or not plan.scorer.needs_logprobs:  # a text-only --scorers runs anywhere
                 return plan
-            return prepare_sweep(replace(config, scorer=TEXT_ONLY_SWEEP_SCORER, features=""),  # the log-prob
-                                 target_model=target.local_model, cache_dir=target.cache_dir)  # --features go too
+            return prepare_sweep(replace(config, scorer=specs[0], features=""),  # the log-prob --features go too
+                                 target_model=target.local_model, cache_dir=target.cache_dir)
 
         dry_run, run = routed_audit(
             methods, [it.text for it in plan.items], (config.scorer,), plan_for,
             lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log),
-            lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log)
+            lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log,
+            text_only=(TEXT_ONLY_SWEEP_SCORER,))
         run_audit(target, plan.scorers, dry_run, run,
                   lambda result: typer.echo(result.summary["headline"] + "\n" + format_table(
                       ["", next(iter(result.report["sweep"]))], sweep_rows(result.summary))),
