@@ -31,7 +31,6 @@ from ..canary.manifest import canonical_members
 from ..config import check_number
 from ..datasets import Item
 from ..datasets.ordered import ITEM_SEPARATOR, join_items
-from ..option_names import named
 from ..evaluation.exchangeability import (
     DEFAULT_PERMUTATIONS,
     DEFAULT_SHARDS,
@@ -39,6 +38,7 @@ from ..evaluation.exchangeability import (
     exchangeability_test,
     shard_bounds,
 )
+from ..option_names import named
 from ..results import ScoredText
 from ..runner import run_config, score_items
 from ..scorers import parse_scorer
