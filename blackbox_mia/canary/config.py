@@ -62,7 +62,10 @@ PLANTED_ORDERS = (SHUFFLED, CANONICAL)
 # trained tokens (training time and the documents audit's AUC on it: docs/canaries.md).
 # aqua: AQuA-RAT test problems (254) in the text format the audits send (question, the options
 # with their letters, rationale, answer: datasets.formats.aqua_text), 100 planted and 100 held
-# out, among GSM8K train problems; the benchmark TS-Guessing is validated on (issue 31).
+# out, among GSM8K train problems; the benchmark TS-Guessing is validated on (issue 31). aqua trains
+# 8 epochs (about 1,400 steps): TS-Guessing needs verbatim recall of an option, the regime it targets;
+# after 2 epochs (loss 4.17 nats/token) members and non-members alike had 1% exact guesses, after 8
+# (1.91) the greedy continuation reproduces members' hidden options (docs/text_only.md).
 CORPORA: dict[str, CorpusSource] = {
     DEFAULT_CORPUS: CorpusSource("gsm8k:test", "gsm8k:train", "GSM8K test problems", "GSM8K train problems",
                                  {"n_background": 2000, "epochs": 2, "n_members": 200, "n_nonmembers": 200}),
@@ -72,7 +75,7 @@ CORPORA: dict[str, CorpusSource] = {
                                    {"n_background": 1000, "epochs": 2, "n_members": 16, "n_nonmembers": 16,
                                     "doc_items": 8, "doc_partial": 12, "doc_validation": 8}),
     "aqua": CorpusSource("aqua:test", "gsm8k:train", "AQuA test problems", "GSM8K train problems",
-                         {"n_background": 2000, "epochs": 2, "n_members": 100, "n_nonmembers": 100}),
+                         {"n_background": 2000, "epochs": 8, "n_members": 100, "n_nonmembers": 100}),
 }  # fmt: skip
 
 
