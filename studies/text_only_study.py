@@ -46,12 +46,13 @@ GUIDED_NAMES = {"gsm8k": "GSM8K", "aqua": "AQuA-RAT"}  # the dataset the guided 
 def methods(corpus: str, args: argparse.Namespace) -> list[str]:
     """The scorer specs run on a canary: Min-K%, SaMIA, CDD (``--cdd-samples``; at the paper's
     α = 0.05 and at α = 0.2, which reads the very same generations), guided instruction (its
-    difference and near-exact flag, the same generations), TS-Guessing's keyword form, and its
-    multiple-choice form on AQuA."""
+    difference and near-exact flag, the same generations), and TS-Guessing: its multiple-choice
+    form on AQuA, its keyword form on GSM8K (the paper's forms for the two kinds of benchmark;
+    some AQuA questions are all numbers and symbols, with no key word to hide)."""
     specs = [LOGPROB_BASELINE, f"samia:n={args.samia_samples}", f"cdd:n={args.cdd_samples}",
              f"cdd:n={args.cdd_samples},alpha=0.2", f"guided:dataset={GUIDED_NAMES[corpus]}",
-             f"guided:dataset={GUIDED_NAMES[corpus]},metric=near_exact", "ts_guessing_keyword"]
-    return specs + (["ts_guessing"] if corpus == "aqua" else [])
+             f"guided:dataset={GUIDED_NAMES[corpus]},metric=near_exact"]
+    return specs + (["ts_guessing"] if corpus == "aqua" else ["ts_guessing_keyword"])
 
 
 def balanced(model: str, n: int, path: Path) -> Path:

@@ -242,7 +242,7 @@ def test_calibration_fraction_is_a_seeded_stratified_share(canary):
 
 
 def test_sweep_refuses_a_control_too_small_for_the_target_fpr(tmp_path):
-    with pytest.raises(BlackboxMIAError, match=r"kept only 4 of 254 .*need >= 39.*--calibration.*--nonmembers"):
+    with pytest.raises(BlackboxMIAError, match=r"kept only 4 of 254 .*need >= 39.*calibration=.*nonmembers="):
         prepare_sweep(SweepConfig(dataset="aqua"))
     # with known non-members the tiny control only feeds the t-test
     nonmembers = tmp_path / "non.jsonl"
@@ -426,7 +426,7 @@ def test_ablation_beyond_every_text_equals_plain_eval_and_resumes(canary, tmp_pa
 def test_eval_option_errors_for_the_ablation_and_segmenter():
     with pytest.raises(BlackboxMIAError, match="strictly increasing"):
         EvalConfig(dataset="x", truncate_tokens=(16, 8)).validate()
-    with pytest.raises(BlackboxMIAError, match="--truncate-tokens must be an integer >= 1"):
+    with pytest.raises(BlackboxMIAError, match="truncate_tokens= must be an integer >= 1"):
         EvalConfig(dataset="x", truncate_tokens=(0,)).validate()
     with pytest.raises(BlackboxMIAError, match="unknown segmenter 'klingon'"):
         EvalConfig(dataset="x", segmenter="klingon").validate()

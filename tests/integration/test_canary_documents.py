@@ -52,7 +52,7 @@ def test_default_hashes_unchanged_and_document_fields_only_for_documents():
     docs = CanaryConfig(corpus="documents")
     assert (docs.n_members, docs.n_nonmembers, docs.doc_items, docs.doc_partial, docs.doc_validation) == (16, 16, 8, 12, 8)
     assert docs.short_hash() != dataclasses.replace(docs, doc_items=6).short_hash()
-    with pytest.raises(BlackboxMIAError, match="doc_items applies only to --corpus documents"):
+    with pytest.raises(BlackboxMIAError, match="doc_items applies only to corpus='documents'"):
         CanaryConfig(doc_items=4).validate()
     with pytest.raises(BlackboxMIAError, match="doc_items >= 2"):
         dataclasses.replace(SMALL, doc_items=1).validate()

@@ -22,7 +22,7 @@ def test_request_cost_and_budget_reservations():
     assert request_cost(3, 1, (2.0, 8.0)) == pytest.approx(14e-6) and request_cost(3, 1, None) == 0.0
     budget = Budget(10.0)
     budget.reserve(spent=4.0, cost=4.0)  # 4 + 0 + 4 <= 10
-    with pytest.raises(BudgetExceeded, match=r"--max-cost \$10.*\$4.0000 spent, \$4.0000 in flight"):
+    with pytest.raises(BudgetExceeded, match=r"max_cost= \$10.*\$4.0000 spent, \$4.0000 in flight"):
         budget.reserve(spent=4.0, cost=4.0)  # 4 + 4 in flight + 4 > 10
     budget.settle(4.0)
     budget.reserve(spent=6.0, cost=4.0)  # exactly at the cap is allowed
@@ -42,7 +42,7 @@ async def test_stops_before_the_request_that_would_pass_the_cap(make_client, fak
     client = make_client(prices=DOLLAR_A_TOKEN, max_cost=10.0)
     await client.complete([1, 1, 1])
     await client.complete([2, 2, 2])
-    with pytest.raises(BudgetExceeded, match=r"\$8.0000 spent.*rerun with a higher --max-cost"):
+    with pytest.raises(BudgetExceeded, match=r"\$8.0000 spent.*rerun with a higher max_cost="):
         await client.complete([3, 3, 3])
     assert fake.hits == 2 and client.usage.cost_usd == pytest.approx(8.0) and client.usage.requests == 2
     # a rerun with a higher cap gets the paid answers from the cache for free and continues
@@ -128,7 +128,7 @@ def test_max_cost_stops_a_black_box_run_and_a_higher_cap_resumes_it(tiny_model_d
         with backend(None) as free:
             free.probe()  # the capability probe, cached (not under the cap)
         with backend(40.0) as capped:
-            with pytest.raises(BudgetExceeded, match=r"--max-cost \$40"):
+            with pytest.raises(BudgetExceeded, match=r"max_cost= \$40"):
                 capped.logprobs(texts)
             paid = capped.usage.requests
             assert 0 < paid and capped.usage.cost_usd <= 40.0
