@@ -258,9 +258,9 @@ def test_sweep_refuses_a_control_too_small_for_the_target_fpr(tmp_path):
         ({"calibration": "wikimia64", "nonmembers": "wikimia64"}, "not both"),
         ({"rule": "max_f1"}, "needs labelled members"),
         ({"nonmembers": "wikimia64"}, "labelled 1"),
-        ({"target_fpr": 1.5}, "target-fpr"),
-        ({"calibration_fraction": 0.5}, "needs --calibration"),
-        ({"calibration": "wikimia64", "calibration_fraction": 0.0}, "calibration-fraction"),
+        ({"target_fpr": 1.5}, "target_fpr="),
+        ({"calibration_fraction": 0.5}, "needs calibration="),
+        ({"calibration": "wikimia64", "calibration_fraction": 0.0}, "calibration_fraction="),
     ],
 )
 def test_sweep_option_errors(options, message):

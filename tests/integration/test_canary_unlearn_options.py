@@ -118,11 +118,11 @@ def test_alternative_labels_small_alpha_changes_fewer_labels(canary, tmp_path):
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"method": "retrain"}, "--method must be one of gradient_ascent, alternative_labels"),
-        ({"method": ALTERNATIVE_LABELS, "target_loss": 1.0}, "--target-loss applies to gradient_ascent only"),
-        ({"alpha": 0.0}, "--alpha must be > 0"),
-        ({"forget_from": "all"}, "--forget-from must be one of members, memorized"),
-        ({"memorized_target_fpr": 1.0}, "--memorized-target-fpr must lie in"),
+        ({"method": "retrain"}, "method= must be one of gradient_ascent, alternative_labels"),
+        ({"method": ALTERNATIVE_LABELS, "target_loss": 1.0}, "target_loss= applies to gradient_ascent only"),
+        ({"alpha": 0.0}, "alpha= must be > 0"),
+        ({"forget_from": "all"}, "forget_from= must be one of members, memorized"),
+        ({"memorized_target_fpr": 1.0}, "memorized_target_fpr= must lie in"),
     ],
 )
 def test_unlearn_config_rejects(settings, message):
