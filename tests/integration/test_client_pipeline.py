@@ -98,8 +98,10 @@ def test_ctrl_c_in_a_call_settles_then_cancels_then_resumes():
         events.append("resume")
 
     thread = LoopThread("test-loop", settle=settle, resume=resume)
+    started = threading.Event()
 
     async def work() -> None:
+        started.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -107,7 +109,10 @@ def test_ctrl_c_in_a_call_settles_then_cancels_then_resumes():
             raise
 
     def interrupt() -> None:
-        time.sleep(0.1)
+        # Ctrl-C once the call is under way (a fixed delay raced a loaded machine: the signal came
+        # before the call began, or inside its setup, and the test failed or hung in close())
+        started.wait(timeout=60)
+        time.sleep(0.05)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     threading.Thread(target=interrupt).start()
