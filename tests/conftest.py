@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,18 @@ from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 
 from .helpers_client import FakeApi, config
 from .realserver.fixtures import _llama_server_session, llama_peaked_gguf, llama_python, llama_server  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored():
+    """Every test leaves the process's SIGINT handler as it found it: a command run in-process
+    after a Ctrl-C ignores SIGINT from then on (``cli.interrupts.interrupt_once``), and an event
+    loop run in the main thread installs its own; a later test that sends SIGINT (the Ctrl-C
+    tests of ``LoopThread``) then waited forever."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
 
 DATA = Path(__file__).resolve().parents[1] / "blackbox_mia" / "data"
 

@@ -115,12 +115,14 @@ def test_ctrl_c_in_a_call_settles_then_cancels_then_resumes():
         time.sleep(0.05)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own: Ctrl-C raises KeyboardInterrupt
     threading.Thread(target=interrupt).start()
     try:
         with pytest.raises(KeyboardInterrupt):
             thread.call(work())
     finally:
         thread.close()
+        signal.signal(signal.SIGINT, previous)
     assert events == ["settle", "cancelled", "resume"]
 
 
