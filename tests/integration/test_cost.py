@@ -32,7 +32,7 @@ def test_request_cost_and_budget_reservations():
 def test_max_cost_needs_a_price_and_a_sane_value(fake):
     with pytest.raises(BlackboxMIAError, match="needs the price of model 'fake-model'"):
         config("http://127.0.0.1:9/v1", max_cost=1.0)
-    with pytest.raises(BlackboxMIAError, match="max_cost must be"):
+    with pytest.raises(BlackboxMIAError, match="max_cost= must be"):
         config("http://127.0.0.1:9/v1", max_cost=-1.0, prices=DOLLAR_A_TOKEN)
     assert "max_cost" not in config("http://127.0.0.1:9/v1", max_cost=1.0, prices=DOLLAR_A_TOKEN).describe()
 
