@@ -150,7 +150,7 @@ def test_chat_values_are_conditional_and_refused_without_opt_in(local, peaked_mo
     config = ServerConfig(str(peaked_model_dir), chat_template=DEFAULT_CHAT_TEMPLATE)
     with serve_in_background(config, backend=local) as url:
         api = ApiConfig(base_url=url, model=str(peaked_model_dir), endpoint="chat", max_retries=1)
-        with pytest.raises(BlackboxMIAError, match="allow-chat-conditional"):
+        with pytest.raises(BlackboxMIAError, match="allow_chat_conditional=True"):
             ApiBackend(api, tokenizer=str(peaked_model_dir), cache_dir=tmp_path)
         assert not (tmp_path / "capabilities").exists()  # refused before any request
         backend = ApiBackend(api, tokenizer=str(peaked_model_dir), cache_dir=tmp_path, allow_chat_conditional=True)
