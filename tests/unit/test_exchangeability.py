@@ -174,10 +174,10 @@ def test_cli_dry_run_then_run_on_a_tiny_model(ordered_jsonl, tiny_model_dir, tmp
               "--out", tmp_path / "run", "--cache-dir", tmp_path, "--quiet"]
     dry = invoke("exchangeability", *common, "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert "12 texts to compare (2 shards x 6 orders)" in dry.output and not (tmp_path / "run").exists()
+    assert dry.stdout.startswith("12 texts to compare (2 shards x 6 orders)") and not (tmp_path / "run").exists()
     result = invoke("exchangeability", *common, "--json")
     assert result.exit_code == 0, result.output
-    first = result.output.splitlines()[0]
+    first = result.stdout.splitlines()[0]  # stdout: progress bars (loading weights) go to stderr
     assert first.startswith("canonical order ") and "(exact; sum of the canonical order's ranks" in first
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert summary["n_texts"] == 12 and summary["n_shards"] == 2 and summary["n_items"] == 6
