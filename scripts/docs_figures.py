@@ -12,8 +12,16 @@ runs those commands and writes:
 - README.md: the blocks between ``<!-- generated: <name>.md -->`` and ``<!-- /generated -->``
   are replaced by the same files (GitHub renders no includes).
 
+The studies whose tables the docs quote (:data:`STUDIES`: ``python -m studies.NAME --json`` on
+canaries trained by ``bbmia canary train``, from tens of minutes to an hour each) are blocks too,
+run only when named (``--only detection_power`` or ``--studies``): their JSON lines go to
+``docs/generated/studies/<name>.json`` and their tables, rendered by the study's own
+``markdown`` function, to ``docs/generated/<name>.md``. ``--render`` rewrites those tables from
+the saved lines without running anything (a unit test checks that the committed tables are
+exactly that rendering).
+
 ``--check`` runs the commands again, writes nothing, and exits 1 when a number differs from
-``figures.json`` beyond the tolerance (:data:`ABS_TOL` absolute, :data:`REL_TOL` relative for
+``figures.json`` (a study: its saved lines) beyond the tolerance (:data:`ABS_TOL` absolute, :data:`REL_TOL` relative for
 p-values and thresholds; integer counts exactly). Times, request rates and paths are not figures
 and are never compared. ``--only NAME`` limits either mode to some blocks.
 
@@ -26,6 +34,7 @@ cache root, ``--cache-dir`` / ``BBMIA_CACHE_DIR``). Outputs of the audited comma
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -42,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "docs" / "generated"
 FIGURES_FILE = GENERATED / "figures.json"
 README = ROOT / "README.md"
+STUDY_LINES = GENERATED / "studies"
 ABS_TOL = 0.002
 """Largest absolute difference accepted by ``--check`` for a float (AUCs, rates, bounds: the
 docs print three decimals)."""
@@ -65,7 +75,11 @@ class Session:
 
     def shown(self, text: str) -> str:
         """``text`` with the cache root written as ``cache`` and the work folder as ``runs``."""
-        return text.replace(str(self.work), "runs").replace(str(self.cache), "cache")
+        for folder, name in ((self.work, "runs"), (self.cache, "cache")):
+            text = text.replace(str(folder), name)
+            if folder.is_relative_to(ROOT):
+                text = text.replace(os.path.relpath(folder, ROOT), name)
+        return text
 
     def run(self, args: list[str], *, show: bool = True) -> tuple[str, dict]:
         """Run ``bbmia ARGS --json``; return its stdout without the JSON line, and the JSON.
@@ -83,6 +97,32 @@ class Session:
             self.transcript.append("$ " + self.shown(shlex.join(["bbmia", *args])))
             self.transcript.extend(self.shown(line).rstrip() for line in lines[:-1] if not line.startswith("report: "))
         return "\n".join(lines[:-1]), summary
+
+    @property
+    def cache_arg(self) -> str:
+        """The cache root as the studies are given it: relative to the repository root (their
+        working folder) when inside it, so the paths their runs record are those the docs print."""
+        return os.path.relpath(self.cache, ROOT) if self.cache.is_relative_to(ROOT) else str(self.cache)
+
+    def canary(self, *args: str) -> str:
+        """The directory of the canary ``bbmia canary train ARGS`` makes (trained once, then cached)."""
+        return self.run(["canary", "train", *args, "--quiet"], show=False)[1]["path"]
+
+    def study(self, module: str, args: list[str]) -> list[dict]:
+        """Run ``python -m MODULE ARGS --json``; return its JSON lines (the summary last), the
+        command kept for the transcript.
+
+        Raises:
+            RuntimeError: the study failed (its stderr's last lines in the message).
+        """
+        env = dict(os.environ, BBMIA_CACHE_DIR=self.cache_arg, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                   PATH=f"{Path(self.bbmia).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        command = [sys.executable, "-m", module, *args, "--json"]
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{shlex.join(command[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        self.transcript.append(self.shown(shlex.join(["python", *command[1:]])))
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
     def block(self) -> str:
         """The transcript so far as one fenced console block; the transcript is emptied."""
@@ -153,6 +193,50 @@ BLOCKS: dict[str, Callable[[Session], dict]] = {"demo": demo, "sweep": sweep, "u
                                                  "documents": documents, "memorize": memorize}
 
 
+@dataclass(frozen=True)
+class Study:
+    """A study whose tables a docs page includes: its module (``studies.NAME``, with a
+    ``markdown(lines) -> str`` function) and its arguments on a :class:`Session` (which trains
+    or finds the canaries it needs)."""
+
+    module: str
+    args: Callable[[Session], list[str]]
+
+
+def detection_power_args(s: Session) -> list[str]:
+    """The GSM8K canaries at dup 2, 4, 8, 16 and the canonical-order dup-4 one (docs/contamination.md)."""
+    canaries = [a for dup in (2, 4, 8, 16) for a in ("--canary", s.canary("--dup", str(dup)))]
+    canonical = s.canary("--dup", "4", "--planted-order", "canonical")
+    return [*canaries, "--canonical-canary", canonical, "--cache", s.cache_arg]
+
+
+def text_only_args(s: Session) -> list[str]:
+    """The study's defaults (GSM8K dup 8 and 16, AQuA dup 8; docs/text_only.md; its runs in
+    ``runs/text_only_study``, resumed)."""
+    return ["--cache-dir", s.cache_arg]
+
+
+STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power", detection_power_args),
+                             "text_only_study": Study("studies.text_only_study", text_only_args)}
+
+
+def study_table(name: str, lines: list[dict], command: str) -> str:
+    """The generated page block of a study: the command that made it, then its tables."""
+    if str(ROOT) not in sys.path:  # run as a script: the studies package sits at the repository root
+        sys.path.insert(0, str(ROOT))
+    render = importlib.import_module(STUDIES[name].module).markdown
+    return f"Generated by `{command}` (`python scripts/docs_figures.py --only {name}`):\n\n" + render(lines)
+
+
+def saved_study(name: str) -> dict:
+    """A study's saved run: ``{"command": ..., "lines": [...]}`` (its JSON lines, the summary last).
+
+    Raises:
+        FileNotFoundError: the study was never run by this script.
+    """
+    return json.loads((STUDY_LINES / f"{name}.json").read_text())
+
+
 def differences(old: object, new: object, where: str = "") -> list[str]:
     """Every place where ``new`` differs from ``old`` beyond the tolerance, as ``path: old -> new``."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -187,16 +271,25 @@ def sync_readme() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the blocks; write (or ``--check``) the generated files. Returns the exit status."""
+    every = [*BLOCKS, *STUDIES]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="compare with figures.json, write nothing")
-    parser.add_argument("--only", default=",".join(BLOCKS), help=f"comma-separated blocks ({', '.join(BLOCKS)})")
+    parser.add_argument("--check", action="store_true", help="compare with the saved figures, write nothing")
+    parser.add_argument("--only", default=",".join(BLOCKS),
+                        help=f"comma-separated blocks ({', '.join(every)}; default: {', '.join(BLOCKS)})")
+    parser.add_argument("--studies", action="store_true", help=f"also the studies ({', '.join(STUDIES)}): hours")
+    parser.add_argument("--render", action="store_true", help="rewrite the studies' tables from their saved lines")
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("BBMIA_CACHE_DIR", ROOT / "cache")))
     parser.add_argument("--fresh", action="store_true", help="delete the audits' earlier outputs first")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BLOCKS]
+    if args.render:
+        for name in STUDIES:
+            saved = saved_study(name)
+            (GENERATED / f"{name}.md").write_text(study_table(name, saved["lines"], saved["command"]))
+        return 0
+    names = [n.strip() for n in args.only.split(",") if n.strip()] + (list(STUDIES) if args.studies else [])
+    unknown = [n for n in names if n not in every]
     if unknown:
-        parser.error(f"unknown block {', '.join(unknown)}; choose from {', '.join(BLOCKS)}")
+        parser.error(f"unknown block {', '.join(unknown)}; choose from {', '.join(every)}")
     bbmia = shutil.which("bbmia", path=str(Path(sys.executable).parent)) or shutil.which("bbmia")
     if bbmia is None:
         parser.error("no bbmia executable: install the package (pip install -e \".[local]\")")
@@ -209,6 +302,19 @@ def main(argv: list[str] | None = None) -> int:
     figures, drift = dict(recorded), []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
+        if name in STUDIES:
+            study = STUDIES[name]
+            lines = session.study(study.module, study.args(session))
+            command = session.transcript.pop()
+            if args.check:
+                old = saved_study(name)["lines"] if (STUDY_LINES / f"{name}.json").is_file() else None
+                drift += differences(figures_of(old), figures_of(lines, session.shown), name)
+            else:
+                STUDY_LINES.mkdir(parents=True, exist_ok=True)
+                saved = {"command": command, "lines": figures_of(lines, session.shown)}
+                (STUDY_LINES / f"{name}.json").write_text(json.dumps(saved, indent=1) + "\n")
+                (GENERATED / f"{name}.md").write_text(study_table(name, saved["lines"], command))
+            continue
         value = figures_of(BLOCKS[name](session), session.shown)
         block = session.block()
         if args.check:

@@ -270,6 +270,92 @@ def load_features(canary: Path, features: str, cache: Path) -> dict:
     return {"ids": scores["ids"], "features": np.column_stack(columns), "main": columns[0]}
 
 
+TEST_NAMES = {
+    "tail_combined": "**tail test, combined features** (headline with `--features` and members)",
+    "tail": "tail test, `min_k` alone (headline without)",
+    "max_reference": "count above the largest reference score",
+    "fisher_pooled_95": "Fisher test above the pooled 95th percentile",
+    "welch": "Welch t-test (`dataset_test`)",
+    "dataset_inference": "dataset inference (Maini et al.)",
+    "interval": "prevalence interval excludes 0",
+}
+"""How the docs' tables name each split test (the headline first), in this order."""
+ASYMPTOTIC = {"welch", "dataset_inference"}
+
+
+def _rate(rate: float, ci: list[float], bold: bool = False) -> str:
+    text = f"{rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return f"**{text}**" if bold else text
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' tables (docs/contamination.md) from this study's ``--json`` lines (the summary
+    last): power per test and dup level, clean false alarms, the exact level and the interval's
+    coverage, the exchangeability test per canary, and the summary's figures.
+
+    Raises:
+        ValueError: ``lines`` holds no summary line last.
+    """
+    *rows, last = lines
+    if "power_dup8" not in last:
+        raise ValueError("the last line is not the study's summary")
+    split = [r for r in rows if r["test"] in TEST_NAMES]
+    dups = sorted({r["dup"] for r in split})
+    by = {(r["test"], r["dup"]): r for r in split}
+    out = []
+    if split:
+        head = "| test | level | " + " | ".join(f"dup {d} power" for d in dups) + " |"
+        out += [head, "|" + " --- |" * (2 + len(dups))]
+        for test, name in TEST_NAMES.items():
+            cells = [_rate(by[test, d]["power"], by[test, d]["power_ci"], by[test, d]["headline"]) for d in dups]
+            level = "asymptotic" if test in ASYMPTOTIC else "exact"
+            out.append(f"| {name} | {level} | " + " | ".join(cells) + " |")
+        n_clean = {r["clean_splits"] for r in split}
+        out += ["", f"Clean-benchmark false alarms (the swept items with their members removed; "
+                f"{', '.join(map(str, sorted(n_clean)))} splits per canary):", "",
+                "| test | " + " | ".join(f"dup {d}" for d in dups) + " |", "|" + " --- |" * (1 + len(dups))]
+        for test, name in TEST_NAMES.items():
+            cells = [_rate(by[test, d]["clean_false_alarm"], by[test, d]["clean_false_alarm_ci"]) for d in dups]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        levels = sorted({f"{r['exact_clean_false_alarm']:.4f}" for r in split if "exact_clean_false_alarm" in r})
+        per_dup = "; ".join(
+            f"dup {d}: coverage {by['interval', d]['coverage']:.2f}, identifiable in "
+            f"{by['interval', d]['share_identifiable']:.2f} of splits, dataset inference's check alarms in "
+            f"{by['dataset_inference', d]['check_false_alarm']:.3f}" for d in dups)
+        out += ["", f"The tail tests' exact level at the clean sizes, computed (`exact_size`): {', '.join(levels)}. "
+                f"{per_dup}."]
+    xchg = [r for r in rows if r["test"] == XCHG_TEST]
+    if xchg:
+        out += ["", "| canary | planted order | p over the seeds (max; median) | rejections, seeds | "
+                "rejections, shufflings (exact null) | t-test rejections (seeds; shufflings) |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in xchg:
+            canonical = r["planted_order"] == "canonical"
+            order = "**canonical**" if canonical else r["planted_order"]
+            p = f"{_figure(r['max_p_seeds'])}; {_figure(r['median_p_seeds'])}"
+            out.append(f"| `{r['canary']}` (dup {r['dup']}) | {order} | {f'**{p}**' if canonical else p} | "
+                       f"{_rate(r['rejection_rate_seeds'], r['rejection_rate_seeds_ci'], canonical)} | "
+                       f"{_rate(r['rejection_rate_shufflings'], r['rejection_rate_shufflings_ci'])} | "
+                       f"{r['t_test_rejection_rate_seeds']:.2f}; {r['t_test_rejection_rate_shufflings']:.2f} |")
+    figures = {k: v for k, v in last.items() if not k.endswith(("_note", "_rule")) and k != "headline_test"}
+    out += ["", "Summary line: " + ", ".join(f"`{k}` {_figure(v)}" for k, v in figures.items()) + "."]
+    return "\n".join(out) + "\n"
+
+
+def _figure(value: object) -> str:
+    """A value as the docs print it: 3 decimals, below 0.1 three significant digits, below 0.001
+    (p-values) two."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if isinstance(value, bool) else "null"
+    if isinstance(value, float):
+        if 0 < abs(value) < 1e-3:
+            return f"{value:.2g}"
+        return f"{value:.3g}" if abs(value) < 0.1 else f"{value:.3f}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_figure(v) for v in value) + "]"
+    return str(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--canary", action="append", type=Path, help="canary directory (repeatable; default: one per "

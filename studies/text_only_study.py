@@ -123,6 +123,57 @@ def run_canary(name: str, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def _p(value: float) -> str:
+    return f"{value:.2g}"
+
+
+def _comparison(row: dict) -> str:
+    """The members-vs-non-members cell: TS-Guessing's exact-match rates and Fisher p, guided
+    instruction's dataset-level tests; ``-`` for the others."""
+    if "exact_match" in row:
+        rates = row["exact_match"]
+        return f"exact match {rates['members']:.2f} vs {rates['nonmembers']:.2f}, Fisher p = {_p(row['p_value'])}"
+    tests = row.get("dataset_tests")
+    if not tests:
+        return "-"
+    members, nonmembers = tests["members"], tests["nonmembers"]
+    if "matches" in members:
+        return f"near-exact matches {members['matches']}/{members['n']} vs {nonmembers['matches']}/{nonmembers['n']}"
+    return (f"guided > general: members sign test p = {_p(members['sign_test_p'])} (bootstrap "
+            f"{_p(members['bootstrap_p'])}), non-members {_p(nonmembers['sign_test_p'])} "
+            f"({_p(nonmembers['bootstrap_p'])})")
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/text_only.md) from this study's ``--json`` lines (the summary last):
+    one row per (canary, method), AUC with its bootstrap 95% CI, TPR at 5% FPR, requests and
+    tokens per text of a black-box run, the members-vs-non-members test; then the summary.
+
+    Raises:
+        ValueError: ``lines`` holds no summary line last.
+    """
+    *rows, last = lines
+    if "best_text_only_auc_gsm8k_dup16" not in last:
+        raise ValueError("the last line is not the study's summary")
+    out = ["| method | canary | AUC [95% CI] | TPR @ 5% FPR | requests / text | tokens / text | members vs non-members |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        if row["requests_per_text"] == 0:  # the blind baseline: no model at all
+            method = row["method"]
+        else:
+            method = f"`{row['method']}`" + ("" if row["text_only"] else " (log-probs, white-box)")
+        auc = f"{row['auc']:.3f}" + (f" [{row['auc_ci'][0]:.3f}, {row['auc_ci'][1]:.3f}]" if row["auc_ci"] else "")
+        tpr = "-" if row["tpr_at_5_fpr"] is None else f"{row['tpr_at_5_fpr']:.2f}"
+        requests = "endpoint-dependent" if row["requests_per_text"] is None else f"{row['requests_per_text']:.0f}"
+        tokens = "-" if row["tokens_per_text"] is None else f"{row['tokens_per_text']:.0f}"
+        out.append(f"| {method} | {row['canary']} | {auc} | {tpr} | {requests} | {tokens} | {_comparison(row)} |")
+    best, ts_p = last["best_text_only_auc_gsm8k_dup16"], last["ts_guessing_p_aqua_dup8"]
+    settings = ", ".join(f"{k} {v}" for k, v in last["settings"].items())
+    out += ["", f"Summary line: `best_text_only_auc_gsm8k_dup16` {'null' if best is None else f'{best:.3f}'}, "
+            f"`ts_guessing_p_aqua_dup8` {'null' if ts_p is None else _p(ts_p)} ({settings})."]
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--canaries", default=",".join(CANARIES), help="comma-separated, from " + ", ".join(CANARIES))

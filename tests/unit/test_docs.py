@@ -97,6 +97,32 @@ def test_every_printed_next_command_is_run_or_says_why_not():
     assert all(reason is None or reason.strip() for reason in PRINTED_NEXT.values())
 
 
+def test_study_tables_are_the_rendering_of_the_saved_runs():
+    """The studies' tables a page includes are exactly what the study's ``markdown`` makes of the
+    saved JSON lines (a hand edit of a table, or of the renderer without --render, fails)."""
+    figures = _figures_script()
+    included = {m["path"] for page in pages() for m in SNIPPET.finditer(page.read_text(encoding="utf-8"))}
+    for name in figures.STUDIES:
+        saved = figures.saved_study(name)
+        assert saved["command"].startswith(f"python -m {figures.STUDIES[name].module} ")
+        table = figures.study_table(name, saved["lines"], saved["command"])
+        assert (figures.GENERATED / f"{name}.md").read_text() == table, name
+        assert f"generated/{name}.md" in included, f"no page includes {name}'s table"
+
+
+def test_study_tables_hold_the_headline_figures():
+    """The renderers put the study's own numbers in the table: the detection-power headline at dup
+    8 and the text-only summary, read back from the saved lines."""
+    figures = _figures_script()
+    power = figures.saved_study("detection_power")["lines"]
+    head8 = next(r for r in power if r.get("test") == "tail_combined" and r["dup"] == 8)
+    table = (figures.GENERATED / "detection_power.md").read_text()
+    assert f"**{head8['power']:.3f} [{head8['power_ci'][0]:.3f}, {head8['power_ci'][1]:.3f}]**" in table
+    summary = figures.saved_study("text_only_study")["lines"][-1]
+    text = (figures.GENERATED / "text_only_study.md").read_text()
+    assert f"`best_text_only_auc_gsm8k_dup16` {summary['best_text_only_auc_gsm8k_dup16']:.3f}" in text
+
+
 @pytest.mark.parametrize(
     ("old", "new", "differs"),
     [
