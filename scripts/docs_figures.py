@@ -216,8 +216,15 @@ def text_only_args(s: Session) -> list[str]:
     return ["--cache-dir", s.cache_arg]
 
 
+def memorization_args(s: Session) -> list[str]:
+    """Dups 1, 4, 16 at both sizes (six canaries of 100 + 100 items among 1,000 background
+    problems, trained by the study; docs/memorization.md)."""
+    return ["--dups", "1,4,16", "--sizes", "small,large", "--cache-dir", s.cache_arg]
+
+
 STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power", detection_power_args),
-                             "text_only_study": Study("studies.text_only_study", text_only_args)}
+                             "text_only_study": Study("studies.text_only_study", text_only_args),
+                             "memorization_study": Study("studies.memorization_study", memorization_args)}
 
 
 def study_table(name: str, lines: list[dict], command: str) -> str:

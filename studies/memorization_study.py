@@ -118,8 +118,9 @@ def _mean_member_eidetic(row: dict) -> float | None:
     return sum(values) / len(values)
 
 
-def markdown(rows: list[dict], lengths: list[str]) -> str:
-    """The study's tables, on canaries."""
+def tables(rows: list[dict], lengths: list[str]) -> str:
+    """The study's tables, on canaries: per (size, dup) row, memorization and AUCs; then Min-K%'s
+    AUC at each prompt length of ``lengths`` (tokens, as strings)."""
     lines = [
         ("| size | dup | eidetic member / non-member (chars, mean over L) | approximate member / non-member "
          "| memorization AUC eidetic | approximate | AUC loss | min_k (k=20) | min_k k=10 |"),
@@ -146,6 +147,26 @@ def markdown(rows: list[dict], lengths: list[str]) -> str:
         by = r["auc_by_length"]["min_k"]
         lines.append(f"| {r['size']} | {r['dup']} | " + " | ".join(_fmt(by.get(n)) for n in lengths) + " |")
     return "\n".join(lines) + "\n"
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' tables (docs/memorization.md) from this study's ``--json`` lines (one per canary,
+    the trends last): :func:`tables`, then the trends as checked.
+
+    Raises:
+        ValueError: ``lines`` holds no trends line last.
+    """
+    *rows, last = lines
+    if "trends" not in last:
+        raise ValueError("the last line is not the study's trends")
+    lengths = sorted({n for r in rows for n in r["auc_by_length"]["min_k"]}, key=int)
+    found = last["trends"]
+    checked = [f"{size}: " + ", ".join(f"`{k}` {str(v).lower() if isinstance(v, bool) else f'{v:.2f}'}"
+                                       for k, v in found[size].items())
+               for size in found if size != "larger_model_higher_min_k_auc"]
+    larger = ", ".join(f"dup {d}: {str(v).lower()}" for d, v in found["larger_model_higher_min_k_auc"].items())
+    return (tables(rows, lengths) + "\nTrends as checked on these canaries (last line): " + "; ".join(checked)
+            + f"; `larger_model_higher_min_k_auc` {larger}.\n")
 
 
 def _fmt(value: float | None) -> str:
@@ -209,13 +230,13 @@ def main() -> None:
                 print(json.dumps(row, sort_keys=True), flush=True)
     lengths = [n for n in args.truncate_tokens.split(",") if n]
     found = trends(rows, sizes)
-    (out_dir / "study.md").write_text(markdown(rows, lengths), encoding="utf-8")
+    (out_dir / "study.md").write_text(tables(rows, lengths), encoding="utf-8")
     (out_dir / "study.json").write_text(json.dumps({"rows": rows, "trends": found}, indent=2), encoding="utf-8")
     plots = plot(rows, sizes, lengths, out_dir)
     if args.json:
         print(json.dumps({"trends": found, "table": str(out_dir / "study.md"), "plots": plots}, sort_keys=True))
     else:
-        print(markdown(rows, lengths))
+        print(tables(rows, lengths))
 
 
 if __name__ == "__main__":
