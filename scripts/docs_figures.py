@@ -21,9 +21,12 @@ the saved lines without running anything (a unit test checks that the committed 
 exactly that rendering).
 
 ``--check`` runs the commands again, writes nothing, and exits 1 when a number differs from
-``figures.json`` (a study: its saved lines) beyond the tolerance (:data:`ABS_TOL` absolute, :data:`REL_TOL` relative for
-p-values and thresholds; integer counts exactly). Times, request rates and paths are not figures
-and are never compared. ``--only NAME`` limits either mode to some blocks.
+``figures.json`` (a study: its saved lines) beyond the tolerance (:data:`ABS_TOL` absolute,
+:data:`REL_TOL` relative for p-values and thresholds; integer counts exactly). Times, request
+rates and paths are not figures and are never compared. Figures drawn from a random source
+outside the seeds (the continuations ``bbmia serve`` samples with its own generator, in the
+``audit_canaries*`` studies) move from run to run, and ``--check`` names them like any other.
+``--only NAME`` limits either mode to some blocks.
 
 Run from the repository root: ``python scripts/docs_figures.py`` (about 10 min on 2 CPU cores
 once the canaries are trained; the canaries are trained on first use and shared through the
@@ -189,8 +192,19 @@ def memorize(s: Session) -> dict:
     return summary
 
 
+def japanese(s: Session) -> dict:
+    """The Japanese canary (``--corpus ja``, ja-debian-docs): ``bbmia eval`` with Min-K% k = 10,
+    loss and PAC on MeCab words, and ``bbmia memorize`` at L = 32, 64, R = 32 (docs/memorization.md)."""
+    canary = s.run(["canary", "train", "--corpus", "ja", "--quiet"])[1]["path"]
+    _, evaluated = s.run(["eval", f"canary:{canary}", "--local", canary, "--scorers",
+                          "min_k:k=10,loss,pac:segmenter=japanese", "--quiet", "--out", str(s.work / "ja-eval")])
+    _, memorized = s.run(["memorize", f"canary:{canary}", "--local", canary, "--prompt-lengths", "32,64",
+                          "--reference-tokens", "32", "--quiet", "--out", str(s.work / "ja-memorize")])
+    return {"eval": evaluated, "memorize": memorized}
+
+
 BLOCKS: dict[str, Callable[[Session], dict]] = {"demo": demo, "sweep": sweep, "unlearning": unlearning,
-                                                 "documents": documents, "memorize": memorize}
+                                                 "documents": documents, "memorize": memorize, "japanese": japanese}
 
 
 @dataclass(frozen=True)
@@ -210,6 +224,11 @@ def detection_power_args(s: Session) -> list[str]:
     return [*canaries, "--canonical-canary", canonical, "--cache", s.cache_arg]
 
 
+def prevalence_coverage_args(s: Session) -> list[str]:
+    """The GSM8K canaries at dup 2, 4, 8, 16 (docs/design.md §5; scores cached with detection_power's)."""
+    return [*(a for dup in (2, 4, 8, 16) for a in ("--canary", s.canary("--dup", str(dup)))), "--cache", s.cache_arg]
+
+
 def text_only_args(s: Session) -> list[str]:
     """The study's defaults (GSM8K dup 8 and 16, AQuA dup 8; docs/text_only.md; its runs in
     ``runs/text_only_study``, resumed)."""
@@ -222,9 +241,24 @@ def memorization_args(s: Session) -> list[str]:
     return ["--dups", "1,4,16", "--sizes", "small,large", "--cache-dir", s.cache_arg]
 
 
+def audit_canaries_window_args(s: Session) -> list[str]:
+    """The document canary and the default dup-8 canary with the paper's window, also through
+    ``bbmia serve`` (docs/documents-unlearning.md)."""
+    return ["--setup", "paper-window", "--serve", "--cache-dir", s.cache_arg,
+            "--out-dir", os.path.relpath(s.work / "audit_canaries", ROOT)]
+
+
+def audit_canaries_least_changed_args(s: Session) -> list[str]:
+    """The study's default setup: the dup-32 canary and the least-changed flag rule (unlearning only)."""
+    return ["--skip-documents", "--cache-dir", s.cache_arg, "--out-dir", os.path.relpath(s.work / "audit_canaries", ROOT)]
+
+
 STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power", detection_power_args),
+                             "prevalence_coverage": Study("studies.prevalence_coverage", prevalence_coverage_args),
                              "text_only_study": Study("studies.text_only_study", text_only_args),
-                             "memorization_study": Study("studies.memorization_study", memorization_args)}
+                             "memorization_study": Study("studies.memorization_study", memorization_args),
+                             "audit_canaries_window": Study("studies.audit_canaries", audit_canaries_window_args),
+                             "audit_canaries": Study("studies.audit_canaries", audit_canaries_least_changed_args)}
 
 
 def study_table(name: str, lines: list[dict], command: str) -> str:
@@ -289,10 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="delete the audits' earlier outputs first")
     args = parser.parse_args(argv)
     if args.render:
-        for name in STUDIES:
+        never_run = [name for name in STUDIES if not (STUDY_LINES / f"{name}.json").is_file()]
+        for name in (name for name in STUDIES if name not in never_run):
             saved = saved_study(name)
             (GENERATED / f"{name}.md").write_text(study_table(name, saved["lines"], saved["command"]))
-        return 0
+        if never_run:
+            print(f"never run, nothing to render: {', '.join(never_run)} (--only NAME runs one)", file=sys.stderr)
+        return 1 if never_run else 0
     names = [n.strip() for n in args.only.split(",") if n.strip()] + (list(STUDIES) if args.studies else [])
     unknown = [n for n in names if n not in every]
     if unknown:
@@ -335,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"drift: {line}")
         print(f"{len(drift)} figures differ beyond the tolerance" if drift else "every figure reproduces")
         return 1 if drift else 0
-    FIGURES_FILE.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    if any(name in BLOCKS for name in names):  # re-read: another run may have written other blocks meanwhile
+        current = json.loads(FIGURES_FILE.read_text()) if FIGURES_FILE.is_file() else {}
+        current.update({name: figures[name] for name in names if name in BLOCKS})
+        FIGURES_FILE.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
     missing = sync_readme()
     if missing:
         print(f"README.md includes missing generated files: {', '.join(missing)}", file=sys.stderr)

@@ -43,24 +43,10 @@ Prints one JSON line per test document (``--json``), then one summary line, last
   1,2,3): one unlearned canary per seed; the first gives the keys above, ``unlearning_by_seed``
   each seed's and ``unlearning_pooled_*`` every seed's texts pooled into one table.
 
-  Measured (``python -m studies.audit_canaries --setup paper-window --serve --json``, 2 shared CPU cores, 4 min with the
-  document audit resumed from its files; the black-box runs start over each time, their server's
-  port being new): documents_auc 0.881 [0.742, 0.990]; truth inside the corrected CI for 42 of 44
-  documents (raw Wilson: 14 of 44, it estimates the flagged share, not the planted one).
-  Unlearning (the recipe and the completion setting were chosen on seed 0, every one tried is in
-  docs/unlearning-ground-truth.md), seed 1: 14 of 50 flagged, precision 0.929 [0.685, 0.987] vs
-  base rate 0.68 [0.542, 0.792], Fisher p = 0.017, recall 0.382 [0.239, 0.550], closeness AUC
-  0.776; seeds 1-3 pooled: 46 of 150 flagged, precision 0.761 [0.621, 0.861] vs 0.60, p = 0.0056.
-  ROUGE-L recall (20 samples) flagged vs unflagged: seed 1 0.124 vs 0.121 (+0.003 [-0.014, 0.021],
-  p = 0.33), pooled 0.108 vs 0.109 (-0.001 [-0.010, 0.009], p = 0.54): no difference, while by the
-  label it is +0.0135 [0.006, 0.021] (p = 0.003), diluted by the flags to an expected +0.003.
-  Black box = local (``--serve``): unlearning, largest score difference 2.4e-7 nats/token, 0 flags
-  differ (its own samples: ROUGE-L 0.127 vs 0.122, p = 0.22); documents, 563 chunks, 1.6e-7, 0 flags
-  and 0 rates differ, the same AUC.
-  The default setup, the least-changed rule on the dup-32 canary (``--setup least-changed
-  --skip-documents``, 5 min once the canary is trained, 409 s; recipe chosen on seed 0, F fixed a
-  priori): seeds 1-3 pooled 45 of 150 flagged, precision 0.778 [0.637, 0.875] vs base rate
-  0.467, p = 4.8e-7; ROUGE-L flagged vs unflagged 0.060 vs 0.013 (+0.047 [0.029, 0.065], p = 1.6e-7).
+  Measured: docs/generated/audit_canaries_window.md (``--setup paper-window --serve``) and
+  docs/generated/audit_canaries.md (the default setup, ``--skip-documents``), the tables
+  docs/documents-unlearning.md includes, written from this study's lines by
+  ``scripts/docs_figures.py --only audit_canaries_window,audit_canaries``.
 
 Usage:
     python -m studies.audit_canaries --json
@@ -326,6 +312,86 @@ def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str
 def read_rows(path: str) -> list[dict]:
     """The JSON objects of a JSONL file."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def _unlearning_row(name: str, keys: dict, prefix: str = "") -> str:
+    """One table row of :func:`unlearning_keys`' keys (``prefix`` + name)."""
+    k = {name[len(prefix):]: value for name, value in keys.items() if name.startswith(prefix)}
+    rouge = k["rouge_l_difference"] or {}
+    label = k["rouge_l_by_label_difference"] or {}
+    return (f"| {name} | {k['n_flagged']} / {k['n_audited']} | {_f(k['precision'])}{_ci(k['precision_ci'])} | "
+            f"{_f(k['base_rate'])}{_ci(k['base_rate_ci'])} | {_p(k['fisher_p'])} | {_f(k['recall'])} | "
+            f"{_f(k['closeness_auc'])} | {_f(k['rouge_l_flagged'])} vs {_f(k['rouge_l_unflagged'])}: "
+            f"{_f(rouge.get('difference'))}{_ci(rouge.get('ci'))}, p = {_p(rouge.get('mann_whitney_p'))} | "
+            f"{_f(label.get('difference'))}, p = {_p(label.get('mann_whitney_p'))} |")
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' tables (docs/documents-unlearning.md) from this study's ``--json`` lines (one per
+    document, then the summary): the document audit against the truth per kind of document, and
+    the unlearning audit against the white-box label per seed, pooled, in Q&A mode and through
+    ``bbmia serve``.
+
+    Raises:
+        ValueError: ``lines`` holds no summary line last.
+    """
+    *documents, last = lines
+    if "unlearning" not in last:
+        raise ValueError("the last line is not the study's summary")
+    out = []
+    if "documents_auc" in last and last["documents_auc"] is not None:
+        out += [f"Documents: AUC of the rates, planted whole vs held out, {_f(last['documents_auc'])}"
+                f"{_ci(last['documents_auc_ci'])}; threshold at realised FPR {_f(last['threshold_realised_fpr'])}, "
+                f"TPR {_f(last['threshold_tpr'])} on the validation documents.", "",
+                "| documents | n | truth in the rate's Wilson CI | truth in the corrected CI | mean rate | "
+                "mean error, rate | mean error, corrected |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for kind, k in last["by_kind"].items():
+            out.append(f"| {kind} | {k['n']} | {_f(k['truth_in_rate_ci'], 2)} | {_f(k['truth_in_corrected_ci'], 2)} | "
+                       f"{_f(k['mean_rate'])} | {_f(k['mean_abs_error_rate'])} | {_f(k['mean_abs_error_corrected'])} |")
+        inside = sum(bool(d["truth_in_corrected_ci"]) for d in documents)
+        wilson = sum(bool(d["truth_in_rate_ci"]) for d in documents)
+        out += ["", f"All {len(documents)} test documents: truth inside the corrected CI for {inside}, inside the raw "
+                f"rate's Wilson CI for {wilson}."]
+        if "documents_blackbox" in last:
+            box = last["documents_blackbox"]
+            out += ["", f"Through `bbmia serve`: {box['n_chunks']} chunks, largest score difference from the local "
+                    f"run {box['max_abs_score_diff']:.2g} nats/token, {box['flags_differ']} flags and "
+                    f"{box['rates_differ']} document rates differ."]
+        out.append("")
+    setup = last["unlearning"]
+    rule = (f"the {setup['flag_least_changed']:.0%} least changed" if setup["flag_least_changed"] is not None
+            else "the paper's window")
+    canary = f"`bbmia canary train {setup['canary_args']}`" if setup["canary_args"] else "the default canary"
+    out += [f"Unlearning (setup `{setup['setup']}`: {canary}, recipe "
+            f"`{setup['recipe']}`, flags: {rule}; forget loss {_f(setup['forget_loss_before'], 2)} → "
+            f"{_f(setup['forget_loss_after'], 2)} nats/token on seed {setup['unlearn_seed']}):", "",
+            "| seed | flagged / audited | precision (still memorized among flagged) | base rate | Fisher p | recall | "
+            "closeness AUC | ROUGE-L flagged vs unflagged: difference, p | by the label: difference, p |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for seed, keys in last["unlearning_by_seed"].items():
+        out.append(_unlearning_row(seed, keys))
+    if "unlearning_pooled_seeds" in last:
+        out.append(_unlearning_row("pooled " + ", ".join(map(str, last["unlearning_pooled_seeds"])), last,
+                                   "unlearning_pooled_"))
+    out.append(_unlearning_row(f"{setup['unlearn_seed']}, Q&A", last, "unlearning_qa_"))
+    if "unlearning_blackbox" in last:
+        box = last["unlearning_blackbox"]
+        out.append(_unlearning_row(f"{setup['unlearn_seed']}, through `bbmia serve`", box))
+        out += ["", f"Through `bbmia serve`: largest score difference from the local run "
+                f"{box['max_abs_score_diff']:.2g} nats/token, {box['flags_differ']} flags differ (its own samples)."]
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:

@@ -31,12 +31,9 @@ Clopper–Pearson 95% CI, then a last line: ``power_dup8`` / ``power_dup16`` (th
 :func:`exact_size`), ``min_coverage`` (the
 interval, over dups identifiable in at least half the splits), ``exchangeability_p_canonical``
 and ``exchangeability_false_alarm`` (null without ``--canonical-canary``), and whether each
-target is met. Measured (dup 2, 4, 8 and 16 canaries, 200 members each, truth 0.089,
-and the canonical-order canary; one run of about 26 minutes on a loaded 2-core machine; table and
-discussion in docs/contamination.md): the headline detects in 0.157, 0.253, 0.900 and 1.000 of the
-splits at dup 2, 4, 8, 16 (the interval excludes 0 in 0.000, 0.017, 0.237, 0.360); its exact level
-at the clean sizes is 0.0499, measured 0.052-0.062 over 1,000 clean splits per canary (every CI
-holds 0.05).
+target is met. Measured: docs/generated/detection_power.md (the tables docs/contamination.md
+includes, written from this study's lines by ``scripts/docs_figures.py --only detection_power``;
+one run of about 26 minutes on a loaded 2-core machine with the scores cached).
 
 The exchangeability test (Oren et al. 2024, ``bbmia exchangeability``; defaults 50 shards × 250
 shuffled orders) runs on each canary's 200 members in GSM8K file order, for ``--xchg-seeds``
@@ -49,9 +46,7 @@ the shufflings (Clopper-Pearson CIs). The canaries trained with ``--planted-orde
 (``--canonical-canary``, repeatable: several training seeds) give ``exchangeability_p_canonical``
 (the largest p over their seeds); the others (shuffled order) ``exchangeability_false_alarm``
 (the largest rejection rate, seeds or shufflings). ``--xchg-only`` skips the split tests.
-Measured (docs/contamination.md, 100 seeds and 100 shufflings each): the canonical-order dup-4
-canary ``25eeca3e5873`` gives p ≤ 1.4e-10 for every seed; the shuffled dup-4 and dup-8 canaries reject
-in 0 of 100 seeds and 0 of 100 shufflings (``exchangeability_false_alarm`` 0.0).
+Measured: the same generated tables.
 
 Usage:
     OMP_NUM_THREADS=1 nice -n 10 python -m studies.detection_power --json

@@ -37,18 +37,9 @@ at most the CI's one-sided miss rate 0.025 is expected), ``max_clean_lower_bound
 (members known), ``max_clean_control_lower_bound_positive`` (control only),
 ``max_clean_ci_excludes_zero``, and whether each target of the issue is met.
 
-Measured (default canaries at dup 1, 2, 4, 8, 16; 300 splits; the exact interval of
-:func:`~blackbox_mia.evaluation.estimate_prevalence`, each rate bounded at alpha/6 per side; the
-table is in docs/design.md §5; the run takes about 1.5 minutes on the cached scores):
-identifiable at dups 8 and 16 in every split, 11-22% of splits at dups 2-4, 0.3% at dup 1; every
-identifiable interval held the truth (coverage 1.0 at every dup; mean width 0.180 at dup 8, 0.111
-at dup 16; mean estimate 0.96-1.04x the truth at dups 8 and 16); a confident estimate above twice
-the truth in at most 0.7% of splits (dup 16: 2 of 300); clean benchmarks: lower bound > 0 in at
-most 1.3% of splits, a confident estimate in at most 0.3%. Last line: min_coverage 1.0,
-max_share_confident_over_2x 0.0067, every target met. The price of exactness is power: a
-confident estimate (interval above 0) in 24% of dup-8 splits (truth 0.089) and 0.7% of dup-16
-ones (truth 0.041), against 65% and 24% with the bootstrap interval it replaced (coverage 0.930
-and 0.947 there, confident > 2x truth 7.3% at dup 16).
+Measured: docs/generated/prevalence_coverage.md (the table docs/design.md §5 includes, written from
+this study's lines by ``scripts/docs_figures.py --only prevalence_coverage``; about 6 minutes on
+2 loaded cores, the control scored once per canary and cached).
 
 Usage:
     OMP_NUM_THREADS=1 nice -n 10 python -m studies.prevalence_coverage --json
@@ -243,6 +234,37 @@ def summary(lines: list[dict]) -> dict:
         "target_no_2x_met": all(ratio <= 2 for ratio in ratios) and over <= (1 - LEVEL) / 2,
         "target_clean_met": max(clean, clean_control) <= 1 - LEVEL,
     }
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/design.md §5) from this study's ``--json`` lines (one per dup, the
+    summary last): per dup, the truth, identifiability, coverage, mean estimate and width, the
+    confident estimates, the realised FPR and the clean-benchmark checks; then the summary.
+
+    Raises:
+        ValueError: ``lines`` holds no summary line last.
+    """
+    *rows, last = lines
+    if "min_coverage" not in last:
+        raise ValueError("the last line is not the study's summary")
+    out = ["| dup (members) | truth | not identifiable | coverage (identifiable splits) | mean estimate | "
+           "mean CI width | confident | confident > 2× truth | realised FPR (mean) | clean: lower bound > 0 | "
+           "clean: CI excludes 0 |", "| --- |" + " --- |" * 10]
+    for r in sorted(rows, key=lambda r: r["dup"]):
+        identifiable = round(r["splits"] * (1 - r["share_not_identifiable"]))
+        coverage = "-" if r["coverage"] is None else f"{r['coverage']:.3f} ({identifiable} of {r['splits']})"
+        out.append(f"| {r['dup']} ({r['n_members_planted']}) | {_f(r['true_prevalence'])} | "
+                   f"{_f(r['share_not_identifiable'])} | {coverage} | {_f(r['mean_estimate'])} | "
+                   f"{_f(r['mean_ci_width'])} | {_f(r['share_confident'])} | {_f(r['share_confident_over_2x'])} | "
+                   f"{_f(r['realised_fpr_mean'])} | {_f(r['clean']['lower_bound_positive'])} | "
+                   f"{_f(r['clean']['ci_excludes_zero'])} |")
+    figures = ", ".join(f"`{k}` {_f(v, 4) if isinstance(v, float) else str(v).lower()}" for k, v in last.items()
+                        if isinstance(v, (bool, float, int)) or v is None)
+    return "\n".join(out) + f"\n\nSummary line: {figures}.\n"
 
 
 def main() -> None:
