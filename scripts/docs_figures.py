@@ -111,9 +111,9 @@ class Session:
         """The directory of the canary ``bbmia canary train ARGS`` makes (trained once, then cached)."""
         return self.run(["canary", "train", *args, "--quiet"], show=False)[1]["path"]
 
-    def study(self, module: str, args: list[str]) -> list[dict]:
-        """Run ``python -m MODULE ARGS --json``; return its JSON lines (the summary last), the
-        command kept for the transcript.
+    def study(self, module: str, args: list[str]) -> tuple[list[dict], str]:
+        """Run ``python -m MODULE ARGS --json``; return its JSON lines (the summary last) and the
+        command as the docs print it.
 
         Raises:
             RuntimeError: the study failed (its stderr's last lines in the message).
@@ -124,8 +124,8 @@ class Session:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
         if proc.returncode != 0:
             raise RuntimeError(f"{shlex.join(command[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
-        self.transcript.append(self.shown(shlex.join(["python", *command[1:]])))
-        return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return lines, self.shown(shlex.join(["python", *command[1:]]))
 
     def block(self) -> str:
         """The transcript so far as one fenced console block; the transcript is emptied."""
@@ -343,13 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     session = Session(bbmia, cache, work)
     recorded = json.loads(FIGURES_FILE.read_text()) if FIGURES_FILE.is_file() else {}
-    figures, drift = dict(recorded), []
+    figures, drift = {}, []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
         if name in STUDIES:
             study = STUDIES[name]
-            lines = session.study(study.module, study.args(session))
-            command = session.transcript.pop()
+            lines, command = session.study(study.module, study.args(session))
             if args.check:
                 old = saved_study(name)["lines"] if (STUDY_LINES / f"{name}.json").is_file() else None
                 drift += differences(figures_of(old), figures_of(lines, session.shown), name)
@@ -372,10 +371,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"drift: {line}")
         print(f"{len(drift)} figures differ beyond the tolerance" if drift else "every figure reproduces")
         return 1 if drift else 0
-    if any(name in BLOCKS for name in names):  # re-read: another run may have written other blocks meanwhile
+    if figures:  # re-read: another run may have written other blocks meanwhile
         current = json.loads(FIGURES_FILE.read_text()) if FIGURES_FILE.is_file() else {}
-        current.update({name: figures[name] for name in names if name in BLOCKS})
-        FIGURES_FILE.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+        FIGURES_FILE.write_text(json.dumps({**current, **figures}, indent=1, sort_keys=True) + "\n")
     missing = sync_readme()
     if missing:
         print(f"README.md includes missing generated files: {', '.join(missing)}", file=sys.stderr)

@@ -75,6 +75,7 @@ from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 from blackbox_mia.key_aliases import DOCUMENTS_SUMMARY_KEYS, with_old_keys
 from studies.bbmia_json import bbmia
+from studies.table_format import ci, num, p_value
 
 ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_text)
 # The unlearning setups: (canary options, unlearning recipe, least-changed share F or None for the paper's
@@ -314,28 +315,16 @@ def read_rows(path: str) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _ci(ci: list[float] | None) -> str:
-    return "" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2g}"
-
-
 def _unlearning_row(name: str, keys: dict, prefix: str = "") -> str:
     """One table row of :func:`unlearning_keys`' keys (``prefix`` + name)."""
     k = {name[len(prefix):]: value for name, value in keys.items() if name.startswith(prefix)}
     rouge = k["rouge_l_difference"] or {}
     label = k["rouge_l_by_label_difference"] or {}
-    return (f"| {name} | {k['n_flagged']} / {k['n_audited']} | {_f(k['precision'])}{_ci(k['precision_ci'])} | "
-            f"{_f(k['base_rate'])}{_ci(k['base_rate_ci'])} | {_p(k['fisher_p'])} | {_f(k['recall'])} | "
-            f"{_f(k['closeness_auc'])} | {_f(k['rouge_l_flagged'])} vs {_f(k['rouge_l_unflagged'])}: "
-            f"{_f(rouge.get('difference'))}{_ci(rouge.get('ci'))}, p = {_p(rouge.get('mann_whitney_p'))} | "
-            f"{_f(label.get('difference'))}, p = {_p(label.get('mann_whitney_p'))} |")
+    return (f"| {name} | {k['n_flagged']} / {k['n_audited']} | {num(k['precision'])}{ci(k['precision_ci'])} | "
+            f"{num(k['base_rate'])}{ci(k['base_rate_ci'])} | {p_value(k['fisher_p'])} | {num(k['recall'])} | "
+            f"{num(k['closeness_auc'])} | {num(k['rouge_l_flagged'])} vs {num(k['rouge_l_unflagged'])}: "
+            f"{num(rouge.get('difference'))}{ci(rouge.get('ci'))}, p = {p_value(rouge.get('mann_whitney_p'))} | "
+            f"{num(label.get('difference'))}, p = {p_value(label.get('mann_whitney_p'))} |")
 
 
 def markdown(lines: list[dict]) -> str:
@@ -352,14 +341,14 @@ def markdown(lines: list[dict]) -> str:
         raise ValueError("the last line is not the study's summary")
     out = []
     if "documents_auc" in last and last["documents_auc"] is not None:
-        out += [f"Documents: AUC of the rates, planted whole vs held out, {_f(last['documents_auc'])}"
-                f"{_ci(last['documents_auc_ci'])}; threshold at realised FPR {_f(last['threshold_realised_fpr'])}, "
-                f"TPR {_f(last['threshold_tpr'])} on the validation documents.", "",
+        out += [f"Documents: AUC of the rates, planted whole vs held out, {num(last['documents_auc'])}"
+                f"{ci(last['documents_auc_ci'])}; threshold at realised FPR {num(last['threshold_realised_fpr'])}, "
+                f"TPR {num(last['threshold_tpr'])} on the validation documents.", "",
                 "| documents | n | truth in the rate's Wilson CI | truth in the corrected CI | mean rate | "
                 "mean error, rate | mean error, corrected |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for kind, k in last["by_kind"].items():
-            out.append(f"| {kind} | {k['n']} | {_f(k['truth_in_rate_ci'], 2)} | {_f(k['truth_in_corrected_ci'], 2)} | "
-                       f"{_f(k['mean_rate'])} | {_f(k['mean_abs_error_rate'])} | {_f(k['mean_abs_error_corrected'])} |")
+            out.append(f"| {kind} | {k['n']} | {num(k['truth_in_rate_ci'], 2)} | {num(k['truth_in_corrected_ci'], 2)} | "
+                       f"{num(k['mean_rate'])} | {num(k['mean_abs_error_rate'])} | {num(k['mean_abs_error_corrected'])} |")
         inside = sum(bool(d["truth_in_corrected_ci"]) for d in documents)
         wilson = sum(bool(d["truth_in_rate_ci"]) for d in documents)
         out += ["", f"All {len(documents)} test documents: truth inside the corrected CI for {inside}, inside the raw "
@@ -375,8 +364,8 @@ def markdown(lines: list[dict]) -> str:
             else "the paper's window")
     canary = f"`bbmia canary train {setup['canary_args']}`" if setup["canary_args"] else "the default canary"
     out += [f"Unlearning (setup `{setup['setup']}`: {canary}, recipe "
-            f"`{setup['recipe']}`, flags: {rule}; forget loss {_f(setup['forget_loss_before'], 2)} → "
-            f"{_f(setup['forget_loss_after'], 2)} nats/token on seed {setup['unlearn_seed']}):", "",
+            f"`{setup['recipe']}`, flags: {rule}; forget loss {num(setup['forget_loss_before'], 2)} → "
+            f"{num(setup['forget_loss_after'], 2)} nats/token on seed {setup['unlearn_seed']}):", "",
             "| seed | flagged / audited | precision (still memorized among flagged) | base rate | Fisher p | recall | "
             "closeness AUC | ROUGE-L flagged vs unflagged: difference, p | by the label: difference, p |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

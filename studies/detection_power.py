@@ -74,6 +74,8 @@ from blackbox_mia.evaluation.dataset_inference import dataset_inference
 from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
 
 from .prevalence_coverage import cached_scores, default_canaries, held_out_splits
+from .table_format import ci as interval
+from .table_format import num
 
 FEATURES = "min_k,loss,zlib,min_k:k=5,min_k:k=10,min_k:k=50,min_k_pp,min_k_pp:k=5,min_k_pp:k=50"
 HEADLINE = "tail_combined"
@@ -279,7 +281,7 @@ ASYMPTOTIC = {"welch", "dataset_inference"}
 
 
 def _rate(rate: float, ci: list[float], bold: bool = False) -> str:
-    text = f"{rate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    text = num(rate) + interval(ci)
     return f"**{text}**" if bold else text
 
 

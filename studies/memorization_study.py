@@ -31,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the file backend
 
 from studies.bbmia_json import bbmia
+from studies.table_format import num
 
 # model shapes: (layers, embedding width, heads); "small" is the default canary's shape
 SIZES = {"small": (2, 128, 4), "large": (4, 256, 4)}
@@ -137,15 +138,15 @@ def tables(rows: list[dict], lengths: list[str]) -> str:
         lines.append(
             f"| {r['size']} | {r['dup']} | {mean('member', 'eidetic')} / {mean('non-member', 'eidetic')} "
             f"| {mean('member', 'approximate')} / {mean('non-member', 'approximate')} "
-            f"| {_fmt(mauc['eidetic'])} | {_fmt(mauc['approximate'])} "
-            f"| {_fmt(auc['loss'])} | {_fmt(auc['min_k'])} | {_fmt(auc['min_k:k=10'])} |"
+            f"| {num(mauc['eidetic'])} | {num(mauc['approximate'])} "
+            f"| {num(auc['loss'])} | {num(auc['min_k'])} | {num(auc['min_k:k=10'])} |"
         )
     lines += ["", "AUC of Min-K% (k = 20) on the first L tokens (the study's Table 4):", "",
               "| size | dup | " + " | ".join(f"L={n}" for n in lengths) + " |",
               "| --- | --- | " + " | ".join("---" for _ in lengths) + " |"]
     for r in rows:
         by = r["auc_by_length"]["min_k"]
-        lines.append(f"| {r['size']} | {r['dup']} | " + " | ".join(_fmt(by.get(n)) for n in lengths) + " |")
+        lines.append(f"| {r['size']} | {r['dup']} | " + " | ".join(num(by.get(n)) for n in lengths) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -167,10 +168,6 @@ def markdown(lines: list[dict]) -> str:
     larger = ", ".join(f"dup {d}: {str(v).lower()}" for d, v in found["larger_model_higher_min_k_auc"].items())
     return (tables(rows, lengths) + "\nTrends as checked on these canaries (last line): " + "; ".join(checked)
             + f"; `larger_model_higher_min_k_auc` {larger}.\n")
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def plot(rows: list[dict], sizes: list[str], lengths: list[str], out_dir: Path) -> list[str]:

@@ -60,6 +60,7 @@ from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.evaluation import clopper_pearson, estimate_prevalence
 from blackbox_mia.runner import run_config, score_items
 from blackbox_mia.scorers import parse_scorers
+from studies.table_format import num
 
 ARCHITECTURE = ("vocab_size", "n_layer", "n_embd", "n_head", "block_size", "epochs", "lr", "batch_size")
 LEVEL = 0.95  # the nominal level of every interval and bound
@@ -236,10 +237,6 @@ def summary(lines: list[dict]) -> dict:
     }
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def markdown(lines: list[dict]) -> str:
     """The docs' table (docs/design.md §5) from this study's ``--json`` lines (one per dup, the
     summary last): per dup, the truth, identifiability, coverage, mean estimate and width, the
@@ -257,12 +254,12 @@ def markdown(lines: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: r["dup"]):
         identifiable = round(r["splits"] * (1 - r["share_not_identifiable"]))
         coverage = "-" if r["coverage"] is None else f"{r['coverage']:.3f} ({identifiable} of {r['splits']})"
-        out.append(f"| {r['dup']} ({r['n_members_planted']}) | {_f(r['true_prevalence'])} | "
-                   f"{_f(r['share_not_identifiable'])} | {coverage} | {_f(r['mean_estimate'])} | "
-                   f"{_f(r['mean_ci_width'])} | {_f(r['share_confident'])} | {_f(r['share_confident_over_2x'])} | "
-                   f"{_f(r['realised_fpr_mean'])} | {_f(r['clean']['lower_bound_positive'])} | "
-                   f"{_f(r['clean']['ci_excludes_zero'])} |")
-    figures = ", ".join(f"`{k}` {_f(v, 4) if isinstance(v, float) else str(v).lower()}" for k, v in last.items()
+        out.append(f"| {r['dup']} ({r['n_members_planted']}) | {num(r['true_prevalence'])} | "
+                   f"{num(r['share_not_identifiable'])} | {coverage} | {num(r['mean_estimate'])} | "
+                   f"{num(r['mean_ci_width'])} | {num(r['share_confident'])} | {num(r['share_confident_over_2x'])} | "
+                   f"{num(r['realised_fpr_mean'])} | {num(r['clean']['lower_bound_positive'])} | "
+                   f"{num(r['clean']['ci_excludes_zero'])} |")
+    figures = ", ".join(f"`{k}` {num(v, 4) if isinstance(v, float) else str(v).lower()}" for k, v in last.items()
                         if isinstance(v, (bool, float, int)) or v is None)
     return "\n".join(out) + f"\n\nSummary line: {figures}.\n"
 

@@ -37,6 +37,7 @@ from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.generated import target_view
 from blackbox_mia.scorers import parse_scorers
 from studies.bbmia_json import bbmia
+from studies.table_format import p_value
 
 CANARIES = {"gsm8k-dup8": ("gsm8k", 8), "gsm8k-dup16": ("gsm8k", 16), "aqua-dup8": ("aqua", 8)}
 LOGPROB_BASELINE = "min_k"
@@ -123,25 +124,21 @@ def run_canary(name: str, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def _p(value: float) -> str:
-    return f"{value:.2g}"
-
-
 def _comparison(row: dict) -> str:
     """The members-vs-non-members cell: TS-Guessing's exact-match rates and Fisher p, guided
     instruction's dataset-level tests; ``-`` for the others."""
     if "exact_match" in row:
         rates = row["exact_match"]
-        return f"exact match {rates['members']:.2f} vs {rates['nonmembers']:.2f}, Fisher p = {_p(row['p_value'])}"
+        return f"exact match {rates['members']:.2f} vs {rates['nonmembers']:.2f}, Fisher p = {p_value(row['p_value'])}"
     tests = row.get("dataset_tests")
     if not tests:
         return "-"
     members, nonmembers = tests["members"], tests["nonmembers"]
     if "matches" in members:
         return f"near-exact matches {members['matches']}/{members['n']} vs {nonmembers['matches']}/{nonmembers['n']}"
-    return (f"guided > general: members sign test p = {_p(members['sign_test_p'])} (bootstrap "
-            f"{_p(members['bootstrap_p'])}), non-members {_p(nonmembers['sign_test_p'])} "
-            f"({_p(nonmembers['bootstrap_p'])})")
+    return (f"guided > general: members sign test p = {p_value(members['sign_test_p'])} (bootstrap "
+            f"{p_value(members['bootstrap_p'])}), non-members {p_value(nonmembers['sign_test_p'])} "
+            f"({p_value(nonmembers['bootstrap_p'])})")
 
 
 def markdown(lines: list[dict]) -> str:
@@ -170,7 +167,7 @@ def markdown(lines: list[dict]) -> str:
     best, ts_p = last["best_text_only_auc_gsm8k_dup16"], last["ts_guessing_p_aqua_dup8"]
     settings = ", ".join(f"{k} {v}" for k, v in last["settings"].items())
     out += ["", f"Summary line: `best_text_only_auc_gsm8k_dup16` {'null' if best is None else f'{best:.3f}'}, "
-            f"`ts_guessing_p_aqua_dup8` {'null' if ts_p is None else _p(ts_p)} ({settings})."]
+            f"`ts_guessing_p_aqua_dup8` {'null' if ts_p is None else p_value(ts_p)} ({settings})."]
     return "\n".join(out) + "\n"
 
 
