@@ -75,7 +75,7 @@ from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank
 
 from .prevalence_coverage import cached_scores, default_canaries, held_out_splits
 from .table_format import ci as interval
-from .table_format import num
+from .table_format import figure, num
 
 FEATURES = "min_k,loss,zlib,min_k:k=5,min_k:k=10,min_k:k=50,min_k_pp,min_k_pp:k=5,min_k_pp:k=50"
 HEADLINE = "tail_combined"
@@ -329,28 +329,14 @@ def markdown(lines: list[dict]) -> str:
         for r in xchg:
             canonical = r["planted_order"] == "canonical"
             order = "**canonical**" if canonical else r["planted_order"]
-            p = f"{_figure(r['max_p_seeds'])}; {_figure(r['median_p_seeds'])}"
+            p = f"{figure(r['max_p_seeds'])}; {figure(r['median_p_seeds'])}"
             out.append(f"| `{r['canary']}` (dup {r['dup']}) | {order} | {f'**{p}**' if canonical else p} | "
                        f"{_rate(r['rejection_rate_seeds'], r['rejection_rate_seeds_ci'], canonical)} | "
                        f"{_rate(r['rejection_rate_shufflings'], r['rejection_rate_shufflings_ci'])} | "
                        f"{r['t_test_rejection_rate_seeds']:.2f}; {r['t_test_rejection_rate_shufflings']:.2f} |")
     figures = {k: v for k, v in last.items() if not k.endswith(("_note", "_rule")) and k != "headline_test"}
-    out += ["", "Summary line: " + ", ".join(f"`{k}` {_figure(v)}" for k, v in figures.items()) + "."]
+    out += ["", "Summary line: " + ", ".join(f"`{k}` {figure(v)}" for k, v in figures.items()) + "."]
     return "\n".join(out) + "\n"
-
-
-def _figure(value: object) -> str:
-    """A value as the docs print it: 3 decimals, below 0.1 three significant digits, below 0.001
-    (p-values) two."""
-    if isinstance(value, bool) or value is None:
-        return str(value).lower() if isinstance(value, bool) else "null"
-    if isinstance(value, float):
-        if 0 < abs(value) < 1e-3:
-            return f"{value:.2g}"
-        return f"{value:.3g}" if abs(value) < 0.1 else f"{value:.3f}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_figure(v) for v in value) + "]"
-    return str(value)
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the file backend
 
 from studies.bbmia_json import bbmia
-from studies.table_format import num
+from studies.table_format import figure, num
 
 # model shapes: (layers, embedding width, heads); "small" is the default canary's shape
 SIZES = {"small": (2, 128, 4), "large": (4, 256, 4)}
@@ -162,10 +162,9 @@ def markdown(lines: list[dict]) -> str:
         raise ValueError("the last line is not the study's trends")
     lengths = sorted({n for r in rows for n in r["auc_by_length"]["min_k"]}, key=int)
     found = last["trends"]
-    checked = [f"{size}: " + ", ".join(f"`{k}` {str(v).lower() if isinstance(v, bool) else f'{v:.2f}'}"
-                                       for k, v in found[size].items())
+    checked = [f"{size}: " + ", ".join(f"`{k}` {figure(v)}" for k, v in found[size].items())
                for size in found if size != "larger_model_higher_min_k_auc"]
-    larger = ", ".join(f"dup {d}: {str(v).lower()}" for d, v in found["larger_model_higher_min_k_auc"].items())
+    larger = ", ".join(f"dup {d}: {figure(v)}" for d, v in found["larger_model_higher_min_k_auc"].items())
     return (tables(rows, lengths) + "\nTrends as checked on these canaries (last line): " + "; ".join(checked)
             + f"; `larger_model_higher_min_k_auc` {larger}.\n")
 

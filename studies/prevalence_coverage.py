@@ -60,7 +60,7 @@ from blackbox_mia.canary.dataset import load_items
 from blackbox_mia.evaluation import clopper_pearson, estimate_prevalence
 from blackbox_mia.runner import run_config, score_items
 from blackbox_mia.scorers import parse_scorers
-from studies.table_format import num
+from studies.table_format import figure, num
 
 ARCHITECTURE = ("vocab_size", "n_layer", "n_embd", "n_head", "block_size", "epochs", "lr", "batch_size")
 LEVEL = 0.95  # the nominal level of every interval and bound
@@ -259,8 +259,7 @@ def markdown(lines: list[dict]) -> str:
                    f"{num(r['mean_ci_width'])} | {num(r['share_confident'])} | {num(r['share_confident_over_2x'])} | "
                    f"{num(r['realised_fpr_mean'])} | {num(r['clean']['lower_bound_positive'])} | "
                    f"{num(r['clean']['ci_excludes_zero'])} |")
-    figures = ", ".join(f"`{k}` {num(v, 4) if isinstance(v, float) else str(v).lower()}" for k, v in last.items()
-                        if isinstance(v, (bool, float, int)) or v is None)
+    figures = ", ".join(f"`{k}` {figure(v)}" for k, v in last.items() if isinstance(v, (bool, float, int)) or v is None)
     return "\n".join(out) + f"\n\nSummary line: {figures}.\n"
 
 

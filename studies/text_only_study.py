@@ -37,7 +37,7 @@ from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.generated import target_view
 from blackbox_mia.scorers import parse_scorers
 from studies.bbmia_json import bbmia
-from studies.table_format import p_value
+from studies.table_format import figure, p_value
 
 CANARIES = {"gsm8k-dup8": ("gsm8k", 8), "gsm8k-dup16": ("gsm8k", 16), "aqua-dup8": ("aqua", 8)}
 LOGPROB_BASELINE = "min_k"
@@ -166,8 +166,8 @@ def markdown(lines: list[dict]) -> str:
         out.append(f"| {method} | {row['canary']} | {auc} | {tpr} | {requests} | {tokens} | {_comparison(row)} |")
     best, ts_p = last["best_text_only_auc_gsm8k_dup16"], last["ts_guessing_p_aqua_dup8"]
     settings = ", ".join(f"{k} {v}" for k, v in last["settings"].items())
-    out += ["", f"Summary line: `best_text_only_auc_gsm8k_dup16` {'null' if best is None else f'{best:.3f}'}, "
-            f"`ts_guessing_p_aqua_dup8` {'null' if ts_p is None else p_value(ts_p)} ({settings})."]
+    out += ["", f"Summary line: `best_text_only_auc_gsm8k_dup16` {figure(best)}, "
+            f"`ts_guessing_p_aqua_dup8` {figure(ts_p)} ({settings})."]
     return "\n".join(out) + "\n"
 
 
