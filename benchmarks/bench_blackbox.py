@@ -234,6 +234,44 @@ def main() -> None:
             emit(line, args)
 
 
+LINE_NAMES = {  # how the docs' table names each line
+    "forced": "forced", "postbias": "postbias", "bisect": "bisect, every value to ε",
+    "bisect-loss": "bisect refined for the loss", "bisect-min_k": "bisect refined for Min-K% (k = 20)",
+    "bisect-loss+min_k": "bisect refined for both", "run": "run (members and non-members)",
+    "run-memorized": "run (members only)"}
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/requests-per-token.md, "Measured") from this benchmark's ``--json``
+    lines: per line, texts and tokens, requests and billed tokens per token, the share of tokens
+    whose white-box value lies within the reported bounds, the largest difference from it (nats),
+    the widest score interval of the refined lines (nats), and the cost estimate's error against the
+    real bill (requests / billed tokens; run lines: against the run, forced read-out's figure).
+    The ``*-forced`` comparison lines are folded into ``ratio_to_forced``; the concurrency lines
+    (client timings) are left out.
+
+    Raises:
+        ValueError: no tracker line in ``lines``.
+    """
+    rows = [line for line in lines if line.get("strategy") in LINE_NAMES and "requests" in line]
+    if not rows:
+        raise ValueError("no tracker line (forced, postbias, bisect*, run*) in the benchmark's output")
+    out = ["| line | texts / tokens | requests / token | billed tokens / token | within bounds | max abs diff (nats) "
+           "| widest score interval (nats) | estimate error: requests / billed |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        per_token = f"{row['requests_per_token']:.3f}"
+        if "ratio_to_forced" in row:
+            per_token += f" ({row['ratio_to_forced']:.3f} × forced)"
+        widths = ", ".join(f"{k} {v:.4f}" for k, v in row.get("score_widths", {}).items()) or "-"
+        error = "-" if "estimate_error_requests" not in row else \
+            f"{100 * row['estimate_error_requests']:+.1f}% / {100 * row['estimate_error_billed']:+.1f}%"
+        out.append(f"| {LINE_NAMES[row['strategy']]} | {row['texts']} / {row['tokens']:,} | {per_token} | "
+                   f"{row['billed_tokens_per_token']:.1f} | {row['within_bounds']:.3f} | {row['max_abs_diff']:.2g} | "
+                   f"{widths} | {error} |")
+    return "\n".join(out) + "\n"
+
+
 def emit(line: dict, args: argparse.Namespace) -> None:
     line = {**line, "version": args.label}
     print(json.dumps(line) if args.json else "  ".join(f"{k}={v}" for k, v in line.items()), flush=True)

@@ -13,7 +13,9 @@ scores_outside_interval, scores_null, server_aborts, server_5xx, requests, error
 probe's token-id check; ``server_aborts``: restarts the server needed), then a last line
 ``{"summary": ...}`` with the totals.
 
-Usage: python -m benchmarks.real_server_check [--canary DIR] [--n 10] [--strategies auto,forced,bisect]
+Usage: python -m benchmarks.real_server_check [--canary DIR] [--n 10] [--strategies auto,forced,bisect] [--json]
+(JSON lines either way). The docs' figures: docs/generated/real_server_check.md, by
+``BBMIA_LLAMA_PYTHON=... python scripts/docs_figures.py --only real_server_check``.
 """
 
 from __future__ import annotations
@@ -109,11 +111,36 @@ def measure(server, model_dir: Path, strategy: str, texts: list[str], truth, cac
             "scores_null": null_scores}
 
 
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/blackbox.md, "Grammars") from this benchmark's JSON lines: one row per
+    (strategy, group), then the totals.
+
+    Raises:
+        ValueError: no summary line last.
+    """
+    if not lines or "summary" not in lines[-1]:
+        raise ValueError("the last line is not the benchmark's summary")
+    *rows, last = lines
+    out = ["| strategy | texts | tokens | exact share | bound-only tokens | values outside their bounds "
+           "| scores outside their interval | null scores | server 5xx | server aborts | requests |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        if row.get("error"):
+            out.append(f"| `{row['strategy']}` | {row['group']}: failed: {row['error']} |" + " |" * 9)
+            continue
+        out.append(f"| `{row['strategy']}` | {row['texts']} {row['group']} | {row['tokens']} | {row['exact_share']:.3f} | "
+                   f"{row['bound_only']} | {row['outside_bounds']} | {row['scores_outside_interval']} | "
+                   f"{row['scores_null']} | {row['server_5xx']} | {row['server_aborts']} | {row['requests']:,} |")
+    totals = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in last["summary"].items())
+    return "\n".join(out) + f"\n\nTotals: {totals}.\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--canary", help="canary directory (default: the one `bbmia canary train` makes)")
     ap.add_argument("--n", type=int, default=10, help="texts per group")
     ap.add_argument("--strategies", default="auto,forced,bisect")
+    ap.add_argument("--json", action="store_true", help="accepted for uniformity: the output is JSON lines either way")
     args = ap.parse_args(argv)
     python, why = find_llama_python()
     if python is None:

@@ -12,8 +12,9 @@ runs those commands and writes:
 - README.md: the blocks between ``<!-- generated: <name>.md -->`` and ``<!-- /generated -->``
   are replaced by the same files (GitHub renders no includes).
 
-The studies whose tables the docs quote (:data:`STUDIES`: ``python -m studies.NAME --json`` on
-canaries trained by ``bbmia canary train``, from tens of minutes to an hour each) are blocks too,
+The studies and benchmarks whose tables the docs quote (:data:`STUDIES`: ``python -m studies.NAME
+--json`` or ``benchmarks.NAME`` on canaries trained by ``bbmia canary train``, from minutes to an
+hour each) are blocks too,
 run only when named (``--only detection_power`` or ``--studies``): their JSON lines go to
 ``docs/generated/studies/<name>.json`` and their tables, rendered by the study's own
 ``markdown`` function, to ``docs/generated/<name>.md``. ``--render`` rewrites those tables from
@@ -61,8 +62,8 @@ docs print three decimals)."""
 REL_TOL = 0.05
 """Largest relative difference accepted by ``--check`` for a float (p-values, thresholds)."""
 GENERATED_BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
-VOLATILE_KEYS = {"seconds", "elapsed_s", "requests_per_token", "path", "model", "manifest", "json_path", "md_path",
-                 "out", "usage", "train_seconds", "reused", "requests", "cache_hits", "load_avg"}
+VOLATILE_KEYS = frozenset({"seconds", "elapsed_s", "requests_per_token", "path", "model", "manifest", "json_path", "md_path",
+                 "out", "usage", "train_seconds", "reused", "requests", "cache_hits", "load_avg"})
 """JSON keys that are not figures (times, costs, where files went) and are never compared."""
 
 
@@ -134,13 +135,13 @@ class Session:
         return text
 
 
-def figures_of(summary: object, shown: Callable[[str], str] = str) -> object:
-    """``summary`` without its volatile keys (:data:`VOLATILE_KEYS`), recursively, its strings
-    passed through ``shown`` (absolute paths written as the docs print them)."""
+def figures_of(summary: object, shown: Callable[[str], str] = str, volatile: frozenset[str] = VOLATILE_KEYS) -> object:
+    """``summary`` without its ``volatile`` keys, recursively, its strings passed through
+    ``shown`` (absolute paths written as the docs print them)."""
     if isinstance(summary, dict):
-        return {k: figures_of(v, shown) for k, v in summary.items() if k not in VOLATILE_KEYS}
+        return {k: figures_of(v, shown, volatile) for k, v in summary.items() if k not in volatile}
     if isinstance(summary, list):
-        return [figures_of(v, shown) for v in summary]
+        return [figures_of(v, shown, volatile) for v in summary]
     return shown(summary) if isinstance(summary, str) else summary
 
 
@@ -203,18 +204,55 @@ def japanese(s: Session) -> dict:
     return {"eval": evaluated, "memorize": memorized}
 
 
+def sweep_control(s: Session) -> dict:
+    """``bbmia sweep gsm8k`` on the default canary with no known member or non-member: the control
+    built from the benchmark is the reference (docs/contamination.md). Its warnings (stderr) are
+    shown after its output, as a terminal prints them."""
+    canary = s.canary()
+    _, summary = s.run(["sweep", "gsm8k", "--local", canary, "--quiet", "--out", str(s.work / "sweep-control")])
+    s.transcript.extend(s.shown(f"warning: {warning}") for warning in summary.get("warnings", []))
+    return summary
+
+
+def exchangeability(s: Session) -> dict:
+    """``bbmia exchangeability`` (50 shards x 250 orders) on the canonical-order dup-4 canary, its
+    ``--dry-run`` first, and on the default-order (shuffled) dup-4 canary (docs/contamination.md)."""
+    canonical = s.canary("--dup", "4", "--planted-order", "canonical")
+    shuffled = s.canary("--dup", "4")
+    s.run(["exchangeability", f"canary:{canonical}", "--local", canonical, "--dry-run"])
+    _, preferred = s.run(["exchangeability", f"canary:{canonical}", "--local", canonical, "--quiet",
+                          "--out", str(s.work / "exchangeability-canonical")])
+    _, not_preferred = s.run(["exchangeability", f"canary:{shuffled}", "--local", shuffled, "--quiet",
+                              "--out", str(s.work / "exchangeability-dup4")])
+    return {"canonical": preferred, "shuffled": not_preferred}
+
+
+def eval_wikimia64(s: Session) -> dict:
+    """``bbmia eval wikimia64`` on the default canary with its default scorers (docs/evaluation.md):
+    the blind baseline on a distribution-shifted split. Its warnings (stderr) are shown after its
+    output, as a terminal prints them."""
+    canary = s.canary()
+    _, summary = s.run(["eval", "wikimia64", "--local", canary, "--quiet", "--out", str(s.work / "eval-wikimia64")])
+    s.transcript.extend(s.shown(f"warning: {warning}") for warning in summary.get("warnings", []))
+    return summary
+
+
 BLOCKS: dict[str, Callable[[Session], dict]] = {"demo": demo, "sweep": sweep, "unlearning": unlearning,
-                                                 "documents": documents, "memorize": memorize, "japanese": japanese}
+                                                 "documents": documents, "memorize": memorize, "japanese": japanese,
+                                                 "sweep_control": sweep_control, "exchangeability": exchangeability,
+                                                 "eval_wikimia64": eval_wikimia64}
 
 
 @dataclass(frozen=True)
 class Study:
-    """A study whose tables a docs page includes: its module (``studies.NAME``, with a
-    ``markdown(lines) -> str`` function) and its arguments on a :class:`Session` (which trains
-    or finds the canaries it needs)."""
+    """A study whose tables a docs page includes: its module (``studies.NAME`` or
+    ``benchmarks.NAME``, with a ``markdown(lines) -> str`` function), its arguments on a
+    :class:`Session` (which trains or finds the canaries it needs), and the keys of its lines
+    that are not figures (a benchmark's request counts are its figures; its times are not)."""
 
     module: str
     args: Callable[[Session], list[str]]
+    volatile: frozenset[str] = VOLATILE_KEYS
 
 
 def detection_power_args(s: Session) -> list[str]:
@@ -253,12 +291,44 @@ def audit_canaries_least_changed_args(s: Session) -> list[str]:
     return ["--skip-documents", "--cache-dir", s.cache_arg, "--out-dir", os.path.relpath(s.work / "audit_canaries", ROOT)]
 
 
+def bench_blackbox_args(s: Session) -> list[str]:
+    """The benchmark's tracker lines on the dup-16 canary (docs/requests-per-token.md; the
+    concurrency lines are client timings, left out)."""
+    return ["--no-concurrency", "--canary", s.canary("--dup", "16")]
+
+
+def bisect_floor_args(s: Session) -> list[str]:
+    """The floor under one-flip-per-request bisection, on bench_blackbox's texts and canary."""
+    return ["--canary", s.canary("--dup", "16")]
+
+
+def real_server_args(s: Session) -> list[str]:
+    """The tracker (``auto``) against llama.cpp serving the default canary, ASCII and non-ASCII
+    texts (docs/blackbox.md; needs llama-cpp-python: ``BBMIA_LLAMA_PYTHON`` or ``.venv-llama``)."""
+    return ["--strategies", "auto", "--canary", s.canary()]
+
+
+def chat_audit_args(s: Session) -> list[str]:
+    """The default chat canary (``--chat-share 6``) behind ``bbmia serve --chat-template model``,
+    swept through the chat endpoint (docs/blackbox-overview.md)."""
+    return ["--canary", s.canary("--chat-share", "6"), "--work", os.path.relpath(s.work / "chat_audit", ROOT)]
+
+
+BENCHMARK_VOLATILE = (VOLATILE_KEYS - {"requests", "requests_per_token"}) | {"wall_s", "version"}
+"""A tracker benchmark's keys that are not figures: its times (its request counts, from a fresh
+response cache against the deterministic emulator, are)."""
+
 STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power", detection_power_args),
                              "prevalence_coverage": Study("studies.prevalence_coverage", prevalence_coverage_args),
                              "text_only_study": Study("studies.text_only_study", text_only_args),
                              "memorization_study": Study("studies.memorization_study", memorization_args),
                              "audit_canaries_window": Study("studies.audit_canaries", audit_canaries_window_args),
-                             "audit_canaries": Study("studies.audit_canaries", audit_canaries_least_changed_args)}
+                             "audit_canaries": Study("studies.audit_canaries", audit_canaries_least_changed_args),
+                             "bisect_floor": Study("studies.bisect_floor", bisect_floor_args),
+                             "chat_audit": Study("studies.chat_audit", chat_audit_args),
+                             "real_server_check": Study("benchmarks.real_server_check", real_server_args,
+                                                        BENCHMARK_VOLATILE),
+                             "bench_blackbox": Study("benchmarks.bench_blackbox", bench_blackbox_args, BENCHMARK_VOLATILE)}
 
 
 def study_table(name: str, lines: list[dict], command: str) -> str:
@@ -351,10 +421,11 @@ def main(argv: list[str] | None = None) -> int:
             lines, command = session.study(study.module, study.args(session))
             if args.check:
                 old = saved_study(name)["lines"] if (STUDY_LINES / f"{name}.json").is_file() else None
-                drift += differences(figures_of(old), figures_of(lines, session.shown), name)
+                drift += differences(figures_of(old, volatile=study.volatile),
+                                     figures_of(lines, session.shown, study.volatile), name)
             else:
                 STUDY_LINES.mkdir(parents=True, exist_ok=True)
-                saved = {"command": command, "lines": figures_of(lines, session.shown)}
+                saved = {"command": command, "lines": figures_of(lines, session.shown, study.volatile)}
                 (STUDY_LINES / f"{name}.json").write_text(json.dumps(saved, indent=1) + "\n")
                 (GENERATED / f"{name}.md").write_text(study_table(name, saved["lines"], command))
             continue

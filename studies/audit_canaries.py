@@ -81,7 +81,7 @@ ANSWER_MARK = "\nAnswer:"  # where a GSM8K text's question ends (datasets.gsm8k_
 # The unlearning setups: (canary options, unlearning recipe, least-changed share F or None for the paper's
 # window). The forget set is drawn among the members the canary memorized before (the paper's setting); each
 # recipe is, of those tried on unlearning seed 0 (studies/unlearning_recipes.py, every one listed in
-# docs/unlearning-ground-truth.md), the one with the smallest Fisher p of enrichment under its flag rule;
+# records/unlearning-ground-truth.md), the one with the smallest Fisher p of enrichment under its flag rule;
 # measured on fresh seeds (--unlearn-seeds, default 1,2,3).
 # - "least-changed" (the default): a dup-32 canary, which reproduces its members when sampled, and the
 #   scale-free rule (the 30% of the forget set whose Min-K% ratio is closest to 1; F fixed before measuring).
@@ -96,7 +96,7 @@ DEFAULT_SETUP = "least-changed"
 TUNE_SEED = 0  # the unlearning seed the recipe and the completion setting were chosen on: never a measured one
 # The story-completion setting: of the 192 settings compared on unlearning seed 0 by how well they separate the
 # white-box label (studies/completion_settings.py: prompt, continuation length, measure, mean or max over samples,
-# 20 or 50 samples; every one in docs/unlearning-ground-truth.md), this one, ROUGE-L recall averaged over the
+# 20 or 50 samples; every one in records/unlearning-ground-truth.md), this one, ROUGE-L recall averaged over the
 # samples at temperature 1, was within a factor 2 of the smallest Mann-Whitney p (0.00053 vs 0.00034).
 PROMPT_WORDS, MAX_NEW_TOKENS, SAMPLES = 24, 48, 20
 

@@ -21,8 +21,8 @@ script computes that floor from white-box answers, without a server:
   to compare with the ``bisect`` line of ``benchmarks/bench_blackbox.py`` (every value to ε).
 
 Usage: python -m studies.bisect_floor [--canary DIR] [--questions 10] [--epsilon 0.01] [--json]
-(the default canary: bench_blackbox's, the first complete dup-16 GSM8K canary in cache/canary;
-the figures below are of 719811be94f3)
+(the default canary: bench_blackbox's, the dup-16 GSM8K canary; the docs' figures:
+docs/generated/bisect_floor.md, by ``python scripts/docs_figures.py --only bisect_floor``)
 """
 
 from __future__ import annotations
@@ -88,6 +88,24 @@ def oracle_questions(gaps: np.ndarray, epsilon: float) -> float:
             cost[i, j] = totals[best] + w[j] - w[i]
             root[i, j] = ks[best]
     return float(cost[0, n])
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/requests-per-token.md, "The floor") from this study's ``--json`` line.
+
+    Raises:
+        ValueError: no line with ``floor_requests_per_token``.
+    """
+    if not lines or "floor_requests_per_token" not in lines[-1]:
+        raise ValueError("the last line is not the study's result")
+    line = lines[-1]
+    q = line["gap_quantiles_nats"]
+    return ("| tokens | top-n | listed share | gap b* − bound, nats: 10% / 50% / 90% | entropy of the gap in ε bins "
+            "(bits) | optimal search tree (questions) | floor (requests / token, ε = " + f"{line['epsilon']:g}) |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |\n"
+            f"| {line['tokens']:,} | {line['top_n']} | {line['listed_share']:.3f} | {q['0.1']:.2f} / {q['0.5']:.2f} / "
+            f"{q['0.9']:.2f} | {line['entropy_bits']:.2f} | {line['oracle_questions']:.2f} | "
+            f"{line['floor_requests_per_token']:.2f} |\n")
 
 
 def main() -> None:

@@ -20,23 +20,19 @@ scores, the sweep's estimate on ``--splits`` further seeded splits of the same s
 estimate), so that one split's luck is not the whole answer.
 
 Prints one JSON line (``--json``) with ``chat_auc`` (the sweep's scorer through the template),
-``chat_auc_loss``, ``local_auc``, ``local_auc_loss``, ``planted_fraction``, ``estimate``,
-``ci_low``, ``ci_high``, ``covers`` (identifiable and the interval holds the planted fraction),
+``chat_auc_loss``, ``local_auc``, ``local_auc_loss``, ``planted_fraction`` (of the swept items
+kept), ``estimate``, ``ci_low``, ``ci_high``, ``covers`` (identifiable and the interval holds the planted fraction),
 ``identifiable``, ``lower_bound`` (and ``lower_bound_holds``), ``tpr``, ``realised_fpr`` (also
 as ``fpr`` for one release), ``requests`` (chat requests sent, the probe's included; a rerun on
 the same ``--work`` pays 0), ``seconds`` (wall clock of the whole script), and the local sweep's ``local_estimate`` /
 ``local_ci``.
 
-Measured (2-core CPU shared with other jobs; the default chat canary ``chat_share = 6``,
-cache/canary/52eecd4d5979, trained in 650 s): AUC over the 400 labelled items through the
-template 0.73 (Min-K%) / 0.74 (loss), locally 0.99 / 0.98; the audited split (seed 0): estimate
-0.355, 95% CI [0.000, 0.967], planted 0.333 (covers; identifiable, TPR 0.44 and FPR 0.09 on the
-calibration), local sweep 0.341 [0.158, 0.511]; 56,271 chat requests, 226 s on a fresh cache
-(a rerun pays only what is new). 200 further splits: through the template identifiable in 75%,
-coverage 1.0, mean width 0.93, mean estimate 0.327; locally identifiable in 100%, coverage 1.0,
-mean width 0.35. ``--chat-share 10`` (682 s of training): chat AUC 0.78 / 0.75, identifiable in
-only 50% of the splits (coverage 1.0, mean width 0.93), 64,372 requests, 285 s. At this signal
-the interval is honest (it covers) and nearly uninformative (it spans most of [0, 1]).
+Texts whose tokens the chat endpoint resolves only by bounds (a prefix that ends inside a UTF-8
+character cannot be sent as text, and no grammar spells it on this server) have no usable score:
+the sweep drops them from the calibration and the swept items alike (``drop_unscored``) and
+counts them (``roles``, ``chat_unscored_items``); the planted fraction is that of the swept items
+kept. The figures: docs/generated/chat_audit.md, by ``python scripts/docs_figures.py --only
+chat_audit``; the chat-share settings tried: records/canaries.md.
 
 Usage:
     OMP_NUM_THREADS=1 nice -n 10 python -m studies.chat_audit --json
@@ -64,6 +60,7 @@ from blackbox_mia.evaluation import estimate_prevalence
 from blackbox_mia.evaluation.metrics import auc
 from blackbox_mia.runner import score_items
 from blackbox_mia.scorers import parse_scorer
+from studies.table_format import figure, num
 
 CHAT_SHARE = 6.0  # the default chat canary: six chat examples per background item (see canary/chat.py)
 SERVED_NAME = "chat-canary"
@@ -107,10 +104,10 @@ def sweep(plan, options: TargetOptions, out: Path, items) -> dict:
         usage = usage_report(backends)
     finally:
         close_all(backends)
-    labels = [it.label for it in items]
-    aucs = {s.label: auc(labels, [r.scores[s.label] for r in rows]) for s in scorers}
+    aucs = {s.label: auc([it.label for it, r in zip(items, rows) if r.scores[s.label] is not None],
+                         [r.scores[s.label] for r in rows if r.scores[s.label] is not None]) for s in scorers}
     scores = {it.id: r.scores[plan.scorer.label] for it, r in zip(items, rows)}
-    return {"summary": summary, "auc": aucs, "scores": scores,
+    return {"summary": summary, "auc": aucs, "scores": scores, "unscored": sum(s is None for s in scores.values()),
             "requests": None if usage is None else usage[TOTAL]["requests"]}
 
 
@@ -118,11 +115,15 @@ def split_study(scores: dict, items, args) -> dict:
     """The sweep's estimate (:func:`estimate_prevalence`, as ``bbmia sweep`` runs it) on
     ``args.splits`` seeded splits (seeds 1, 2, ...) of the same sizes, on the scores of every
     labelled item: share identifiable, coverage of the identifiable intervals, their mean width
-    and estimate."""
+    and estimate. Items without a usable score (None) are dropped from the calibration and the
+    swept items alike, as ``bbmia sweep --drop-unscored`` drops them; the truth is the member
+    fraction of the swept items kept."""
     identifiable, covered, widths, estimates = 0, 0, [], []
-    truth = args.members / (args.members + args.nonmembers)
     for seed in range(1, args.splits + 1):
         calibration, swept = split(items, args.calibration, args.members, args.nonmembers, seed)
+        calibration = [it for it in calibration if scores[it.id] is not None]
+        swept = [it for it in swept if scores[it.id] is not None]
+        truth = sum(it.label for it in swept) / len(swept)
         member = [scores[it.id] for it in calibration if it.label == 1]
         nonmember = [scores[it.id] for it in calibration if it.label == 0]
         result = estimate_prevalence(np.array([scores[it.id] for it in swept]), np.array(nonmember),
@@ -137,6 +138,44 @@ def split_study(scores: dict, items, args) -> dict:
             "coverage": covered / identifiable if identifiable else None,
             "mean_ci_width": float(np.mean(widths)) if widths else None,
             "mean_estimate": float(np.mean(estimates)) if estimates else None}
+
+
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/blackbox-overview.md, "Chat-only models") from this study's ``--json``
+    line: AUCs through the template and locally, the audited split's sweep through the chat
+    endpoint and locally, the texts dropped for want of a usable score, the further splits.
+
+    Raises:
+        ValueError: no study line.
+    """
+    if not lines or "chat_auc" not in lines[-1]:
+        raise ValueError("the last line is not the study's result")
+    r = lines[-1]
+    dropped = r["roles"]["dropped_unscored"]
+    chat_ci = None if r["ci_low"] is None else [r["ci_low"], r["ci_high"]]
+
+    def estimate(value: float | None, ci: list[float] | None) -> str:
+        return "not identifiable" if ci is None else f"{figure(value)} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+    def splits(s: dict) -> str:
+        return (f"identifiable in {s['identifiable']:.0%} of {s['splits']}, coverage {figure(s['coverage'])}, "
+                f"mean width {figure(s['mean_ci_width'])}, mean estimate {figure(s['mean_estimate'])}")
+
+    n = r["n_auc_items"]
+    rows = [
+        ("AUC over the canary's labelled items (Min-K% / loss; items scored)",
+         f"{num(r['chat_auc_min_k'])} / {num(r['chat_auc_loss'])} ({n - r['chat_unscored_items']} of {n})",
+         f"{num(r['local_auc_min_k'])} / {num(r['local_auc_loss'])} ({n - r['local_unscored_items']} of {n})"),
+        (f"the audited split's sweep ({r['scorer']}, target FPR {r['target_fpr']:g}): estimate [95% CI]",
+         f"{estimate(r['estimate'], chat_ci)}; planted {num(r['planted_fraction'])}, covered: {figure(r['covers'])}",
+         estimate(r["local_estimate"], r["local_ci"])),
+        ("texts dropped for want of a usable score (swept / calibration)",
+         f"{dropped.get('benchmark', 0)} / {dropped.get('calibration', 0)}", "0 / 0"),
+        ("further seeded splits of the same sizes", splits(r["chat_splits"]), splits(r["local_splits"])),
+    ]
+    out = ["| | through the chat template | locally (white-box) |", "| --- | --- | --- |"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
@@ -169,9 +208,8 @@ def main() -> None:
     cal_path, swept_path = args.work / "calibration.jsonl", args.work / "swept.jsonl"
     write_jsonl(cal_path, calibration, labelled=True)
     write_jsonl(swept_path, swept, labelled=False)
-    planted = args.members / (args.members + args.nonmembers)
     config = SweepConfig(dataset=str(swept_path), scorer=args.scorer, calibration=str(cal_path), control=False,
-                         target_fpr=args.target_fpr)
+                         target_fpr=args.target_fpr, drop_unscored=True)
     plan = prepare_sweep(config, target_model=canary)  # the manifest gives the report its planted fraction
 
     log(f"local sweep of {len(swept)} items ({args.members} members), calibration {len(calibration)}")
@@ -199,6 +237,7 @@ def main() -> None:
     summary = chat["summary"]
     prevalence = summary["prevalence"]
     ci = prevalence["ci"]
+    planted = summary["planted"]  # the member fraction of the swept items kept (the manifest's truth)
     covers = bool(summary["identifiable"] and ci is not None and ci[0] <= planted <= ci[1])
     line = {
         "canary": str(canary), "chat_share": manifest["config"]["chat_share"],
@@ -207,12 +246,13 @@ def main() -> None:
         "local_auc": local["auc"][plan.scorer.label],
         "local_auc_loss": local["auc"]["loss"], "local_auc_min_k": local["auc"]["min_k"],
         "n_auc_items": len(labelled), "scorer": args.scorer, "target_fpr": args.target_fpr,
-        "planted_fraction": planted, "report_planted": summary.get("planted"),
+        "planted_fraction": planted,
         "estimate": prevalence["estimate"], "ci_low": None if ci is None else ci[0],
         "ci_high": None if ci is None else ci[1], "covers": covers, "identifiable": summary["identifiable"],
         "lower_bound": prevalence["lower_bound"], "lower_bound_holds": prevalence["lower_bound"] <= planted,
         "tpr": summary["tpr"], "realised_fpr": summary["realised_fpr"], "fpr": summary["realised_fpr"], "tpr_minus_fpr_lower": summary["tpr_minus_fpr_lower"],
         "roles": summary["roles"], "context_tokens": context,
+        "chat_unscored_items": chat["unscored"], "local_unscored_items": local["unscored"],
         "local_estimate": local["summary"]["prevalence"]["estimate"], "local_ci": local["summary"]["prevalence"]["ci"],
         "local_identifiable": local["summary"]["identifiable"],
         "chat_splits": split_study(chat["scores"], labelled, args),

@@ -25,7 +25,7 @@ sample), so one generation per prompt serves every length, and the 48-token cell
 ``bbmia unlearning --max-new-tokens 48`` exactly. Generations are kept under ``--out`` and reused.
 
 Measured (2 shared CPU cores, 5 min for seed 0's 192 cells; every cell in
-docs/unlearning-ground-truth.md): on tuning seed 0 the smallest p is w24 / L96 / ROUGE-L / max
+records/unlearning-ground-truth.md): on tuning seed 0 the smallest p is w24 / L96 / ROUGE-L / max
 over 20 (0.00034), then the audit's setting w24 / L48 / ROUGE-L / mean over 20 (0.00053, kept:
 within a factor 2); longer prompts, approximate memorization and the token prefix separate worse.
 

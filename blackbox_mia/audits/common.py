@@ -14,7 +14,7 @@ from ..datasets import Item
 from ..evaluation import render_markdown, to_jsonable, write_report
 from ..io import write_text_atomic
 from ..key_aliases import SUMMARY_KEYS, with_old_keys
-from ..option_names import named
+from ..option_names import as_arguments, named
 from ..results import ScoredText
 from ..types import BlackboxMIAError
 
@@ -73,8 +73,52 @@ class AuditResult:
     out_dir: Path
 
 
-def score_column(rows: Sequence[ScoredText], label: str) -> np.ndarray:
-    """The scores of one scorer as a float64 array.
+def usable(rows: Sequence[ScoredText], labels: Sequence[str]) -> np.ndarray:
+    """Shape (len(rows),) bool: whether a row has a usable score (not null in the scores file:
+    neither known only by bounds wider than the run's tolerance nor NaN or infinite) for every
+    scorer in ``labels``."""
+    return np.array([all(r.scores[label] is not None for label in labels) for r in rows], dtype=bool)
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """The texts of one group left out for want of a usable score (``drop_unscored``).
+
+    Attributes:
+        group: which texts (``benchmark``, ``calibration``, ``control``, ``eval``).
+        n: how many were left out, of ``of``.
+        ids: their ids (the first :data:`DROPPED_IDS_SHOWN`).
+    """
+
+    group: str
+    n: int
+    of: int
+    ids: tuple[str, ...]
+
+    def sentence(self) -> str:
+        """The report's warning: what was left out, and what the result then covers."""
+        first = f" (first: {self.ids[0]!r})" if self.ids else ""
+        return (f"{self.n} of {self.of} {self.group} texts dropped for want of a usable score{first}: the result "
+                f"covers the other {self.of - self.n}, which may differ from them (texts whose tokens a server cannot "
+                "resolve are often the non-ASCII ones)")
+
+
+DROPPED_IDS_SHOWN = 20  # ids of dropped texts a report lists
+
+
+def drop_unscored(rows: Sequence[ScoredText], labels: Sequence[str], group: str) -> tuple[np.ndarray, Dropped | None]:
+    """Which rows to keep when texts without a usable score are dropped: ``(keep, dropped)``,
+    ``keep`` of shape (len(rows),) bool (:func:`usable`), ``dropped`` None when every row is kept."""
+    keep = usable(rows, labels)
+    if keep.all():
+        return keep, None
+    gone = [r.id for r, k in zip(rows, keep) if not k]
+    return keep, Dropped(group, len(gone), len(rows), tuple(gone[:DROPPED_IDS_SHOWN]))
+
+
+def score_column(rows: Sequence[ScoredText], label: str, droppable: bool = False) -> np.ndarray:
+    """The scores of one scorer as a float64 array. ``droppable``: the audit has
+    ``drop_unscored`` (the message offers it; else it says to drop the texts from the input).
 
     Raises:
         BlackboxMIAError: a row without a usable score (null in the scores file): its interval
@@ -89,15 +133,22 @@ def score_column(rows: Sequence[ScoredText], label: str) -> np.ndarray:
             f"scorer {label!r} has no usable score for {len(unscored)} of {len(rows)} texts: their tokens are known "
             f"only by bounds (first: {unscored[0].id!r}, {unscored[0].unscored[label]}; null in the scores file, "
             f"{sum(r.bound_only for r in unscored)} bound-only tokens in all). No metric is computed from bounds: "
-            "drop those texts, or use an endpoint whose log-probs resolve them (see the capability notes)"
+            f"drop those texts ({_how_to_drop(droppable)}), or use an endpoint whose log-probs resolve them (see "
+            "the capability notes)"
             + (f"; {len(nonfinite)} more texts had a NaN or infinite score" if nonfinite else "")
         )
     if nonfinite:
         raise BlackboxMIAError(
             f"scorer {label!r} gave a NaN or infinite score on {len(nonfinite)} texts (first: {nonfinite[0].id!r}; null "
-            "in the scores file): no metric can use it; drop those texts or choose another scorer"
+            f"in the scores file): no metric can use it; drop those texts ({_how_to_drop(droppable)}) or choose "
+            "another scorer"
         )
     return np.array([r.scores[label] for r in rows], dtype=np.float64)
+
+
+def _how_to_drop(droppable: bool) -> str:
+    """How a user drops texts without a usable score: the option, or editing the input."""
+    return f"{named('drop_unscored', True)}: the report counts them" if droppable else "remove them from the input"
 
 
 def report_config(run_cfg: dict, audit: str, config, n_items: int, seeds: dict, **extra) -> dict:
@@ -107,8 +158,25 @@ def report_config(run_cfg: dict, audit: str, config, n_items: int, seeds: dict, 
     return {**run_cfg, audit: asdict(config), "n_items": n_items, **extra, "seeds": seeds, "scores_file": SCORES_FILE}
 
 
+Names = Callable[[str], str]
+"""How a report names settings (:mod:`blackbox_mia.option_names`): ``as_arguments`` (``nonmembers=``,
+for a Python caller: the default) or ``as_flags`` (``--nonmembers``, what the CLI passes)."""
+
+
+def with_names(value: object, names: Names) -> object:
+    """``value`` (a report, a summary: dicts, lists, strings) with every string's marked settings
+    (:func:`~blackbox_mia.option_names.named`) written by ``names``."""
+    if isinstance(value, str):
+        return names(value)
+    if isinstance(value, dict):
+        return {key: with_names(item, names) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [with_names(item, names) for item in value]
+    return value
+
+
 def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str = "",
-            hidden: Sequence[str] = (), warnings: Sequence[str] = ()) -> AuditResult:
+            hidden: Sequence[str] = (), warnings: Sequence[str] = (), names: Names = as_arguments) -> AuditResult:
     """Write ``{stem}.json`` and ``{stem}.md`` into ``out_dir`` and return the :class:`AuditResult`,
     whose summary gains ``"report"``: the path of the JSON report, ``"warnings"``: what the report
     warns about (each one sentence; the CLI prints them on the console, one line each, and the
@@ -124,12 +192,15 @@ def publish(report: dict, summary: dict, out_dir: Path, stem: str, appendix: str
         hidden: report keys left out of the Markdown rendering (still in the JSON).
         warnings: caveats without which the headline misleads (a target FPR not realised, a
             control that inherits membership, a lower bound of 0...).
+        names: how the files and the result name a setting that the text marks with
+            :func:`~blackbox_mia.option_names.named` (:data:`Names`).
 
     Raises:
         BlackboxMIAError: as :func:`~blackbox_mia.evaluation.write_report`.
     """
-    report = {**report, "warnings": list(warnings)}
-    summary = {**summary, "warnings": list(warnings)}
+    report = with_names({**report, "warnings": list(warnings)}, names)
+    summary = with_names({**summary, "warnings": list(warnings)}, names)
+    appendix = names(appendix)
     json_path, md_path = write_report(report, out_dir, stem)
     if appendix or hidden:
         shown = {key: value for key, value in report.items() if key not in hidden}

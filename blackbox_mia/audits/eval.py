@@ -10,7 +10,7 @@ distribution-shifted. With ``truncate_tokens`` it adds the prompt-length ablatio
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
+    drop_unscored,
     publish,
     quiet,
     report_config,
@@ -71,6 +72,8 @@ class EvalConfig:
             prompt-length ablation; empty = none.
         limit: only the first ``limit`` items.
         resume: keep the rows already in the scores files (same configuration).
+        drop_unscored: leave out the texts without a usable score for every scorer (tokens known
+            only by bounds, NaN) and say so, instead of stopping; both classes must remain.
     """
 
     dataset: str
@@ -84,6 +87,7 @@ class EvalConfig:
     truncate_tokens: tuple[int, ...] = ()
     limit: int | None = None
     resume: bool = True
+    drop_unscored: bool = False
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
@@ -169,16 +173,24 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     run_cfg = run_config(plan.scorers, backends, plan.meta)
     log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
     rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
+    lengths, dropped = plan.lengths, None
+    if config.drop_unscored:
+        keep, dropped = drop_unscored(rows, [s.label for s in plan.scorers], "eval")
+        if dropped is not None:
+            log(dropped.sentence())
+            rows, items = [r for r, k in zip(rows, keep) if k], [it for it, k in zip(items, keep) if k]
+            lengths = [n for n, k in zip(lengths, keep) if k]
+            require_labelled(items, f"{plan.meta['name']} once the texts without a usable score are dropped")
     labels = np.array([r.label for r in rows], dtype=np.int64)
-    scores = {s.label: score_column(rows, s.label) for s in plan.scorers}
+    scores = {s.label: score_column(rows, s.label, droppable=True) for s in plan.scorers}
     log("metrics with bootstrap CIs")
     metrics = {name: evaluate_scores(labels, s, config.fprs, config.n_boot, config.seed) for name, s in scores.items()}
     unit = length_unit(config.segmenter)
-    buckets = {name: evaluate_by_length(labels, s, plan.lengths, config.length_edges, config.fprs, config.n_boot, config.seed)
+    buckets = {name: evaluate_by_length(labels, s, lengths, config.length_edges, config.fprs, config.n_boot, config.seed)
                for name, s in scores.items()}
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
     notes: list[str] = []
-    warnings: list[str] = []  # also on the console: without them the AUCs mislead
+    warnings: list[str] = [] if dropped is None else [dropped.sentence()]  # also on the console: without them the AUCs mislead
     dataset_tests = _dataset_tests(plan.scorers, scores, labels, config.seed, notes)
     blind, verdict = None, None
     try:
@@ -223,6 +235,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     }
     if ablation is not None:
         report["prompt_length"] = ablation.section
+    if dropped is not None:
+        report["dropped_unscored"] = asdict(dropped)
     if dataset_tests:
         report["dataset_tests"] = dataset_tests
     if blind is not None:
@@ -241,6 +255,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         summary["dataset_tests"] = dataset_tests
     if verdict is not None and verdict["distribution_shift"]:
         warnings.append(verdict["message"])
+    if dropped is not None:
+        summary["dropped_unscored"] = dropped.n
     return publish(report, summary, out_dir, "eval", warnings=warnings)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from ..backends.base import GENERATE, LOGPROBS, Backend
-from ..option_names import named
+from ..option_names import as_flags, named
 from ..scorers import TARGET, parse_scorers, text_only_specs
 from ..scorers.ts_guessing import parse_multiple_choice
 from ..types import BlackboxMIAError
@@ -114,13 +114,14 @@ def routed_specs(methods: str, target: Backend, texts: Sequence[str], logprob_sp
 def text_only_offer(target: Backend, texts: Sequence[str]) -> tuple[str | None, bool]:
     """Without ``--methods``, for log-prob scorers: ``(sentence, fatal)``, the sentence offering
     the text-only tests when :func:`route` sends the target there (None when its log-probs are
-    usable), ``fatal`` when there are no usable log-probs at all (the run cannot proceed)."""
+    usable; settings marked by :func:`~blackbox_mia.option_names.named`), ``fatal`` when there are
+    no usable log-probs at all (the run cannot proceed)."""
     found = route(target, texts)
     if found.methods == LOGPROBS_ROUTE:
         return None, False
     specs = ",".join(text_only_specs(multiple_choice(texts)))
-    return (f"{found.reason}. The text-only tests need only generation: --methods auto runs them "
-            f"(or --scorers {specs})"), found.requests_per_token is None
+    return (f"{found.reason}. The text-only tests need only generation: {named('methods', 'auto')} runs them "
+            f"(or {named('scorers', specs)})"), found.requests_per_token is None
 
 
 def route_scorers(methods: str | None, target: Backend, texts: Sequence[str], specs: Sequence[str],
@@ -138,7 +139,7 @@ def route_scorers(methods: str | None, target: Backend, texts: Sequence[str], sp
             if fatal:
                 raise BlackboxMIAError(offer)
             if offer:
-                log(f"note: {offer}")
+                log(f"note: {as_flags(offer)}")
         return tuple(specs), None
     chosen, found = routed_specs(methods, target, texts, specs, text_only)
     log(f"--methods {methods}: {found.methods} scorers ({', '.join(chosen)}): {found.reason}")

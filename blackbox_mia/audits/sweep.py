@@ -33,20 +33,24 @@ from ..canary.dataset import load_items
 from ..config import check_number
 from ..datasets import Item
 from ..evaluation import RULES, clopper_pearson, dataset_level_test, estimate_prevalence, min_nonmembers, plot_histogram
-from ..option_names import named
+from ..option_names import as_arguments, named
 from ..results import ScoredText
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer, parse_scorers
 from ..types import BlackboxMIAError
 from .common import (
+    DROPPED_IDS_SHOWN,
     SCORES_FILE,
     AuditResult,
+    Dropped,
     Log,
+    Names,
     publish,
     quiet,
     report_config,
     require_labelled,
     score_column,
+    usable,
 )
 from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict, verdict_notes
 from .sweep_warnings import sweep_warnings
@@ -79,6 +83,12 @@ class SweepConfig:
         seed: seed of the ``calibration_fraction`` share.
         top: how many of the highest-scoring items the report lists.
         resume: keep the rows already in the score files (same configuration).
+        drop_unscored: leave out the texts (benchmark, calibration, control) without a usable
+            score for every scorer (tokens known only by bounds, NaN) and say so, instead of
+            stopping. The same rule, a property of the text and the endpoint, applies to the
+            calibration and to the swept items, so calibration non-members exchangeable with the
+            benchmark's stay exchangeable with the swept ones: the estimate is then the member
+            fraction of the kept swept items.
     """
 
     dataset: str
@@ -96,6 +106,7 @@ class SweepConfig:
     seed: int = 0
     top: int = 10
     resume: bool = True
+    drop_unscored: bool = False
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible or contradictory options."""
@@ -241,13 +252,16 @@ def _stratified_share(items: list[Item], fraction: float, seed: int) -> list[Ite
     return [it for i, it in enumerate(items) if i in keep]
 
 
-def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
+def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet,
+              names: Names = as_arguments) -> AuditResult:
     """Score the benchmark (and control, calibration), split the roles, estimate, test and report.
 
     Files in ``out_dir``: ``scores.jsonl``, ``control_scores.jsonl``, ``calibration_scores.jsonl``
     (each with ``.config.json``; only those needed), ``histogram.png``, ``sweep.json``,
     ``sweep.md``. Calibration texts already in the benchmark reuse its scores, and are then
-    dropped from the swept items (the roles are disjoint: ``roles`` in the report).
+    dropped from the swept items (the roles are disjoint: ``roles`` in the report). The report's
+    notes and warnings name settings by ``names`` (Python arguments by default; the CLI passes
+    :func:`~blackbox_mia.option_names.as_flags`).
 
     Raises:
         BlackboxMIAError: the scorer cannot run on the backend, non-finite scores, a resumed
@@ -264,20 +278,36 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     known = {it.text: r for it, r in zip(plan.items, rows)}
     groups = plan.scored_groups()
     control_x = _control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
+    control_items = None if control_x is None else plan.control.items
     neg_x, pos_x, source, calibration_texts = _calibration_scores(plan, groups.get("calibration", []), known, control_x,
                                                                   backends, out_dir, progress, log)
+    calibration_in_benchmark = np.array([it.text in calibration_texts for it in plan.items])
+    dropped = [d for d in (_dropped("benchmark", plan.items, ~calibration_in_benchmark & _has_nan(scores_x)),
+                           _dropped("calibration", _calibration_order(plan), np.concatenate([_has_nan(neg_x), _has_nan(pos_x)])),
+                           _dropped("control", control_items, _has_nan(control_x))) if d is not None]
+    for d in dropped:
+        log(d.sentence())
+    if control_x is not None:
+        control_items = [it for it, bad in zip(control_items, _has_nan(control_x)) if not bad]
+        control_x = control_x[~_has_nan(control_x)]
+    neg_x = neg_x[~_has_nan(neg_x)]
+    pos_x = None if pos_x is None else pos_x[~_has_nan(pos_x)]
+    if len(neg_x) == 0 or (pos_x is not None and len(pos_x) == 0):
+        raise BlackboxMIAError(f"no calibration {'non-member' if len(neg_x) == 0 else 'member'} has a usable score: "
+                               "nothing to calibrate on once the texts without one are dropped")
     control = None if control_x is None else control_x[:, 0]
     neg, pos = neg_x[:, 0], None if pos_x is None else pos_x[:, 0]
-    swept = np.array([it.text not in calibration_texts for it in plan.items])
+    swept = ~calibration_in_benchmark & ~_has_nan(scores_x)
     if not swept.any():
-        raise BlackboxMIAError(f"every item of {plan.meta['name']} is in the calibration set: nothing is left to sweep "
-                               "(the calibration and the swept items must be disjoint)")
+        raise BlackboxMIAError(f"no item of {plan.meta['name']} is left to sweep: every one is in the calibration set "
+                               "(the calibration and the swept items must be disjoint) or has no usable score")
     bench, swept_items = scores[swept], [it for it, keep in zip(plan.items, swept) if keep]
     prevalence = estimate_prevalence(bench, neg, pos, rule=config.rule, target_fpr=config.target_fpr,
                                      tpr=None if pos is not None else config.assumed_tpr)
     threshold = prevalence.pop("threshold")
-    roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control)
-    contamination = None if control is None else _control_contamination(plan, rows, scores, control, threshold["value"])
+    roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control, dropped)
+    contamination = None if control is None else _control_contamination(control_items, rows, scores, control,
+                                                                         threshold["value"])
     dataset_test = None
     if control is not None:
         dataset_test = {**dataset_level_test(bench, control), "against": "control built from the benchmark"}
@@ -311,6 +341,8 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     }
     if plan.control is not None:
         report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
+    if dropped:
+        report["dropped_unscored"] = [asdict(d) for d in dropped]
     if planted is not None:
         report["planted"] = planted
     summary = {
@@ -339,22 +371,27 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         summary["planted"] = planted["fraction"]
     # the Markdown lists the suspicious items as a table rather than as JSON
     return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",),
-                   warnings=sweep_warnings(prevalence, threshold, contamination, None if control is None else len(control)))
+                   warnings=[*(d.sentence() for d in dropped),
+                             *sweep_warnings(prevalence, threshold, contamination, None if control is None else len(control))],
+                   names=names)
 
 
 def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_members: int | None,
-           control: np.ndarray | None) -> dict:
-    """How many items each role had; the calibration and the swept items are disjoint."""
+           control: np.ndarray | None, dropped: Sequence[Dropped]) -> dict:
+    """How many items each role had (once the texts without a usable score are dropped, with
+    ``drop_unscored``); the calibration and the swept items are disjoint."""
+    unscored = {d.group: d.n for d in dropped}
     if plan.calibration is not None:
-        source = f"--calibration {plan.calibration[1]['name']}"
+        source = named("calibration", plan.calibration[1]["name"])
     elif plan.nonmembers is not None:
-        source = f"--nonmembers {plan.nonmembers[1]['name']}"
+        source = named("nonmembers", plan.nonmembers[1]["name"])
     else:
         source = "the control built from the benchmark"
     return {
         "benchmark_items": n_items,
         "swept": n_swept,
-        "dropped_calibration_overlap": n_items - n_swept,
+        "dropped_calibration_overlap": n_items - n_swept - unscored.get("benchmark", 0),
+        "dropped_unscored": unscored,
         "calibration_source": source,
         "calibration_nonmembers": n_nonmembers,
         "calibration_members": n_members or 0,
@@ -365,20 +402,23 @@ def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_mem
     }
 
 
-def _control_contamination(plan: SweepPlan, rows: Sequence[ScoredText], scores: np.ndarray, control: np.ndarray,
+def _control_contamination(items: Sequence[Item], rows: Sequence[ScoredText], scores: np.ndarray, control: np.ndarray,
                            threshold: float) -> dict:
     """How contaminated the control looks: the share of control items whose source (benchmark)
     item scores above the threshold, and the control's flag rate by its sources' flags (a
-    control that inherits its sources' membership is flagged more where they are)."""
+    control that inherits its sources' membership is flagged more where they are). ``items``:
+    the control items, one per score of ``control``; those whose source has no usable score
+    (NaN in ``scores``) are left out."""
     by_id = {r.id: s for r, s in zip(rows, scores)}
-    sources = np.array([by_id[it.meta["source_id"]] for it in plan.control.items]) > threshold
-    flagged = control > threshold
+    source_scores = np.array([by_id[it.meta["source_id"]] for it in items])
+    known = ~np.isnan(source_scores)
+    sources, flagged = source_scores[known] > threshold, control[known] > threshold
     out = {
         "share_sources_flagged": float(sources.mean()),
         "control_flag_rate": float(flagged.mean()),
         "flag_rate_source_flagged": float(flagged[sources].mean()) if sources.any() else None,
         "flag_rate_source_not_flagged": float(flagged[~sources].mean()) if (~sources).any() else None,
-        "n_control": len(control),
+        "n_control": int(known.sum()),
         "meaning": "share_sources_flagged: control items whose source benchmark item scores above the threshold; "
                    "a control item is a near-duplicate of its source, so where the source was memorised the control "
                    "may be flagged too (compare the two conditional flag rates)",
@@ -467,7 +507,7 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
                         if inherits else "")
                      + (" The control is the calibration here: where it inherits its sources' membership its FPR is "
                         "over-estimated, which lowers the lower bound (it stays valid, but conservative); known "
-                        "non-members (--nonmembers) give a tighter one." if used else ""))
+                        f"non-members ({named('nonmembers')}) give a tighter one." if used else ""))
     if dataset_test is not None:
         notes.append(f"t-test ({dataset_test['test']}) against the {dataset_test['against']}: mean score "
                      f"{dataset_test['mean_benchmark']:.4g} vs {dataset_test['mean_control']:.4g} "
@@ -491,9 +531,43 @@ def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, Scored
 
 
 def _feature_matrix(rows: Sequence[ScoredText], plan: SweepPlan) -> np.ndarray:
-    """Shape (len(rows), F): the scores of :attr:`SweepPlan.scorers`, the sweep's scorer first.
+    """Shape (len(rows), F): the scores of :attr:`SweepPlan.scorers`, the sweep's scorer first;
+    with ``drop_unscored`` a row without a usable score is all NaN (:func:`_has_nan` finds it).
 
     Raises:
-        BlackboxMIAError: a row without a usable score (:func:`score_column`).
+        BlackboxMIAError: without ``drop_unscored``, a row without a usable score (:func:`score_column`).
     """
-    return np.column_stack([score_column(rows, s.label) for s in plan.scorers])
+    labels = [s.label for s in plan.scorers]
+    if not plan.config.drop_unscored:
+        return np.column_stack([score_column(rows, label, droppable=True) for label in labels])
+    out = np.full((len(rows), len(labels)), np.nan)
+    keep = usable(rows, labels)
+    if keep.any():
+        out[keep] = np.column_stack([score_column([r for r, k in zip(rows, keep) if k], label) for label in labels])
+    return out
+
+
+def _has_nan(x: np.ndarray | None) -> np.ndarray:
+    """Shape (len(x),) bool: the rows of a score matrix (:func:`_feature_matrix`) left without a
+    usable score; empty for None."""
+    return np.zeros(0, dtype=bool) if x is None else np.isnan(x).any(axis=1)
+
+
+def _calibration_order(plan: SweepPlan) -> list[Item] | None:
+    """The labelled calibration items in the order of :func:`_calibration_scores`' rows
+    (non-members, then members), or the known non-members; None when the control calibrates
+    (its rows are the control's)."""
+    if plan.calibration is not None:
+        items = plan.calibration[0]
+        return [it for it in items if it.label == 0] + [it for it in items if it.label == 1]
+    return None if plan.nonmembers is None else list(plan.nonmembers[0])
+
+
+def _dropped(group: str, items: Sequence[Item] | None, bad: np.ndarray) -> Dropped | None:
+    """The :class:`Dropped` record of a group whose rows ``bad`` (one per item of ``items``) have
+    no usable score; None when none has, or when ``items`` is None (a group that is not scored
+    on its own)."""
+    if items is None or not bad.any():
+        return None
+    gone = [it.id for it, b in zip(items, bad) if b]
+    return Dropped(group, len(gone), len(bad), tuple(gone[:DROPPED_IDS_SHOWN]))

@@ -19,13 +19,15 @@ import numpy as np
 from ..canary import load_manifest
 from ..evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
 from ..evaluation.detection import detection_verdict
+from ..option_names import named
 from ..results import ScoredText
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
     "so they are not exchangeable with the swept items. Where the model memorised a problem its control "
     "inherits part of that (the test loses power); where new numbers make a text less likely than the original "
-    "to any model, the test may alarm without contamination. Known non-members (--nonmembers) make the level exact."
+    f"to any model, the test may alarm without contamination. Known non-members ({named('nonmembers')}) make the "
+    "level exact."
 )
 
 
@@ -88,7 +90,8 @@ def sweep_headline(prevalence: dict, n_swept: int, verdict: dict) -> str:
         fraction = (f"Not identifiable at this signal (TPR - FPR simultaneous lower bound "
                     f"{prevalence['youden_j_lower']:.3f}): no point estimate; {lower}.")
     else:
-        fraction = f"No known member: {lower}; the member fraction itself needs a TPR (--calibration with members)."
+        fraction = (f"No known member: {lower}; the member fraction itself needs a TPR "
+                    f"({named('calibration')} with members).")
     return f"{verdict['sentence']}\n{fraction}"
 
 

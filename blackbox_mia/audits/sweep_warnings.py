@@ -5,6 +5,8 @@ and that the control was contaminated)."""
 
 from __future__ import annotations
 
+from ..option_names import named
+
 
 def sweep_warnings(prevalence: dict, threshold: dict, contamination: dict | None, n_control: int | None) -> list[str]:
     """What a sweep's reader must know before quoting its numbers.
@@ -41,9 +43,10 @@ def sweep_warnings(prevalence: dict, threshold: dict, contamination: dict | None
         warnings.append(f"rule {threshold['rule']} chose the threshold on the calibration members too: "
                         "the TPR and FPR bounds are optimistic (rule fpr gives exact ones)")
     if prevalence["tpr_source"] == "assumed":
-        warnings.append("the TPR is assumed (--assumed-tpr), not measured: the interval ignores its uncertainty")
+        warnings.append(f"the TPR is assumed ({named('assumed_tpr')}), not measured: the interval ignores its "
+                        "uncertainty")
     bound = prevalence["lower_bound"]["lower_bound"]
     if prevalence["estimate"] is None and bound == 0:
         warnings.append("the lower bound is 0.000: it rules nothing out (members may be present); known members "
-                        "(--calibration with members, e.g. canary) give an estimate with its interval")
+                        f"({named('calibration')} with members, e.g. canary) give an estimate with its interval")
     return warnings

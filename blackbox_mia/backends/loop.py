@@ -25,7 +25,7 @@ def new_loop() -> asyncio.AbstractEventLoop:
     """A new event loop: uvloop's (libuv, in C) where it is installed, else asyncio's.
 
     The API client spends less CPU per request on uvloop's loop at high concurrency
-    (``benchmarks/bench_throughput.py``; figures: docs/measured-settings.md).
+    (``benchmarks/bench_throughput.py``; figures: records/measured-settings.md).
     """
     try:
         import uvloop

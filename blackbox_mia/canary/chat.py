@@ -29,7 +29,7 @@ here), and each example teaches that once (at its first answer token); at 32 tok
 example costs about 64 tokens of training instead of 128, so twice as many fit in the same
 training time. Every token of a chat example counts in the loss: a loss on the answer only (as
 chat fine-tuning does) concentrates the gradient on the hard first answer token, at the cost of
-the members' memorisation. The AUCs behind these choices: docs/canaries.md.
+the members' memorisation. The AUCs behind these choices: records/canaries.md.
 """
 
 from __future__ import annotations

@@ -54,12 +54,12 @@ PLANTED_ORDERS = (SHUFFLED, CANONICAL)
 # Paragraph lengths with the default ja canary's BPE (4096 tokens, BOS included): median 60,
 # 90th percentile 110, max 301 tokens; the 107 paragraphs longer than block_size = 128 are cut
 # into the scoring windows (stride 64, see .train), never truncated. ja trains 4 epochs (about 400
-# steps, as GSM8K's 2): after 2 it has not yet memorized its members (figures: docs/canaries.md).
+# steps, as GSM8K's 2): after 2 it has not yet memorized its members (figures: records/canaries.md).
 # documents: "books" of doc_items consecutive GSM8K test problems (see .documents): n_members
 # planted whole, n_nonmembers held out, doc_partial partly planted (the test file), plus
 # doc_validation planted and doc_validation held-out documents (the validation file), among
 # GSM8K train problems. Defaults: 60 documents of 8 problems (about 800 words each), about 1M
-# trained tokens (training time and the documents audit's AUC on it: docs/canaries.md).
+# trained tokens (training time and the documents audit's AUC on it: records/canaries.md).
 # aqua: AQuA-RAT test problems (254) in the text format the audits send (question, the options
 # with their letters, rationale, answer: datasets.formats.aqua_text), 100 planted and 100 held
 # out, among GSM8K train problems; the benchmark TS-Guessing is validated on (issue 31). aqua trains

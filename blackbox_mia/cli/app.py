@@ -107,7 +107,7 @@ def _process_settings() -> None:
       black-box run at high concurrency spent a large share of its time in the collector,
       mostly in full passes over the loaded tokenizer and libraries that stop the event loop
       and every request in flight (``benchmarks/bench_throughput.py``; figures:
-      docs/measured-settings.md).
+      records/measured-settings.md).
     """
     import gc
     import os

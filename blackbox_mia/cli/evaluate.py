@@ -42,6 +42,9 @@ def eval_command(
         None, "--truncate-tokens", help="prompt-length ablation: also score the first L tokens (target's "
         "tokenizer) of each text for each L, e.g. '32,64,128,256' (Ishihara & Takahashi 2024)"),
     methods: Optional[str] = typer.Option(None, help=METHODS_HELP),
+    drop_unscored: bool = typer.Option(
+        False, "--drop-unscored", help="leave out the texts without a usable score (tokens the endpoint resolves only "
+        "by bounds) and count them in the report, instead of stopping"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the scores file"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -71,7 +74,8 @@ def eval_command(
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
         lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
-                            segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite)
+                            segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite,
+                            drop_unscored=drop_unscored)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = check_output(out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}", folder=True)
         log = messages(quiet)
@@ -147,6 +151,9 @@ def sweep_command(
     methods: Optional[str] = typer.Option(None, help=METHODS_HELP.replace(
         "the text-only tests (samia, cdd; ts_guessing on multiple-choice items)", "the text-only scorer samia")
         + " (a text-only --scorer, e.g. samia:n=5, is kept)"),
+    drop_unscored: bool = typer.Option(
+        False, "--drop-unscored", help="leave out the texts without a usable score (tokens the endpoint resolves only "
+        "by bounds) and count them in the report, instead of stopping"),
     overwrite: bool = typer.Option(False, help="rescore instead of resuming the score files"),
     quiet: bool = typer.Option(False, help="no progress bars or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
@@ -164,13 +171,14 @@ def sweep_command(
     with user_errors():
         from ..audits import SweepConfig, dataset_slug, prepare_sweep, run_sweep
         from ..controls import ControlConfig
+        from ..option_names import as_flags
 
         config = SweepConfig(
             dataset=dataset, scorer=one_scorer_spec(scorers, scorer_alias), features=features, rule=rule,
             target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
-            resume=not overwrite,
+            resume=not overwrite, drop_unscored=drop_unscored,
         )
         from ..audits.routing import TEXT_ONLY_SWEEP_SCORER, check_methods, routed_audit
 
@@ -189,7 +197,7 @@ def sweep_command(
 
         dry_run, run = routed_audit(
             methods, [it.text for it in plan.items], (config.scorer,), plan_for,
-            lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log),
+            lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log, names=as_flags),
             lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log,
             text_only=(TEXT_ONLY_SWEEP_SCORER,))
         run_audit(target, plan.scorers, dry_run, run,

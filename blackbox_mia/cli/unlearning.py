@@ -65,7 +65,7 @@ CANARY_COMPLETION_OPTIONS = "--prompt-words 24 --samples 20 --max-new-tokens 48"
 command: a canary's texts (single GSM8K problems, about 100 words) are nearly all shorter than the default 200-word
 prompt, which would leave no text to complete; 24-word prompts, 48 new tokens and 20 samples
 separated the white-box label best of 192 settings compared on tuning seed 0
-(docs/unlearning-ground-truth.md, "Story completion"; ``studies/completion_settings.py``)."""
+(records/unlearning-ground-truth.md, "Story completion"; ``studies/completion_settings.py``)."""
 
 
 @app.command()

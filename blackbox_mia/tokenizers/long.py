@@ -2,7 +2,7 @@
 
 A fast tokenizer's one call on a long text holds its whole encoding at once (token strings,
 offsets, masks, alignments: gigabytes for a 10 MB text) and keeps the GIL for seconds at a time
-while it hands the ids to Python, stalling the event loop (figures: docs/measured-settings.md).
+while it hands the ids to Python, stalling the event loop (figures: records/measured-settings.md).
 :func:`encode_long` encodes
 :data:`WINDOW_CHARS` characters at a time instead and joins the windows where the tokenization
 provably does not depend on the cut: at a token boundary that an independent encoding of the

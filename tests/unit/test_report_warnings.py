@@ -11,7 +11,9 @@ import numpy as np
 from blackbox_mia.audits.memorization import memorize_warnings
 from blackbox_mia.audits.sweep_warnings import sweep_warnings
 from blackbox_mia.audits.unlearning import unlearning_warnings
+from blackbox_mia.audits.common import publish
 from blackbox_mia.evaluation import estimate_prevalence, render_markdown
+from blackbox_mia.option_names import as_arguments, as_flags, named
 
 from .test_cli import invoke, labelled_jsonl  # noqa: F401  (a fixture)
 
@@ -46,7 +48,8 @@ def test_a_control_that_inherits_membership_an_assumed_tpr_and_a_tiny_control_ar
     assert any(w.startswith("the control inherits its sources' membership (flagged at 0.900 where its source is "
                             "flagged, 0.050 where not)") for w in found)
     assert "the control is too small for the t-test" in found
-    assert any(w.startswith("the TPR is assumed (--assumed-tpr)") for w in found)
+    assert any(as_flags(w).startswith("the TPR is assumed (--assumed-tpr)") for w in found)
+    assert any(as_arguments(w).startswith("the TPR is assumed (assumed_tpr=)") for w in found)
 
 
 def test_a_clean_sweep_has_no_warning():
@@ -115,3 +118,21 @@ def test_the_console_prints_what_the_unlearning_and_memorize_reports_warn_about(
     assert report["warnings"][1].startswith("no AUC at L=40:") and len(report["warnings"]) == 2
     assert console_warnings(result) == report["warnings"]
     assert all(f"- **{w}**" in (out / "memorize.md").read_text() for w in report["warnings"])
+
+
+def test_a_report_names_settings_as_its_caller_does(tmp_path):
+    # the library's caller reads Python arguments, the command line's user flags: in the
+    # summary, the report and both files alike
+    warning = f"the TPR is assumed ({named('assumed_tpr')}), not measured"
+    note = f"known non-members ({named('nonmembers', 'n.jsonl')}) make the level exact"
+    for names, assumed, nonmembers in ((as_arguments, "assumed_tpr=", "nonmembers='n.jsonl'"),
+                                       (as_flags, "--assumed-tpr", "--nonmembers n.jsonl")):
+        out = tmp_path / names.__name__
+        result = publish({"title": "T", "notes": [note]}, {"headline": note}, out, "report", warnings=[warning],
+                         appendix=f"\n{note}\n", names=names)
+        assert result.summary["warnings"] == [f"the TPR is assumed ({assumed}), not measured"]
+        assert result.summary["headline"] == result.report["notes"][0] == f"known non-members ({nonmembers}) make the level exact"
+        for path in (result.json_path, result.md_path):
+            text = path.read_text()
+            assert assumed in text and "\x1f" not in text
+        assert result.md_path.read_text().endswith(f"known non-members ({nonmembers}) make the level exact\n")

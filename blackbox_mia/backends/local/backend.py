@@ -332,7 +332,7 @@ class LocalBackend(Backend):
         No attention mask is passed: with right padding a causal model's real positions never
         attend to the padding after them, so their values are those of the unpadded row, and
         the fused causal attention kernel runs instead of the masked one (faster on CPU:
-        docs/measured-settings.md). Padding positions are never read."""
+        records/measured-settings.md). Padding positions are never read."""
         if self._split:
             return self.model.base_model(input_ids=ids).last_hidden_state, self._head
         return self.model(input_ids=ids).logits, _identity

@@ -60,7 +60,7 @@ def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
 
     Read once per session: aiohttp's ``trust_env=True`` reads the environment and ``~/.netrc``
     again in a worker thread for every request, a large share of the client's CPU at high
-    concurrency (figures: docs/measured-settings.md).
+    concurrency (figures: records/measured-settings.md).
     """
     try:
         return get_env_proxy_for_url(URL(url))

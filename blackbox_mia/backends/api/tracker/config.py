@@ -16,7 +16,7 @@ STRATEGIES = ("auto", "prompt", "run", "topn", "forced", "postbias", "bisect")
 MAX_TOP_N = 100  # default TrackerConfig.max_top_n (entries per position a request asks for)
 
 # the most positions (generated tokens) one chained request covers: longer chains bill more
-# completion tokens for almost no request saved (figures: docs/measured-settings.md)
+# completion tokens for almost no request saved (figures: records/measured-settings.md)
 CHAIN_TOKENS = 4
 
 
@@ -55,7 +55,7 @@ class TrackerConfig:
             larger top-n lists more targets (read exactly, no further request) but every answer
             grows with it: a server that lists its whole vocabulary would send ~50k entries
             (megabytes of JSON) per position, and the client's CPU per answer grows about
-            linearly with the entries (figures: docs/measured-settings.md). The capability
+            linearly with the entries (figures: records/measured-settings.md). The capability
             probe asks for at most this many too, after its one request for the whole
             vocabulary.
 

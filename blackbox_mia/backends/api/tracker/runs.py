@@ -18,7 +18,7 @@ proven to be the argmax (an exact value above log 1/2: more than half the mass),
 model is reproducing the text, stays with runs until one loses, and goes back to per-position
 read-out then. Run lengths start at :data:`RUN_FIRST_TOKENS` and double after a run that matched
 throughout (up to :data:`RUN_MAX_TOKENS`). The constants were chosen by replaying the policy on
-white-box answers of GSM8K canaries, memorized and not (figures: docs/measured-settings.md).
+white-box answers of GSM8K canaries, memorized and not (figures: records/measured-settings.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ ARGMAX_LOGPROB = math.log(0.5)  # an exact log-prob above this is the argmax's (
 CHUNK = 2  # per-position read-outs of one text asked at once between two looks at the streak
 # positions of a text whose unbiased answers one chain of run requests covers, one request after
 # another (:func:`read_unbiased`; the segments in parallel): longer segments save few requests for
-# many more rounds of requests (figures: docs/measured-settings.md)
+# many more rounds of requests (figures: records/measured-settings.md)
 RUN_SEGMENT = 16
 
 

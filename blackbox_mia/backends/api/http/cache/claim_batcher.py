@@ -2,7 +2,7 @@
 iteration goes to the response cache in one SQLite transaction (:meth:`ResponseCache.claim_many`).
 
 One transaction per claim cost the event loop a measurable share of its CPU at high
-concurrency (figures: docs/measured-settings.md).
+concurrency (figures: records/measured-settings.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ database, ``<cache directory>/claims/claims.sqlite3`` (WAL journal, ``synchronou
 claim lost in a crash only means waiting less). Each operation on many keys is one transaction of
 a few statements, not one per key: claims kept as rows of a key-value store (a transaction and
 several statements per key) cost the client's event loop a share of its CPU at high concurrency
-(figures: docs/measured-settings.md).
+(figures: records/measured-settings.md).
 
 When a holder's answer is in the cache, its claim is dropped and the key is marked answered (a row
 ``(key, expires)`` of the ``answered`` table, kept :data:`ANSWERED_TTL_S` seconds) in one

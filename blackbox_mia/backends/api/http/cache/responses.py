@@ -70,7 +70,7 @@ LOG = logging.getLogger(__name__)
 
 GROUP_COMMIT_S = 0.01  # seconds the writer thread waits after a queued row for more to commit with it: one
 # fsync per group of rows instead of per row; the API client's senders never wait for it (only the request's
-# caller does). Figures: docs/measured-settings.md
+# caller does). Figures: records/measured-settings.md
 
 
 def _settle(future: concurrent.futures.Future, error: BaseException | None) -> None:
