@@ -29,7 +29,7 @@ outside the seeds (the continuations ``bbmia serve`` samples with its own genera
 ``audit_canaries*`` studies) move from run to run, and ``--check`` names them like any other.
 ``--only NAME`` limits either mode to some blocks.
 
-Run from the repository root: ``python scripts/docs_figures.py`` (about 10 min on 2 CPU cores
+Run from the repository root: ``python scripts/docs_figures.py`` (about 20 min on 2 CPU cores
 once the canaries are trained; the canaries are trained on first use and shared through the
 cache root, ``--cache-dir`` / ``BBMIA_CACHE_DIR``). Outputs of the audited commands go to
 ``<cache root>/docs-figures/`` and are resumed on a rerun (``--fresh`` deletes them first).
@@ -47,8 +47,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +63,9 @@ docs print three decimals)."""
 REL_TOL = 0.05
 """Largest relative difference accepted by ``--check`` for a float (p-values, thresholds)."""
 GENERATED_BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
-VOLATILE_KEYS = frozenset({"seconds", "elapsed_s", "requests_per_token", "path", "model", "manifest", "json_path", "md_path",
-                 "out", "usage", "train_seconds", "reused", "requests", "cache_hits", "load_avg"})
+VOLATILE_KEYS = frozenset({"seconds", "elapsed_s", "wall_seconds", "requests_per_token", "path", "model", "manifest",
+                           "json_path", "md_path", "out", "usage", "train_seconds", "reused", "requests", "cache_hits",
+                           "load_avg"})
 """JSON keys that are not figures (times, costs, where files went) and are never compared."""
 
 
@@ -86,7 +88,9 @@ class Session:
         return text
 
     def run(self, args: list[str], *, show: bool = True) -> tuple[str, dict]:
-        """Run ``bbmia ARGS --json``; return its stdout without the JSON line, and the JSON.
+        """Run ``bbmia ARGS --json``; return its stdout without the JSON line, and the JSON. Shown
+        (``show``): the command, its stdout, then the warnings it printed on stderr (its summary's
+        ``warnings``), as a terminal shows them.
 
         Raises:
             RuntimeError: the command failed (its stderr's last lines in the message).
@@ -100,6 +104,7 @@ class Session:
         if show:
             self.transcript.append("$ " + self.shown(shlex.join(["bbmia", *args])))
             self.transcript.extend(self.shown(line).rstrip() for line in lines[:-1] if not line.startswith("report: "))
+            self.transcript.extend(self.shown(f"warning: {warning}") for warning in summary.get("warnings", []))
         return "\n".join(lines[:-1]), summary
 
     @property
@@ -147,8 +152,14 @@ def figures_of(summary: object, shown: Callable[[str], str] = str, volatile: fro
 
 def demo(s: Session) -> dict:
     """``bbmia demo``: white-box AUCs of every scorer on the default canary (400 items) and the
-    black-box AUCs and agreement on 20 of them through ``bbmia serve``."""
-    _, summary = s.run(["demo"])
+    black-box AUCs and agreement on 20 of them through ``bbmia serve``. Run on a fresh cache root
+    whose canary is a link to the trained one (not retrained), so that the block shows what a
+    first run prints: every black-box answer paid once, not answered from the cache."""
+    canary = Path(s.canary())
+    with tempfile.TemporaryDirectory() as root:
+        (Path(root) / "canary").mkdir()
+        (Path(root) / "canary" / canary.name).symlink_to(canary, target_is_directory=True)
+        _, summary = replace(s, cache=Path(root)).run(["demo"])
     return summary
 
 
@@ -206,11 +217,9 @@ def japanese(s: Session) -> dict:
 
 def sweep_control(s: Session) -> dict:
     """``bbmia sweep gsm8k`` on the default canary with no known member or non-member: the control
-    built from the benchmark is the reference (docs/contamination.md). Its warnings (stderr) are
-    shown after its output, as a terminal prints them."""
+    built from the benchmark is the reference (docs/contamination.md)."""
     canary = s.canary()
     _, summary = s.run(["sweep", "gsm8k", "--local", canary, "--quiet", "--out", str(s.work / "sweep-control")])
-    s.transcript.extend(s.shown(f"warning: {warning}") for warning in summary.get("warnings", []))
     return summary
 
 
@@ -229,11 +238,9 @@ def exchangeability(s: Session) -> dict:
 
 def eval_wikimia64(s: Session) -> dict:
     """``bbmia eval wikimia64`` on the default canary with its default scorers (docs/evaluation.md):
-    the blind baseline on a distribution-shifted split. Its warnings (stderr) are shown after its
-    output, as a terminal prints them."""
+    the blind baseline on a distribution-shifted split."""
     canary = s.canary()
     _, summary = s.run(["eval", "wikimia64", "--local", canary, "--quiet", "--out", str(s.work / "eval-wikimia64")])
-    s.transcript.extend(s.shown(f"warning: {warning}") for warning in summary.get("warnings", []))
     return summary
 
 

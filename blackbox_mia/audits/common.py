@@ -106,14 +106,13 @@ class Dropped:
 DROPPED_IDS_SHOWN = 20  # ids of dropped texts a report lists
 
 
-def drop_unscored(rows: Sequence[ScoredText], labels: Sequence[str], group: str) -> tuple[np.ndarray, Dropped | None]:
-    """Which rows to keep when texts without a usable score are dropped: ``(keep, dropped)``,
-    ``keep`` of shape (len(rows),) bool (:func:`usable`), ``dropped`` None when every row is kept."""
-    keep = usable(rows, labels)
-    if keep.all():
-        return keep, None
-    gone = [r.id for r, k in zip(rows, keep) if not k]
-    return keep, Dropped(group, len(gone), len(rows), tuple(gone[:DROPPED_IDS_SHOWN]))
+def dropped(group: str, ids: Sequence[str], bad: np.ndarray) -> Dropped | None:
+    """The :class:`Dropped` record of a group whose texts ``ids`` lack a usable score where
+    ``bad`` (shape (len(ids),) bool); None when none does."""
+    if not bad.any():
+        return None
+    gone = [text_id for text_id, b in zip(ids, bad) if b]
+    return Dropped(group, len(gone), len(ids), tuple(gone[:DROPPED_IDS_SHOWN]))
 
 
 def score_column(rows: Sequence[ScoredText], label: str, droppable: bool = False) -> np.ndarray:

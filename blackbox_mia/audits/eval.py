@@ -40,12 +40,13 @@ from .common import (
     SCORES_FILE,
     AuditResult,
     Log,
-    drop_unscored,
+    dropped,
     publish,
     quiet,
     report_config,
     require_labelled,
     score_column,
+    usable,
 )
 
 
@@ -173,11 +174,12 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     run_cfg = run_config(plan.scorers, backends, plan.meta)
     log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
     rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
-    lengths, dropped = plan.lengths, None
+    lengths, gone = plan.lengths, None
     if config.drop_unscored:
-        keep, dropped = drop_unscored(rows, [s.label for s in plan.scorers], "eval")
-        if dropped is not None:
-            log(dropped.sentence())
+        keep = usable(rows, [s.label for s in plan.scorers])
+        gone = dropped("eval", [r.id for r in rows], ~keep)
+        if gone is not None:
+            log(gone.sentence())
             rows, items = [r for r, k in zip(rows, keep) if k], [it for it, k in zip(items, keep) if k]
             lengths = [n for n, k in zip(lengths, keep) if k]
             require_labelled(items, f"{plan.meta['name']} once the texts without a usable score are dropped")
@@ -190,7 +192,7 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
                for name, s in scores.items()}
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
     notes: list[str] = []
-    warnings: list[str] = [] if dropped is None else [dropped.sentence()]  # also on the console: without them the AUCs mislead
+    warnings: list[str] = [] if gone is None else [gone.sentence()]  # also on the console: without them the AUCs mislead
     dataset_tests = _dataset_tests(plan.scorers, scores, labels, config.seed, notes)
     blind, verdict = None, None
     try:
@@ -235,8 +237,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     }
     if ablation is not None:
         report["prompt_length"] = ablation.section
-    if dropped is not None:
-        report["dropped_unscored"] = asdict(dropped)
+    if gone is not None:
+        report["dropped_unscored"] = asdict(gone)
     if dataset_tests:
         report["dataset_tests"] = dataset_tests
     if blind is not None:
@@ -255,8 +257,8 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         summary["dataset_tests"] = dataset_tests
     if verdict is not None and verdict["distribution_shift"]:
         warnings.append(verdict["message"])
-    if dropped is not None:
-        summary["dropped_unscored"] = dropped.n
+    if gone is not None:
+        summary["dropped_unscored"] = gone.n
     return publish(report, summary, out_dir, "eval", warnings=warnings)
 
 

@@ -39,12 +39,12 @@ from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer, parse_scorers
 from ..types import BlackboxMIAError
 from .common import (
-    DROPPED_IDS_SHOWN,
     SCORES_FILE,
     AuditResult,
     Dropped,
     Log,
     Names,
+    dropped,
     publish,
     quiet,
     report_config,
@@ -282,10 +282,14 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     neg_x, pos_x, source, calibration_texts = _calibration_scores(plan, groups.get("calibration", []), known, control_x,
                                                                   backends, out_dir, progress, log)
     calibration_in_benchmark = np.array([it.text in calibration_texts for it in plan.items])
-    dropped = [d for d in (_dropped("benchmark", plan.items, ~calibration_in_benchmark & _has_nan(scores_x)),
-                           _dropped("calibration", _calibration_order(plan), np.concatenate([_has_nan(neg_x), _has_nan(pos_x)])),
-                           _dropped("control", control_items, _has_nan(control_x))) if d is not None]
-    for d in dropped:
+    calibration_items = _calibration_order(plan)
+    groups_dropped = (
+        dropped("benchmark", [it.id for it in plan.items], ~calibration_in_benchmark & _has_nan(scores_x)),
+        None if calibration_items is None else dropped("calibration", [it.id for it in calibration_items],
+                                                       np.concatenate([_has_nan(neg_x), _has_nan(pos_x)])),
+        None if control_items is None else dropped("control", [it.id for it in control_items], _has_nan(control_x)))
+    gone = [d for d in groups_dropped if d is not None]
+    for d in gone:
         log(d.sentence())
     if control_x is not None:
         control_items = [it for it, bad in zip(control_items, _has_nan(control_x)) if not bad]
@@ -305,7 +309,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     prevalence = estimate_prevalence(bench, neg, pos, rule=config.rule, target_fpr=config.target_fpr,
                                      tpr=None if pos is not None else config.assumed_tpr)
     threshold = prevalence.pop("threshold")
-    roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control, dropped)
+    roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control, gone)
     contamination = None if control is None else _control_contamination(control_items, rows, scores, control,
                                                                          threshold["value"])
     dataset_test = None
@@ -341,8 +345,8 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     }
     if plan.control is not None:
         report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
-    if dropped:
-        report["dropped_unscored"] = [asdict(d) for d in dropped]
+    if gone:
+        report["dropped_unscored"] = [asdict(d) for d in gone]
     if planted is not None:
         report["planted"] = planted
     summary = {
@@ -371,7 +375,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         summary["planted"] = planted["fraction"]
     # the Markdown lists the suspicious items as a table rather than as JSON
     return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",),
-                   warnings=[*(d.sentence() for d in dropped),
+                   warnings=[*(d.sentence() for d in gone),
                              *sweep_warnings(prevalence, threshold, contamination, None if control is None else len(control))],
                    names=names)
 
@@ -563,11 +567,4 @@ def _calibration_order(plan: SweepPlan) -> list[Item] | None:
     return None if plan.nonmembers is None else list(plan.nonmembers[0])
 
 
-def _dropped(group: str, items: Sequence[Item] | None, bad: np.ndarray) -> Dropped | None:
-    """The :class:`Dropped` record of a group whose rows ``bad`` (one per item of ``items``) have
-    no usable score; None when none has, or when ``items`` is None (a group that is not scored
-    on its own)."""
-    if items is None or not bad.any():
-        return None
-    gone = [it.id for it, b in zip(items, bad) if b]
-    return Dropped(group, len(gone), len(bad), tuple(gone[:DROPPED_IDS_SHOWN]))
+
