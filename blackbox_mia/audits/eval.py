@@ -179,7 +179,6 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         keep = usable(rows, [s.label for s in plan.scorers])
         gone = dropped("eval", [r.id for r in rows], ~keep)
         if gone is not None:
-            log(gone.sentence())
             rows, items = [r for r, k in zip(rows, keep) if k], [it for it, k in zip(items, keep) if k]
             lengths = [n for n, k in zip(lengths, keep) if k]
             require_labelled(items, f"{plan.meta['name']} once the texts without a usable score are dropped")

@@ -288,9 +288,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         None if calibration_items is None else dropped("calibration", [it.id for it in calibration_items],
                                                        np.concatenate([_has_nan(neg_x), _has_nan(pos_x)])),
         None if control_items is None else dropped("control", [it.id for it in control_items], _has_nan(control_x)))
-    gone = [d for d in groups_dropped if d is not None]
-    for d in gone:
-        log(d.sentence())
+    gone = [d for d in groups_dropped if d is not None]  # warned about at the end (publish)
     if control_x is not None:
         control_items = [it for it, bad in zip(control_items, _has_nan(control_x)) if not bad]
         control_x = control_x[~_has_nan(control_x)]
