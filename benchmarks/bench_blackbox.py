@@ -253,7 +253,7 @@ def markdown(lines: list[dict]) -> str:
     Raises:
         ValueError: no tracker line in ``lines``.
     """
-    rows = [line for line in lines if line.get("strategy") in LINE_NAMES and "requests" in line]
+    rows = [line for line in lines if line.get("strategy") in LINE_NAMES and "requests_per_token" in line]
     if not rows:
         raise ValueError("no tracker line (forced, postbias, bisect*, run*) in the benchmark's output")
     out = ["| line | texts / tokens | requests / token | billed tokens / token | within bounds | max abs diff (nats) "

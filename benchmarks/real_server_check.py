@@ -122,15 +122,15 @@ def markdown(lines: list[dict]) -> str:
         raise ValueError("the last line is not the benchmark's summary")
     *rows, last = lines
     out = ["| strategy | texts | tokens | exact share | bound-only tokens | values outside their bounds "
-           "| scores outside their interval | null scores | server 5xx | server aborts | requests |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| scores outside their interval | null scores | server 5xx | server aborts |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         if row.get("error"):
-            out.append(f"| `{row['strategy']}` | {row['group']}: failed: {row['error']} |" + " |" * 9)
+            out.append(f"| `{row['strategy']}` | {row['group']}: failed: {row['error']} |" + " |" * 8)
             continue
         out.append(f"| `{row['strategy']}` | {row['texts']} {row['group']} | {row['tokens']} | {row['exact_share']:.3f} | "
                    f"{row['bound_only']} | {row['outside_bounds']} | {row['scores_outside_interval']} | "
-                   f"{row['scores_null']} | {row['server_5xx']} | {row['server_aborts']} | {row['requests']:,} |")
+                   f"{row['scores_null']} | {row['server_5xx']} | {row['server_aborts']} |")
     totals = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in last["summary"].items())
     return "\n".join(out) + f"\n\nTotals: {totals}.\n"
 
