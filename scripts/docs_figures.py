@@ -24,10 +24,10 @@ exactly that rendering).
 ``--check`` runs the commands again, writes nothing, and exits 1 when a number differs from
 ``figures.json`` (a study: its saved lines) beyond the tolerance (:data:`ABS_TOL` absolute,
 :data:`REL_TOL` relative for p-values and thresholds; integer counts exactly). Times, request
-rates and paths are not figures and are never compared. Figures drawn from a random source
-outside the seeds (the continuations ``bbmia serve`` samples with its own generator, in the
-``audit_canaries*`` studies) move from run to run, and ``--check`` names them like any other.
-``--only NAME`` limits either mode to some blocks.
+rates of commands that answer from a cache and paths are not figures and are never compared
+(a study's own volatile keys: :attr:`Study.volatile`). Sampled continuations are seeded per
+request, through ``bbmia serve`` too, so the ``audit_canaries*`` studies reproduce like the
+others. ``--only NAME`` limits either mode to some blocks.
 
 Run from the repository root: ``python scripts/docs_figures.py`` (about 20 min on 2 CPU cores
 once the canaries are trained; the canaries are trained on first use and shared through the
