@@ -19,237 +19,28 @@ fraction of the swept items is reported beside the estimate.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from ..backends.base import Backend
-from ..canary import find_canary_manifest
-from ..controls import ControlConfig, ControlSet, build_control, control_kind
-from ..canary.dataset import load_items
-from ..config import check_number
 from ..datasets import Item
-from ..evaluation import RULES, clopper_pearson, dataset_level_test, estimate_prevalence, min_nonmembers, plot_histogram
+from ..evaluation import clopper_pearson, dataset_level_test, estimate_prevalence, plot_histogram
 from ..option_names import as_arguments, named
 from ..results import ScoredText
 from ..runner import run_config, score_items
-from ..scorers import Scorer, parse_scorer, parse_scorers
 from ..types import BlackboxMIAError
-from .common import (
-    SCORES_FILE,
-    AuditResult,
-    Dropped,
-    Log,
-    Names,
-    dropped,
-    publish,
-    quiet,
-    report_config,
-    require_labelled,
-    score_column,
-    usable,
-)
+from .common import SCORES_FILE, AuditResult, Dropped, Log, Names, dropped, publish, quiet, report_config
+from .sweep_plan import SweepConfig, SweepPlan, prepare_sweep
+from .sweep_scores import calibration_order, calibration_scores, control_scores, feature_matrix, has_nan
 from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict, verdict_notes
 from .sweep_warnings import sweep_warnings
 
+__all__ = ["SweepConfig", "SweepPlan", "prepare_sweep", "run_sweep"]
+
 TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious items
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """Configuration of one contamination sweep (saved in the report).
-
-    Attributes:
-        dataset: the benchmark spec (labels, if any, are ignored).
-        scorer: one scorer spec (default ``min_k``, k = 20%).
-        features: more scorer specs, scored in the same pass: with labelled members
-            (``--calibration``) the verdict tests their combination with ``scorer``
-            (:func:`~blackbox_mia.evaluation.detection.combined_scores`); "" = ``scorer`` alone.
-        rule: threshold rule, one of ``evaluation.RULES`` (``max_*`` need labelled members).
-        target_fpr: FPR asked for by rule ``fpr`` (fraction).
-        calibration: a labelled calibration spec (JSONL with labels, ``canary``, ``canary:PATH``).
-        calibration_fraction: calibrate on a seeded (``seed``), label-stratified share of the
-            calibration items; the others are not calibration items, so those in the benchmark
-            stay among the swept items, unlabelled (1 = all calibrate).
-        nonmembers: a spec of known non-members only (labels must be 0 or absent).
-        assumed_tpr: the threshold's TPR to assume when no members are known (fraction).
-        control: build the non-member control from the benchmark: None = whenever the items are
-            GSM8K or AQuA problems; True = required; False = never.
-        control_config: the control's construction (seed, perturbation size).
-        limit: only the first ``limit`` benchmark items.
-        seed: seed of the ``calibration_fraction`` share.
-        top: how many of the highest-scoring items the report lists.
-        resume: keep the rows already in the score files (same configuration).
-        drop_unscored: leave out the texts (benchmark, calibration, control) without a usable
-            score for every scorer (tokens known only by bounds, NaN) and say so, instead of
-            stopping. The same rule, a property of the text and the endpoint, applies to the
-            calibration and to the swept items, so calibration non-members exchangeable with the
-            benchmark's stay exchangeable with the swept ones: the estimate is then the member
-            fraction of the kept swept items.
-    """
-
-    dataset: str
-    scorer: str = "min_k"
-    features: str = ""
-    rule: str = "fpr"
-    target_fpr: float = 0.05
-    calibration: str | None = None
-    calibration_fraction: float = 1.0
-    nonmembers: str | None = None
-    assumed_tpr: float | None = None
-    control: bool | None = None
-    control_config: ControlConfig = field(default_factory=ControlConfig)
-    limit: int | None = None
-    seed: int = 0
-    top: int = 10
-    resume: bool = True
-    drop_unscored: bool = False
-
-    def validate(self) -> None:
-        """Raise :class:`BlackboxMIAError` for impossible or contradictory options."""
-        if self.rule not in RULES:
-            raise BlackboxMIAError(f"unknown {named('rule')} {self.rule!r}; choose from {', '.join(RULES)}")
-        if not 0 < self.target_fpr < 1:
-            raise BlackboxMIAError(f"{named('target_fpr')} must be in (0, 1), got {self.target_fpr}")
-        if self.calibration and self.nonmembers:
-            raise BlackboxMIAError(f"give {named('calibration')} (labelled) or {named('nonmembers')}, not both")
-        if self.assumed_tpr is not None:
-            if not 0 < self.assumed_tpr <= 1:
-                raise BlackboxMIAError(f"{named('assumed_tpr')} must be in (0, 1], got {self.assumed_tpr}")
-            if self.calibration:
-                raise BlackboxMIAError(f"{named('assumed_tpr')} is for calibrations without members; "
-                                       f"with {named('calibration')} the TPR is measured on its members")
-        if not 0 < self.calibration_fraction <= 1:
-            raise BlackboxMIAError(f"{named('calibration_fraction')} must be in (0, 1], got {self.calibration_fraction}")
-        if self.calibration_fraction < 1 and not self.calibration:
-            raise BlackboxMIAError(f"{named('calibration_fraction')} needs {named('calibration')}")
-        if self.rule != "fpr" and not self.calibration:
-            raise BlackboxMIAError(f"{named('rule', self.rule)} needs labelled members: give {named('calibration')}")
-        if self.features and parse_scorer(self.scorer).label in {f.label for f in parse_scorers(self.features)}:
-            raise BlackboxMIAError(f"{named('features')} repeats {named('scorer', self.scorer)}")
-        check_number(named("seed"), self.seed, at_least=0, integer=True)
-        check_number(named("top"), self.top, at_least=0, integer=True)
-        if self.limit is not None:
-            check_number(named("limit"), self.limit, at_least=1, integer=True)
-        self.control_config.validate()
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """Checked input of :func:`run_sweep` (from :func:`prepare_sweep`).
-
-    Attributes:
-        calibration: labelled calibration items (from ``--calibration``), else None.
-        nonmembers: known non-members (from ``--nonmembers``), else None.
-        control: the control built from the benchmark, else None.
-        planted_manifest: a canary manifest whose members give the true member fraction.
-        features: the scorers of ``config.features`` (scored with ``scorer``, one pass).
-    """
-
-    config: SweepConfig
-    items: list[Item]
-    meta: dict
-    scorer: Scorer
-    calibration: tuple[list[Item], dict] | None
-    nonmembers: tuple[list[Item], dict] | None
-    control: ControlSet | None
-    planted_manifest: Path | None
-    features: tuple[Scorer, ...] = ()
-
-    @property
-    def scorers(self) -> list[Scorer]:
-        """Every scorer a sweep runs: its scorer, then the features."""
-        return [self.scorer, *self.features]
-
-    def scored_groups(self) -> dict[str, list[Item]]:
-        """The groups of items :func:`run_sweep` scores, each in its own run (what ``--dry-run``
-        estimates): the benchmark, the control (with the two items a sweep needs), and the
-        calibration or known non-members not in the benchmark (the others reuse its scores)."""
-        benchmark = {it.text for it in self.items}
-        groups = {"benchmark": list(self.items)}
-        if self.control is not None and len(self.control.items) >= 2:
-            groups["control"] = list(self.control.items)
-        labelled = self.calibration if self.calibration is not None else self.nonmembers
-        if labelled is not None:
-            groups["calibration"] = [it for it in labelled[0] if it.text not in benchmark]
-        return groups
-
-
-def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = None,
-                  cache_dir: str | os.PathLike | None = None, log: Log = quiet) -> SweepPlan:
-    """Load the benchmark, the calibration data and build the control (no model needed).
-
-    Args:
-        config: the sweep configuration.
-        target_model: the local target model directory (``--local``), or None for an endpoint.
-            When it holds a canary manifest, the report gives the true member fraction
-            (:func:`~blackbox_mia.canary.find_canary_manifest`: the only rule).
-        cache_dir: cache root override, where the ``canary`` dataset spec is found.
-        log: receives progress messages.
-
-    Raises:
-        BlackboxMIAError: bad options, unreadable data, a calibration set without both classes,
-            non-members labelled 1, or no source of non-members at all.
-    """
-    config.validate()
-    scorer = parse_scorer(config.scorer)
-    items, meta = load_items(config.dataset, config.limit, cache_dir)
-    kind = control_kind(items)
-    if config.control and kind is None:
-        raise BlackboxMIAError(f"{named('control', True)} needs GSM8K or AQuA problems; {meta['name']} holds other items")
-    control = None
-    if config.control is not False and kind is not None:
-        control = build_control(items, config.control_config)
-        log(f"control: kept {len(control.items)} of {control.n_source} {kind} items "
-            f"({100 * control.kept_fraction:.1f}%) with new numbers")
-    calibration = nonmembers = None
-    if config.calibration:
-        cal_items, cal_meta = load_items(config.calibration, cache_dir=cache_dir)
-        require_labelled(cal_items, cal_meta["name"], named("calibration"))
-        if config.calibration_fraction < 1:
-            cal_items = _stratified_share(cal_items, config.calibration_fraction, config.seed)
-            cal_meta = {**cal_meta, "fraction": config.calibration_fraction, "n_used": len(cal_items)}
-        calibration = (cal_items, cal_meta)
-    elif config.nonmembers:
-        non_items, non_meta = load_items(config.nonmembers, cache_dir=cache_dir)
-        if any(it.label == 1 for it in non_items):
-            raise BlackboxMIAError(f"{named('nonmembers', non_meta['name'])} holds items labelled 1 (members); "
-                                   f"give a labelled set with {named('calibration')} instead")
-        nonmembers = (non_items, non_meta)
-    elif control is None:
-        raise BlackboxMIAError(
-            f"no known non-members to calibrate on: give {named('calibration')} (a labelled set, or canary / "
-            f"canary:PATH) or {named('nonmembers')} (a path), or sweep GSM8K/AQuA problems (a control is then built)"
-        )
-    need = min_nonmembers(config.target_fpr)
-    if not calibration and not nonmembers and len(control.items) < need:
-        raise BlackboxMIAError(
-            f"the control kept only {len(control.items)} of {control.n_source} items: too few to estimate an FPR "
-            f"at the target {config.target_fpr:g} (need >= {need}, so that at least one non-member lies above the "
-            f"threshold); give known non-members with {named('calibration')} (a labelled set) or "
-            f"{named('nonmembers')} (a path)"
-        )
-    manifest = find_canary_manifest(target_model)
-    features = tuple(parse_scorers(config.features)) if config.features else ()
-    return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest, features)
-
-
-def _stratified_share(items: list[Item], fraction: float, seed: int) -> list[Item]:
-    """A seeded share of ``items``: round(fraction · n) of each label (at least one), in input order.
-
-    Raises:
-        BlackboxMIAError: a label left with no item.
-    """
-    rng = np.random.default_rng(seed)
-    keep = set()
-    for label in (0, 1):
-        index = [i for i, it in enumerate(items) if it.label == label]
-        n = max(1, round(fraction * len(index)))
-        keep.update(rng.choice(index, n, replace=False).tolist())
-    return [it for i, it in enumerate(items) if i in keep]
 
 
 def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet,
@@ -273,33 +64,33 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     run_cfg = run_config(plan.scorers, backends, plan.meta)
     log(f"scoring {len(plan.items)} benchmark items with {', '.join(s.label for s in plan.scorers)}")
     rows = score_items(plan.items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
-    scores_x = _feature_matrix(rows, plan)
+    scores_x = feature_matrix(rows, plan)
     scores = scores_x[:, 0]
     known = {it.text: r for it, r in zip(plan.items, rows)}
     groups = plan.scored_groups()
-    control_x = _control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
+    control_x = control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
     control_items = None if control_x is None else plan.control.items
-    neg_x, pos_x, source, calibration_texts = _calibration_scores(plan, groups.get("calibration", []), known, control_x,
+    neg_x, pos_x, source, calibration_texts = calibration_scores(plan, groups.get("calibration", []), known, control_x,
                                                                   backends, out_dir, progress, log)
     calibration_in_benchmark = np.array([it.text in calibration_texts for it in plan.items])
-    calibration_items = _calibration_order(plan)
+    calibration_items = calibration_order(plan)
     groups_dropped = (
-        dropped("benchmark", [it.id for it in plan.items], ~calibration_in_benchmark & _has_nan(scores_x)),
+        dropped("benchmark", [it.id for it in plan.items], ~calibration_in_benchmark & has_nan(scores_x)),
         None if calibration_items is None else dropped("calibration", [it.id for it in calibration_items],
-                                                       np.concatenate([_has_nan(neg_x), _has_nan(pos_x)])),
-        None if control_items is None else dropped("control", [it.id for it in control_items], _has_nan(control_x)))
+                                                       np.concatenate([has_nan(neg_x), has_nan(pos_x)])),
+        None if control_items is None else dropped("control", [it.id for it in control_items], has_nan(control_x)))
     gone = [d for d in groups_dropped if d is not None]  # warned about at the end (publish)
     if control_x is not None:
-        control_items = [it for it, bad in zip(control_items, _has_nan(control_x)) if not bad]
-        control_x = control_x[~_has_nan(control_x)]
-    neg_x = neg_x[~_has_nan(neg_x)]
-    pos_x = None if pos_x is None else pos_x[~_has_nan(pos_x)]
+        control_items = [it for it, bad in zip(control_items, has_nan(control_x)) if not bad]
+        control_x = control_x[~has_nan(control_x)]
+    neg_x = neg_x[~has_nan(neg_x)]
+    pos_x = None if pos_x is None else pos_x[~has_nan(pos_x)]
     if len(neg_x) == 0 or (pos_x is not None and len(pos_x) == 0):
         raise BlackboxMIAError(f"no calibration {'non-member' if len(neg_x) == 0 else 'member'} has a usable score: "
                                "nothing to calibrate on once the texts without one are dropped")
     control = None if control_x is None else control_x[:, 0]
     neg, pos = neg_x[:, 0], None if pos_x is None else pos_x[:, 0]
-    swept = ~calibration_in_benchmark & ~_has_nan(scores_x)
+    swept = ~calibration_in_benchmark & ~has_nan(scores_x)
     if not swept.any():
         raise BlackboxMIAError(f"no item of {plan.meta['name']} is left to sweep: every one is in the calibration set "
                                "(the calibration and the swept items must be disjoint) or has no usable score")
@@ -429,41 +220,6 @@ def _control_contamination(items: Sequence[Item], rows: Sequence[ScoredText], sc
     return out
 
 
-def _control_scores(plan: SweepPlan, items: list[Item] | None, backends: dict[str, Backend], out_dir: Path,
-                    progress: bool, log: Log) -> np.ndarray | None:
-    """Scores of the control ``items`` (``control_scores.jsonl``), shape (n_c, F) (:func:`_feature_matrix`);
-    None without a usable control (``items`` None: see :meth:`SweepPlan.scored_groups`)."""
-    if items is None:
-        return None
-    log(f"scoring {len(items)} control items")
-    meta = {"name": f"control of {plan.meta['name']}", "source": plan.meta["source"],
-            "sha256": plan.meta["sha256"], "construction": asdict(plan.control.config)}
-    rows = score_items(items, plan.scorers, backends, out_dir / "control_scores.jsonl",
-                       run_config(plan.scorers, backends, meta), resume=plan.config.resume, progress=progress)
-    return _feature_matrix(rows, plan)
-
-
-def _calibration_scores(plan: SweepPlan, todo: list[Item], known: dict[str, ScoredText], control: np.ndarray | None,
-                        backends: dict[str, Backend], out_dir: Path, progress: bool,
-                        log: Log) -> tuple[np.ndarray, np.ndarray | None, str, set[str]]:
-    """``(non-member scores, member scores or None, description, calibration texts)`` of the
-    calibration source (scores: shape (items, F), :func:`_feature_matrix`): ``--calibration``, else ``--nonmembers``, else the control (whose texts
-    are new, so none of them is in the benchmark). ``todo``: its items to score (the others'
-    texts are in ``known``, the benchmark's scores by text: :meth:`SweepPlan.scored_groups`)."""
-    path = out_dir / "calibration_scores.jsonl"
-    if plan.calibration is not None:
-        items, meta = plan.calibration
-        scores = _scores_reusing(items, todo, known, plan, backends, path, meta, progress, log)
-        labels = np.array([it.label for it in items])
-        neg, pos = scores[labels == 0], scores[labels == 1]
-        return neg, pos, f"calibration set {meta['name']} ({len(pos)} members, {len(neg)} non-members)", {it.text for it in items}
-    if plan.nonmembers is not None:
-        items, meta = plan.nonmembers
-        neg = _scores_reusing(items, todo, known, plan, backends, path, meta, progress, log)
-        return neg, None, f"known non-members {meta['name']} ({len(neg)})", {it.text for it in items}
-    return control, None, f"the benchmark's own control ({len(control)} items with new numbers)", set()
-
-
 INHERITANCE_RATIO = 3  # control flagged this many times more often where its source is flagged: it inherits membership
 
 
@@ -518,51 +274,3 @@ def _sweep_notes(plan: SweepPlan, source: str, roles: dict, prevalence: dict, co
         notes.append(f"Planted (canary manifest): {planted['n_members']} of {planted['n_scored']} swept items "
                      f"are members, fraction {planted['fraction']:.4f}.")
     return notes
-
-
-def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, ScoredText], plan: SweepPlan,
-                    backends: dict[str, Backend], out_path: Path, meta: dict, progress: bool, log: Log) -> np.ndarray:
-    """Scores of ``items``, shape (len(items), F) (:func:`_feature_matrix`): ``todo`` scored, the
-    others' texts already scored (``known``: text → row)."""
-    log(f"scoring {len(todo)} calibration items ({len(items) - len(todo)} reuse benchmark scores)")
-    if todo:
-        rows = score_items(todo, plan.scorers, backends, out_path, run_config(plan.scorers, backends, meta),
-                           resume=plan.config.resume, progress=progress)
-        known = {**known, **{it.text: row for it, row in zip(todo, rows)}}
-    return _feature_matrix([known[it.text] for it in items], plan)
-
-
-def _feature_matrix(rows: Sequence[ScoredText], plan: SweepPlan) -> np.ndarray:
-    """Shape (len(rows), F): the scores of :attr:`SweepPlan.scorers`, the sweep's scorer first;
-    with ``drop_unscored`` a row without a usable score is all NaN (:func:`_has_nan` finds it).
-
-    Raises:
-        BlackboxMIAError: without ``drop_unscored``, a row without a usable score (:func:`score_column`).
-    """
-    labels = [s.label for s in plan.scorers]
-    if not plan.config.drop_unscored:
-        return np.column_stack([score_column(rows, label, droppable=True) for label in labels])
-    out = np.full((len(rows), len(labels)), np.nan)
-    keep = usable(rows, labels)
-    if keep.any():
-        out[keep] = np.column_stack([score_column([r for r, k in zip(rows, keep) if k], label) for label in labels])
-    return out
-
-
-def _has_nan(x: np.ndarray | None) -> np.ndarray:
-    """Shape (len(x),) bool: the rows of a score matrix (:func:`_feature_matrix`) left without a
-    usable score; empty for None."""
-    return np.zeros(0, dtype=bool) if x is None else np.isnan(x).any(axis=1)
-
-
-def _calibration_order(plan: SweepPlan) -> list[Item] | None:
-    """The labelled calibration items in the order of :func:`_calibration_scores`' rows
-    (non-members, then members), or the known non-members; None when the control calibrates
-    (its rows are the control's)."""
-    if plan.calibration is not None:
-        items = plan.calibration[0]
-        return [it for it in items if it.label == 0] + [it for it in items if it.label == 1]
-    return None if plan.nonmembers is None else list(plan.nonmembers[0])
-
-
-
