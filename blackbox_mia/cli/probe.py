@@ -97,6 +97,8 @@ def probe(
             guard_spend(groups, parsed, backends, target, yes)
             # a black-box backend's configuration holds what its probe found (local: nothing)
             capabilities = backends["target"].describe().get("capabilities")
+            if capabilities is not None:
+                typer.echo(capabilities["reading"], err=True)
             long_text = any(len(content) > LONG_TEXT_CHARS for _, content in texts)
             probe_texts(texts, parsed, backends, capabilities, json_out, progress=not json_out and long_text)
         finally:

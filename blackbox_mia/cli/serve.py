@@ -67,6 +67,16 @@ def serve(
     max_body_bytes: int | None = typer.Option(
         None, "--max-body-bytes", help="largest request body in bytes, bigger ones get 413 (default 1 MiB)"
     ),
+    logprob_precision: str | None = typer.Option(
+        None, "--logprob-precision", help="round reported log-probs to bfloat16, float16 or float32 "
+        "(as hosted models that return values like -22.125); default: as computed",
+    ),
+    nondeterministic: float = typer.Option(
+        0.0, "--nondeterministic", metavar="SIGMA",
+        help="Gaussian noise of SIGMA nats on every logit, drawn afresh per request (seeded): identical "
+        "requests get different log-probs, as on servers with batch-dependent kernels; 0 = deterministic",
+    ),
+    jitter_seed: int = typer.Option(0, "--jitter-seed", help="seed of the --nondeterministic noise"),
     batch_window_ms: float = typer.Option(2.0, "--batch-window-ms", help="micro-batching window in ms (0 = off)"),
     max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
     device: str | None = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
@@ -94,7 +104,8 @@ def serve(
             token_id_prompts=token_id_prompts, empty_partial_names=empty_partial_names,
             zero_max_tokens_unlimited=zero_max_tokens_unlimited,
             chat_template=None if chat_template is None else load_chat_template(chat_template),
-            vllm=vllm, text_bos=text_bos, batch_window_ms=batch_window_ms, max_batch=max_batch,
+            vllm=vllm, text_bos=text_bos, logprob_precision=logprob_precision, nondeterministic=nondeterministic,
+            jitter_seed=jitter_seed, batch_window_ms=batch_window_ms, max_batch=max_batch,
             device=device, dtype=dtype, threads=threads,
             **{name: value for name, value in (("token_id_refusal_status", token_id_refusal_status),
                                                ("max_body_bytes", max_body_bytes)) if value is not None},
@@ -135,7 +146,10 @@ async def _serve_until_interrupted(config) -> None:
         auth = "bearer key required (not shown)" if config.api_key else "no key required"
         typer.echo(
             f"serving {config.name!r}: logprobs {config.logprobs_mode}, echo {'on' if config.echo else 'off'}, "
-            f"logprobs {'on' if config.logprobs else 'off'}, {auth}; Ctrl-C or SIGTERM stops",
+            f"logprobs {'on' if config.logprobs else 'off'}"
+            + (f", rounded to {config.logprob_precision}" if config.logprob_precision else "")
+            + (f", noise σ {config.nondeterministic:g} nats per request" if config.nondeterministic else "")
+            + f", {auth}; Ctrl-C or SIGTERM stops",
             err=True,
         )
         stop = asyncio.Event()

@@ -6,9 +6,11 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from ..backends.api.http.wire import MAX_LOGPROBS_COMPLETIONS, MAX_TOP_LOGPROBS_CHAT
+from ..backends.api.precision import SIGNIFICANT_BITS
 from ..config import MAX_PORT, check_number
 from ..option_names import named
 from ..types import BlackboxMIAError
+from .reporting import Reporting
 from .templates import check_chat_template
 
 LOGPROBS_MODES = ("raw", "processed")
@@ -61,6 +63,15 @@ class ServerConfig:
             chat prompts, as vLLM / llama.cpp for Llama-family models); ``usage.prompt_tokens``
             counts it. False: no BOS. Token-id prompts are never changed.
         max_body_bytes: largest request body accepted (bytes); a bigger one gets 413.
+        logprob_precision: round every reported log-prob to ``"bfloat16"``, ``"float16"`` or
+            ``"float32"`` (to nearest, as hosted models that return values like −22.125 do);
+            ``None``: as computed. Sampling is unaffected.
+        nondeterministic: σ (nats) of Gaussian noise added to every logit of every position of
+            each request, drawn afresh per request (seeded by ``jitter_seed`` and the request's
+            number): the same request gets different log-probs and, near ties, another token, as
+            on servers with batch-dependent kernels. Prompt positions (echo, ``prompt_logprobs``)
+            get the same noise per listed token. 0: deterministic.
+        jitter_seed: seed of that noise.
         batch_window_ms: how long the first queued next-token request waits for others before
             the forward pass (ms); 0 disables micro-batching (one forward pass per request).
         max_batch: most next-token requests (rows) per forward pass.
@@ -90,6 +101,9 @@ class ServerConfig:
     vllm: bool = False
     text_bos: bool = False
     max_body_bytes: int = MAX_BODY_BYTES
+    logprob_precision: str | None = None
+    nondeterministic: float = 0.0
+    jitter_seed: int = 0
     batch_window_ms: float = 2.0
     max_batch: int = 64
     device: str | None = None
@@ -107,8 +121,17 @@ class ServerConfig:
         check_number(named("max_logprobs_chat"), self.max_logprobs_chat, at_least=0)
         check_number(named("token_id_refusal_status"), self.token_id_refusal_status, at_least=400, at_most=599)
         check_number(named("max_body_bytes"), self.max_body_bytes, at_least=1)
+        check_number(named("nondeterministic"), self.nondeterministic, at_least=0)
+        if self.logprob_precision is not None and self.logprob_precision not in SIGNIFICANT_BITS:
+            raise BlackboxMIAError(f"{named('logprob_precision')} must be one of {', '.join(SIGNIFICANT_BITS)}, "
+                                   f"got {self.logprob_precision!r}")
         check_number(named("threads"), self.threads, at_least=1)
         check_chat_template(self.chat_template)
+
+    @property
+    def reporting(self) -> Reporting:
+        """What the server does to log-probs before reporting them (:mod:`.reporting`)."""
+        return Reporting(self.logprob_precision, self.nondeterministic, self.jitter_seed)
 
     @property
     def name(self) -> str:

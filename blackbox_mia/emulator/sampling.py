@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backends.api.http.wire import FLOOR_LOGPROB
+from .reporting import Reporting
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,19 @@ def top_n(logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:
     return [(int(i), float(logprobs[i])) for i in idx]
 
 
-def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Generator) -> Step:
+def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Generator,
+           reporting: Reporting = Reporting(), noise: np.random.Generator | None = None) -> Step:
     """Pick the next token from raw log-probs ``row`` (V,) and the values reported for it.
 
-    The sampling distribution is log_softmax(row + bias) (row differs from the logits by a
-    constant). Temperature 0: its argmax (greedy). Temperature T > 0: inverse CDF of
-    softmax((row + bias) / T) at one uniform draw ``rng.random()`` per step, so a seeded ``rng``
-    shared by the steps of a request makes the whole generation reproducible. Reported values
-    (nats) use ``row`` in raw mode, log_softmax(row + bias) in processed mode (``mode``).
+    ``row`` first gets the request's logit noise (:meth:`Reporting.perturb` with ``noise``; a
+    deterministic server: none). The sampling distribution is log_softmax(row + bias) (row
+    differs from the logits by a constant). Temperature 0: its argmax (greedy). Temperature
+    T > 0: inverse CDF of softmax((row + bias) / T) at one uniform draw ``rng.random()`` per
+    step, so a seeded ``rng`` shared by the steps of a request makes the whole generation
+    reproducible. Reported values (nats) use ``row`` in raw mode, log_softmax(row + bias) in
+    processed mode (``mode``), rounded as ``reporting`` says.
     """
+    row = reporting.perturb(row, noise)
     biased = row.astype(np.float64)
     if sampling.bias:
         biased[list(sampling.bias)] += list(sampling.bias.values())
@@ -89,7 +94,8 @@ def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Genera
     else:
         reported = biased - (biased.max() + np.log(np.exp(biased - biased.max()).sum()))
     top = top_n(reported, sampling.top_n or 0)
-    return Step(token, float(reported[token]), tuple(top))
+    values = reporting.round(np.asarray([reported[token]] + [v for _, v in top], dtype=np.float64))
+    return Step(token, float(values[0]), tuple((i, float(v)) for (i, _), v in zip(top, values[1:])))
 
 
 def finite(value: float) -> float:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import hmac
+import itertools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -98,6 +99,8 @@ class ValidationServer:
         self._names: TokenNames | None = None
         self._bos: int | None = None
         self._chat_prompt: ChatFormatter | None = None
+        self._reporting = config.reporting
+        self._requests = itertools.count()  # numbers each request's noise (nondeterministic mode)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -271,11 +274,14 @@ class ValidationServer:
                 return value
         return max(lo, min(DEFAULT_MAX_TOKENS, self.backend.context - n_prompt))
 
-    async def _generate(self, prompt: Sequence[int], sampling: Sampling) -> Continuation:
-        """Sample up to ``max_tokens`` tokens, bias applied at every step; stop after EOS or once
-        the text contains a stop sequence."""
+    async def _generate(self, prompt: Sequence[int], sampling: Sampling,
+                        noise: np.random.Generator | None) -> Continuation:
+        """Sample up to ``max_tokens`` tokens, bias applied at every step (with the request's
+        logit ``noise`` in nondeterministic mode); stop after EOS or once the text contains a
+        stop sequence."""
         rng = np.random.default_rng(sampling.seed)
-        then = partial(choose, sampling=sampling, mode=self.config.logprobs_mode, rng=rng)
+        then = partial(choose, sampling=sampling, mode=self.config.logprobs_mode, rng=rng,
+                       reporting=self._reporting, noise=noise)
         eos = self.backend.tokenizer.eos_token_id
         longest = max(map(len, sampling.stop), default=0)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -353,15 +359,18 @@ class ValidationServer:
         self._check_length(len(prompt), max_tokens)
         sampling = replace(sampling, max_tokens=max_tokens, top_n=top)
         want_logprobs = top is not None and self.config.logprobs
-        ranked = await self._ranked(body, prompt, echo and want_logprobs, top)
+        noise = self._reporting.noise(next(self._requests))
+        ranked = await self._ranked(body, prompt, echo and want_logprobs, top, noise)
         if not (echo and want_logprobs and len(prompt) > 1):
             positions = []
         elif ranked is not None:
             positions = echo_positions(ranked, top)
         else:
-            positions = await asyncio.get_running_loop().run_in_executor(
+            computed = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self.backend.prompt_top_logprobs, prompt, top)
-        generated = await self._generate(prompt, sampling)
+            positions = [self._reporting.position(token, lp, listed, noise)
+                         for token, (lp, listed) in zip(prompt[1:], computed)]
+        generated = await self._generate(prompt, sampling, noise)
         # vLLM runs one decoding step for echo with max_tokens 0, and bills it
         billed = 1 if self.config.vllm and max_tokens == 0 else len(generated.steps)
 
@@ -380,10 +389,10 @@ class ValidationServer:
         return await self._respond(build, (len(prompt) if echo or ranked else 0) + len(generated.steps))
 
     async def _ranked(self, body: dict, prompt: list[int], echo_logprobs: bool,
-                      top: int | None) -> list[RankedPosition] | None:
+                      top: int | None, noise: np.random.Generator | None) -> list[RankedPosition] | None:
         """vLLM mode: the prompt's ranked positions when the request asks for ``prompt_logprobs``
         (k of them) or for echoed log-probs (``top`` of them, as vLLM derives those from the
-        prompt log-probs); else ``None``.
+        prompt log-probs), as reported (the request's ``noise``, the precision); else ``None``.
 
         Raises:
             HttpError: 400 for a ``prompt_logprobs`` that is not an integer in
@@ -396,8 +405,13 @@ class ValidationServer:
             k = top
         if k is None or not self.config.logprobs:
             return None
-        return await asyncio.get_running_loop().run_in_executor(
+        ranked = await asyncio.get_running_loop().run_in_executor(
             self._executor, ranked_positions, self.backend, prompt, k)
+        reported = []
+        for p in ranked:
+            logprob, listed = self._reporting.position(p.token, p.logprob, p.top, noise)
+            reported.append(replace(p, logprob=logprob, top=listed))
+        return reported
 
     def _prompt_logprobs(self, body: dict, ranked: list[RankedPosition] | None) -> list | None:
         """The ``prompt_logprobs`` field: ``None`` unless the request asked for it."""
@@ -419,8 +433,9 @@ class ValidationServer:
         max_tokens = self._max_tokens(body, names, len(prompt), lo=1)
         self._check_length(len(prompt), max_tokens)
         sampling = replace(sampling, max_tokens=max_tokens, top_n=(top or 0) if logprobs else None)
-        ranked = await self._ranked(body, prompt, False, None)
-        generated = await self._generate(prompt, sampling)
+        noise = self._reporting.noise(next(self._requests))
+        ranked = await self._ranked(body, prompt, False, None, noise)
+        generated = await self._generate(prompt, sampling, noise)
         choice = {
             "index": 0,
             "message": {"role": "assistant", "content": generated.text},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from blackbox_mia.backends.api.capabilities import Capabilities
 from blackbox_mia.backends.api.endpoint import Endpoint, Listed, NextToken
 from blackbox_mia.backends.api.tracker.strategies import topn_upper_bound
 from blackbox_mia.tokenizers.base import ends_open
@@ -89,10 +90,13 @@ async def test_no_upward_bias_on_a_token_that_ends_inside_a_character(codec):
     assert len(client.sent) == 2
 
 
+EXACT = Capabilities("completions", 3, True, False, True, "pre-bias", True, False, True)  # exact reports
+
+
 def test_a_shared_name_bounds_its_candidates_by_the_largest_listed_value():
     # a dict of names keeps one value per name: a candidate may hide above the shown one
     shared = frozenset({5, 6})
     answer = NextToken(frozenset({0}), -0.3, (Listed(frozenset({0}), -0.3), Listed(shared, -9.0),
                                               Listed(frozenset({1}), -12.0)))
-    assert topn_upper_bound(answer, 5) == pytest.approx(-0.3)
-    assert topn_upper_bound(answer, 7) == pytest.approx(-12.0)  # not listed at all
+    assert topn_upper_bound(answer, 5, EXACT) == pytest.approx(-0.3)
+    assert topn_upper_bound(answer, 7, EXACT) == pytest.approx(-12.0)  # not listed at all

@@ -147,13 +147,13 @@ def test_sampled_is_target_cases():
 
 def test_topn_bound_covers_an_entry_that_may_be_the_target():
     answer = NextToken(one(0), -0.5, (Listed(one(0), -0.5), Listed(PARTIAL, -1.5), Listed(one(1), -3.0)))
-    assert topn_upper_bound(answer, 2) == pytest.approx(-3.0)  # not partial: unlisted
+    assert topn_upper_bound(answer, 2, ALL) == pytest.approx(-3.0)  # not partial: unlisted
     # may be the "" entry, or another "" token whose value the dict of names kept out (llama-cpp-python
     # keeps the lowest-ranked id's value for a shared name): up to the largest listed value
-    assert topn_upper_bound(answer, 8) == pytest.approx(-0.5)
+    assert topn_upper_bound(answer, 8, ALL) == pytest.approx(-0.5)
     # a listed mass of 1 (rounded reports) never gives -inf
     full = NextToken(one(0), 0.0, (Listed(one(0), 0.0),))
-    assert math.isfinite(topn_upper_bound(full, 3))
+    assert math.isfinite(topn_upper_bound(full, 3, ALL))
 
 
 # -- configuration ----------------------------------------------------------------------------

@@ -13,11 +13,14 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import numpy as np
+
 from ...io import read_json_object, write_json_atomic
 from ...option_names import named
 from ...types import BlackboxMIAError
+from .precision import rounding_error
 
-PROBE_VERSION = 9  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 10  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 
@@ -75,6 +78,13 @@ class Capabilities:
             reported log-probs (a known non-argmax token forced by a grammar alone came back with
             its known value), and forced read-out holds: the tracker reads positions inside a
             character by spelled requests (:mod:`.spelling`).
+        report_bits: significant bits the server rounds reported log-probs to (8: bfloat16,
+            11: float16), read off the probe's answers (:func:`~.precision.report_bits`);
+            ``None``: float32 or finer, values taken as exact.
+        jitter: nats by which a reported log-prob may differ from the model's own because the
+            server answers the same request differently (batch-dependent kernels): the measured
+            ``tolerance`` when repeated requests disagreed by more than a bias nudge explains,
+            else 0.
 
     """
 
@@ -99,6 +109,8 @@ class Capabilities:
     exact_names: bool = False
     open_bias: bool = False
     grammar: bool = False
+    report_bits: int | None = None
+    jitter: float = 0.0
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -114,12 +126,44 @@ class Capabilities:
         ]
         return [name for name, ok in flags if ok]
 
+    def reading(self) -> str:
+        """One line: which reading the endpoint allows (prompt log-probs, top-n with bias, top-n
+        without bias, text only), what it costs per token, and what limits its values (rounding,
+        jitter)."""
+        available = self.strategies()
+        if not available:
+            return "reading: text only (no usable log-probs): the text-only scorers (--methods) are what remains"
+        exact = [s for s in ("forced", "postbias", "bisect") if s in available]
+        if "prompt" in available:
+            line = "reading: prompt log-probs: 1 request per text (per context window), exact"
+        elif exact:
+            cost = {"forced": "1 request per token", "postbias": "1 to 2 requests per token",
+                    "bisect": "several requests per token (flip search to epsilon)"}[exact[0]]
+            line = f"reading: top-n with logit_bias ({exact[0]}): {cost}" + (
+                ", fewer where the model's greedy run follows the text" if "run" in available else "")
+        else:
+            line = ("reading: top-n without logit_bias: 1 request per token, exact where the token is listed, "
+                    "else an upper bound only")
+        limits = []
+        if self.report_bits is not None:
+            limits.append(f"values rounded to {self.report_bits} significant bits (±|lp|·2^-{self.report_bits})")
+        if self.jitter:
+            limits.append(f"nondeterministic (±{self.jitter:.3g} nats)")
+        return line + ("; " + ", ".join(limits) + ": bounds widened" if limits else "")
+
+    def report_error(self, values: np.ndarray) -> np.ndarray:
+        """The largest |reported − true| (nats) of reported log-probs ``values`` (any shape):
+        the rounding of :attr:`report_bits` plus :attr:`jitter`; zeros on an exact,
+        deterministic server."""
+        return rounding_error(values, self.report_bits) + self.jitter
+
     def reason(self, strategy: str) -> str:
         """Why ``strategy`` (or capability) is off, as the probe measured it."""
         return self.reasons.get(strategy) or "the capability probe did not find it"
 
     def to_json(self) -> dict:
-        return {**asdict(self), "strategies": self.strategies()}
+        """The fields as JSON, with the derived :meth:`strategies` and :meth:`reading` line."""
+        return {**asdict(self), "strategies": self.strategies(), "reading": self.reading()}
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> Capabilities:
@@ -134,7 +178,7 @@ class Capabilities:
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
             "prompt_logprobs": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
-            "grammar": bool,
+            "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
         }
         values = {}
         for f in fields(cls):
@@ -145,7 +189,8 @@ class Capabilities:
                     f"{where}: field {f.name!r} is {json.dumps(value)}; delete the file or pass {named('reprobe', True)}"
                 )
             values[f.name] = value
-        if values["top_n"] < 0 or values["reported"] not in REPORTED or not values["tolerance"] >= 0:
+        if (values["top_n"] < 0 or values["reported"] not in REPORTED or not values["tolerance"] >= 0
+                or not values["jitter"] >= 0):
             raise BlackboxMIAError(f"{where}: a value is out of range; delete the file or pass {named('reprobe', True)}")
         return cls(**values)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+
+import numpy as np
 from pathlib import Path
 
 from .capabilities import (
@@ -27,6 +29,7 @@ from .capabilities import (
     save_capabilities,
 )
 from .http.client import ApiError
+from .precision import rounding_error
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, surely
 from .probe_checks import (
     ProbeRun,
@@ -39,6 +42,8 @@ from .probe_checks import (
     check_runs,
     greedy_path,
     known_targets,
+    NUDGE_SHIFT_NATS,
+    measure_precision,
     measure_tolerance,
     trial,
 )
@@ -51,7 +56,6 @@ AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or
 # backoff schedule (a 500 elsewhere gets every retry)
 TOKEN_ID_CHECK_ATTEMPTS = 2
 TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal names no smaller cap
-NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
 
 
 async def load_or_probe(
@@ -150,8 +154,11 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
 
     path = await greedy_path(p, seq[:3], top_n)
     checks = known_targets(path)
-    tolerance = await measure_tolerance(p, path, top_n)
-    agree = max(AGREE_NATS, tolerance)
+    bits = measure_precision(p, path)
+    tolerance, jitter = await measure_tolerance(p, path, top_n, bits)
+    # two reports of one value may differ by the tolerance, and each by its rounding
+    known = np.asarray([c[2] for c in checks] + [0.0])
+    agree = max(AGREE_NATS, tolerance) + 2 * float(np.max(rounding_error(known, bits)))
     echo = dialect.echo and await check_prompt(p, path, top_n, agree, ECHO)
     vllm = dialect.name == "completions" and await check_prompt(p, path, top_n, agree, PROMPT_LOGPROBS)
     if not (echo or vllm):
@@ -180,7 +187,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
             p.reasons["bias"] = f"a +{config.max_bias:g} logit_bias did not force the token at temperature 0"
 
     base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
-            "reported": reported, "tolerance": tolerance}
+            "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter}
     enabled = {}
     for strategy, prerequisite in (
         ("forced", None if forces and reported == "pre-bias" else

@@ -13,9 +13,12 @@ import math
 from collections.abc import Awaitable
 from dataclasses import replace
 
+import numpy as np
+
 from ...types import BlackboxMIAError
 from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
+from .precision import SIGNIFICANT_BITS, report_bits, rounding_error
 from .tracker.choice import strategy_set
 from .http.client import ApiError
 from .endpoint import Endpoint, NextToken, surely
@@ -26,6 +29,7 @@ from .tracker.config import TrackerConfig
 GREEDY_STEPS = 6  # known positions on the model's greedy path
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
 CHAIN_STEPS = 3  # consecutive known positions the chained-request check bisects
+NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
 OPEN_STOP_REQUESTS = 12  # most unbiased probe-text prefixes asked for a greedy token that ends mid-character
 
 
@@ -97,25 +101,54 @@ def known_targets(path) -> list[tuple[list[int], int, float, NextToken]]:
     return sorted(out, key=lambda c: c[2])
 
 
-async def measure_tolerance(p: ProbeRun, path, top_n: int) -> float:
-    """Nats by which reports of one value may differ here: 10× the largest difference between the
-    first probe answer and two fresh repeats of it (a −1e-6 nat bias on its lowest listed token
-    makes each repeat a new request), at least :data:`MIN_TOLERANCE_NATS`."""
+def measure_precision(p: ProbeRun, path) -> int | None:
+    """The significant bits the server rounds log-probs to (:func:`~.precision.report_bits`),
+    read off every value the greedy path's answers listed (no request); evidence under
+    ``precision``, and a note naming the format when it is a short one."""
+    values = [e.logprob for _, answer in path for e in answer.top] + [a.sampled_logprob for _, a in path]
+    bits = report_bits(values)
+    p.evidence["precision"] = {"requests": 0, "values": len(values), "report_bits": bits}
+    if bits is not None:
+        name = next(k for k, v in SIGNIFICANT_BITS.items() if v == bits)
+        p.notes.append(f"reported log-probs are rounded to {name} ({bits} significant bits): every value "
+                       f"carries ±|lp|·2^-{bits} nats (±{16 * 2.0**-bits:.3g} at −16)")
+    return bits
+
+
+async def measure_tolerance(p: ProbeRun, path, top_n: int, bits: int | None) -> tuple[float, float]:
+    """Nats by which reports of one value may differ here, and the jitter of identical requests.
+
+    Tolerance: 10× the largest difference between the first probe answer and two fresh repeats
+    of it (a −1e-6 nat bias on its lowest listed token makes each repeat a new request), at
+    least :data:`MIN_TOLERANCE_NATS`. Jitter: that tolerance when some difference exceeds what
+    the nudge and the rounding to ``bits`` significant bits explain
+    (:data:`NUDGE_SHIFT_NATS`, :func:`~.precision.rounding_error` of both values), else 0: the
+    server answers one request in several ways, and every value it reports may be off by it.
+    """
     if not path:
-        return MIN_TOLERANCE_NATS
+        return MIN_TOLERANCE_NATS, 0.0
     prefix, answer = path[0]
     lowest = min(answer.top, key=lambda e: e.logprob)
     nudged = next(iter(lowest.ids)) if lowest.ids is not None and len(lowest.ids) == 1 else 0
-    before, worst = p.spent(), 0.0
+    before, worst, unexplained = p.spent(), 0.0, 0.0
     for k in (1, 2):
         again = await p.endpoint.next_token(prefix, top_n, {nudged: -k * 1e-6})
         for entry in answer.top:
             if entry.ids is not None and len(entry.ids) == 1 and next(iter(entry.ids)) != nudged:
                 value = again.find(next(iter(entry.ids)))
                 if value is not None:
-                    worst = max(worst, abs(value - entry.logprob))
-    p.evidence["repeat_noise"] = {"requests": p.spent() - before, "max_abs_diff": worst}
-    return max(MIN_TOLERANCE_NATS, 10 * worst)
+                    diff = abs(value - entry.logprob)
+                    worst = max(worst, diff)
+                    rounding = float(np.sum(rounding_error(np.asarray([value, entry.logprob]), bits)))
+                    unexplained = max(unexplained, diff - rounding)
+    tolerance = max(MIN_TOLERANCE_NATS, 10 * worst)
+    jitter = tolerance if unexplained > NUDGE_SHIFT_NATS else 0.0
+    p.evidence["repeat_noise"] = {"requests": p.spent() - before, "max_abs_diff": worst,
+                                  "beyond_rounding": max(unexplained, 0.0), "jitter": jitter}
+    if jitter:
+        p.notes.append(f"identical requests get log-probs up to {worst:.3g} nats apart (a nondeterministic "
+                       f"server): every value carries ±{jitter:.3g} nats (10× that)")
+    return tolerance, jitter
 
 
 async def check_prompt(p: ProbeRun, path, top_n: int, agree: float, form: str) -> bool:
@@ -190,6 +223,7 @@ async def trial(p: ProbeRun, strategy: str, checks, base: dict, agree: float) ->
     flags = {"forced_readout": strategy == "forced", "postbias_solve": strategy == "postbias", "bisect": strategy == "bisect"}
     trial_caps = Capabilities(p.endpoint.kind, base["top_n"], base["token_id_prompts"], False,
                               base["bias_forces"], base["reported"], **flags, tolerance=base["tolerance"],
+                              report_bits=base["report_bits"], jitter=base["jitter"],
                               flips_reproducible=False)  # every bracket the trial bisects is re-checked
     run = strategy_set(p.endpoint, trial_caps, p.config)[strategy]
     eps = p.config.epsilon + agree if strategy == "bisect" else agree
@@ -266,6 +300,7 @@ async def check_chains(p: ProbeRun, path, base: dict, agree: float) -> bool:
         return False
     caps = Capabilities(endpoint.kind, base["top_n"], base["token_id_prompts"], False, base["bias_forces"],
                         base["reported"], False, False, True, tolerance=base["tolerance"],
+                        report_bits=base["report_bits"], jitter=base["jitter"],
                         flips_reproducible=False, chained_flips=True)
     config = replace(p.config, refine_for=())
     bisection = TextBisection(strategy_set(endpoint, caps, config)["bisect"], len(known))

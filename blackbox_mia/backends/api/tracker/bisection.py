@@ -115,8 +115,7 @@ class TextBisection:
             if outcome is not None:
                 found[i] = outcome
 
-    @staticmethod
-    def _safe(position: Position, token: int, bias: float) -> bool:
+    def _safe(self, position: Position, token: int, bias: float) -> bool:
         """Whether ``token`` biased by ``bias`` nats is presumed to stay below the argmax at
         ``position``: its listed value, else the top-n bound less :data:`UNLISTED_MARGIN_NATS`,
         plus the bias is below the argmax's value. A planning presumption only: a chain it gets
@@ -127,7 +126,7 @@ class TextBisection:
             return False
         ceiling = answer.find(token)
         if ceiling is None:
-            ceiling = topn_upper_bound(answer, token) - UNLISTED_MARGIN_NATS
+            ceiling = topn_upper_bound(answer, token, self.bisect.caps) - UNLISTED_MARGIN_NATS
         return bias <= 0 or ceiling + bias < answer.top_logprob
 
     def _flipping_bias(self, position: Position, search: Search) -> float | None:

@@ -193,7 +193,7 @@ class Bisect(Strategy):
         unbiased = await self.unbiased(position)
         listed = unbiased.find(position.target)
         # a listed target is bracketed by the argmax alone, not by its value
-        upper = unbiased.top_logprob if listed is not None else topn_upper_bound(unbiased, position.target)
+        upper = unbiased.top_logprob if listed is not None else topn_upper_bound(unbiased, position.target, self.caps)
         top = unbiased.top_logprob
         if surely(unbiased.sampled, position.target):  # already the argmax: nothing to flip
             return Estimate.exact(top, "bisect")

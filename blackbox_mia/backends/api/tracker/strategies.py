@@ -49,18 +49,26 @@ class Estimate:
         return cls(upper, -math.inf, upper, strategy)
 
 
-def topn_upper_bound(answer: NextToken, target: int) -> float:
+def topn_upper_bound(answer: NextToken, target: int, caps: Capabilities) -> float:
     """Upper bound (nats) on lp of ``target`` given an unbiased answer that does not list it for sure.
 
-    An unlisted token lies below every listed one and below log(1 − Σ listed p) (with a margin
-    of :data:`REPORT_PRECISION_NATS` per entry for rounded reports); an entry that may be the
-    target (an ambiguous name) raises the bound to that entry's value.
+    An unlisted token lies below every listed one and below log(1 − Σ listed p); each listed
+    value may be off by the server's report error (:meth:`~.capabilities.Capabilities.report_error`:
+    rounding, jitter; in the mass at least :data:`REPORT_PRECISION_NATS`), so the bound takes
+    the values at the end of their error that makes it loosest. An entry that may be the target (an
+    ambiguous name) raises the bound to that entry's value.
     """
-    listed = [e.logprob for e in answer.top]
-    rest = 1.0 - float(np.sum(np.exp(np.asarray(listed) - REPORT_PRECISION_NATS)))
-    unlisted = min(min(listed), math.log(rest)) if rest > 0 else min(listed)
+    listed = np.asarray([e.logprob for e in answer.top])
+    error = caps.report_error(listed)
+    rest = 1.0 - float(np.sum(np.exp(listed - np.maximum(error, REPORT_PRECISION_NATS))))
+    lowest = int(np.argmin(listed))
+    unlisted = float(listed[lowest] + error[lowest])
+    if rest > 0:
+        unlisted = min(unlisted, math.log(rest))
     ambiguous = answer.ambiguous(target)
-    return unlisted if ambiguous is None else max(unlisted, ambiguous)
+    if ambiguous is None:
+        return unlisted
+    return max(unlisted, ambiguous + float(caps.report_error(np.asarray(ambiguous))))
 
 
 def sampled_is_target(
@@ -204,7 +212,7 @@ class TopN(Strategy):
         listed = await self.listed(position)
         if listed is not None:
             return listed
-        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target), "topn-bound")
+        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target, self.caps), "topn-bound")
 
 
 class Forced(Strategy):
@@ -230,7 +238,7 @@ class Forced(Strategy):
         listed = unbiased.find(target)
         if listed is not None:
             return Estimate.exact(listed, "topn")
-        upper = topn_upper_bound(unbiased, target)
+        upper = topn_upper_bound(unbiased, target, self.caps)
         if hit is None:
             return Estimate.at_most(upper, "ambiguous")
         # not sampled even at the cap: the gap to the argmax exceeds the bias range
@@ -246,7 +254,7 @@ class PostBias(Strategy):
         target, bias = position.target, self.config.max_bias
         unbiased = await self.unbiased(position)
         listed = unbiased.find(target)
-        upper = listed if listed is not None else topn_upper_bound(unbiased, target)
+        upper = listed if listed is not None else topn_upper_bound(unbiased, target, self.caps)
         biased = await self.biased(position, bias)
         hit = self.is_target(biased, target, unbiased)
         lp_target = biased.find(target)

@@ -353,7 +353,14 @@ class Tracker:
     # -- assembly ---------------------------------------------------------------------------
 
     def _to_logprobs(self, seq: list[int], estimates: list[Estimate]) -> TokenLogprobs:
+        """The text's :class:`TokenLogprobs`: each estimate's bounds widened by the server's
+        report error at that bound (:meth:`~..capabilities.Capabilities.report_error`: values
+        rounded to a short float format, or jittered between identical requests), so a value is
+        within its bounds whatever the server's precision; exact servers change nothing."""
         strategies = [e.strategy for e in estimates]
+        lower = np.asarray([e.lower for e in estimates], dtype=np.float64)
+        upper = np.asarray([e.upper for e in estimates], dtype=np.float64)
+        lower, upper = lower - self.caps.report_error(lower), upper + self.caps.report_error(upper)
         kinds = set(strategies)
         provenance = Provenance(
             backend="api",
@@ -368,7 +375,7 @@ class Tracker:
             logprobs=[e.value for e in estimates],
             context_ids=(seq[0],),
             provenance=provenance,
-            lower=[e.lower for e in estimates],
-            upper=[e.upper for e in estimates],
+            lower=lower,
+            upper=upper,
             strategies=strategies,
         )
