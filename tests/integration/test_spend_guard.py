@@ -126,22 +126,34 @@ def test_the_real_limit_refuses_an_exchangeability_test_of_400_items(proxy, tiny
 def test_the_library_audits_raise_the_typed_error_unless_yes(proxy, tiny_model_dir, files, known, tmp_path,
                                                             monkeypatch):  # noqa: F811
     from blackbox_mia.audits import EvalConfig, SweepConfig, prepare_eval, prepare_sweep, run_eval, run_sweep
+    from blackbox_mia.audits.documents import DocumentsConfig, prepare_documents, run_documents
+    from blackbox_mia.audits.exchangeability import ExchangeabilityConfig, prepare_exchangeability, run_exchangeability
     from blackbox_mia.audits.memorization import MemorizeConfig, prepare_memorize, run_memorize
+    from blackbox_mia.audits.unlearning import UnlearningConfig, prepare_unlearning, run_unlearning
 
     cache = tmp_path / "cache"
     probe_requests(proxy, tiny_model_dir, cache)
     monkeypatch.setattr(guard, "GUARD_REQUESTS", 0)
     config = ApiConfig(base_url=proxy.base_url, model=str(tiny_model_dir), api_key="none")
+    labelled = str(files["labelled"])
     with ApiBackend(config, str(tiny_model_dir), cache_dir=cache) as backend:
         backends = {"target": backend}
         audits = {
-            "eval": lambda yes: run_eval(prepare_eval(EvalConfig(str(files["labelled"]), scorers=("loss",))),
+            "eval": lambda yes: run_eval(prepare_eval(EvalConfig(labelled, scorers=("loss",), n_boot=0)),
                                          backends, tmp_path / "eval", progress=False, yes=yes),
-            "sweep": lambda yes: run_sweep(prepare_sweep(SweepConfig(str(files["labelled"]), calibration=str(known),
-                                                                     control=False)),
+            "sweep": lambda yes: run_sweep(prepare_sweep(SweepConfig(labelled, calibration=str(known), control=False)),
                                            backends, tmp_path / "sweep", progress=False, yes=yes),
-            "memorize": lambda yes: run_memorize(prepare_memorize(MemorizeConfig(str(files["labelled"]), (3,), 3)),
+            "documents": lambda yes: run_documents(
+                prepare_documents(DocumentsConfig(str(files["docs"]), str(files["calibration"]), "loss", chunk_words=8,
+                                                  n_boot=0)), backends, tmp_path / "documents", progress=False, yes=yes),
+            "exchangeability": lambda yes: run_exchangeability(
+                prepare_exchangeability(ExchangeabilityConfig(labelled, shards=2, permutations=2)), backends,
+                tmp_path / "exchangeability", progress=False, yes=yes),
+            "memorize": lambda yes: run_memorize(prepare_memorize(MemorizeConfig(labelled, (3,), 3, n_boot=0)),
                                                  backend, tmp_path / "memorize", progress=False, yes=yes),
+            "unlearning": lambda yes: run_unlearning(
+                prepare_unlearning(UnlearningConfig(labelled, prompt_words=2, samples=2, max_new_tokens=4)),
+                backend, backend, tmp_path / "unlearning", progress=False, yes=yes),
         }
         for name, audit in audits.items():
             before = proxy.stats.requests
