@@ -18,7 +18,8 @@ import numpy as np
 from ..backends.base import Backend
 from ..canary.dataset import load_items
 from ..config import check_number
-from ..cost.guard import guard_groups
+from ..cost.guard import guard_spend
+from ..cost.plan import estimate_groups
 from ..datasets import Item
 from ..evaluation import (
     DEFAULT_FPRS,
@@ -177,7 +178,9 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     """
     config, items = plan.config, plan.items
     out_dir = Path(out_dir)
-    guard_groups(plan.scored_groups(backends[TARGET].codec), plan.scorers, backends, yes)
+    # the groups are cut with the target's tokenizer only when the guard judges the run
+    guard_spend(lambda: estimate_groups(plan.scored_groups(backends[TARGET].codec), plan.scorers, backends),
+                backends, yes)
     run_cfg = run_config(plan.scorers, backends, plan.meta)
     log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
     rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
