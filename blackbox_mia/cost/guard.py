@@ -2,9 +2,9 @@
 request, the same rule for every command and for the library's audits.
 
 A run estimated at more than :data:`GUARD_REQUESTS` requests, or more than :data:`GUARD_USD` USD
-against a priced model, is refused (:class:`SpendRefused`) unless it is confirmed (``yes=True``,
-``--yes``) or every backend that sends requests has a spending cap (``max_cost=``,
-``--max-cost``: the cap then bounds the spend). The estimate is the one ``--dry-run`` prints
+against a priced model, is refused (:class:`~blackbox_mia.types.SpendRefused`, importable from
+here too) unless it is confirmed (``yes=True``, ``--yes``) or every backend that sends requests
+has a spending cap (``max_cost=``, ``--max-cost``: the cap then bounds the spend). The estimate is the one ``--dry-run`` prints
 (:func:`~blackbox_mia.cost.plan.estimate_groups`, or an audit's own estimate of the same shape);
 computing it may run the target's capability probe (a few dozen requests, once per endpoint and
 model, cached), nothing else. Local models send nothing and are never judged.
@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..option_names import named
-from ..types import BlackboxMIAError
+from ..types import SpendRefused
 
 if TYPE_CHECKING:  # this module stays light: the CLI's option table reads its limits
     from ..backends.base import Backend
@@ -29,28 +28,6 @@ GUARD_USD = 1.0  # ... or at more USD than this against a priced endpoint
 Estimate = Callable[[], Mapping[str, Mapping[str, dict]]]
 """A run's estimate, computed only when the guard needs it: ``{group: {role: CostEstimate.to_dict()},
 "total": {..., "all": ...}}`` (:func:`~blackbox_mia.cost.plan.estimate_groups`'s shape)."""
-
-
-class SpendRefused(BlackboxMIAError):
-    """A run estimated above the spend guard (:data:`GUARD_REQUESTS` requests or
-    :data:`GUARD_USD` USD) was neither confirmed (``yes=True``, ``--yes``) nor capped
-    (``max_cost=``, ``--max-cost``): nothing was sent but the capability probe.
-
-    Attributes:
-        requests: the estimated requests of the whole run.
-        usd: the estimated USD, or ``None`` for an unpriced model.
-    """
-
-    def __init__(self, requests: int, usd: float | None):
-        cost = "unpriced model" if usd is None else f"about ${usd:,.2f}"
-        super().__init__(
-            f"refusing to start: this run is estimated at {requests:,} requests ({cost}), over the "
-            f"{GUARD_REQUESTS:,} requests / ${GUARD_USD:g} that run without confirmation; pass "
-            f"{named('max_cost')} USD to cap the spend, or {named('yes', True)} to run it as it is "
-            "(--dry-run prints the estimate)"
-        )
-        self.requests = requests
-        self.usd = usd
 
 
 def uncapped(backends: Mapping[str, Backend]) -> bool:
@@ -79,7 +56,7 @@ def guard_spend(estimate: Estimate, backends: Mapping[str, Backend], yes: bool =
     total = estimate()[TOTAL]["all"]
     requests, usd, unpriced = total["requests"], total["usd"], total["unpriced"]
     if requests > GUARD_REQUESTS or (not unpriced and usd > GUARD_USD):
-        raise SpendRefused(requests, None if unpriced else usd)
+        raise SpendRefused(requests, None if unpriced else usd, GUARD_REQUESTS, GUARD_USD)
 
 
 def guard_groups(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
