@@ -22,8 +22,12 @@ the strategies used; then ``concurrency-64`` / ``concurrency-256`` from
 ``--before REV`` measures REV's package first (``git archive`` into a temporary directory, the
 same script run on it), every line tagged ``"version": "before"`` / ``"after"``.
 
+``--smoke``: the smallest setting (1 question, 2 canary texts, 1 member, one concurrency line at 2
+in flight on 2 texts), seconds instead of minutes: a check that every line still runs
+(``tests/integration/test_benchmarks_smoke.py``), not a measurement.
+
 Usage: python -m benchmarks.bench_blackbox [--canary DIR] [--questions 10] [--canary-texts 20] [--members 10]
-       [--only forced,bisect,...] [--before 753b155] [--no-concurrency] [--json]
+       [--only forced,bisect,...] [--before 753b155] [--no-concurrency] [--smoke] [--json]
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ MEASURES = (  # (line's strategy, tracker strategy, emulator log-probs mode, tex
     ("run-memorized-forced", "forced", "raw", "members"),
 )
 CONCURRENCIES = (64, 256)
+SMOKE = {"questions": 1, "canary_texts": 2, "members": 1}  # --smoke: the smallest setting of every line
+SMOKE_CONCURRENCY = {"concurrencies": (2,), "n_texts": 2, "latency_s": 0.01}  # ... and of the concurrency lines
 
 
 def default_canary() -> Path:
@@ -172,13 +178,16 @@ def has_estimate(backend: ApiBackend) -> bool:
     return "estimate_cost" in dir(backend)
 
 
-def concurrency(client_tree: Path | None) -> list[dict]:
-    """The ``concurrency-64/256`` lines from ``benchmarks/bench_throughput.py``, or a note when it
-    (or its ``concurrency_lines``) is not there yet."""
+def concurrency(client_tree: Path | None, smoke: bool = False) -> list[dict]:
+    """The ``concurrency-64/256`` lines from ``benchmarks/bench_throughput.py`` (with ``smoke``,
+    :data:`SMOKE_CONCURRENCY`'s one line), or a note when it (or its ``concurrency_lines``) is not
+    there yet."""
     try:
         from benchmarks.bench_throughput import concurrency_lines
     except ImportError as exc:
         return [{"strategy": f"concurrency-{c}", "skipped": f"benchmarks/bench_throughput.py: {exc}"} for c in CONCURRENCIES]
+    if smoke:
+        return concurrency_lines(client_tree=client_tree, **SMOKE_CONCURRENCY)
     return concurrency_lines(CONCURRENCIES, client_tree=client_tree)
 
 
@@ -193,6 +202,7 @@ def run_before(rev: str, args: argparse.Namespace) -> None:
                "--label", "before", "--tree", tree] + (["--json"] if args.json else [])
         cmd += ["--only", args.only] if args.only else []
         cmd += ["--no-concurrency"] if args.no_concurrency else []
+        cmd += ["--smoke"] if args.smoke else []
         # blackbox_mia from the tree, benchmarks (bench_throughput) from this checkout
         subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(ROOT)])})
 
@@ -206,10 +216,13 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated line names (default: all)")
     parser.add_argument("--before", default=None, help="also measure this git revision first")
     parser.add_argument("--no-concurrency", action="store_true", help="skip the concurrency lines")
+    parser.add_argument("--smoke", action="store_true", help="the smallest setting: checks that every line runs")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--label", default="after", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     args.canary = args.canary or default_canary()
     if args.before:
         run_before(args.before, args)
@@ -230,7 +243,7 @@ def main() -> None:
             elif not name.startswith("run"):
                 emit(lines[-1], args)
     if not args.no_concurrency and not only:
-        for line in concurrency(args.tree):
+        for line in concurrency(args.tree, args.smoke):
             emit(line, args)
 
 

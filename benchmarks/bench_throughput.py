@@ -168,10 +168,11 @@ def _canonical(body: bytes) -> str:
 
 def score_command(url: str, model_dir: Path, cache: Path, out: Path, n_texts: int, concurrency: int,
                   command: str = "score") -> list[str]:
-    """The ``bbmia`` command line of one run (forced read-out: one request per scored token)."""
+    """The ``bbmia`` command line of one run (forced read-out: one request per scored token; ``--yes``:
+    past the spend guard, the server is this benchmark's own)."""
     bbmia = str(Path(sys.executable).with_name("bbmia"))
     target = ["--base-url", url, "--model", MODEL_NAME, "--tokenizer", str(model_dir), "--strategy", "forced",
-              "--concurrency", str(concurrency), "--cache-dir", str(cache)]
+              "--concurrency", str(concurrency), "--cache-dir", str(cache), "--yes"]
     if command == "probe":
         return [bbmia, "probe", "--dataset", "gsm8k", "--limit", str(n_texts), "--scorers", "loss", "--json", *target]
     return [bbmia, "score", "gsm8k", "--limit", str(n_texts), "--scorers", "loss", "--out", str(out),

@@ -53,7 +53,7 @@ def check(url: str, canary: str, limit: int, strategy: str, context: int, work: 
         before = usage_report(backends)[TOTAL]  # the probe's requests: not part of the sweep
         started = time.perf_counter()
         try:
-            run_sweep(plan, backends, work / "sweep", progress=False)
+            run_sweep(plan, backends, work / "sweep", progress=False, yes=True)  # its own server
         except BlackboxMIAError as exc:  # the sweep's refusal is a result: the groups scored before it are compared
             refused = str(exc)
         wall = time.perf_counter() - started

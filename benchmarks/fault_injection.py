@@ -609,7 +609,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         huge = work / "huge.txt"
         huge.write_text((one * (HUGE_TEXT_CHARS // len(one) + 1))[:HUGE_TEXT_CHARS], encoding="ascii", errors="replace")
         probe = [*bbmia_command(), "probe", "--file", str(huge), "--base-url", url, "--model", model, "--tokenizer",
-                 model, "--cache-dir", str(work / "clean"), "--scorers", "loss", "--json"]
+                 model, "--cache-dir", str(work / "clean"), "--scorers", "loss", "--json", "--yes"]
         huge_run = huge_text_sigint(probe + ([] if context is None else ["--context-tokens", str(context)]), work)
         walls["huge_text"] = time.perf_counter() - began
         log(f"   {huge_run}")

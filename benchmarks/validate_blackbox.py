@@ -70,7 +70,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as cache:
                 probe = [bbmia, "probe", "--dataset", "gsm8k", "--limit", str(args.n), "--json", "--base-url", url,
                          "--model", args.canary, "--tokenizer", args.canary, "--context-tokens", str(local.context),
-                         "--scorers", args.scorers, "--cache-dir", cache]
+                         "--scorers", args.scorers, "--cache-dir", cache, "--yes"]
                 start = time.perf_counter()
                 out = subprocess.run(probe, capture_output=True, text=True, check=True, env={**os.environ, "OPENAI_API_KEY": "none"})
                 wall = time.perf_counter() - start
@@ -91,7 +91,7 @@ def main() -> None:
             for t in record["tokens"]:
                 strategies[t["strategy"]] = strategies.get(t["strategy"], 0) + 1
             for label in score_diff:
-                score_diff[label] = max(score_diff[label], abs(record["scores"][label] - scores[label]))
+                score_diff[label] = max(score_diff[label], abs(record["scores"][label] - scores[label].value))
         print(json.dumps({
             "mode": mode, "echo": echo, "texts": len(records), "tokens": n_tokens,
             "within_bounds": inside / n_tokens, "requests": requests,

@@ -43,6 +43,7 @@ _EXPORTS = {
     "parse_scorers": "blackbox_mia.scorers",
     "load_any_dataset": "blackbox_mia.canary.dataset",
     "BlackboxMIAError": "blackbox_mia.types",
+    "SpendRefused": "blackbox_mia.types",
     "Generation": "blackbox_mia.types",
     "Provenance": "blackbox_mia.types",
     "TokenLogprobs": "blackbox_mia.types",

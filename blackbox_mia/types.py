@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .option_names import as_arguments
+from .option_names import as_arguments, named
 
 
 class BlackboxMIAError(Exception):
@@ -37,6 +37,29 @@ class BlackboxMIAError(Exception):
 class BudgetExceeded(BlackboxMIAError):
     """The next request could take the spend past the cap: nothing more is sent (everything paid
     so far is cached, so a rerun with a higher cap resumes where this run stopped)."""
+
+
+class SpendRefused(BlackboxMIAError):
+    """A run estimated above the spend guard (:mod:`blackbox_mia.cost.guard`: more than
+    ``limit_requests`` requests, or ``limit_usd`` USD at a known price) was neither confirmed
+    (``yes=True``, ``--yes``) nor capped (``max_cost=``, ``--max-cost``): nothing was sent but the
+    capability probe.
+
+    Attributes:
+        requests: the estimated requests of the whole run.
+        usd: the estimated USD, or ``None`` for an unpriced model.
+    """
+
+    def __init__(self, requests: int, usd: float | None, limit_requests: int, limit_usd: float):
+        cost = "unpriced model" if usd is None else f"about ${usd:,.2f}"
+        super().__init__(
+            f"refusing to start: this run is estimated at {requests:,} requests ({cost}), over the "
+            f"{limit_requests:,} requests / ${limit_usd:g} that run without confirmation; pass "
+            f"{named('max_cost')} USD to cap the spend, or {named('yes', True)} to run it as it is "
+            "(--dry-run prints the estimate)"
+        )
+        self.requests = requests
+        self.usd = usd
 
 
 class ExpressionError(BlackboxMIAError):

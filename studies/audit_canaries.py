@@ -295,7 +295,7 @@ def unlearning_through_serve(args, canary: str, unlearned: str, forget_file: str
             audit = bbmia("unlearning", forget_file, "--before", f"api:{canary}@{url_before}", "--tokenizer", canary,
                           "--after", f"api:{unlearned}@{url_after}", "--context-tokens", "128", "--truth", unlearned,
                           "--prompt-words", str(args.prompt_words), *common, "--out", out,
-                          "--overwrite")  # fmt: skip  # the server's port is new each run: nothing to resume
+                          "--overwrite", "--yes")  # fmt: skip  # a new port each run: nothing to resume; own servers
     finally:
         for model in models:
             model.close()
@@ -476,6 +476,7 @@ def documents_through_serve(args: argparse.Namespace, trained: dict, local: dict
                 "--chunk-words", str(args.chunk_words), "--scorers", args.scorer, "--rule", args.rule,
                 "--n-boot", str(args.n_boot), "--seed", str(args.seed), "--out", out, "--quiet",
                 "--overwrite",  # the server's port is new each run: nothing to resume
+                "--yes",  # past the spend guard: the server is this study's own
             )
     finally:
         model.close()

@@ -99,7 +99,7 @@ def sweep(plan, options: TargetOptions, out: Path, items) -> dict:
     scorers = [parse_scorer(spec) for spec in dict.fromkeys(("loss", "min_k", plan.config.scorer))]
     backends = build_backends(options, scorers)
     try:
-        summary = run_sweep(plan, backends, out, progress=False).summary
+        summary = run_sweep(plan, backends, out, progress=False, yes=True).summary  # its own server
         rows = score_items(items, scorers, backends, progress=False)
         usage = usage_report(backends)
     finally:

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..backends.base import Backend
 from ..config import check_number
+from ..cost.guard import guard_groups
 from ..datasets import Item
 from ..datasets.formats import parse_label
 from ..datasets.registry import read_jsonl
@@ -292,14 +293,22 @@ def chunk_groups(plan: DocumentsPlan, target: Backend) -> dict[str, list[Item]]:
         BlackboxMIAError: as :func:`cut_documents`.
     """
     codec = target.codec if plan.config.unit == "tokens" else None
-    return {name: [it for d in cut_documents(docs, plan.config, plan.segmenter, codec) for it in d.items()]
-            for name, docs in (("documents", plan.docs), ("calibration", plan.calibration))}
+    return as_groups(cut_documents(plan.docs, plan.config, plan.segmenter, codec),
+                     cut_documents(plan.calibration, plan.config, plan.segmenter, codec))
+
+
+def as_groups(cut: list[DocumentChunks], cal_cut: list[DocumentChunks]) -> dict[str, list[Item]]:
+    """The cut documents and validation documents as :func:`chunk_groups`' runner items."""
+    return {name: [it for d in docs for it in d.items()] for name, docs in (("documents", cut), ("calibration", cal_cut))}
 
 
 def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True,
-                  log: Log = quiet) -> AuditResult:
+                  log: Log = quiet, yes: bool = False) -> AuditResult:
     """Cut, score, calibrate on the validation chunks, rate every document and report (see the
-    module docstring).
+    module docstring). Before the first request, the run's estimate (:func:`chunk_groups`, what
+    ``--dry-run`` prints) goes through the spend guard
+    (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    ``max_cost=``, lets a run above it proceed.
 
     Returns:
         The :class:`AuditResult`; its summary holds ``documents`` (ranked, most contaminated
@@ -310,6 +319,7 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
         ``n_documents``, ``n_chunks``.
 
     Raises:
+        SpendRefused: the estimate exceeds the spend guard, neither ``yes`` nor a cap given.
         BlackboxMIAError: the scorer cannot run on the target, non-finite scores, a resumed
             scores file of another configuration.
     """
@@ -317,6 +327,7 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     codec = backends["target"].codec if config.unit == "tokens" else None
     cut = cut_documents(plan.docs, config, plan.segmenter, codec)
     cal_cut = cut_documents(plan.calibration, config, plan.segmenter, codec)
+    guard_groups(as_groups(cut, cal_cut), [plan.scorer], backends, yes)
     n_chunks, n_cal = sum(len(d.chunks) for d in cut), sum(len(d.chunks) for d in cal_cut)
     log(f"scoring {n_chunks} chunks of {len(cut)} documents and {n_cal} validation chunks with {plan.scorer.label}")
     scores = _score(cut, plan, backends, plan.meta, out_dir / SCORES_FILE, codec, progress)

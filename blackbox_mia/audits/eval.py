@@ -18,6 +18,8 @@ import numpy as np
 from ..backends.base import Backend
 from ..canary.dataset import load_items
 from ..config import check_number
+from ..cost.guard import guard_spend
+from ..cost.plan import estimate_groups
 from ..datasets import Item
 from ..evaluation import (
     DEFAULT_FPRS,
@@ -158,19 +160,27 @@ def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None)
     return EvalPlan(config, items, meta, scorers, [len(segmenter.segment(it.text).words) for it in items])
 
 
-def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
-    """Score, evaluate and report (see the module docstring). Files in ``out_dir``:
+def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet,
+             yes: bool = False) -> AuditResult:
+    """Score, evaluate and report (see the module docstring). Before the first request, the run's
+    estimate (:meth:`EvalPlan.scored_groups`, what ``--dry-run`` prints) goes through the spend
+    guard (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    ``max_cost=``, lets a run above it proceed. Files in ``out_dir``:
     ``scores.jsonl`` (+ ``.config.json``), ``roc_linear.png``, ``roc_log.png``, ``eval.json``,
     ``eval.md``; with ``truncate_tokens`` also ``scores_L{L}.jsonl`` per L and
     ``prompt_length_auc.png``, the report's ``prompt_length`` section and the summary's
     ``prompt_length`` entry (:func:`~.ablation.run_prompt_length_ablation`).
 
     Raises:
+        SpendRefused: the estimate exceeds the spend guard, neither ``yes`` nor a cap given.
         BlackboxMIAError: a scorer the backend cannot serve, non-finite scores, a resumed
             scores file of another configuration.
     """
     config, items = plan.config, plan.items
     out_dir = Path(out_dir)
+    # the groups are cut with the target's tokenizer only when the guard judges the run
+    guard_spend(lambda: estimate_groups(plan.scored_groups(backends[TARGET].codec), plan.scorers, backends),
+                backends, yes)
     run_cfg = run_config(plan.scorers, backends, plan.meta)
     log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
     rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)

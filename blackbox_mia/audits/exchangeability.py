@@ -29,6 +29,7 @@ from ..backends.base import Backend
 from ..canary.dataset import canary_spec_path, is_canary_spec, load_any_dataset
 from ..canary.manifest import canonical_members
 from ..config import check_number
+from ..cost.guard import guard_groups
 from ..datasets import Item
 from ..datasets.ordered import ITEM_SEPARATOR, join_items
 from ..evaluation.exchangeability import (
@@ -165,15 +166,20 @@ def shard_logprobs(plan: ExchangeabilityPlan, total: dict[str, float]) -> tuple[
 
 
 def run_exchangeability(plan: ExchangeabilityPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True,
-                        log: Log = quiet) -> AuditResult:
-    """Score the shard texts, test and report (see the module docstring).
+                        log: Log = quiet, yes: bool = False) -> AuditResult:
+    """Score the shard texts, test and report (see the module docstring). Before the first
+    request, the estimate of scoring ``plan.texts`` (what ``--dry-run`` prints) goes through the
+    spend guard (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    ``max_cost=``, lets a run above it proceed.
 
     Raises:
+        SpendRefused: the estimate exceeds the spend guard, neither ``yes`` nor a cap given.
         BlackboxMIAError: a backend without log-probs, a text without a usable log-prob (bounds
             wider than the tolerance, NaN), a resumed scores file of another configuration.
     """
     config, out_dir = plan.config, Path(out_dir)
     scorers = [parse_scorer(SCORER)]
+    guard_groups({"exchangeability": plan.texts}, scorers, backends, yes)
     run_cfg = run_config(scorers, backends, plan.meta)
     log(f"scoring {len(plan.texts)} distinct shard texts ({len(plan.bounds)} shards x {config.permutations + 1} orders)")
     rows = score_items(plan.texts, scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume,

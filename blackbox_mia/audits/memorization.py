@@ -27,6 +27,8 @@ from ..backends.base import GENERATE, Backend, Prompt
 from ..canary.dataset import load_items
 from ..config import check_number
 from ..cost.estimate import CostEstimate
+from ..cost.guard import guard_spend
+from ..cost.plan import estimate_report
 from ..datasets import Item
 from ..evaluation import to_jsonable
 from ..evaluation.memorization import (
@@ -39,6 +41,7 @@ from ..evaluation.memorization import (
 )
 from ..io import check_saved_config, json_line, write_json_atomic
 from ..option_names import named
+from ..scorers import TARGET
 from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
@@ -291,6 +294,18 @@ def estimate_memorize(plan: MemorizePlan, target: Backend) -> tuple[int, CostEst
     return len(wanted), target.estimate_generation(lengths, [s.max_new_tokens for _, _, s in wanted])
 
 
+def memorize_estimate(plan: MemorizePlan, target: Backend) -> tuple[int, dict[str, dict]]:
+    """``(prompts, report)``: :func:`estimate_memorize` as the report ``--dry-run`` prints and the
+    spend guard judges (:func:`~blackbox_mia.cost.plan.estimate_groups`' shape, one group
+    ``memorize``). Sends nothing.
+
+    Raises:
+        BlackboxMIAError: the target lacks ``generate``.
+    """
+    prompts, estimate = estimate_memorize(plan, target)
+    return prompts, estimate_report({"memorize": {TARGET: estimate}})
+
+
 def generate_rows(
     plan: MemorizePlan, target: Backend, path: Path, progress: bool = True
 ) -> tuple[list[dict], dict[int, dict[str, int]]]:
@@ -329,8 +344,12 @@ def generate_rows(
     return [done[row_key(item.id, length)] for item, length, _ in wanted], skipped
 
 
-def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: bool = True, log: Log = quiet) -> AuditResult:
+def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: bool = True, log: Log = quiet,
+                 yes: bool = False) -> AuditResult:
     """Generate (see :func:`generate_rows`), summarize and report (see the module docstring).
+    Before the first request, the estimate (:func:`memorize_estimate`, what ``--dry-run``
+    prints) goes through the spend guard (:func:`~blackbox_mia.cost.guard.guard_spend`):
+    ``yes=True``, or a target with ``max_cost=``, lets a run above it proceed.
 
     Returns:
         The :class:`AuditResult`; its summary holds ``auc`` and ``auc_ci`` (pooled over prompt
@@ -338,10 +357,12 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
         (:func:`~blackbox_mia.evaluation.memorization.summarize`), ``skipped`` and ``n_rows``.
 
     Raises:
+        SpendRefused: the estimate exceeds the spend guard, neither ``yes`` nor a cap given.
         BlackboxMIAError: as :func:`generate_rows`; no item long enough for any prompt length.
     """
     config = plan.config
     out_dir = Path(out_dir)
+    guard_spend(lambda: memorize_estimate(plan, target)[1], {TARGET: target}, yes)
     log(f"greedy continuations of {len(plan.items)} items at prompt lengths "
         f"{', '.join(map(str, config.prompt_lengths))} {config.unit}, reference {config.reference_length} {config.unit}")
     rows, skipped = generate_rows(plan, target, out_dir / ROWS_FILE, progress)

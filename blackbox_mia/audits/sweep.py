@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
+from ..cost.guard import guard_groups
 from ..datasets import Item
 from ..evaluation import clopper_pearson, dataset_level_test, estimate_prevalence, plot_histogram
 from ..option_names import as_arguments, named
@@ -44,8 +45,12 @@ TEXT_PREVIEW = 80  # characters of a text shown in the list of most suspicious i
 
 
 def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, progress: bool = True, log: Log = quiet,
-              names: Names = as_arguments) -> AuditResult:
+              names: Names = as_arguments, yes: bool = False) -> AuditResult:
     """Score the benchmark (and control, calibration), split the roles, estimate, test and report.
+    Before the first request, the run's estimate (:meth:`SweepPlan.scored_groups`, what
+    ``--dry-run`` prints) goes through the spend guard
+    (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    ``max_cost=``, lets a run above it proceed.
 
     Files in ``out_dir``: ``scores.jsonl``, ``control_scores.jsonl``, ``calibration_scores.jsonl``
     (each with ``.config.json``; only those needed), ``histogram.png``, ``sweep.json``,
@@ -55,19 +60,21 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     :func:`~blackbox_mia.option_names.as_flags`).
 
     Raises:
+        SpendRefused: the estimate exceeds the spend guard, neither ``yes`` nor a cap given.
         BlackboxMIAError: the scorer cannot run on the backend, non-finite scores, a resumed
             scores file of another configuration, no benchmark item left once the calibration
             items are dropped.
     """
     config, scorer = plan.config, plan.scorer
     out_dir = Path(out_dir)
+    groups = plan.scored_groups()
+    guard_groups(groups, plan.scorers, backends, yes)
     run_cfg = run_config(plan.scorers, backends, plan.meta)
     log(f"scoring {len(plan.items)} benchmark items with {', '.join(s.label for s in plan.scorers)}")
     rows = score_items(plan.items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
     scores_x = feature_matrix(rows, plan)
     scores = scores_x[:, 0]
     known = {it.text: r for it, r in zip(plan.items, rows)}
-    groups = plan.scored_groups()
     control_x = control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
     control_items = None if control_x is None else plan.control.items
     neg_x, pos_x, source, calibration_texts = calibration_scores(plan, groups.get("calibration", []), known, control_x,

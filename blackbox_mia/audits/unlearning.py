@@ -45,6 +45,8 @@ from .. import __version__
 from ..backends.base import Backend
 from ..canary.dataset import load_items
 from ..config import check_number
+from ..cost.guard import guard_spend
+from ..cost.plan import estimate_report, estimate_texts
 from ..datasets import Item, file_sha256, limit_items, read_jsonl
 from ..datasets.formats import parse_label
 from ..evaluation import bootstrap_ci, to_jsonable
@@ -59,7 +61,7 @@ from ..scorers.min_k import MinK
 from ..text.segment import get_segmenter
 from ..types import BlackboxMIAError
 from .common import AuditResult, Log, publish, quiet
-from .completion import complete, cut_at, cut_completion
+from .completion import Completion, complete, cut_at, cut_completion
 from .unlearning_truth import closeness_auc, flag_metrics, log_change, still_memorized
 
 RATIO_WINDOW = (1 / 1.15, 1.15)  # Shi et al. 2024 §7.1
@@ -261,6 +263,37 @@ def _scores(plan: UnlearningPlan, model: Backend, path: Path) -> dict[str, dict[
     return {r.id: {"min_k": r.scores[scorers[0].label], "loss": r.scores[scorers[1].label]} for r in rows}
 
 
+def _cuts(plan: UnlearningPlan, items: Iterable[Item], after: Backend) -> list[Completion | None]:
+    """Each item cut for story completion by ``after`` (its question in Q&A mode, else its first
+    ``prompt_words`` words); None for an item too short or too long for it."""
+    config = plan.config
+    if plan.prompt_ends is not None:
+        return [cut_at(it, plan.prompt_ends[it.id], config.max_new_tokens, after) for it in items]
+    segmenter = get_segmenter(config.segmenter)
+    return [cut_completion(it, config.prompt_words, config.max_new_tokens, segmenter, after) for it in items]
+
+
+def estimate_unlearning(plan: UnlearningPlan, before: Backend, after: Backend) -> dict[str, dict]:
+    """What :func:`run_unlearning` is expected to cost, sending nothing but a capability probe
+    (:func:`~blackbox_mia.cost.plan.estimate_groups`' shape): the Min-K% and loss scores of every
+    text under ``before`` (group ``scores_before``) and ``after`` (``scores_after``), and
+    ``samples`` sampled continuations of every text long enough for a prompt (``completions``;
+    with ``unflagged=False`` only the flagged texts are completed, so this is an upper bound).
+
+    Raises:
+        BlackboxMIAError: a backend that cannot give the scores' log-probs; a failed capability probe.
+    """
+    config = plan.config
+    texts = [it.text for it in plan.items]
+    scorers = [MinK(config.k), Loss()]
+    cuts = [c for c in _cuts(plan, plan.items, after) if c is not None]
+    completions = after.estimate_generation([len(after.codec.encode(c.prompt)) for c in cuts],
+                                            [c.max_new_tokens for c in cuts], [config.samples] * len(cuts))
+    return estimate_report({"scores_before": {"before": estimate_texts(texts, scorers, {TARGET: before})[TARGET]},
+                            "scores_after": {"after": estimate_texts(texts, scorers, {TARGET: after})[TARGET]},
+                            "completions": {"after": completions}})
+
+
 def _group_stats(values: list[float]) -> dict:
     """n, mean and median of per-text mean similarities (None when empty)."""
     if not values:
@@ -312,8 +345,12 @@ def run_unlearning(
     truth: tuple[Path, Backend] | None = None,
     progress: bool = True,
     log: Log = quiet,
+    yes: bool = False,
 ) -> AuditResult:
-    """Score, flag, complete and report (see the module docstring).
+    """Score, flag, complete and report (see the module docstring). Before the first request,
+    the estimate (:func:`estimate_unlearning`, what ``--dry-run`` prints) goes through the spend
+    guard (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or backends with
+    ``max_cost=``, let a run above it proceed.
 
     Args:
         plan: from :func:`prepare_unlearning`.
@@ -322,6 +359,7 @@ def run_unlearning(
         out_dir: the output folder.
         truth: (directory, local backend) of the unlearned canary that gives the ground
             truth, or None.
+        yes: run even when the estimate exceeds the spend guard.
 
     Returns:
         The :class:`AuditResult`; its summary holds ``window`` (None under ``flag_fraction``),
@@ -336,10 +374,12 @@ def run_unlearning(
         can show at best when the flags are perfect).
 
     Raises:
+        SpendRefused: the estimate exceeds the spend guard, neither ``yes`` nor a cap given.
         BlackboxMIAError: a backend lacking a feature; a resumed file of another configuration.
     """
     config = plan.config
     out_dir = Path(out_dir)
+    guard_spend(lambda: estimate_unlearning(plan, before, after), {"before": before, "after": after}, yes)
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"Min-K% ({config.k:g}%) and loss of {len(plan.items)} texts under the original and the unlearned model")
     scored = {"before": _scores(plan, before, out_dir / "scores_before.jsonl"),
@@ -359,10 +399,7 @@ def run_unlearning(
 
     segmenter = get_segmenter(config.segmenter)
     chosen = [it for it in plan.items if it.id in flagged or config.unflagged]
-    if plan.prompt_ends is not None:
-        cuts = [cut_at(it, plan.prompt_ends[it.id], config.max_new_tokens, after) for it in chosen]
-    else:
-        cuts = [cut_completion(it, config.prompt_words, config.max_new_tokens, segmenter, after) for it in chosen]
+    cuts = _cuts(plan, chosen, after)
     completions = [c for c in cuts if c is not None]
     skipped = sorted(it.id for it, c in zip(chosen, cuts) if c is None)
     log(f"story completion: {config.samples} samples for each of {len(completions)} texts ({len(skipped)} too short)")

@@ -213,6 +213,12 @@ class Backend(ABC):
         requests (a local model)."""
         return None
 
+    @property
+    def max_cost(self) -> float | None:
+        """The spending cap in USD this backend stops at (``max_cost=``), or ``None``: uncapped,
+        or a backend that sends no requests."""
+        return None
+
     @abstractmethod
     def describe(self) -> dict:
         """JSON-ready configuration of this backend, saved next to every result; its

@@ -1,7 +1,8 @@
 """The skeleton every audit command shares (``eval``, ``sweep``, ``documents``, ``memorize``,
 ``unlearning``): once the command has validated its options and loaded its data (the audit's
-``prepare_*``), build the backends, estimate (``--dry-run``) or run (resuming its files), print
-what was spent, close the backends, then show the summary, every warning of the report (one line
+``prepare_*``), build the backends, estimate (``--dry-run``) or run (resuming its files; the audit
+judges the spend guard first), close the backends and print what was spent (also after an error
+or Ctrl-C), then show the summary, every warning of the report (one line
 each on stderr), the report's paths and, with ``--json``, the summary as the last line."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..scorers import Scorer
 from ..types import BlackboxMIAError
 from .app import echo_json_line
 from .common import TargetOptions, build_backends, close_all
-from .spend import print_usage
+from .spend import spending
 
 if TYPE_CHECKING:  # the audits are imported by the commands when they run
     from ..audits.common import AuditResult
@@ -32,7 +33,8 @@ def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callabl
         scorers: the scorers the audit uses (what the backends must serve).
         dry_run: prints the expected cost given the backends (nothing is scored); None for a
             command without ``--dry-run``.
-        run: the audit given the backends.
+        run: the audit given the backends (it judges the spend guard itself: pass it
+            ``target.yes``).
         show: prints the audit's result (tables, headline) on the console.
         json_out: make the last line of stdout the summary (with ``usage`` when requests were sent).
         build: the backends by role, for an audit of other models than ``--local`` /
@@ -46,14 +48,15 @@ def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callabl
     if target.dry_run and dry_run is None:
         raise BlackboxMIAError("this command has no --dry-run estimate")
     backends = build() if build is not None else build_backends(target, scorers)
-    try:
-        if target.dry_run:
+    if target.dry_run:
+        try:
             dry_run(backends)
-            return
+        finally:
+            close_all(backends)
+        return
+    with spending(backends) as spent:  # what was spent is printed, also after an error or Ctrl-C
         result = run(backends)
-        usage = print_usage(backends)
-    finally:
-        close_all(backends)
+    usage = spent["usage"]
     show(result)
     for warning in result.summary.get("warnings", ()):
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)

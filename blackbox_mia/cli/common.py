@@ -14,9 +14,13 @@ from ..backends.options import KINDS, check_ranges, merge_options
 from ..backends.registry import build_backend, parse_spec, split_query
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
+from ..cost.guard import GUARD_REQUESTS, GUARD_USD
 from ..types import BlackboxMIAError
 from .options import flags_of, option_fields, with_dataclass_options
 
+
+YES_HELP = (f"run even when the estimate exceeds {GUARD_REQUESTS:,} requests or ${GUARD_USD:g} without --max-cost "
+            "(the spend guard, judged before the first request)")
 
 AUC_CI_RESAMPLES = 1000  # bootstrap resamples of the AUC intervals the console prints (score, demo)
 
@@ -91,6 +95,7 @@ class TargetOptions(BackendFlags):
     model: str | None = None
     dry_run: bool = False
     precision: str = "scores"
+    yes: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -289,6 +294,7 @@ TARGET_OPTIONS = {
                 "generated (a black-box target's capability probe, a few dozen requests once per endpoint and "
                 "model, runs first when its record is not cached: the estimate needs it)", "rich_help_panel": "Tracker"},
     "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
+    "yes": {"help": YES_HELP, "rich_help_panel": "Tracker"},
 }
 
 

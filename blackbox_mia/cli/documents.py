@@ -99,7 +99,7 @@ def documents_command(
 
         run_audit(target, [plan.scorer],
                   lambda b: print_dry_run(chunk_groups(plan, b["target"]), [plan.scorer], b, json_out),
-                  lambda b: run_documents(plan, b, out, progress=not quiet, log=log), show, json_out)
+                  lambda b: run_documents(plan, b, out, progress=not quiet, log=log, yes=target.yes), show, json_out)
 
 
 def with_paraphrases(spec: str, paraphrases: str | None) -> str:

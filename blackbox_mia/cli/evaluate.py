@@ -101,7 +101,7 @@ def eval_command(
         dry_run, run = routed_audit(
             methods, [it.text for it in plan.items], specs,
             lambda chosen: plan if chosen == specs else prepare_eval(replace(config, scorers=chosen), target.cache_dir),
-            lambda p, backends: run_eval(p, backends, out, progress=not quiet, log=log),
+            lambda p, backends: run_eval(p, backends, out, progress=not quiet, log=log, yes=target.yes),
             lambda p, backends: print_dry_run(p.scored_groups(backends["target"].codec), p.scorers, backends, json_out),
             log)
         run_audit(target, plan.scorers, dry_run, run, show, json_out)
@@ -197,7 +197,7 @@ def sweep_command(
 
         dry_run, run = routed_audit(
             methods, [it.text for it in plan.items], (config.scorer,), plan_for,
-            lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log, names=as_flags),
+            lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log, names=as_flags, yes=target.yes),
             lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log,
             text_only=(TEXT_ONLY_SWEEP_SCORER,))
         run_audit(target, plan.scorers, dry_run, run,

@@ -82,4 +82,5 @@ def exchangeability_command(
                        f"{s['n_texts']} texts ({s['n_distinct_texts']} distinct) scored")
 
         run_audit(target, scorers, dry_run,
-                  lambda backends: run_exchangeability(plan, backends, out, progress=not quiet, log=log), show, json_out)
+                  lambda backends: run_exchangeability(plan, backends, out, progress=not quiet, log=log, yes=target.yes),
+                  show, json_out)

@@ -47,8 +47,7 @@ def memorize(
     """
     with user_errors():
         from ..audits.common import dataset_slug
-        from ..audits.memorization import MemorizeConfig, estimate_memorize, prepare_memorize, run_memorize
-        from ..cost.plan import TOTAL
+        from ..audits.memorization import MemorizeConfig, memorize_estimate, prepare_memorize, run_memorize
         from ..evaluation.memorization import EIDETIC_CHARS
 
         config = MemorizeConfig(dataset=dataset, prompt_lengths=parse_numbers(prompt_lengths, "--prompt-lengths"),
@@ -60,10 +59,8 @@ def memorize(
         out = check_output(out_dir or Path("runs") / f"memorize-{dataset_slug(plan.meta['name'])}", folder=True)
 
         def dry_run(backends) -> None:
-            prompts, estimate = estimate_memorize(plan, backends["target"])
-            part = estimate.to_dict()
-            print_estimate({"memorize": {"target": part}, TOTAL: {"target": part, "all": part}}, {"memorize": prompts},
-                           json_out)
+            prompts, report = memorize_estimate(plan, backends["target"])
+            print_estimate(report, {"memorize": prompts}, json_out)
 
         def show(result: AuditResult) -> None:
             s = result.summary
@@ -84,7 +81,8 @@ def memorize(
             if aucs:
                 typer.echo(format_table(["L", "AUC eidetic [95% CI]", "AUC approximate [95% CI]"], aucs))
 
-        run_audit(target, [], dry_run, lambda b: run_memorize(plan, b["target"], out, progress=not quiet, log=messages(quiet)),
+        run_audit(target, [], dry_run, lambda b: run_memorize(plan, b["target"], out, progress=not quiet,
+                                                              log=messages(quiet), yes=target.yes),
                   show, json_out)
 
 

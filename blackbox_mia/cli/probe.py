@@ -11,6 +11,7 @@ import typer
 
 from ..backends.base import Backend
 from ..canary.dataset import load_items
+from ..cost.guard import guard_groups
 from ..datasets import Item
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError
@@ -23,7 +24,7 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .spend import YES_HELP, guard_spend, print_dry_run
+from .spend import print_dry_run, spending
 
 BLACKBOX_SCORERS = "loss,zlib,lowercase,min_k,pac"
 LONG_TEXT_CHARS = 200  # a text longer than this (characters) gets a per-token progress bar
@@ -74,7 +75,6 @@ def probe(
     limit: int = typer.Option(None, help="with --dataset: only the first N items"),
     scorers: str = typer.Option(BLACKBOX_SCORERS, help="scorers computed from the recovered log-probs"),
     json_out: bool = typer.Option(False, "--json", help="one JSON object per text: tokens, scores, usage, capabilities"),
-    yes: bool = typer.Option(False, "--yes", help=YES_HELP),
     *,
     target: TargetOptions,
 ):
@@ -89,20 +89,21 @@ def probe(
         parsed = parse_scorers(scorers)
         texts = gather_texts(text, file, dataset, limit, target.cache_dir)
         backends = build_backends(target, parsed)
-        try:
-            groups = {"probe": [Item(text_id, content) for text_id, content in texts]}
-            if target.dry_run:
+        groups = {"probe": [Item(text_id, content) for text_id, content in texts]}
+        if target.dry_run:
+            try:
                 print_dry_run(groups, parsed, backends, json_out)
-                return
-            guard_spend(groups, parsed, backends, target, yes)
+            finally:
+                close_all(backends)
+            return
+        with spending(backends, on_success=False):  # each record carries its usage; a stopped run prints the total
+            guard_groups(groups, parsed, backends, target.yes)
             # a black-box backend's configuration holds what its probe found (local: nothing)
             capabilities = backends["target"].describe().get("capabilities")
             if capabilities is not None:
                 typer.echo(capabilities["reading"], err=True)
             long_text = any(len(content) > LONG_TEXT_CHARS for _, content in texts)
             probe_texts(texts, parsed, backends, capabilities, json_out, progress=not json_out and long_text)
-        finally:
-            close_all(backends)
 
 
 def probe_texts(

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..canary.dataset import load_items
+from ..cost.guard import guard_groups
 from ..scorers import default_scorer_specs, parse_scorers
 from .app import app, echo_json_line, user_errors
 from .common import (
@@ -20,7 +21,7 @@ from .common import (
     format_table,
     with_target_options,
 )
-from .spend import YES_HELP, guard_spend, print_dry_run, print_usage
+from .spend import print_dry_run, spending
 
 
 @app.command()
@@ -33,7 +34,6 @@ def score(
     limit: int = typer.Option(None, help="score only the first N items"),
     overwrite: bool = typer.Option(False, help="rewrite the output instead of resuming it"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
-    yes: bool = typer.Option(False, "--yes", help=YES_HELP),
     *,
     target: TargetOptions,
 ):
@@ -49,17 +49,18 @@ def score(
         out = check_output(out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl",
                            folder=False)
         backends = build_backends(target, parsed)
-        try:
-            if target.dry_run:
+        if target.dry_run:
+            try:
                 print_dry_run({meta["name"]: items}, parsed, backends, json_out)
-                return
-            guard_spend({meta["name"]: items}, parsed, backends, target, yes)
+            finally:
+                close_all(backends)
+            return
+        with spending(backends) as spent:  # what was spent is printed, also after an error or Ctrl-C
+            guard_groups({meta["name"]: items}, parsed, backends, target.yes)
             from ..runner import run_config, score_items
 
             rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite)
-            usage = print_usage(backends)
-        finally:
-            close_all(backends)
+        usage = spent["usage"]
         aucs = auc_by_scorer(rows, parsed)
         typer.echo(f"scored {len(rows)} texts ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
         nonfinite = [r.id for r in rows if r.nonfinite]

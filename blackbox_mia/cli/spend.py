@@ -1,10 +1,12 @@
 """What a command is expected to spend (``--dry-run``) and what it spent (usage), on the console
 and in its JSON; shared by ``score``, ``probe`` and the audits (``eval``, ``sweep``, ``documents``,
-``memorize``)."""
+``memorize``, ...). Whether it may start at all is the spend guard's decision
+(:mod:`blackbox_mia.cost.guard`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 
 import typer
 
@@ -19,14 +21,8 @@ from ..cost.plan import (
 )
 from ..datasets import Item
 from ..scorers import Scorer
-from ..types import BlackboxMIAError
 from .app import echo_json_line
-from .common import TargetOptions, format_table
-
-GUARD_REQUESTS = 10_000  # without --max-cost or --yes, a run estimated at more requests than this is refused
-GUARD_USD = 1.0  # ... or at more USD than this against a priced endpoint
-YES_HELP = (f"run even when the estimate exceeds {GUARD_REQUESTS:,} requests or ${GUARD_USD:g} without --max-cost "
-            "(the spend guard)")
+from .common import close_all, format_table
 
 
 def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
@@ -58,31 +54,6 @@ def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int
         echo_json_line({"dry_run": True, "n": dict(n), "estimate": report})
 
 
-def guard_spend(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
-                target: TargetOptions, yes: bool) -> None:
-    """Refuse a run whose estimate (:func:`~blackbox_mia.cost.plan.estimate_groups`) exceeds
-    :data:`GUARD_REQUESTS` requests or :data:`GUARD_USD` USD when neither ``--max-cost`` nor
-    ``--yes`` was given; nothing is estimated without a backend that sends requests. The
-    estimate counts answers already in the response cache as if paid (a resumed run is judged
-    whole).
-
-    Raises:
-        BlackboxMIAError: the run is refused (the message gives the estimate and the flags that
-            let it proceed); a scorer the backends cannot serve; a failed capability probe.
-    """
-    if yes or target.max_cost is not None or all(b.usage is None for b in backends.values()):
-        return
-    total = estimate_groups(groups, scorers, backends)[TOTAL]["all"]
-    requests, usd, unpriced = total["requests"], total["usd"], total["unpriced"]
-    if requests > GUARD_REQUESTS or (not unpriced and usd > GUARD_USD):
-        cost = "unpriced model" if unpriced else f"about ${usd:,.2f}"
-        raise BlackboxMIAError(
-            f"refusing to start: this run is estimated at {requests:,} requests ({cost}), over the "
-            f"{GUARD_REQUESTS:,} requests / ${GUARD_USD:g} that run without confirmation; pass --max-cost USD to "
-            "cap the spend, or --yes to run it as it is (--dry-run prints the estimate)"
-        )
-
-
 def print_usage(backends: Mapping[str, Backend]) -> dict | None:
     """Print one ``usage: ...`` line on stderr and return the :func:`~blackbox_mia.cost.plan.usage_report`
     for the command's JSON (``None``, and nothing printed, when no backend sends requests)."""
@@ -90,3 +61,26 @@ def print_usage(backends: Mapping[str, Backend]) -> dict | None:
     if report is not None:
         typer.echo(usage_text(report), err=True)
     return report
+
+
+@contextlib.contextmanager
+def spending(backends: Mapping[str, Backend], on_success: bool = True) -> Iterator[dict]:
+    """Run a command's requests inside: on leaving, the backends are closed (the requests in
+    flight land in the cache first) and what they spent is printed, one ``usage: ...`` line on
+    stderr (:func:`print_usage`; not after a success with ``on_success`` False, for a command
+    whose records carry their usage), also when the block stops on an error or Ctrl-C (then only
+    when something was billed: a connection that never answered spent nothing). The yielded dict
+    gets ``"usage"``: the :func:`~blackbox_mia.cost.plan.usage_report` for the command's JSON
+    (``None`` when no backend sends requests or nothing is printed)."""
+    spent: dict = {"usage": None}
+    try:
+        yield spent
+    except BaseException:
+        close_all(dict(backends))
+        report = usage_report(backends)
+        if report is not None and any(report[TOTAL][k] for k in ("prompt_tokens", "completion_tokens", "cost_usd")):
+            typer.echo(usage_text(report), err=True)
+        raise
+    close_all(dict(backends))
+    if on_success:
+        spent["usage"] = print_usage(backends)

@@ -26,6 +26,7 @@ from .common import (
     shown_defaults,
 )
 from .options import option_fields, parse_numbers, renamed_option, with_dataclass_options
+from .spend import print_estimate
 
 if TYPE_CHECKING:
     from ..audits.common import AuditResult
@@ -100,6 +101,10 @@ def unlearning(
     overwrite: bool = typer.Option(False, help="score and sample again instead of resuming"),
     quiet: bool = typer.Option(False, help="no progress bar or messages"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    dry_run: bool = typer.Option(False, "--dry-run", help=TARGET_OPTIONS["dry_run"]["help"],
+                                 rich_help_panel=TARGET_OPTIONS["dry_run"]["rich_help_panel"]),
+    yes: bool = typer.Option(False, "--yes", help=TARGET_OPTIONS["yes"]["help"],
+                             rich_help_panel=TARGET_OPTIONS["yes"]["rich_help_panel"]),
     *,
     backend: BackendFlags,
 ):
@@ -111,18 +116,20 @@ def unlearning(
     unlearned canary, precision and recall against its still-memorized forgotten members.
 
     Writes scores_before/after.jsonl and completions.jsonl (resumable), unlearning_items.jsonl,
-    histograms, unlearning.json and unlearning.md.
+    histograms, unlearning.json and unlearning.md; with --dry-run only the expected requests,
+    billed tokens and USD (every text completed: an upper bound with --flagged-only).
     """
     with user_errors():
         from ..audits.common import dataset_slug
         from ..audits.unlearning import (
             RATIO_WINDOW,
             UnlearningConfig,
+            estimate_unlearning,
             prepare_unlearning,
             run_unlearning,
         )
 
-        target = TargetOptions(**asdict(backend))  # checks the numeric options
+        target = TargetOptions(**asdict(backend), dry_run=dry_run, yes=yes)  # checks the numeric options
         if window is not None and flag_least_changed is not None:
             raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         config = UnlearningConfig(
@@ -154,7 +161,11 @@ def unlearning(
             truth_model = None if truth_dir is None else models["after" if same else "truth"]
             return run_unlearning(plan, models["before"], models["after"], out,
                                   truth=None if truth_dir is None else (truth_dir, truth_model), progress=not quiet,
-                                  log=messages(quiet))
+                                  log=messages(quiet), yes=yes)
+
+        def estimate(models: dict[str, Backend]) -> None:
+            print_estimate(estimate_unlearning(plan, models["before"], models["after"]),
+                           {"unlearning": len(plan.items)}, json_out)
 
         def show(result: AuditResult) -> None:
             s = result.summary
@@ -171,7 +182,7 @@ def unlearning(
                                           t["fisher_p"], t["n_positive"], t["n_forget"]]]))
                 _echo_differences(t["completion_difference"], "still memorized - not (the ground truth)")
 
-        run_audit(target, [], None, run, show, json_out, build=build)
+        run_audit(target, [], estimate, run, show, json_out, build=build)
 
 
 def _echo_differences(differences: dict, groups: str) -> None:

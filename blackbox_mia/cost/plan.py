@@ -40,8 +40,15 @@ def estimate_groups(
     """
 
     per_group = {name: estimate_texts([it.text for it in items], scorers, backends) for name, items in groups.items()}
-    roles = list(backends)
-    totals = {role: add_estimates([est[role] for est in per_group.values()]) for role in roles}
+    return estimate_report(per_group, list(backends))
+
+
+def estimate_report(per_group: Mapping[str, Mapping[str, CostEstimate]], roles: Sequence[str] = ()) -> dict[str, dict]:
+    """The JSON-ready report of per-group, per-role estimates, in :func:`estimate_groups`' shape:
+    each group's estimates, then ``"total"``: per role (``roles`` first, even when no group has
+    them, then those the groups name) the sum over the groups, and ``"all"`` the sum of those."""
+    roles = list(dict.fromkeys([*roles, *(role for est in per_group.values() for role in est)]))
+    totals = {role: add_estimates([est[role] for est in per_group.values() if role in est]) for role in roles}
     totals["all"] = add_estimates(list(totals.values()))
     out = {name: {role: e.to_dict() for role, e in est.items()} for name, est in per_group.items()}
     out[TOTAL] = {role: e.to_dict() for role, e in totals.items()}

@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -136,11 +137,13 @@ def test_backend_loop_is_uvloop_where_installed():
         thread.close()
 
 
-def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
+def interrupted_score(model_dir: Path, tmp_path: Path, second: bool) -> tuple[int, str]:
+    """``bbmia score`` of 30 GSM8K questions against ``bbmia serve``, sent Ctrl-C once its scoring
+    answers are being cached (and, with ``second``, again 0.3 s later); ``(exit status, stderr)``."""
     bbmia = str(Path(sys.executable).with_name("bbmia"))
-    with serve_in_background(ServerConfig(str(tiny_model_dir), echo=False)) as url:
+    with serve_in_background(ServerConfig(str(model_dir), echo=False)) as url:
         cmd = [bbmia, "score", "gsm8k", "--limit", "30", "--scorers", "loss", "--base-url", url, "--model",
-               str(tiny_model_dir), "--tokenizer", str(tiny_model_dir), "--strategy", "forced", "--concurrency", "16",
+               str(model_dir), "--tokenizer", str(model_dir), "--strategy", "forced", "--concurrency", "16",
                "--context-tokens", "64", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "s.jsonl"),
                "--yes"]
         env = {**os.environ, "OPENAI_API_KEY": "none", "OMP_NUM_THREADS": "1"}
@@ -152,14 +155,28 @@ def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
         ):
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        process.send_signal(signal.SIGINT)  # an impatient second Ctrl-C while the first unwinds: exit at once
+        if second:
+            time.sleep(0.3)
+            process.send_signal(signal.SIGINT)  # an impatient second Ctrl-C while the first unwinds: exit at once
         _, err = process.communicate(timeout=60)
-    text = err.decode()
-    assert process.returncode == 130, text[-2000:]
+    return process.returncode, err.decode()
+
+
+def test_ctrl_c_in_a_black_box_run_is_one_clean_line(tiny_model_dir, tmp_path):
+    code, text = interrupted_score(tiny_model_dir, tmp_path, second=True)
+    assert code == 130, text[-2000:]
     # the first line when the run had unwound before the second Ctrl-C, else the second
     assert ("interrupted: finished work is saved" in text) != ("interrupted again: exiting at once" in text), text
     assert "Task was destroyed" not in text and "Traceback" not in text and "Exception ignored" not in text
+
+
+def test_ctrl_c_prints_what_the_run_spent(tiny_model_dir, tmp_path):
+    code, text = interrupted_score(tiny_model_dir, tmp_path, second=False)
+    assert code == 130, text[-2000:]
+    spent = re.search(r"usage: (\d+) requests \(\d+ from the cache\), ([\d,]+) prompt \+ [\d,]+ completion tokens", text)
+    assert spent is not None and int(spent[1]) > 0 and int(spent[2].replace(",", "")) > 0, text[-2000:]
+    assert text.index("usage: ") < text.index("interrupted: finished work is saved")
+    assert "Traceback" not in text
 
 
 def test_transport_url_and_sdk_errors():

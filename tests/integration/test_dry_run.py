@@ -113,14 +113,14 @@ def test_eval_dry_run_counts_the_texts_the_prompt_length_ablation_scores(proxy, 
 
 def test_score_over_the_spend_guard_is_refused_without_max_cost_or_yes(proxy, tiny_model_dir, files, tmp_path,
                                                                       monkeypatch):
-    from blackbox_mia.cli import spend
+    from blackbox_mia.cost import guard
 
     cache = tmp_path / "cache"
     probe_requests(proxy, tiny_model_dir, cache)
     score = ["score", files["labelled"], "--scorers", "loss", "--out", tmp_path / "score.jsonl"]
     estimate, _ = bbmia(proxy, tiny_model_dir, cache, *score, "--dry-run", "--json")
     requests = json.loads(estimate.stdout.strip().splitlines()[-1])["estimate"]["total"]["all"]["requests"]
-    monkeypatch.setattr(spend, "GUARD_REQUESTS", requests - 1)  # this small run now counts as a big one
+    monkeypatch.setattr(guard, "GUARD_REQUESTS", requests - 1)  # this small run now counts as a big one
     refused, sent = bbmia(proxy, tiny_model_dir, cache, *score)
     assert refused.exit_code == 2 and sent == 0
     assert f"estimated at {requests:,} requests (unpriced model)" in refused.output
@@ -131,6 +131,6 @@ def test_score_over_the_spend_guard_is_refused_without_max_cost_or_yes(proxy, ti
     confirmed, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--yes")
     assert confirmed.exit_code == 0, confirmed.output
     assert 0 < sent <= requests and len((tmp_path / "score.jsonl").read_text().splitlines()) == len(TEXTS)
-    monkeypatch.setattr(spend, "GUARD_REQUESTS", requests)  # at the limit: runs without a flag
+    monkeypatch.setattr(guard, "GUARD_REQUESTS", requests)  # at the limit: runs without a flag
     allowed, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--overwrite")
     assert allowed.exit_code == 0 and sent == 0  # every answer cached by the confirmed run

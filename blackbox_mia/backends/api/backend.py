@@ -290,6 +290,11 @@ class ApiBackend(Backend):
         """Requests, tokens and estimated cost so far (see :class:`~.client.Usage`)."""
         return self.client.usage
 
+    @property
+    def max_cost(self) -> float | None:
+        """The spending cap in USD (``ApiConfig.max_cost``), or ``None``."""
+        return self.client.config.max_cost
+
     def describe(self) -> dict:
         """Endpoint, model, tokenizer, the probed ``capabilities`` and the tracker's
         configuration (runs the probe when it has not run yet).
