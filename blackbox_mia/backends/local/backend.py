@@ -38,6 +38,7 @@ from .resources import (
     check_budget,
     default_budget_bytes,
     default_threads,
+    token_cap,
 )
 
 SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
@@ -136,7 +137,7 @@ class LocalBackend(Backend):
         self.vocab_size = int(self._head.weight.shape[0])
         budget = int(config.max_memory_gb * GIB) if config.max_memory_gb else default_budget_bytes(torch, self.device)
         shape = ModelShape.of(self.model, self.vocab_size, self._head.weight.element_size())
-        self.budget = ForwardBudget(budget, config.max_batch_tokens, shape)
+        self.budget = ForwardBudget(budget, token_cap(self.device, config.max_batch_tokens), shape)
         self._split = self._call(self._head_is_last_step())
 
     async def _on_own_thread(self, fn):
@@ -299,17 +300,18 @@ class LocalBackend(Backend):
             bar.close()
 
     def _pack(self, order: list[int], lengths: list[int]):
-        """Greedy packing of rows, in ``order``, into batches that :meth:`ForwardBudget.fits`
-        (rows × widest row within the token cap and the memory budget; a single row always
-        runs, even past them)."""
+        """Greedy packing of rows, in ``order`` (longest first), into batches that
+        :meth:`ForwardBudget.fits`: rows × widest row within the memory budget and the token
+        cap (a single row always runs, even past them), and negligible padding."""
         batch: list[int] = []
-        width = 0
+        width = filled = 0
         for r in order:
-            if batch and not self.budget.fits(len(batch) + 1, max(width, lengths[r])):
+            if batch and not self.budget.fits(len(batch) + 1, max(width, lengths[r]), filled + lengths[r]):
                 yield batch
-                batch, width = [], 0
+                batch, width, filled = [], 0, 0
             batch.append(r)
             width = max(width, lengths[r])
+            filled += lengths[r]
         if batch:
             yield batch
 
