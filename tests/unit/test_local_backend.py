@@ -158,6 +158,8 @@ def test_special_token_strings_are_plain_text(backend):
     assert np.isfinite(lp.logprobs).all()
     want, _, _ = manual(backend, [backend.bos_id] + ids)
     np.testing.assert_allclose(lp.logprobs, want, atol=1e-5)
+    texts = [text, "", "Tom has 3 apples."]  # one tokenizer call for many texts: the same ids
+    assert backend.codec.encode_many(texts) == [backend.encode(t) for t in texts] and backend.codec.encode_many([]) == []
 
 
 @pytest.mark.parametrize("device, message", [("nonsense", "unknown device='nonsense'"), ("cuda:99", "cuda:99")])

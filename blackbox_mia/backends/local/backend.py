@@ -14,6 +14,7 @@ caller's event loop; a cancelled call stops after the forward batch in progress.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -130,6 +131,7 @@ class LocalBackend(Backend):
             raise BlackboxMIAError(f"cannot put model {config.model!r} on device {self.device}: {exc}") from exc
         self.context = config.max_length or model_context(self.model.config, self.tokenizer)
         self.codec = HFTokenCodec(self.tokenizer, name=config.model, bos=config.bos)
+        self._token_string = functools.lru_cache(maxsize=None)(self.codec.token_string)
         if config.bos and self.codec.bos_id is None:
             raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
         self.features = frozenset({LOGPROBS, GENERATE} | ({FULL_DISTRIBUTION} if config.vocab_stats else set()))
@@ -224,7 +226,7 @@ class LocalBackend(Backend):
         if vocab_stats is None:
             vocab_stats = FULL_DISTRIBUTION in self.features
         provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
-        sequences = [self.full_ids(self.encode(t)) for t in texts]
+        sequences = [self.full_ids(ids) for ids in self.codec.encode_many(texts)]
         for i, seq in enumerate(sequences):
             if len(seq) < 2:
                 raise BlackboxMIAError(
@@ -238,7 +240,7 @@ class LocalBackend(Backend):
                 seq = sequences[s]
                 out[s] = TokenLogprobs(
                     token_ids=np.asarray(seq[1:]),
-                    tokens=[self.codec.token_string(i) for i in seq[1:]],
+                    tokens=[self._token_string(i) for i in seq[1:]],
                     logprobs=lp,
                     context_ids=(seq[0],),
                     provenance=provenance,
