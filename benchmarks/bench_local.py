@@ -233,6 +233,7 @@ def worker(args: argparse.Namespace) -> None:
     backend = LocalBackend(
         LocalConfig(args.worker, device=args.device, dtype=args.dtype, vocab_stats=args.vocab_stats, **extra)
     )
+    torch.set_num_threads(backend.threads)  # peer and hf_dense run on this thread: the backend's threads
     run = {
         "batched": lambda part: backend.logprobs(part),
         "single": lambda part: [backend.logprobs([t])[0] for t in part],
