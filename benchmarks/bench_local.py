@@ -371,7 +371,7 @@ def main() -> None:
         for code in codes:
             mine = {s: [r for r in rows if r["model"] == name and r["code"] == code and r["setting"] == s] for s in SETTINGS}
             mine = {s: runs for s, runs in mine.items() if runs}
-            speed = {s: statistics.median(r["tokens_per_s"] for r in runs) for s, runs in mine.items()}
+            speed = {s: round(statistics.median(r["tokens_per_s"] for r in runs), 1) for s, runs in mine.items()}
             summary = {
                 "model": name, "setting": "summary", "code": code,
                 **{f"{s}_tokens_per_s": speed[s] for s in mine},
