@@ -1,4 +1,5 @@
-"""Local-backend throughput and memory: batched scoring vs one text at a time.
+"""Local-backend throughput and memory: batched scoring vs one text at a time, the peers' per-text
+loop, and the Hugging Face forward alone on dense batches.
 
 Usage:
     python -m benchmarks.bench_local [--json] [--models gpt2-small,canary] [--canary DIR]
@@ -6,15 +7,22 @@ Usage:
         [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
 
 Models: ``canary`` (a trained canary directory, ``--canary``; default: the default canary's
-cache directory) and random models built here from the shipped r50k_base (GPT-2) tokenizer, no
-download: ``gpt2-small`` (124M parameters: 12 layers, 768 wide, 12 heads, vocabulary 50,257,
-context 1,024) and ``gpt2-1b`` (about 1.0B: 18 layers, 2,048 wide, 16 heads; for a GPU). They
-are saved once under ``--work-dir``.
+cache directory) and random models with the shipped r50k_base (GPT-2) tokenizer, no download:
+``gpt2-tiny`` (2 layers, 64 wide: the smoke test's), ``gpt2-small`` (124M parameters: 12
+layers, 768 wide, 12 heads, vocabulary 50,257, context 1,024), ``gpt2-1b`` (about 1.0B: 18
+layers, 2,048 wide, 16 heads) and ``gpt2-7b`` (about 6.6B: 32 layers, 4,096 wide, 32 heads;
+both for a GPU). Only their config and tokenizer are saved (once, under ``--work-dir``): each
+run builds the weights (seed 0) on its device, in its dtype, and never writes them.
 
 Every (model, setting) runs in a fresh process, so that its peak RSS is its own, and the
 settings are interleaved round by round (the order alternates), so a change in the machine's
-load hits both alike. Settings: ``batched`` (all texts in one ``logprobs`` call) and ``single``
-(one call per text), at the backend's default memory budget unless given, and at the same
+load hits both alike. Settings: ``batched`` (all texts in one ``logprobs`` call), ``single``
+(one call per text), ``peer`` (the per-text loop of DPC / Min-K%++ / PAC-style code: one
+forward per text, log_softmax of its float32 logits and a gather, and μ/σ from the full
+log-softmax when ``--vocab-stats``) and ``hf_dense`` (the model's forward alone, logits
+included, on the same tokens cut into dense rows as wide as the longest text, as many rows a
+pass as the backend's budget holds: the ceiling of any scoring), at the backend's default
+memory budget unless given, and at the same
 threads: ``--threads``, else the backend's default (:func:`default_threads`, which reads the load
 average) read once here, so that every run gets the same.
 ``--before DIR`` adds the same runs of another source tree (e.g. ``git archive REV
@@ -24,12 +32,18 @@ Output: one JSON line per run with ``model``, ``setting``, ``code``, ``tokens_pe
 ``peak_rss_gb`` (and ``peak_gpu_gb`` on CUDA), ``forward_calls`` (passes of the model's base
 network), ``texts``, ``tokens``, ``seconds``, ``threads``, ``load_avg`` (1-minute, at the start
 and end), ``matmul_gflops`` (the rate of the forward pass's matrix products: tokens/s × their
-FLOPs per token), ``max_abs_diff_vs_batched`` (nats, for ``single``); on CPU one ``"setting":
+FLOPs per token), ``max_abs_diff_vs_batched`` (nats, for ``single`` and ``peer``); on CPU one ``"setting":
 "peak"`` line per model: this machine's matrix-product GFLOP/s on the model's shapes (body and
 output embedding, same threads and dtype) and ``ceiling_tokens_per_s``, what a pass doing
 nothing but those products could reach; then one ``"setting": "summary"`` line per model and
-code: median tokens/s of each setting, their ratio, the largest peak RSS, and
-``ceiling_over_single`` (no batching can beat single by more than this).
+code: median tokens/s of each setting (``batched_tokens_per_s``, ``single_tokens_per_s``,
+``peer_tokens_per_s``, ``hf_dense_tokens_per_s``), ``batched_over_single``,
+``batched_over_peer``, ``batched_over_hf_dense``, the largest peak RSS, ``peak_gpu_gb`` (the
+batched runs' largest; null on CPU), ``mfu`` (the batched pass's matrix FLOPs per second over
+the device's dense bf16 peak, ``peak_tflops``, from :data:`BF16_PEAK_TFLOPS`; null on CPU or an
+unlisted GPU) and ``ceiling_over_single`` (no batching can beat single by more than this; CPU).
+The ``peer`` and ``hf_dense`` settings do not depend on this package's code: they run for the
+code under test only, not for ``--before``.
 Texts: the first ``--n`` GSM8K test problems in the canary's text format. Vocabulary statistics
 (Min-K%++) are off unless ``--vocab-stats`` (as for every scorer but Min-K%++).
 """
@@ -47,26 +61,40 @@ import time
 from pathlib import Path
 
 SHAPES = {
+    "gpt2-tiny": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024},
     "gpt2-small": {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024},
     "gpt2-1b": {"n_layer": 18, "n_embd": 2048, "n_head": 16, "n_positions": 1024},
+    "gpt2-7b": {"n_layer": 32, "n_embd": 4096, "n_head": 32, "n_positions": 1024},
 }
 """Random GPT-2-shaped models the script builds (vocabulary: r50k_base, 50,257)."""
 
-SETTINGS = ("batched", "single")
+CODE_SETTINGS = ("batched", "single")
+"""Settings that run this package's scoring (for the code under test and ``--before``)."""
+
+REFERENCE_SETTINGS = ("peer", "hf_dense")
+"""Settings that do not depend on this package's code (the code under test only)."""
+
+SETTINGS = CODE_SETTINGS + REFERENCE_SETTINGS
 PEAK_ROWS = 2048  # rows of the matrix products timed by the ``peak`` worker
 PEAK_SECONDS = 2.0  # time spent on each product
+RANDOM_SEED = 0  # of every random model's weights
+
+BF16_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
+"""Dense bf16 tensor-core peaks (TFLOP/s, no sparsity) from NVIDIA's data sheets, by a substring
+of ``torch.cuda.get_device_name`` (the first that matches: "H100 PCIe" before "H100", whose
+figure is the SXM part's)."""
 
 
 def build_random_model(name: str, work_dir: Path) -> Path:
-    """The directory of the random model ``name`` (:data:`SHAPES`), built and saved on first use
-    with the shipped r50k_base tokenizer converted to a Hugging Face one (seed 0)."""
-    path = work_dir / name
+    """The directory of the random model ``name`` (:data:`SHAPES`): its config and the shipped
+    r50k_base tokenizer converted to a Hugging Face one, written on first use. No weights: a
+    run builds them (:func:`random_weights`)."""
+    path = work_dir / "random" / name
     if (path / "config.json").exists():
         return path
-    from transformers import PreTrainedTokenizerFast
+    from transformers import GPT2Config, PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    from blackbox_mia.canary.model import build_gpt2, save_model_dir
     from blackbox_mia.tokenizers.tiktoken_codec import TIKTOKEN_DATA, TiktokenCodec
 
     encoding = TiktokenCodec("r50k_base", cache_dir=work_dir / "tiktoken").encoding
@@ -77,9 +105,33 @@ def build_random_model(name: str, work_dir: Path) -> Path:
     ).converted()
     eot = "<|endoftext|>"
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=converted, bos_token=eot, eos_token=eot, pad_token=eot)
-    model = build_gpt2(len(tokenizer), seed=0, **SHAPES[name])
-    model.config.bos_token_id = model.config.eos_token_id = model.config.pad_token_id = tokenizer.eos_token_id
-    return save_model_dir(path, model, tokenizer)
+    eos = tokenizer.eos_token_id
+    config = GPT2Config(vocab_size=len(tokenizer), bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **SHAPES[name])
+    path.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def random_weights(device: str) -> None:
+    """Make the local backend build a model whose directory has no weights, instead of loading
+    it: from its config, with weights drawn (seed :data:`RANDOM_SEED`) on ``device`` in the
+    dtype asked for, so a 7B model is never written, read or copied from the CPU."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from blackbox_mia.backends.local import backend as local_backend
+
+    load = local_backend.load_pretrained
+
+    def build_or_load(loader, name, what, local_files_only=False, **kwargs):
+        if getattr(loader, "__self__", None) is not AutoModelForCausalLM:
+            return load(loader, name, what, local_files_only, **kwargs)
+        torch.manual_seed(RANDOM_SEED)
+        with torch.device(device):
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(name), dtype=kwargs["dtype"])
+
+    local_backend.load_pretrained = build_or_load
 
 
 def matmul_flops_per_token(config) -> tuple[float, float]:
@@ -116,8 +168,55 @@ def peak_worker(args: argparse.Namespace) -> None:
                       "ceiling_tokens_per_s": round(1e9 / (body / speed["body"] + head / speed["head"]), 1)}))
 
 
+def peer_loop(backend, texts: list[str], vocab_stats: bool):
+    """The peers' per-text loop: for each text (BOS + its tokens, the first ``context``), one
+    forward pass, log_softmax of the float32 logits, the target's log-prob gathered, and with
+    ``vocab_stats`` μ = Σ p·log p and σ = sqrt(Σ p·(log p)² − μ²) over the vocabulary (Min-K%++,
+    Zhang et al. 2024). Returns per text ``(lp, mu, sigma)``: float32 numpy arrays of shape (L-1,),
+    nats (``mu``, ``sigma`` None without ``vocab_stats``)."""
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for text in texts:
+            ids = torch.tensor([backend.full_ids(backend.encode(text))[: backend.context]], device=backend.device)
+            logp = torch.log_softmax(backend.model(input_ids=ids).logits[0, :-1].float(), dim=-1)
+            lp = logp.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).cpu().numpy()
+            if vocab_stats:
+                p = logp.exp()
+                mu = (p * logp).sum(-1)
+                sigma = ((p * logp.square()).sum(-1) - mu.square()).sqrt()
+                out.append((lp, mu.cpu().numpy(), sigma.cpu().numpy()))
+            else:
+                out.append((lp, None, None))
+    return out
+
+
+def dense_forward(backend, texts: list[str]) -> int:
+    """The Hugging Face forward alone (logits included, nothing reduced) on the texts' tokens
+    (BOS + tokens, as scored) concatenated and cut into rows as wide as the longest text, as
+    many rows a pass as the backend's budget holds at that width. Returns the tokens scored
+    (each text's but its first, as in the other settings), not the positions run (one more per
+    text)."""
+    import torch
+
+    sequences = [backend.full_ids(backend.encode(t))[: backend.context] for t in texts]
+    width = max(len(s) for s in sequences)
+    stream = torch.tensor([i for s in sequences for i in s], device=backend.device)
+    rows = max(1, backend.budget.capacity(width) // width)
+    with torch.inference_mode():
+        for start in range(0, len(stream), rows * width):
+            part = stream[start : start + rows * width]
+            full = len(part) // width * width
+            for chunk in (part[:full].view(-1, width), part[full:].view(1, -1)):
+                if chunk.numel():
+                    backend.model(input_ids=chunk).logits
+    return len(stream) - len(sequences)
+
+
 def worker(args: argparse.Namespace) -> None:
-    """One (model, setting) run in this process: prints its JSON line, saves its log-probs."""
+    """One (model, setting) run in this process: prints its JSON line, saves its log-probs
+    (``hf_dense``: none)."""
     import resource
 
     import numpy as np
@@ -129,25 +228,35 @@ def worker(args: argparse.Namespace) -> None:
     load_start = os.getloadavg()[0]
     texts = [item.text for item in load_shipped_or_jsonl("gsm8k:test").items[: args.n]]
     extra = {k: v for k, v in (("threads", args.threads), ("max_memory_gb", args.max_memory)) if v is not None}
+    if not any(Path(args.worker).glob("*.safetensors")) and not any(Path(args.worker).glob("*.bin")):
+        random_weights(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = LocalBackend(
         LocalConfig(args.worker, device=args.device, dtype=args.dtype, vocab_stats=args.vocab_stats, **extra)
     )
-    backend.logprobs(texts[:2])  # warm-up
+    torch.set_num_threads(backend.threads)  # peer and hf_dense run on this thread: the backend's threads
+    run = {
+        "batched": lambda part: backend.logprobs(part),
+        "single": lambda part: [backend.logprobs([t])[0] for t in part],
+        "peer": lambda part: peer_loop(backend, part, args.vocab_stats),
+        "hf_dense": lambda part: dense_forward(backend, part),
+    }[args.setting]
+    run(texts[:2])  # warm-up
     calls = [0]
     backend.model.base_model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     if backend.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(backend.device)
         torch.cuda.synchronize(backend.device)
     start = time.perf_counter()
-    if args.setting == "single":
-        results = [backend.logprobs([t])[0] for t in texts]
-    else:
-        results = backend.logprobs(texts)
+    results = run(texts)
     if backend.device.type == "cuda":
         torch.cuda.synchronize(backend.device)
     seconds = time.perf_counter() - start
-    tokens = sum(r.n_tokens for r in results)
-    np.save(args.save, np.concatenate([r.logprobs for r in results]))
+    if args.setting == "hf_dense":
+        tokens = results
+    else:
+        lps = [r[0] if args.setting == "peer" else r.logprobs for r in results]
+        tokens = sum(len(lp) for lp in lps)
+        np.save(args.save, np.concatenate(lps))
     flops = sum(matmul_flops_per_token(backend.model.config))
     row = {
         "texts": len(texts),
@@ -164,7 +273,16 @@ def worker(args: argparse.Namespace) -> None:
     }
     if backend.device.type == "cuda":
         row["peak_gpu_gb"] = round(torch.cuda.max_memory_allocated(backend.device) / 2**30, 3)
+        row["gpu"] = torch.cuda.get_device_name(backend.device)
     print(json.dumps(row))
+
+
+def bf16_peak_tflops(gpu: str | None) -> float | None:
+    """The dense bf16 peak of the GPU named ``gpu`` (:data:`BF16_PEAK_TFLOPS`), or None."""
+    for part, tflops in BF16_PEAK_TFLOPS.items():
+        if gpu and part in gpu:
+            return tflops
+    return None
 
 
 def run_one(args, model_dir: Path, setting: str, source: Path, save: Path) -> dict:
@@ -230,12 +348,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             for name, path in models.items():
-                order = [(c, s) for c in codes for s in SETTINGS]
+                order = [(c, s) for c in codes for s in SETTINGS if c == "after" or s in CODE_SETTINGS]
                 for code, setting in order if round_ % 2 == 0 else order[::-1]:
                     save = Path(tmp) / f"{name}-{code}-{setting}-{round_}.npy"
                     row = {"model": name, "setting": setting, "code": code, "round": round_,
                            **run_one(args, path, setting, codes[code], save)}
-                    if setting == "single":
+                    if setting in ("single", "peer"):
                         import numpy as np
 
                         reference = Path(tmp) / f"{name}-{code}-batched-{round_}.npy"
@@ -252,17 +370,32 @@ def main() -> None:
     for name in models:
         for code in codes:
             mine = {s: [r for r in rows if r["model"] == name and r["code"] == code and r["setting"] == s] for s in SETTINGS}
-            speed = {s: statistics.median(r["tokens_per_s"] for r in mine[s]) for s in SETTINGS}
+            mine = {s: runs for s, runs in mine.items() if runs}
+            speed = {s: round(statistics.median(r["tokens_per_s"] for r in runs), 1) for s, runs in mine.items()}
             summary = {
                 "model": name, "setting": "summary", "code": code,
-                **{f"{s}_tokens_per_s": speed[s] for s in SETTINGS},
-                "batched_over_single": round(speed["batched"] / speed["single"], 2),
-                **{f"{s}_peak_rss_gb": max(r["peak_rss_gb"] for r in mine[s]) for s in SETTINGS},
+                **{f"{s}_tokens_per_s": speed[s] for s in mine},
+                **{f"batched_over_{s}": round(speed["batched"] / speed[s], 2) for s in mine if s != "batched"},
+                **{f"{s}_peak_rss_gb": max(r["peak_rss_gb"] for r in runs) for s, runs in mine.items()},
                 "load_avg": [min(min(r["load_avg"]) for r in rows), max(max(r["load_avg"]) for r in rows)],
             }
+            summary.update(gpu_summary(mine["batched"]))
             if name in ceilings:  # the most any setting could reach at these threads, over single
                 summary["ceiling_over_single"] = round(ceilings[name]["ceiling_tokens_per_s"] / speed["single"], 2)
             print(json.dumps(summary) if args.json else _line(summary), flush=True)
+
+
+def gpu_summary(batched: list[dict]) -> dict:
+    """``peak_gpu_gb`` (the largest of the batched runs), ``gpu``, ``peak_tflops`` (its dense
+    bf16 peak) and ``mfu`` (the median batched run's matrix FLOP/s over that peak): all null
+    on CPU; ``mfu`` null for a GPU not in :data:`BF16_PEAK_TFLOPS`."""
+    gpu = batched[0].get("gpu")
+    peak = bf16_peak_tflops(gpu)
+    flops = statistics.median(r["matmul_gflops"] for r in batched) / 1e3  # TFLOP/s
+    return {
+        "peak_gpu_gb": max(r["peak_gpu_gb"] for r in batched) if gpu else None,
+        "gpu": gpu, "peak_tflops": peak, "mfu": round(flops / peak, 3) if peak else None,
+    }
 
 
 def _line(row: dict) -> str:

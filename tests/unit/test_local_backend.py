@@ -158,6 +158,8 @@ def test_special_token_strings_are_plain_text(backend):
     assert np.isfinite(lp.logprobs).all()
     want, _, _ = manual(backend, [backend.bos_id] + ids)
     np.testing.assert_allclose(lp.logprobs, want, atol=1e-5)
+    texts = [text, "", "Tom has 3 apples."]  # one tokenizer call for many texts: the same ids
+    assert backend.codec.encode_many(texts) == [backend.encode(t) for t in texts] and backend.codec.encode_many([]) == []
 
 
 @pytest.mark.parametrize("device, message", [("nonsense", "unknown device='nonsense'"), ("cuda:99", "cuda:99")])
@@ -175,3 +177,24 @@ def test_token_strings_follow_the_codec_convention(backend):
     assert partial and not any("\ufffd" in t for t in lp.tokens)
     raw = b"".join(backend.codec.token_bytes(i) for i in lp.token_ids)
     assert raw.decode("utf-8") == text
+
+
+def test_pass_in_flight_while_the_last_is_read_same_values(tiny_model_dir):
+    """With one pass in flight (CUDA's setting, forced here on CPU) each batch's results are
+    read after the next pass was launched: the same values, every text reported once."""
+    small = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16, max_batch_tokens=48))
+    texts = [q[: 20 + 9 * i] for i, q in enumerate(gsm8k_questions(8))]
+    want = small.logprobs(texts)
+    assert small._in_flight == 0  # CPU
+    small._in_flight = 1
+    forwards = []
+    real = small._forward
+    small._forward = lambda rows, stats: forwards.append(len(rows)) or real(rows, stats)
+    reported = []
+    got = small.logprobs(texts, on_done=lambda i, lp: reported.append((i, len(forwards))))
+    assert sorted(i for i, _ in reported) == list(range(len(texts))) and len(forwards) > 3
+    assert reported[0][1] == 2  # the first batch is read once the second is launched
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.logprobs, w.logprobs)
+        np.testing.assert_array_equal(g.mu, w.mu)
+        np.testing.assert_array_equal(g.sigma, w.sigma)

@@ -42,6 +42,26 @@ def test_reduce_chunks_equals_log_softmax_gather_and_moments(chunk):
     np.testing.assert_allclose(plain.lp, got.lp, atol=0)
 
 
+def test_reduce_chunks_float32_equals_float64_and_the_logsumexp_form():
+    """A GPT-2-sized vocabulary in float32: lp within 1e-5 nats of float64 and of logit[target] −
+    logsumexp (the form the reduction used before log_softmax); μ, σ (sums over 50,257 terms of
+    about 6 nats) within 1e-4."""
+    gen = torch.Generator().manual_seed(1)
+    hidden = torch.randn(40, 64, generator=gen)
+    weight = torch.randn(50257, 64, generator=gen) * 0.4
+    targets = torch.randint(0, 50257, (40,), generator=gen)
+    got = reduce_chunks(torch, hidden, targets, lambda h: h @ weight.T, 16, vocab_stats=True)
+    logp = torch.log_softmax(hidden.double() @ weight.double().T, -1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    assert float((got.lp.double() - logp[torch.arange(40), targets]).abs().max()) <= 1e-5
+    assert float((got.mu.double() - mu).abs().max()) <= 1e-4
+    assert float((got.sigma.double() - (p * (logp - mu.unsqueeze(-1)) ** 2).sum(-1).sqrt()).abs().max()) <= 1e-4
+    logits = hidden @ weight.T
+    before = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    assert float((got.lp - before).abs().max()) <= 1e-5 and 1.0 < float(got.sigma.min())
+
+
 def test_budget_hand_values():
     shape = ModelShape(hidden=768, intermediate=3072, heads=12, vocab=50257, dtype_bytes=4)
     # 8·768 + 2·3072 + 2·12·100 = 14,688 elements per token at width 100
@@ -50,9 +70,41 @@ def test_budget_hand_values():
     # logits: a quarter of the budget over 3 float32 copies of 50,257 columns
     assert budget.chunk == chunk_positions(50257, 2**26) == 2**26 // (LOGIT_COPIES * 4 * 50257) == 111
     # activations: 3/4 of 256 MiB = 201,326,592 bytes; 58,752 bytes per token at width 100
-    assert budget.fits(34, 100) and not budget.fits(35, 100)  # 3,400 tokens fit, 3,500 do not
-    assert not ForwardBudget(2**40, 1000, shape).fits(11, 100)  # the token cap binds
+    assert budget.capacity(100) == 201_326_592 // 58_752 == 3426
+    assert budget.fits(34, 100, 3400) and not budget.fits(35, 100, 3500)  # 3,400 tokens fit, 3,500 do not
+    assert not ForwardBudget(2**40, 1000, shape).fits(11, 100, 1100)  # the token cap binds
+    assert ForwardBudget(2**40, 1000, shape).fits(1, 5000, 5000)  # one row always runs
+    # padding: at most 5% of the padded tokens
+    assert budget.fits(2, 100, 190) and not budget.fits(2, 100, 189)
     assert chunk_positions(50257, 10) == 1
+
+
+def test_gpu_batches_sized_by_free_memory_not_a_token_cap(monkeypatch):
+    """On CUDA (fake numbers: 80 GiB free) the budget is half the free memory and no fixed
+    token cap applies; on CPU ``max_batch_tokens`` stays the cap."""
+
+    class FakeCuda:
+        @staticmethod
+        def mem_get_info(device):
+            return 80 * 2**30, 141 * 2**30
+
+    class FakeTorch:
+        cuda = FakeCuda
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    budget_bytes = resources.default_budget_bytes(FakeTorch, gpu)
+    assert budget_bytes == 40 * 2**30
+    assert resources.token_cap(gpu, 8192) is None and resources.token_cap(cpu, 8192) == 8192
+    gpt2_1b = ModelShape(hidden=2048, intermediate=8192, heads=16, vocab=50257, dtype_bytes=2)  # bf16
+    budget = ForwardBudget(budget_bytes, resources.token_cap(gpu, 8192), gpt2_1b)
+    # per token at width 1,024: 8·2048 + 2·8192 + 2·16·1024 = 65,536 values · 2 bytes = 128 KiB;
+    # activations 3/4 · 40 GiB = 30 GiB: 245,760 padded tokens, 30× the CPU cap
+    assert budget.capacity(1024) == 30 * 2**30 // 2**17 == 245_760
+    assert budget.fits(240, 1024, 240 * 1024) and not budget.fits(241, 1024, 241 * 1024)
+    # logits: 10 GiB over 3 float32 copies of 50,257 columns
+    assert budget.chunk == 10 * 2**30 // (3 * 4 * 50257) == 17_804
+    capped = ForwardBudget(budget_bytes, resources.token_cap(cpu, 8192), gpt2_1b)
+    assert capped.capacity(1024) == 8192
 
 
 def test_default_threads_leave_the_busy_cores(monkeypatch):
@@ -96,6 +148,29 @@ def test_small_budget_many_passes_same_values(tiny_model_dir, backend):
         np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5)
         np.testing.assert_allclose(g.mu, w.mu, atol=1e-5)
         np.testing.assert_allclose(g.sigma, w.sigma, atol=1e-5)
+
+
+def test_batches_pad_at_most_five_percent_and_equal_one_at_a_time(tiny_model_dir, backend):
+    """Ragged texts: every forward pass pads at most MAX_PADDING_SHARE of its tokens, and each
+    text's values equal its own one-text pass within 1e-4 nats (float32)."""
+    texts = [q[: 15 + 6 * i] for i, q in enumerate(gsm8k_questions(12))]  # within the context
+    widths = []
+    real = backend._forward
+    backend._forward = lambda rows, stats: widths.append([len(r) for r in rows]) or real(rows, stats)
+    try:
+        got = backend.logprobs(texts)
+    finally:
+        del backend._forward
+    lengths = sorted((len(backend.encode(t)) + 1 for t in texts), reverse=True)
+    assert sorted((w for batch in widths for w in batch), reverse=True) == lengths
+    assert any(len(batch) > 1 for batch in widths)
+    for batch in widths:
+        padded = len(batch) * max(batch)
+        assert padded - sum(batch) <= resources.MAX_PADDING_SHARE * padded
+    for text, lp in zip(texts, got):
+        one = backend.logprobs([text])[0]
+        assert np.abs(lp.logprobs - one.logprobs).max() <= 1e-4
+        assert np.abs(lp.mu - one.mu).max() <= 1e-4 and np.abs(lp.sigma - one.sigma).max() <= 1e-4
 
 
 async def _threads_on_backend_thread():

@@ -14,7 +14,9 @@ caller's event loop; a cancelled call stops after the forward batch in progress.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from .resources import (
     check_budget,
     default_budget_bytes,
     default_threads,
+    token_cap,
 )
 
 SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
@@ -45,6 +48,11 @@ SequenceResult = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]
 
 SPLIT_CHECK_TOKENS = 8
 """Tokens of the probe that checks, at load, that logits = output embedding(last hidden state)."""
+
+CUDA_PASSES_IN_FLIGHT = 1
+"""On CUDA, forward passes launched after the one whose results the host is reading: the GPU
+computes the next batch while the host turns the last one into results (on CPU, where a pass
+computes as it is called, none)."""
 
 
 def check_model_path(model: str) -> None:
@@ -129,6 +137,7 @@ class LocalBackend(Backend):
             raise BlackboxMIAError(f"cannot put model {config.model!r} on device {self.device}: {exc}") from exc
         self.context = config.max_length or model_context(self.model.config, self.tokenizer)
         self.codec = HFTokenCodec(self.tokenizer, name=config.model, bos=config.bos)
+        self._token_string = functools.lru_cache(maxsize=None)(self.codec.token_string)
         if config.bos and self.codec.bos_id is None:
             raise BlackboxMIAError(f"bos=True but the tokenizer of {config.model!r} has no BOS token")
         self.features = frozenset({LOGPROBS, GENERATE} | ({FULL_DISTRIBUTION} if config.vocab_stats else set()))
@@ -136,8 +145,9 @@ class LocalBackend(Backend):
         self.vocab_size = int(self._head.weight.shape[0])
         budget = int(config.max_memory_gb * GIB) if config.max_memory_gb else default_budget_bytes(torch, self.device)
         shape = ModelShape.of(self.model, self.vocab_size, self._head.weight.element_size())
-        self.budget = ForwardBudget(budget, config.max_batch_tokens, shape)
+        self.budget = ForwardBudget(budget, token_cap(self.device, config.max_batch_tokens), shape)
         self._split = self._call(self._head_is_last_step())
+        self._in_flight = CUDA_PASSES_IN_FLIGHT if self.device.type == "cuda" else 0
 
     async def _on_own_thread(self, fn):
         """``fn()`` on the backend's own thread (where :meth:`_alogprobs` computes)."""
@@ -223,7 +233,7 @@ class LocalBackend(Backend):
         if vocab_stats is None:
             vocab_stats = FULL_DISTRIBUTION in self.features
         provenance = Provenance("local", self.config.model, "forward", self.bos_id is not None)
-        sequences = [self.full_ids(self.encode(t)) for t in texts]
+        sequences = [self.full_ids(ids) for ids in self.codec.encode_many(texts)]
         for i, seq in enumerate(sequences):
             if len(seq) < 2:
                 raise BlackboxMIAError(
@@ -237,7 +247,7 @@ class LocalBackend(Backend):
                 seq = sequences[s]
                 out[s] = TokenLogprobs(
                     token_ids=np.asarray(seq[1:]),
-                    tokens=[self.codec.token_string(i) for i in seq[1:]],
+                    tokens=[self._token_string(i) for i in seq[1:]],
                     logprobs=lp,
                     context_ids=(seq[0],),
                     provenance=provenance,
@@ -263,7 +273,8 @@ class LocalBackend(Backend):
 
         Long sequences are split by :func:`sliding_windows`; windows are packed into batches
         that fit the :attr:`budget`, longest sequence first, each sequence's windows together,
-        so a long text finishes as soon as its own windows ran.
+        so a long text finishes as soon as its own windows ran. On CUDA a batch's results are
+        read while the next batch computes (:data:`CUDA_PASSES_IN_FLIGHT`).
         """
         rows = []  # (sequence index, start, end, first_target)
         for s, seq in enumerate(sequences):
@@ -277,52 +288,57 @@ class LocalBackend(Backend):
         first_width = [min(len(seq), self.context) for seq in sequences]
         order = sorted(range(len(rows)), key=lambda r: (-first_width[rows[r][0]], rows[r][0], rows[r][1]))
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
+        launched: list[tuple[list, LaunchedPass]] = []  # passes not read yet, oldest first
+        batches = self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))])
         try:
-            for batch in self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))]):
-                windows = [rows[r] for r in batch]
-                computed = self._forward([sequences[s][a:b] for s, a, b, _ in windows], vocab_stats)
-                finished = []
-                for (s, a, b, first), (lp, mu, sd) in zip(windows, computed):
-                    # entry c of the window's arrays predicts absolute target a + c + 1
-                    cols = slice(first - a - 1, b - a - 1)
-                    out_lp[s][first - 1 : b - 1] = lp[cols]
-                    if vocab_stats:
-                        out_mu[s][first - 1 : b - 1] = mu[cols]
-                        out_sd[s][first - 1 : b - 1] = sd[cols]
-                    bar.update(b - first)
-                    remaining[s] -= 1
-                    if remaining[s] == 0:
-                        results[s] = (out_lp[s], out_mu[s], out_sd[s]) if vocab_stats else (out_lp[s], None, None)
-                        finished.append(s)
-                yield finished
+            for batch in chain(batches, [None]):  # None: the end, every pass is read
+                if batch is not None:
+                    windows = [rows[r] for r in batch]
+                    launched.append((windows, self._forward([sequences[s][a:b] for s, a, b, _ in windows], vocab_stats)))
+                while len(launched) > (self._in_flight if batch is not None else 0):
+                    windows, computed = launched.pop(0)
+                    finished = []
+                    for (s, a, b, first), (lp, mu, sd) in zip(windows, computed.rows()):
+                        # entry c of the window's arrays predicts absolute target a + c + 1
+                        cols = slice(first - a - 1, b - a - 1)
+                        out_lp[s][first - 1 : b - 1] = lp[cols]
+                        if vocab_stats:
+                            out_mu[s][first - 1 : b - 1] = mu[cols]
+                            out_sd[s][first - 1 : b - 1] = sd[cols]
+                        bar.update(b - first)
+                        remaining[s] -= 1
+                        if remaining[s] == 0:
+                            results[s] = (out_lp[s], out_mu[s], out_sd[s]) if vocab_stats else (out_lp[s], None, None)
+                            finished.append(s)
+                    yield finished
         finally:
             bar.close()
 
     def _pack(self, order: list[int], lengths: list[int]):
-        """Greedy packing of rows, in ``order``, into batches that :meth:`ForwardBudget.fits`
-        (rows × widest row within the token cap and the memory budget; a single row always
-        runs, even past them)."""
+        """Greedy packing of rows, in ``order`` (longest first), into batches that
+        :meth:`ForwardBudget.fits`: rows × widest row within the memory budget and the token
+        cap (a single row always runs, even past them), and negligible padding."""
         batch: list[int] = []
-        width = 0
+        width = filled = 0
         for r in order:
-            if batch and not self.budget.fits(len(batch) + 1, max(width, lengths[r])):
+            if batch and not self.budget.fits(len(batch) + 1, max(width, lengths[r]), filled + lengths[r]):
                 yield batch
-                batch, width = [], 0
+                batch, width, filled = [], 0, 0
             batch.append(r)
             width = max(width, lengths[r])
+            filled += lengths[r]
         if batch:
             yield batch
 
     def _pad(self, rows: Sequence[Sequence[int]]):
-        """Right-padded ids and attention mask, shape (B, longest row), on the model's device."""
+        """Right-padded ids (padding: id 0, never read), shape (B, longest row), on the model's
+        device."""
         torch = self._torch
         width = max(len(r) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.as_tensor(list(r))
-            mask[i, : len(r)] = 1
-        return ids.to(self.device), mask.to(self.device)
+        return ids.to(self.device)
 
     def _states(self, ids):
         """The tensor the logits of right-padded ``ids`` (B, T) are reduced from, (B, T, ·), and
@@ -337,19 +353,22 @@ class LocalBackend(Backend):
             return self.model.base_model(input_ids=ids).last_hidden_state, self._head
         return self.model(input_ids=ids).logits, _identity
 
-    def _forward(self, rows: list[Sequence[int]], vocab_stats: bool) -> list[SequenceResult]:
-        """One padded forward pass; per row of L ids, float64 arrays of shape (L-1,): lp, and
-        mu, sigma when ``vocab_stats`` (else None). Padding positions are never reduced."""
+    def _forward(self, rows: list[Sequence[int]], vocab_stats: bool) -> LaunchedPass:
+        """One padded forward pass and its reduction, launched (on CUDA: queued, the results'
+        copy to the host too); :meth:`LaunchedPass.rows` reads them. Padding positions are
+        never reduced; the scored positions are picked by indices computed on the host (a
+        boolean mask would make the host wait for the pass)."""
         torch = self._torch
-        ids, mask = self._pad(rows)
+        ids = self._pad(rows)
+        width = ids.shape[1]
+        # position c of row i predicts ids[i, c + 1]: flat index i · width + c, for c < len(row) - 1
+        scored = torch.cat([torch.arange(len(r) - 1) + i * width for i, r in enumerate(rows)]).to(self.device)
+        targets = torch.as_tensor([t for r in rows for t in r[1:]]).to(self.device)
         with torch.inference_mode():
             states, head = self._states(ids)
-            scored = mask[:, 1:].bool()  # position c predicts ids[:, c + 1]
-            reduced = reduce_chunks(torch, states[:, :-1][scored], ids[:, 1:][scored], head, self.budget.chunk, vocab_stats)
-            arrays = [t.double().cpu().numpy() if t is not None else None for t in (reduced.lp, reduced.mu, reduced.sigma)]
-        bounds = np.cumsum([len(r) - 1 for r in rows])[:-1]
-        parts = [np.split(a, bounds) if a is not None else [None] * len(rows) for a in arrays]
-        return list(zip(*parts))
+            hidden = states.reshape(-1, states.shape[-1]).index_select(0, scored)
+            reduced = reduce_chunks(torch, hidden, targets, head, self.budget.chunk, vocab_stats)
+            return LaunchedPass.launch(torch, (reduced.lp, reduced.mu, reduced.sigma), [len(r) for r in rows])
 
     def next_token_logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """log p(v | prefix) over the whole vocabulary for each prefix: float32 array (B, V), nats.
@@ -368,7 +387,7 @@ class LocalBackend(Backend):
         out = np.empty((len(rows), self.vocab_size), dtype=np.float32)
         order = sorted(range(len(rows)), key=lambda r: len(rows[r]), reverse=True)
         for batch in self._pack(order, [len(r) for r in rows]):
-            ids, _ = self._pad([rows[r] for r in batch])
+            ids = self._pad([rows[r] for r in batch])
             last = torch.as_tensor([len(rows[r]) - 1 for r in batch], device=self.device)
             with torch.inference_mode():
                 states, head = self._states(ids)
@@ -489,3 +508,46 @@ class LocalBackend(Backend):
 
 def _identity(x):
     return x
+
+
+class LaunchedPass:
+    """The reduction of one forward pass, launched: float32 tensors ``(lp, mu, sigma)`` of shape
+    (N,) for the N scored positions of its rows (``mu``, ``sigma`` None without the
+    statistics), on the host, and on CUDA the event after which their copy is complete.
+
+    Args:
+        tensors: ``(lp, mu, sigma)`` on the host.
+        lengths: ids per row, L_i (row i has L_i - 1 scored positions).
+        ready: a ``torch.cuda.Event`` recorded after the copy, or None (complete already).
+    """
+
+    def __init__(self, tensors: tuple, lengths: list[int], ready=None):
+        self.tensors = tensors
+        self.lengths = lengths
+        self.ready = ready
+
+    @classmethod
+    def launch(cls, torch, tensors: tuple, lengths: list[int]) -> LaunchedPass:
+        """``tensors`` on their device: on CUDA a non-blocking copy into pinned host memory is
+        queued, and an event after it; elsewhere they are the host's already."""
+        if tensors[0].device.type != "cuda":
+            return cls(tensors, lengths)
+        host = tuple(
+            None if t is None else torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+            for t in tensors
+        )
+        ready = torch.cuda.Event()
+        ready.record()
+        return cls(host, lengths, ready)
+
+    def rows(self) -> list[SequenceResult]:
+        """Per row of L ids, float64 arrays of shape (L-1,), nats: lp, and mu, sigma (or None);
+        waits for the copy first."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        bounds = np.cumsum([n - 1 for n in self.lengths])[:-1]
+        parts = [
+            np.split(t.numpy().astype(np.float64), bounds) if t is not None else [None] * len(self.lengths)
+            for t in self.tensors
+        ]
+        return list(zip(*parts))

@@ -19,8 +19,9 @@ class LocalConfig:
         dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
             float32 on CPU). Everything after the output embedding (log-sum-exp, gather,
             statistics) is float32.
-        max_batch_tokens: padded tokens per forward pass at most (batch size × longest row);
-            the memory budget usually binds first.
+        max_batch_tokens: padded tokens per forward pass at most (batch size × longest row)
+            off CUDA; on CUDA the memory budget alone sizes a pass
+            (:func:`~.resources.token_cap`).
         max_length: context length in tokens; ``None`` reads it from the model config.
         bos: prepend the tokenizer's BOS token (then every text token is scored);
             ``None`` = when the tokenizer has one.

@@ -32,6 +32,12 @@ CPU_BUDGET_CAP_GIB = 0.25
 GPU_BUDGET_SHARE = 0.5
 """Default GPU budget: this share of the device memory free once the model is loaded."""
 
+MAX_PADDING_SHARE = 0.05
+"""A batch's padding (padded tokens that are no text) stays within this share of its padded
+tokens: rows run longest first, and a row that would pad its batch past it starts the next one
+(with 64 GSM8K texts, greedy batches to the token cap padded 30% of their tokens; this bound,
+4%)."""
+
 LOGIT_SHARE = 0.25
 """Share of the budget given to the logits of one chunk of positions; the rest to activations."""
 
@@ -90,6 +96,14 @@ def default_budget_bytes(torch, device) -> int:
     return cap if available is None else min(cap, int(available * CPU_BUDGET_SHARE))
 
 
+def token_cap(device, max_batch_tokens: int) -> int | None:
+    """The fixed cap on padded tokens per pass on ``device``: ``max_batch_tokens`` on CPU and
+    other devices; none on CUDA, where the memory budget alone sizes a pass
+    (:meth:`ForwardBudget.fits`): a fixed 8,192 bound a 139 GB GPU's passes long before its
+    memory did."""
+    return None if device.type == "cuda" else max_batch_tokens
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """The sizes that set a forward pass's memory.
@@ -135,12 +149,13 @@ class ForwardBudget:
 
     Attributes:
         budget_bytes: memory of one pass beyond the weights, in bytes.
-        max_tokens: padded tokens per pass at most, whatever the memory (``max_batch_tokens``).
+        max_tokens: padded tokens per pass at most, whatever the memory; ``None``: no fixed
+            cap (:func:`token_cap`).
         shape: the model's :class:`ModelShape`.
     """
 
     budget_bytes: int
-    max_tokens: int
+    max_tokens: int | None
     shape: ModelShape
 
     @property
@@ -149,12 +164,21 @@ class ForwardBudget:
         :data:`LOGIT_SHARE` of the budget)."""
         return chunk_positions(self.shape.vocab, int(self.budget_bytes * LOGIT_SHARE))
 
-    def fits(self, rows: int, width: int) -> bool:
-        """Whether ``rows`` rows padded to ``width`` tokens fit in one pass (token cap and the
-        activations' share of the budget)."""
+    def capacity(self, width: int) -> int:
+        """Padded tokens of rows ``width`` tokens wide whose activations fit the budget's share
+        (1 − :data:`LOGIT_SHARE`) and the token cap, at least one row's."""
+        activations = int(self.budget_bytes * (1 - LOGIT_SHARE))
+        tokens = activations // self.shape.activation_bytes(width)
+        if self.max_tokens is not None:
+            tokens = min(tokens, self.max_tokens)
+        return max(width, tokens)
+
+    def fits(self, rows: int, width: int, filled: int) -> bool:
+        """Whether ``rows`` rows padded to ``width`` tokens, ``filled`` of them text, make one
+        pass: within :meth:`capacity` (a single row always runs, even past it), and padding at
+        most :data:`MAX_PADDING_SHARE` of the padded tokens."""
         tokens = rows * width
-        activations = self.budget_bytes * (1 - LOGIT_SHARE)
-        return tokens <= self.max_tokens and tokens * self.shape.activation_bytes(width) <= activations
+        return (rows == 1 or tokens <= self.capacity(width)) and tokens - filled <= MAX_PADDING_SHARE * tokens
 
 
 def check_budget(max_memory_gb: float | None, threads: int | None) -> None:
