@@ -281,7 +281,7 @@ TARGET_OPTIONS = {
     "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL", "rich_help_panel": "Target"},
     "device": {"help": "torch device (default: cuda when available)", "rich_help_panel": "Local model"},
     "dtype": {"help": "float32, bfloat16, float16 or auto", "rich_help_panel": "Local model"},
-    "batch_tokens": {"help": "padded tokens per forward pass", "rich_help_panel": "Local model"},
+    "batch_tokens": {"help": "padded tokens per forward pass at most (default: 8192 on CPU, the memory budget on CUDA)", "rich_help_panel": "Local model"},
     "threads": {"help": "torch CPU threads (default: one per core, never more)", "rich_help_panel": "Local model"},
     "max_memory_gb": {"flags": ("--max-memory",), "help": "memory budget of one forward pass in GiB (default: from the device)", "rich_help_panel": "Local model"},
     "engine": {"flags": ("--local-engine",), "help": "torch, or vllm (extra 'vllm')", "rich_help_panel": "Local model"},

@@ -90,7 +90,7 @@ def test_options_defaults_are_the_backends_own():
     from blackbox_mia.backends.api.tracker.config import TrackerConfig
 
     local, api = LocalOptions(), ApiOptions()
-    assert (local.dtype, local.batch_tokens, local.device) == ("auto", 8192, None)
+    assert (local.dtype, local.batch_tokens, local.device) == ("auto", None, None)
     assert (local.dtype, local.batch_tokens) == (LocalConfig.dtype, LocalConfig.max_batch_tokens)
     tracker, config = TrackerConfig(), ApiConfig("http://127.0.0.1:9/v1", "m")
     assert (api.strategy, api.epsilon, api.top_n) == (tracker.strategy, tracker.epsilon, tracker.max_top_n) == ("auto", 0.01, 100)

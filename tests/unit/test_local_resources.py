@@ -81,7 +81,7 @@ def test_budget_hand_values():
 
 def test_gpu_batches_sized_by_free_memory_not_a_token_cap(monkeypatch):
     """On CUDA (fake numbers: 80 GiB free) the budget is half the free memory and no fixed
-    token cap applies; on CPU ``max_batch_tokens`` stays the cap."""
+    token cap applies unless one is given; on CPU the default cap is 8,192."""
 
     class FakeCuda:
         @staticmethod
@@ -94,16 +94,17 @@ def test_gpu_batches_sized_by_free_memory_not_a_token_cap(monkeypatch):
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
     budget_bytes = resources.default_budget_bytes(FakeTorch, gpu)
     assert budget_bytes == 40 * 2**30
-    assert resources.token_cap(gpu, 8192) is None and resources.token_cap(cpu, 8192) == 8192
+    assert resources.token_cap(gpu, None) is None and resources.token_cap(cpu, None) == resources.CPU_BATCH_TOKENS == 8192
+    assert resources.token_cap(gpu, 4096) == resources.token_cap(cpu, 4096) == 4096  # a given cap holds everywhere
     gpt2_1b = ModelShape(hidden=2048, intermediate=8192, heads=16, vocab=50257, dtype_bytes=2)  # bf16
-    budget = ForwardBudget(budget_bytes, resources.token_cap(gpu, 8192), gpt2_1b)
+    budget = ForwardBudget(budget_bytes, resources.token_cap(gpu, None), gpt2_1b)
     # per token at width 1,024: 8·2048 + 2·8192 + 2·16·1024 = 65,536 values · 2 bytes = 128 KiB;
     # activations 3/4 · 40 GiB = 30 GiB: 245,760 padded tokens, 30× the CPU cap
     assert budget.capacity(1024) == 30 * 2**30 // 2**17 == 245_760
     assert budget.fits(240, 1024, 240 * 1024) and not budget.fits(241, 1024, 241 * 1024)
     # logits: 10 GiB over 3 float32 copies of 50,257 columns
     assert budget.chunk == 10 * 2**30 // (3 * 4 * 50257) == 17_804
-    capped = ForwardBudget(budget_bytes, resources.token_cap(cpu, 8192), gpt2_1b)
+    capped = ForwardBudget(budget_bytes, resources.token_cap(cpu, None), gpt2_1b)
     assert capped.capacity(1024) == 8192
 
 

@@ -499,6 +499,7 @@ class LocalBackend(Backend):
         return {
             "backend": "local",
             **{k: v for k, v in asdict(self.config).items() if k not in SPEED_FIELDS},
+            "max_batch_tokens": self.budget.max_tokens,  # the cap in force (None: the memory budget)
             "resolved_device": str(self.device),
             "resolved_dtype": str(self.dtype).removeprefix("torch."),
             "context_tokens": self.context,

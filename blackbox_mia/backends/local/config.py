@@ -19,9 +19,9 @@ class LocalConfig:
         dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
             float32 on CPU). Everything after the output embedding (log-sum-exp, gather,
             statistics) is float32.
-        max_batch_tokens: padded tokens per forward pass at most (batch size × longest row)
-            off CUDA; on CUDA the memory budget alone sizes a pass
-            (:func:`~.resources.token_cap`).
+        max_batch_tokens: padded tokens per forward pass at most (batch size × longest row);
+            ``None``: :data:`~.resources.CPU_BATCH_TOKENS` off CUDA, and on CUDA no fixed cap: the
+            memory budget alone sizes a pass (:func:`~.resources.token_cap`).
         max_length: context length in tokens; ``None`` reads it from the model config.
         bos: prepend the tokenizer's BOS token (then every text token is scored);
             ``None`` = when the tokenizer has one.
@@ -37,7 +37,7 @@ class LocalConfig:
     model: str
     device: str | None = None
     dtype: str = "auto"
-    max_batch_tokens: int = 8192
+    max_batch_tokens: int | None = None
     max_length: int | None = None
     bos: bool | None = None
     vocab_stats: bool = True

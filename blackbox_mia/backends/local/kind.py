@@ -29,8 +29,8 @@ class LocalOptions(KindOptions):
         device: torch device (``cpu``, ``cuda``, ``cuda:1``...); ``None``: CUDA when available.
         dtype: weights' dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (bfloat16 on
             CUDA, float32 on CPU).
-        batch_tokens: padded tokens per forward pass at most, ≥ 1, off CUDA (there the memory
-            budget alone sizes a pass).
+        batch_tokens: padded tokens per forward pass at most, ≥ 1; ``None``: 8,192 off CUDA,
+            and on CUDA the memory budget alone sizes a pass.
         threads: torch CPU threads, ≥ 1; ``None``: one per core, never more.
         max_memory_gb: memory budget of one forward pass beyond the weights, GiB, > 0;
             ``None``: from the device.
@@ -44,7 +44,7 @@ class LocalOptions(KindOptions):
     engine: str = ENGINES[0]
     device: str | None = LocalConfig.device
     dtype: str = LocalConfig.dtype
-    batch_tokens: int = LocalConfig.max_batch_tokens
+    batch_tokens: int | None = LocalConfig.max_batch_tokens
     threads: int | None = LocalConfig.threads
     max_memory_gb: float | None = LocalConfig.max_memory_gb
 

@@ -96,12 +96,17 @@ def default_budget_bytes(torch, device) -> int:
     return cap if available is None else min(cap, int(available * CPU_BUDGET_SHARE))
 
 
-def token_cap(device, max_batch_tokens: int) -> int | None:
-    """The fixed cap on padded tokens per pass on ``device``: ``max_batch_tokens`` on CPU and
-    other devices; none on CUDA, where the memory budget alone sizes a pass
-    (:meth:`ForwardBudget.fits`): a fixed 8,192 bound a 139 GB GPU's passes long before its
-    memory did."""
-    return None if device.type == "cuda" else max_batch_tokens
+CPU_BATCH_TOKENS = 8192  # padded tokens per pass off CUDA when no cap is given (records/measured-settings.md)
+
+
+def token_cap(device, max_batch_tokens: int | None) -> int | None:
+    """The fixed cap on padded tokens per pass on ``device``: ``max_batch_tokens`` when given;
+    else :data:`CPU_BATCH_TOKENS` on CPU and other devices, and none on CUDA, where the memory
+    budget alone sizes a pass (:meth:`ForwardBudget.fits`): a fixed 8,192 bound a 139 GB GPU's
+    passes long before its memory did."""
+    if max_batch_tokens is not None:
+        return max_batch_tokens
+    return None if device.type == "cuda" else CPU_BATCH_TOKENS
 
 
 @dataclass(frozen=True)
