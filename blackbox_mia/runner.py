@@ -403,6 +403,7 @@ def score_items(
     resume: bool = True,
     progress: bool = True,
     tolerance: float = DEFAULT_TOLERANCE_NATS,
+    on_resumed: Callable[[int], None] | None = None,
 ) -> list[ScoredText]:
     """Score ``items``, appending one JSONL row per item to ``out_path`` as soon as it is scored.
 
@@ -427,6 +428,8 @@ def score_items(
             the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`).
         tolerance: nats; a score resting on a log-prob mean known less precisely is null
             (:meth:`ScoredText.from_scores`); the same value as in ``config``.
+        on_resumed: called once, before scoring, with how many of ``items`` were already in
+            ``out_path`` (0 on a fresh run): the rest are scored by this call.
 
     Returns:
         One :class:`ScoredText` per item, in the order of ``items``.
@@ -451,6 +454,8 @@ def score_items(
         done = _prepare_output(out_path, config, resume, labels)
     order = list(done)  # ids in file order
     todo = [it for it in items if it.id not in done]
+    if on_resumed is not None:
+        on_resumed(len(items) - len(todo))
     bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="text", disable=not progress, desc="score")
     ticker = ProgressTicker(bar, list(backends.values())) if progress else None
     f = None

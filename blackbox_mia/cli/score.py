@@ -69,12 +69,17 @@ def score(
             guard_spend({meta["name"]: items}, parsed, backends, target, yes)
             from ..runner import run_config, score_items
 
-            rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite)
+            resumed: list[int] = []
+            rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite,
+                               on_resumed=resumed.append)
             usage = print_usage(backends)
         finally:
             close_all(backends)
         aucs = auc_by_scorer(rows, parsed)
-        typer.echo(f"scored {len(rows)} texts ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
+        earlier = resumed[0] if resumed else 0
+        typer.echo(f"scored {len(rows) - earlier} texts"
+                   + (f" this run, {len(rows)} in all ({earlier} resumed from the earlier run)" if earlier else "")
+                   + f" ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
         nonfinite = [r.id for r in rows if r.nonfinite]
         if nonfinite:
             typer.echo(

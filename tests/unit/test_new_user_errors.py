@@ -15,7 +15,7 @@ import pytest
 
 from blackbox_mia.types import BlackboxMIAError
 
-from .test_cli import assert_one_line_error, invoke
+from .test_cli import assert_one_line_error, invoke, labelled_jsonl  # noqa: F401 (a fixture)
 from .test_fast_start import ERROR_CPU_S, run_bbmia
 
 REFUSED_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
@@ -216,3 +216,41 @@ def test_an_html_page_answered_with_200_is_not_retried(tmp_path):
     error = asyncio.run(main())
     assert len(posts) == 1, posts  # final: one request, not 7
     assert error.fault == "final" and "not JSON at all" in str(error) and "<!doctype html>" in str(error)
+
+
+# -- item 5: small samples ------------------------------------------------------------------------
+
+
+def test_three_labelled_texts_get_a_warning_and_no_interval(tiny_model_dir, labelled_jsonl, tmp_path):
+    three = tmp_path / "three.jsonl"
+    three.write_text("".join(labelled_jsonl.read_text().splitlines(keepends=True)[:3]))  # 2 members, 1 non-member
+    result = invoke("score", three, "--local", tiny_model_dir, "--scorers", "loss", "--out", tmp_path / "o.jsonl")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if line.startswith("loss"))
+    assert row.split()[2:] == ["[no", "CI:", "2", "+", "1", "texts]"], row  # no zero-width [1.000, 1.000]
+    assert ("warning: only 2 members and 1 non-members (fewer than 10 of a class): no confidence interval is given"
+            in result.output)
+
+
+def test_evaluate_scores_gives_no_interval_below_ten_texts_per_class():
+    from blackbox_mia.evaluation.metrics import evaluate_scores
+
+    small = evaluate_scores([1, 1, 0], [0.9, 0.8, 0.1], fprs=(0.5,), n_boot=200)
+    assert small["auc"] == 1.0 and small["auc_ci"] is None and small["tpr_at_fpr_ci"] == {"0.5": None}
+    assert small["small_sample"].startswith("only 2 members and 1 non-members")
+    labels = [1] * 10 + [0] * 10
+    enough = evaluate_scores(labels, [i + (5 if y else 0) for i, y in enumerate(labels)], fprs=(0.5,), n_boot=200)
+    assert "small_sample" not in enough and len(enough["auc_ci"]) == 2 and enough["auc_ci"][0] < enough["auc_ci"][1]
+
+
+# -- item 7: a resumed run says what it scored ----------------------------------------------------
+
+
+def test_a_resumed_run_says_how_many_texts_it_scored_and_how_many_in_all(tiny_model_dir, labelled_jsonl, tmp_path):
+    out = tmp_path / "o.jsonl"
+    base = ("score", labelled_jsonl, "--local", tiny_model_dir, "--scorers", "loss", "--out", out)
+    first = invoke(*base, "--limit", 2)
+    assert first.exit_code == 0 and f"scored 2 texts (" in first.output, first.output
+    again = invoke(*base)
+    assert again.exit_code == 0, again.output
+    assert "scored 2 texts this run, 4 in all (2 resumed from the earlier run)" in again.output, again.output
