@@ -425,7 +425,9 @@ def score_items(
         chunk_size: items per batched backend call (>= 1).
         resume: keep the rows already in ``out_path``.
         progress: show a progress bar (texts) on stderr, with the requests sent, their rate and
-            the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`).
+            the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`),
+            and under it the backend's bar of the chunk's tokens (a long text moves it while
+            its windows run), with a one-line note for each text split into windows.
         tolerance: nats; a score resting on a log-prob mean known less precisely is null
             (:meth:`ScoredText.from_scores`); the same value as in ``config``.
         on_resumed: called once, before scoring, with how many of ``items`` were already in
@@ -477,7 +479,7 @@ def score_items(
                 if ticker is not None:
                     ticker.refresh()
 
-            score_texts([it.text for it in chunk], scorers, backends, on_scored=save)
+            score_texts([it.text for it in chunk], scorers, backends, progress=progress, on_scored=save)
     except OSError as exc:
         raise BlackboxMIAError(f"cannot write {out_path}: {exc.strerror or exc}") from exc
     finally:

@@ -254,3 +254,23 @@ def test_a_resumed_run_says_how_many_texts_it_scored_and_how_many_in_all(tiny_mo
     again = invoke(*base)
     assert again.exit_code == 0, again.output
     assert "scored 2 texts this run, 4 in all (2 resumed from the earlier run)" in again.output, again.output
+
+
+# -- item 3: progress on a long text ---------------------------------------------------------------
+
+
+def test_a_long_text_shows_its_windows_and_progress_in_tokens(tiny_model_dir, tmp_path):
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+    from blackbox_mia.text.windows import sliding_windows
+
+    text = "Tom has 3 apples and eats one, then buys five more at the fair. " * 60
+    n_tokens = len(LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu")).encode(text)) + 1  # + BOS
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"text": text}) + "\n")
+    result = invoke("score", path, "--local", tiny_model_dir, "--scorers", "loss", "--out", tmp_path / "o.jsonl")
+    assert result.exit_code == 0, result.output
+    windows = len(sliding_windows(n_tokens, 64))
+    assert windows > 10
+    assert (f"note: text #0 is {n_tokens:,} tokens, longer than the context (64): scored in {windows:,} sliding "
+            "windows") in result.output
+    assert f"forward" in result.output and f"/{n_tokens} [" in result.output  # a bar in tokens, not 0/1 texts
