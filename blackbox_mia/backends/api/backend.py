@@ -28,6 +28,7 @@ from ...cost.estimate import CostEstimate
 from ...cost.prices import request_cost
 from ...option_names import named
 from ...tokenizers import load_codec
+from ...tokenizers.load import check_codec_spec
 from ...types import (
     FINISH_REASONS,
     BlackboxMIAError,
@@ -112,6 +113,7 @@ class ApiBackend(Backend):
         self.client = ApiClient(api, cache=ResponseCache(self._root / "responses"))
         try:  # a server that is down, refuses the key or lacks the model fails before the tokenizer loads
             if check_first:
+                check_codec_spec(tokenizer)  # a missing directory is said before the server is asked
                 self._call(self.client.check_server())
             self.codec = load_codec(tokenizer, api.model)
         except BaseException:
