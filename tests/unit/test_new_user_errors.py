@@ -250,7 +250,7 @@ def test_a_resumed_run_says_how_many_texts_it_scored_and_how_many_in_all(tiny_mo
     out = tmp_path / "o.jsonl"
     base = ("score", labelled_jsonl, "--local", tiny_model_dir, "--scorers", "loss", "--out", out)
     first = invoke(*base, "--limit", 2)
-    assert first.exit_code == 0 and f"scored 2 texts (" in first.output, first.output
+    assert first.exit_code == 0 and "scored 2 texts (" in first.output, first.output
     again = invoke(*base)
     assert again.exit_code == 0, again.output
     assert "scored 2 texts this run, 4 in all (2 resumed from the earlier run)" in again.output, again.output
@@ -273,4 +273,4 @@ def test_a_long_text_shows_its_windows_and_progress_in_tokens(tiny_model_dir, tm
     assert windows > 10
     assert (f"note: text #0 is {n_tokens:,} tokens, longer than the context (64): scored in {windows:,} sliding "
             "windows") in result.output
-    assert f"forward" in result.output and f"/{n_tokens} [" in result.output  # a bar in tokens, not 0/1 texts
+    assert "forward" in result.output and f"/{n_tokens} [" in result.output  # a bar in tokens, not 0/1 texts
