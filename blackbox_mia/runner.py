@@ -403,6 +403,7 @@ def score_items(
     resume: bool = True,
     progress: bool = True,
     tolerance: float = DEFAULT_TOLERANCE_NATS,
+    on_resumed: Callable[[int], None] | None = None,
 ) -> list[ScoredText]:
     """Score ``items``, appending one JSONL row per item to ``out_path`` as soon as it is scored.
 
@@ -424,9 +425,13 @@ def score_items(
         chunk_size: items per batched backend call (>= 1).
         resume: keep the rows already in ``out_path``.
         progress: show a progress bar (texts) on stderr, with the requests sent, their rate and
-            the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`).
+            the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`),
+            and under it the backend's bar of the chunk's tokens (a long text moves it while
+            its windows run), with a one-line note for each text split into windows.
         tolerance: nats; a score resting on a log-prob mean known less precisely is null
             (:meth:`ScoredText.from_scores`); the same value as in ``config``.
+        on_resumed: called once, before scoring, with how many of ``items`` were already in
+            ``out_path`` (0 on a fresh run): the rest are scored by this call.
 
     Returns:
         One :class:`ScoredText` per item, in the order of ``items``.
@@ -451,6 +456,8 @@ def score_items(
         done = _prepare_output(out_path, config, resume, labels)
     order = list(done)  # ids in file order
     todo = [it for it in items if it.id not in done]
+    if on_resumed is not None:
+        on_resumed(len(items) - len(todo))
     bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="text", disable=not progress, desc="score")
     ticker = ProgressTicker(bar, list(backends.values())) if progress else None
     f = None
@@ -472,7 +479,7 @@ def score_items(
                 if ticker is not None:
                     ticker.refresh()
 
-            score_texts([it.text for it in chunk], scorers, backends, on_scored=save)
+            score_texts([it.text for it in chunk], scorers, backends, progress=progress, on_scored=save)
     except OSError as exc:
         raise BlackboxMIAError(f"cannot write {out_path}: {exc.strerror or exc}") from exc
     finally:

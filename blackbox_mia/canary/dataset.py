@@ -19,11 +19,23 @@ from pathlib import Path
 
 from .. import datasets
 from ..datasets import Dataset, Item, file_sha256, limit_items
+from ..datasets.registry import dataset_not_found
 from ..types import BlackboxMIAError
 from .config import CanaryConfig, canary_dir
 from .manifest import MANIFEST, canary_items
 
 CANARY = "canary"
+
+
+def dataset_names() -> list[str]:
+    """Every dataset spec that is a name: ``canary``, ``canary:PATH`` and the shipped datasets
+    (:data:`blackbox_mia.datasets.NAMED`, aliases included); anything else is a JSONL path."""
+    return [CANARY, f"{CANARY}:PATH", *datasets.NAMED]
+
+
+def dataset_help() -> str:
+    """The help of a DATASET argument, from :func:`dataset_names`."""
+    return ", ".join(dataset_names()) + ", or a JSONL path (one JSON object per line)"
 
 
 def is_canary_spec(spec: str) -> bool:
@@ -84,8 +96,7 @@ def load_any_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> D
     if is_canary_spec(spec):
         return load_canary_dataset(spec, cache_dir)
     if spec not in datasets.NAMED and not Path(spec).expanduser().is_file():
-        names = ", ".join([CANARY, f"{CANARY}:PATH", *datasets.NAMED])
-        raise BlackboxMIAError(f"dataset file not found: {spec} (named datasets: {names}; anything else is a JSONL path)")
+        raise dataset_not_found(Path(spec).expanduser(), dataset_names())
     return datasets.load_shipped_or_jsonl(spec)
 
 

@@ -41,6 +41,42 @@ class OneLineErrors(TyperGroup):
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
+    def resolve_command(self, ctx, args):
+        """The subcommand and its arguments, once no option of it (or of its subcommand) is given
+        an empty value: ``--scorers ''`` must not mean "the default scorers".
+
+        Raises:
+            click.UsageError: an option given as ``--name ''`` or ``--name=``.
+        """
+        name, command, rest = super().resolve_command(ctx, args)
+        refuse_empty_values(command, rest, f"{ctx.command_path} {name}")
+        return name, command, rest
+
+
+def refuse_empty_values(command, args: list[str], path: str) -> None:
+    """Raise a usage error when ``args`` give one of ``command``'s value options (or, for a group,
+    of its subcommand's) an empty or blank value; flags and arguments are left to click.
+
+    Raises:
+        click.UsageError: ``--name ''``, ``--name '  '`` or ``--name=``, naming the option.
+    """
+    takes_value = {opt for param in command.params if param.param_type_name == "option" and not param.is_flag
+                   for opt in param.opts + param.secondary_opts}
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return
+        name, equals, value = arg.partition("=")
+        if name in takes_value and (value.strip() == "" if equals else
+                                    index + 1 < len(args) and not args[index + 1].strip()):
+            raise click_exceptions.UsageError(
+                f"{name} is empty: give it a value or leave the option out ({path} --help lists the options)")
+    subcommands = getattr(command, "commands", None)
+    if subcommands:
+        positional = [index for index, arg in enumerate(args) if not arg.startswith("-")]
+        if positional and args[positional[0]] in subcommands:
+            sub = args[positional[0]]
+            refuse_empty_values(subcommands[sub], args[positional[0] + 1:], f"{path} {sub}")
+
 
 def one_line_usage_error(exc) -> str:
     """A click usage error as one line: its message and which ``--help`` lists the options."""

@@ -92,7 +92,7 @@ def train(
     epoch's end and every 30 s: the same command resumes from there and trains the very model
     an uninterrupted run would have (--force starts over).
 
-    Score it afterwards with: bbmia score DIR/canary_items.jsonl --local DIR; audit a document
+    Score it afterwards with: bbmia score canary:DIR --local DIR; audit a document
     canary (--corpus documents) with: bbmia documents DIR/documents.jsonl --local DIR
     --calibration DIR/documents_validation.jsonl --chunk-words 64 (the command it prints)
     """
@@ -133,7 +133,7 @@ def train(
             f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
             f"final loss per epoch: {losses} nats/token"
         )
-        typer.echo(f"evaluate: bbmia score {path / manifest['items_file']} --local {path}", err=True)
+        typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
         summary = {"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused}
         if "documents_file" in manifest:
             summary.update(documents=str(path / manifest["documents_file"]), validation=str(path / manifest["validation_file"]))

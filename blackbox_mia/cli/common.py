@@ -55,10 +55,12 @@ def flag_of(name: str) -> str:
     return flags_of(name, TARGET_OPTIONS[name].get("flags"))[0]
 
 
-def build_from_flags(spec: str, flags: BackendFlags, refine: tuple[float, ...] = ()) -> Backend:
+def build_from_flags(spec: str, flags: BackendFlags, refine: tuple[float, ...] = (), check_first: bool = True) -> Backend:
     """The backend ``spec`` names, its options from the spec's query and the flags given (the
     one place flags become a kind's options); a flag and a query key for the same setting must
-    agree. A kind whose options refine bisection (``refine_for``) gets ``refine``.
+    agree. A kind whose options refine bisection (``refine_for``) gets ``refine``; one that can
+    check its server before loading anything slow (``check_first``) does so unless
+    ``check_first`` is False.
 
     Raises:
         BlackboxMIAError: a malformed spec or query, a flag and a query key that disagree
@@ -70,6 +72,8 @@ def build_from_flags(spec: str, flags: BackendFlags, refine: tuple[float, ...] =
     options = merge_options(kind, split_query(rest)[1], given, flag_of)
     if hasattr(options, "refine_for"):
         options = replace(options, refine_for=refine)
+    if hasattr(options, "check_first"):  # a server that is down or lacks the model: one line, before the tokenizer
+        options = replace(options, check_first=check_first)
     return build_backend(spec, options)
 
 
@@ -189,21 +193,25 @@ def normalized_spec(spec: str) -> str:
     return f"local:{local_model_path(path)}" + (f"?{query}" if query else "")
 
 
-def build_backends(opts: TargetOptions, scorers: Sequence[Scorer]) -> dict[str, Backend]:
+def build_backends(opts: TargetOptions, scorers: Sequence[Scorer], check_first: bool = True) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options, through the backend
     registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``, with
     ``?key=value`` settings); a black-box tracker refines values to the precision ``scorers``
     need (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
 
+    An endpoint is checked first (``GET /models``: the server answers, takes the key, lists the
+    model) before its tokenizer loads, unless ``check_first`` is False.
+
     Raises:
         BlackboxMIAError: no target, both a local model and an endpoint, a bad spec, a flag
-            and a query key that disagree.
+            and a query key that disagree; a server refusing the connection or the key, or not
+            listing the model.
     """
     refine = refine_for(scorers) if opts.precision == "scores" else ()
-    backends = {TARGET: build_from_flags(opts.target_spec(), opts, refine)}
+    backends = {TARGET: build_from_flags(opts.target_spec(), opts, refine, check_first)}
     if opts.ref:
         try:
-            backends[REFERENCE] = build_from_flags(normalized_spec(opts.ref), opts, refine)
+            backends[REFERENCE] = build_from_flags(normalized_spec(opts.ref), opts, refine, check_first)
         except BaseException:
             close_all(backends)
             raise
@@ -238,19 +246,37 @@ def auc_by_scorer(rows, scorers: Sequence[Scorer]) -> dict[str, float | None]:
 def auc_cells(rows, scorers: Sequence[Scorer], n_boot: int = AUC_CI_RESAMPLES, seed: int = 0) -> dict[str, str]:
     """Each scorer's AUC as a console cell with its 95% stratified percentile-bootstrap CI
     (:func:`~blackbox_mia.evaluation.metrics.bootstrap_ci`): ``"0.869 [0.834, 0.902]"``; ``"-"``
-    where :func:`auc_by_scorer` has none; {} without labels of both classes."""
+    where :func:`auc_by_scorer` has none; {} without labels of both classes. With fewer than
+    :data:`~blackbox_mia.evaluation.metrics.MIN_PER_CLASS_CI` texts of a class no interval:
+    ``"1.000 [no CI: 2 + 1 texts]"`` (:func:`small_sample_warning` says why)."""
     from ..evaluation.metrics import bootstrap_ci
 
     labelled = [r for r in rows if r.label is not None]
     labels = [r.label for r in labelled]
+    small = small_sample_warning(rows) is not None
     cells = {}
     for label, value in auc_by_scorer(rows, scorers).items():
         if value is None:
             cells[label] = "-"
             continue
+        if small:
+            cells[label] = f"{value:.3f} [no CI: {labels.count(1)} + {labels.count(0)} texts]"
+            continue
         lo, hi = bootstrap_ci(labels, [r.scores[label] for r in labelled], "auc", n_boot, seed=seed)
         cells[label] = f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
     return cells
+
+
+def small_sample_warning(rows) -> str | None:
+    """The warning for labelled ``rows`` with fewer than
+    :data:`~blackbox_mia.evaluation.metrics.MIN_PER_CLASS_CI` texts of a class (None otherwise,
+    and without labels of both classes)."""
+    from ..evaluation.metrics import small_sample
+
+    labels = [r.label for r in rows if r.label is not None]
+    if len(set(labels)) < 2:
+        return None
+    return small_sample(labels.count(1), labels.count(0))
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:

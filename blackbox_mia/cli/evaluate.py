@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from ..canary.dataset import dataset_help
 from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
@@ -18,7 +19,6 @@ from .spend import print_dry_run
 if TYPE_CHECKING:
     from ..audits.common import AuditResult
 
-DATASET_HELP = "gsm8k, aqua, wikimia64, wikimia128, wikimia24, canary, canary:PATH, or a JSONL path"
 METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs at an acceptable cost, else the "
                 "text-only tests (samia, cdd; ts_guessing on multiple-choice items); text-only; logprobs")
 
@@ -26,7 +26,7 @@ METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs 
 @app.command("eval")
 @with_target_options
 def eval_command(
-    dataset: str = typer.Argument(..., help=f"labelled dataset: {DATASET_HELP}"),
+    dataset: str = typer.Argument(..., help=f"labelled dataset: {dataset_help()}"),
     scorers: Optional[str] = typer.Option(
         None, help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac' (default: every default "
         "scorer the target supports; min_k_pp needs --local)"),
@@ -121,7 +121,7 @@ def prompt_length_table(summary: dict) -> str:
 @app.command("sweep")
 @with_target_options
 def sweep_command(
-    dataset: str = typer.Argument(..., help=f"benchmark: {DATASET_HELP}"),
+    dataset: str = typer.Argument(..., help=f"benchmark: {dataset_help()}"),
     scorers: str | None = typer.Option(None, "--scorers", help=SINGLE_SCORER_HELP),
     scorer_alias: str | None = typer.Option(None, "--scorer", hidden=True, help="same as --scorers"),
     features: str = typer.Option(

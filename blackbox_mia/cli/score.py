@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..canary.dataset import load_items
+from ..canary.dataset import CANARY, dataset_help, load_items
 from ..cost.guard import guard_groups
 from ..scorers import default_scorer_specs, parse_scorers
 from .app import app, echo_json_line, user_errors
@@ -19,15 +19,29 @@ from .common import (
     check_output,
     close_all,
     format_table,
+    small_sample_warning,
     with_target_options,
 )
 from .spend import print_dry_run, spending
 
 
+def default_output(name: str) -> Path:
+    """``runs/score-<name>.jsonl`` for the dataset ``name``: a shipped name with ``-`` for ``:``
+    (``gsm8k:test`` -> ``score-gsm8k-test.jsonl``), a file's stem (``data/items.jsonl`` ->
+    ``score-items.jsonl``), ``canary-<directory name>`` for ``canary:PATH``."""
+    if name.startswith(CANARY + ":"):
+        stem = f"{CANARY}-{Path(name[len(CANARY) + 1:]).name}"
+    elif "/" in name or "\\" in name or Path(name).suffix:
+        stem = Path(name).stem
+    else:
+        stem = name.replace(":", "-")
+    return Path("runs") / f"score-{stem}.jsonl"
+
+
 @app.command()
 @with_target_options
 def score(
-    dataset: str = typer.Argument(..., help="gsm8k, gsm8k:train, aqua, aqua:dev, wikimia64, wikimia128, wikimia24, or a JSONL path"),
+    dataset: str = typer.Argument(..., help=dataset_help()),
     scorers: str = typer.Option(None, help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac' (default: every "
                                 "default scorer the target supports; min_k_pp needs --local)"),
     out: Path = typer.Option(None, "--out", help="output JSONL (default: runs/score-<dataset>.jsonl)"),
@@ -46,8 +60,7 @@ def score(
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=bool(target.local))))
         items, meta = load_items(dataset, limit, target.cache_dir)
-        out = check_output(out or Path("runs") / f"score-{meta['name'].replace(':', '-').replace('/', '_')}.jsonl",
-                           folder=False)
+        out = check_output(out or default_output(meta["name"]), folder=False)
         backends = build_backends(target, parsed)
         if target.dry_run:
             try:
@@ -59,10 +72,15 @@ def score(
             guard_groups({meta["name"]: items}, parsed, backends, target.yes)
             from ..runner import run_config, score_items
 
-            rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite)
+            resumed: list[int] = []
+            rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite,
+                               on_resumed=resumed.append)
         usage = spent["usage"]
         aucs = auc_by_scorer(rows, parsed)
-        typer.echo(f"scored {len(rows)} texts ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
+        earlier = resumed[0] if resumed else 0
+        typer.echo(f"scored {len(rows) - earlier} texts"
+                   + (f" this run, {len(rows)} in all ({earlier} resumed from the earlier run)" if earlier else "")
+                   + f" ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
         nonfinite = [r.id for r in rows if r.nonfinite]
         if nonfinite:
             typer.echo(
@@ -72,5 +90,8 @@ def score(
             )
         if aucs:
             typer.echo(format_table(["scorer", "AUC [95% CI]"], list(auc_cells(rows, parsed).items())))
+            warning = small_sample_warning(rows)
+            if warning:
+                typer.echo(f"warning: {warning}", err=True)
         if json_out:
             echo_json_line({"out": str(out), "n": len(rows), "auc": aucs, **({"usage": usage} if usage else {})})

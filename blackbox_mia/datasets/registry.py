@@ -61,23 +61,34 @@ NAMED: dict[str, tuple[str, str, ItemMaker]] = {
 }
 
 
+LINE_FORMAT = 'each line of a dataset file must be one JSON object, e.g. {"text": "...", "label": 1} (label optional)'
+
+
+def dataset_not_found(path: Path, names: Sequence[str]) -> BlackboxMIAError:
+    """The error for a dataset spec that is neither a named dataset nor a file: a directory is
+    said to be one, anything else is not found; the message lists ``names``."""
+    what = "is a directory, not a JSONL file" if path.is_dir() else "not found"
+    return BlackboxMIAError(f"dataset file {what}: {path} (named datasets: {', '.join(names)}; "
+                            "anything else is a JSONL path)")
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for every non-blank line of a JSON Lines file (numbers from 1).
 
+    A UTF-8 byte-order mark at the start of the file is skipped.
+
     Raises:
-        BlackboxMIAError: the file is missing/unreadable, a line is not UTF-8 (named by line and
-            column) or not a JSON object.
+        BlackboxMIAError: the file is missing/unreadable or a directory, a line is not UTF-8
+            (named by line and column) or not a JSON object (the message says what a line must be).
     """
     path = Path(path)
     if not path.is_file():
-        raise BlackboxMIAError(
-            f"dataset file not found: {path} (named datasets: {', '.join(NAMED)}; anything else is a JSONL path)"
-        )
+        raise dataset_not_found(path, list(NAMED))
     try:
         with open(path, "rb") as f:  # decoded line by line: a non-UTF-8 byte is named by line
             for number, raw in enumerate(f, 1):
                 try:
-                    line = raw.decode("utf-8")
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark is accepted
                 except UnicodeDecodeError as exc:
                     raise BlackboxMIAError(
                         f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}: "
@@ -87,9 +98,10 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise BlackboxMIAError(f"{path}:{number}: malformed JSON ({exc.msg})") from exc
+                    raise BlackboxMIAError(f"{path}:{number}: malformed JSON ({exc.msg}); {LINE_FORMAT}") from exc
                 if not isinstance(obj, dict):
-                    raise BlackboxMIAError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
+                    raise BlackboxMIAError(
+                        f"{path}:{number}: expected a JSON object, got {type(obj).__name__}; {LINE_FORMAT}")
                 yield number, obj
     except OSError as exc:
         raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc

@@ -5,7 +5,11 @@ from __future__ import annotations
 import errno
 import socket
 
+import logging
+
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.log import server_logger
 
 from ..types import BlackboxMIAError
 
@@ -54,6 +58,21 @@ def check_bindable(host: str, port: int) -> None:
             raise bind_error(host, port, exc) from exc
 
 
+class OneLineBadRequests(logging.LoggerAdapter):
+    """aiohttp's server logger, except that a request aiohttp could not parse (a negative
+    ``Content-Length``, a bad header line: the client gets 400 and the server carries on) is one
+    warning line, not a traceback; every other error keeps its traceback."""
+
+    def exception(self, msg, *args, exc_info=True, **kwargs):
+        """Log ``msg`` (aiohttp: "Error handling request from %s") with a traceback, or as one
+        line naming the client's mistake when ``exc_info`` is an :class:`HttpProcessingError`."""
+        if isinstance(exc_info, HttpProcessingError):
+            detail = " ".join(str(exc_info.message or exc_info).split())
+            self.warning(f"{msg}: malformed request, answered {exc_info.code} ({detail})", *args, **kwargs)
+        else:
+            self.error(msg, *args, exc_info=exc_info, **kwargs)
+
+
 async def listen(app: web.Application, host: str, port: int, **runner_options) -> tuple[web.AppRunner, str]:
     """Serve ``app`` on ``host:port`` (``port=0`` picks a free one), without an access log.
 
@@ -70,7 +89,7 @@ async def listen(app: web.Application, host: str, port: int, **runner_options) -
         BlackboxMIAError: the address cannot be bound (in use, privileged, not of this machine:
             :func:`bind_error`).
     """
-    runner = web.AppRunner(app, access_log=None, **runner_options)
+    runner = web.AppRunner(app, access_log=None, logger=OneLineBadRequests(server_logger, {}), **runner_options)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

@@ -72,6 +72,7 @@ from .vllm import RankedPosition, echo_positions, prompt_logprobs, ranked_positi
 LOG = logging.getLogger(__name__)
 TOKENIZE_WORKERS = 2  # threads of the tokenization pool (separate from the single model thread)
 INLINE_CHARS = 4096  # texts (and JSON bodies) up to this many characters are handled on the loop
+NORMALIZER_SLACK = 2  # a normalizer may shrink a text's UTF-8 by up to this factor before it is split into tokens
 INLINE_TOKENS = 1024  # token sequences up to this long are decoded / rendered on the loop
 CLIENT_CLOSED_REQUEST = 499  # status logged for a request whose client left (nginx's convention; never sent)
 
@@ -101,6 +102,7 @@ class ValidationServer:
         self._chat_prompt: ChatFormatter | None = None
         self._reporting = config.reporting
         self._requests = itertools.count()  # numbers each request's noise (nondeterministic mode)
+        self._piece_bytes = 1  # UTF-8 bytes of the longest vocabulary piece (set by start)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class ValidationServer:
             self._bos = self.backend.tokenizer.bos_token_id
             if self._bos is None:
                 raise BlackboxMIAError(f"text_bos is set but the tokenizer of {self.config.model!r} has no BOS token")
+        self._piece_bytes = await loop.run_in_executor(self._pool, longest_piece_bytes, self.backend.tokenizer)
         self._names = TokenNames(self.backend.codec, self.config.empty_partial_names)
         self._chat_prompt = ChatFormatter(self.config.chat_template, self.backend.tokenizer)
         self._batcher = MicroBatcher(self.backend, self._executor, self.config.batch_window_ms, self.config.max_batch)
@@ -235,9 +238,21 @@ class ValidationServer:
         """Token ids of a text prompt as the model sees it (BOS first with ``text_bos``) and the
         number of tokens the server added (0 or 1). Long texts are tokenized off the event loop.
 
+        A text too long for the context whatever its tokens (more characters than ``context``
+        tokens of the longest vocabulary piece can hold, with :data:`NORMALIZER_SLACK`) is refused
+        before it is tokenized: a 10 MB prompt costs no tokenization, and the memory a prompt
+        can take in the tokenizer is bounded by the context.
+
         Raises:
-            HttpError: 400 (param ``param``) when the text has no tokens.
+            HttpError: 400 (param ``param``) when the text has no tokens, or is surely longer
+                than the context (``context_length_exceeded``).
         """
+        context = self.backend.context
+        least = len(text) // (self._piece_bytes * NORMALIZER_SLACK)  # a character is at least one byte
+        if least > context:
+            raise bad_request(f"This model's maximum context length is {context} tokens. However, your {param} is "
+                              f"{len(text)} characters, at least {least} tokens (no token of this model spans more "
+                              f"than {self._piece_bytes} bytes).", param, "context_length_exceeded")
         ids = await self._sized(len(text), INLINE_CHARS, self.backend.encode, text)
         if not ids:
             raise bad_request(f"the {param} text has no tokens", param, "invalid_value")
@@ -480,3 +495,12 @@ class ValidationServer:
             raise bad_request("'tokens' must be a list of token ids", "tokens", "invalid_type")
         ids = self._check_ids(tokens, "tokens") if tokens else []
         return await self._respond(lambda: {"prompt": self._names.text(ids)}, len(ids))
+
+
+def longest_piece_bytes(tokenizer) -> int:
+    """The UTF-8 length of the longest piece in ``tokenizer``'s vocabulary (at least 1): no token
+    stands for more bytes of text (a byte-level piece has one character per byte, a
+    SentencePiece piece spells its text, a byte-fallback piece ``<0xNN>`` one byte)."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return max([1, *(len(p.encode("utf-8")) for p in pieces if p is not None)])
+

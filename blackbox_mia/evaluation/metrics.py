@@ -15,6 +15,7 @@ import numpy as np
 from ..types import BlackboxMIAError
 
 DEFAULT_FPRS = (0.001, 0.01, 0.05, 0.1)
+MIN_PER_CLASS_CI = 10  # texts of each class below which no bootstrap interval is given (it would look exact)
 WIKIMIA_EDGES = (32, 64, 128, 256)
 # Resample blocks are cut so that one block holds at most this many (resample, item) counts.
 _BLOCK_CELLS = 4_000_000
@@ -226,6 +227,18 @@ def bootstrap_roc_stats(
     return np.concatenate(aucs), np.concatenate(tprs)
 
 
+def small_sample(n_members: int, n_nonmembers: int) -> str | None:
+    """A warning when either class has fewer than :data:`MIN_PER_CLASS_CI` texts, else None.
+
+    A bootstrap of 2 members and 1 non-member resamples a handful of orderings: its interval can
+    be ``[1.000, 1.000]``, which reads as certainty. Such intervals are not given at all.
+    """
+    if min(n_members, n_nonmembers) >= MIN_PER_CLASS_CI:
+        return None
+    return (f"only {n_members} members and {n_nonmembers} non-members (fewer than {MIN_PER_CLASS_CI} of a class): "
+            "no confidence interval is given, and an AUC on so few texts says little")
+
+
 def evaluate_scores(
     labels,
     scores,
@@ -246,7 +259,9 @@ def evaluate_scores(
 
     Returns:
         ``{"n_members", "n_nonmembers", "auc", "auc_ci": [lo, hi], "tpr_at_fpr": {"0.001": v,
-        ...}, "tpr_at_fpr_ci": {"0.001": [lo, hi], ...}, "ci_level", "n_boot", "notes": {...}}``.
+        ...}, "tpr_at_fpr_ci": {"0.001": [lo, hi], ...}, "ci_level", "n_boot", "notes": {...}}``,
+        plus ``"small_sample"`` (:func:`small_sample`'s warning) when a class has fewer than
+        :data:`MIN_PER_CLASS_CI` texts: the CIs are then None.
         When ``1 / n_nonmembers > fpr`` no ROC point can have a non-zero FPR ≤ ``fpr``: the
         value and CI are None and ``notes[key]`` says so (with the TPR at zero false
         positives). Keys are ``f"{fpr:g}"``.
@@ -274,6 +289,10 @@ def evaluate_scores(
     measurable = [1.0 / n0 <= f for f in fprs]
     if n_boot < 0:
         raise BlackboxMIAError(f"n_boot must be ≥ 0, got {n_boot}")
+    warning = small_sample(out["n_members"], n0)
+    if warning is not None:
+        out["small_sample"] = warning
+        n_boot = 0  # no interval: it would look exact
     if n_boot > 0:
         _check_boot(n_boot, alpha)
         aucs, tprs = bootstrap_roc_stats(y, s, tuple(fprs), n_boot, seed, True)

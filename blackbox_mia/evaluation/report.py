@@ -143,6 +143,8 @@ def _scorer_table(scorers: dict) -> list[str]:
                 notes.append(f"\\* {name}, TPR@{_pct(k)}: {note}")
         cells += [str(m.get("n_members", "")), str(m.get("n_nonmembers", ""))]
         lines.append(_row(cells))
+        if m.get("small_sample"):
+            notes.append(f"{name}: {m['small_sample']}")
     lines.append("")
     if notes:
         lines += notes + [""]

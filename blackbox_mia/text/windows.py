@@ -28,3 +28,15 @@ def sliding_windows(length: int, context: int) -> list[tuple[int, int, int]]:
         end = min(start + context, length)
         windows.append((start, end, windows[-1][1]))
     return windows
+
+
+def windows_note(index: int, length: int, context: int | None) -> str | None:
+    """The one-line note for a text of ``length`` tokens (``index``: its 0-based position in the
+    batch) that is split into :func:`sliding_windows` of ``context`` tokens; None when it fits
+    (or there is no context)."""
+    if not context or length <= context:
+        return None
+    count = len(sliding_windows(length, context))
+    return (f"note: text #{index} is {length:,} tokens, longer than the context ({context:,}): "
+            f"scored in {count:,} sliding windows (progress below in tokens)")
+

@@ -60,9 +60,7 @@ class HFTokenCodec(TokenCodec):
                 ``NAME`` or ``ORG/NAME``), transformers is missing, or the tokenizer cannot be
                 loaded.
         """
-        if _is_path(path) and not Path(path).expanduser().exists():
-            raise BlackboxMIAError(f"cannot load tokenizer {path!r}: no such directory "
-                                   f"(and not a hub name, which is NAME or ORG/NAME)")
+        check_tokenizer_path(path)
         try:
             from transformers import AutoTokenizer
         except ImportError as exc:
@@ -101,6 +99,18 @@ class HFTokenCodec(TokenCodec):
     @property
     def vocab_size(self) -> int:
         return len(self.tokenizer)
+
+
+def check_tokenizer_path(path: str) -> None:
+    """Refuse, without loading anything, a tokenizer ``path`` that can only be a file system path
+    and does not exist.
+
+    Raises:
+        BlackboxMIAError: "cannot load tokenizer ...: no such directory".
+    """
+    if _is_path(path) and not Path(path).expanduser().exists():
+        raise BlackboxMIAError(f"cannot load tokenizer {path!r}: no such directory "
+                               f"(and not a hub name, which is NAME or ORG/NAME)")
 
 
 def _is_path(name: str) -> bool:

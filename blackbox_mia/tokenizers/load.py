@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import TokenCodec
-from .hf import HFTokenCodec
+from .hf import HFTokenCodec, check_tokenizer_path
 from .tiktoken_codec import TIKTOKEN_SHIPPED, TiktokenCodec
 
 
@@ -25,3 +25,15 @@ def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
     if name in TIKTOKEN_SHIPPED:
         return TiktokenCodec(name)
     return HFTokenCodec.load(tokenizer)
+
+
+def check_codec_spec(tokenizer: str | None) -> None:
+    """The checks of :func:`load_codec` that load nothing: a Hugging Face tokenizer path that
+    does not exist is refused (run before a slower check, such as asking the server).
+
+    Raises:
+        BlackboxMIAError: ``tokenizer`` names a directory that does not exist.
+    """
+    if tokenizer is not None and tokenizer.removeprefix("tiktoken:") not in TIKTOKEN_SHIPPED:
+        check_tokenizer_path(tokenizer)
+

@@ -134,7 +134,7 @@ def _json_of(command: str, extra: str, folder: Path, env: dict) -> dict:
 
 
 def test_printed_score_command_runs(workdir):
-    assert PRINTED_NEXT["evaluate: bbmia score"] is None
+    assert PRINTED_NEXT["evaluate: bbmia score canary"] is None
     folder, env = workdir
     command, _ = _printed(["canary", "train", "--quiet"], "evaluate", folder, env)
     assert command.startswith("bbmia score ")

@@ -115,9 +115,9 @@ def test_constructing_an_api_backend_sends_nothing(peaked_model_dir, tmp_path):
     config = ApiConfig(base_url="http://127.0.0.1:9/v1", model="m", max_retries=1, backoff_base_s=0.01)
     api = ApiBackend(config, tokenizer=str(peaked_model_dir), cache_dir=tmp_path)  # nothing listens there
     assert api.usage.requests == 0 and not (tmp_path / "capabilities").exists()
-    with pytest.raises(BlackboxMIAError, match="connection refused by http://127.0.0.1:9"):
+    with pytest.raises(BlackboxMIAError, match="connection refused at http://127.0.0.1:9"):
         api.logprobs(["Tom has 3 apples."])
-    with pytest.raises(BlackboxMIAError, match="connection refused by http://127.0.0.1:9"):
+    with pytest.raises(BlackboxMIAError, match="connection refused at http://127.0.0.1:9"):
         api.generate(["Tom has"], max_new_tokens=2)
     api.close()
     api.close()  # idempotent

@@ -114,7 +114,7 @@ def reduced(script: str, port: int) -> str:
 
 
 PRINTED_NEXT: dict[str, str | None] = {
-    "evaluate: bbmia score": None,
+    "evaluate: bbmia score canary": None,
     "audit the documents: bbmia documents": None,
     "audit: bbmia unlearning": None,
     "serve it as a chat model: bbmia serve": "needs the chat canary (about 11 min of training on 2 cores); "

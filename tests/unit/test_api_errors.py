@@ -58,7 +58,7 @@ async def test_a_failed_request_raises_the_class_of_its_status(make_client, fake
 
 async def test_an_invalid_answer_raises_invalid_answer_error(make_client, fake):
     client = make_client(max_retries=1, backoff_base_s=0.01)
-    fake.faults = [{"status": 200, "text": "not json"}] * 2
+    fake.faults = [{"status": 200, "text": '{"not json'}] * 2
     with pytest.raises(InvalidAnswerError) as err:
         await client.complete([1])
     assert err.value.fault == "invalid"

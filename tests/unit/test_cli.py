@@ -229,16 +229,18 @@ def test_allow_chat_conditional_reaches_the_api_backend(tiny_model_dir, tmp_path
     from blackbox_mia.scorers import parse_scorers
     from blackbox_mia.types import BlackboxMIAError
 
-    dead = "http://127.0.0.1:9/v1"  # nothing listens: building a backend sends no request
+    dead = "http://127.0.0.1:9/v1"  # nothing listens: building a backend unchecked sends no request
     opts = TargetOptions(base_url=dead, model="m", endpoint="chat", allow_chat_conditional=True, epsilon=0.5,
                          tokenizer=str(tiny_model_dir), cache_dir=tmp_path)
-    backends = build_backends(opts, parse_scorers("loss,min_k:k=10"))
+    with pytest.raises(BlackboxMIAError, match="connection refused at http://127.0.0.1:9/v1"):
+        build_backends(opts, parse_scorers("loss"))  # checked first, as the command line builds it
+    backends = build_backends(opts, parse_scorers("loss,min_k:k=10"), check_first=False)
     api = backends["target"]
     assert (api.kind, api.endpoint.kind, api.tracker_config.epsilon) == ("api", "chat", 0.5)
     assert api.tracker_config.refine_for == (10.0, 100.0)  # the scorers' precision: Min-K% at 10%, the mean
     assert api.client.config.base_url == dead and api.client.config.model == "m"
     api.close()
-    token = build_backends(replace(opts, precision="token"), parse_scorers("loss,min_k:k=10"))["target"]
+    token = build_backends(replace(opts, precision="token"), parse_scorers("loss,min_k:k=10"), check_first=False)["target"]
     assert token.tracker_config.refine_for == ()  # every value to ε
     token.close()
     with pytest.raises(BlackboxMIAError, match="--precision must be one of scores, token"):
@@ -257,7 +259,8 @@ def test_ref_takes_any_backend_spec(tiny_model_dir, tmp_path):
         backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref=ref), [])
         assert [b.kind for b in backends.values()] == ["local", "local"]
     backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref="api:m@http://127.0.0.1:9/v1",
-                                            tokenizer=str(tiny_model_dir), cache_dir=tmp_path), parse_scorers("pac"))
+                                            tokenizer=str(tiny_model_dir), cache_dir=tmp_path), parse_scorers("pac"),
+                              check_first=False)
     assert backends["reference"].tracker_config.refine_for == ()  # PAC reads the largest values too: every value
     assert backends["reference"].kind == "api" and backends["reference"].client.config.model == "m"
     backends["reference"].close()

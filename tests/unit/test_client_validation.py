@@ -14,7 +14,6 @@ from ..helpers_client import completion_answer
 
 
 @pytest.mark.parametrize("fault, match", [
-    ({"status": 200, "text": "<html>oops</html>"}, "the body is '<html>oops</html>', expected a JSON object"),
     ({"status": 200, "text": '{"choices": [{"text": " A", "logpr'}, "the body is .*, expected a JSON object"),
     ({"status": 200, "json": ["a", "list"]}, r"the body is \['a', 'list'\], expected a JSON object"),
     ({"status": 200, "json": {"object": "text_completion"}}, r"choices is missing"),
@@ -35,6 +34,14 @@ async def test_garbage_answers_are_retried_never_cached_then_fail_as_invalid(cli
     assert len(client.cache) == 0 and client.usage.retries == 3 and client.usage.invalid_answers == 4
     result = await client.complete([1], logprobs=1)  # the next call asks again
     assert result["cached"] is False and fake.hits == 5
+
+
+async def test_a_200_that_is_not_json_at_all_fails_at_once(client, fake):
+    fake.faults = [{"status": 200, "text": "<html>oops</html>"}] * 4  # a web page: another server, not a glitch
+    with pytest.raises(ApiError, match=r"the body is '<html>oops</html>', not JSON at all \(is the URL") as err:
+        await client.complete([1], logprobs=1)
+    assert err.value.fault == "final" and str(err.value).endswith("(final: not retried)")
+    assert fake.hits == 1 and client.usage.retries == 0 and len(client.cache) == 0
 
 
 async def test_truncated_json_200_is_retried(client, fake):

@@ -220,7 +220,7 @@ def test_oversized_body_gets_413(raw_url, backend, name):
 
 
 def test_long_tokenization_does_not_block_other_clients(backend, name, monkeypatch):
-    """While one large prompt is being tokenized, a small request from another client is answered:
+    """While one large text is being tokenized, a small request from another client is answered:
     tokenization runs on its own thread pool, not on the event loop nor the model thread."""
     started, release = threading.Event(), threading.Event()
     encode = backend.encode
@@ -233,8 +233,9 @@ def test_long_tokenization_does_not_block_other_clients(backend, name, monkeypat
 
     monkeypatch.setattr(backend, "encode", slow_encode)
     with _serve(backend, name, max_body_bytes=4 * 2**20) as url, ThreadPoolExecutor(1) as other_client:
-        big = other_client.submit(post, url, "/completions",
-                                  {"model": name, "prompt": "Tom has 3 apples. " * 10_000, "max_tokens": 1})
+        # /tokenize: a prompt this long is refused by /completions before it is tokenized
+        big = other_client.submit(post, url.removesuffix("/v1"), "/tokenize",
+                                  {"model": name, "prompt": "Tom has 3 apples. " * 10_000})
         try:
             assert started.wait(timeout=10)
             began = time.perf_counter()
@@ -245,4 +246,4 @@ def test_long_tokenization_does_not_block_other_clients(backend, name, monkeypat
         big_status, big_body = big.result(timeout=30)
     assert status == 200 and body["usage"]["completion_tokens"] == 1
     assert waited < 2.0
-    assert big_status == 400 and big_body["error"]["code"] == "context_length_exceeded"
+    assert big_status == 200 and big_body["count"] > 10_000

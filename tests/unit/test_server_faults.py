@@ -74,3 +74,37 @@ def test_the_project_client_never_sends_chat_parameters_to_completions():
     body = Completions().payload([1, 2], max_tokens=1, temperature=0.0, top_n=5, bias={3: 100}, echo=True,
                                  extra={"seed": 1})
     assert not set(body) & set(FOREIGN_PARAMETERS["completions"]) and body["logprobs"] == 5
+
+
+def test_a_malformed_request_is_one_log_line_and_the_server_carries_on(backend, name, caplog):
+    with caplog.at_level(logging.DEBUG), _serve(backend, name) as url:
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: -5\r\n\r\n")
+            sock.settimeout(10)
+            answer = sock.recv(4096)
+        assert answer.split(b" ")[1] == b"400", answer
+        status, body = post(url, "/completions", {"model": name, "prompt": "Tom", "max_tokens": 1})
+        assert status == 200 and body["choices"][0]["text"]  # still serving
+    assert not [r for r in caplog.records if r.exc_info or r.exc_text], [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if "malformed request" in r.getMessage()]
+    assert len(lines) == 1 and "answered 400" in lines[0] and "Content-Length" in lines[0], lines
+    assert "\n" not in lines[0]
+
+
+def test_an_over_long_prompt_is_refused_before_it_is_tokenized(backend, name, monkeypatch):
+    encoded: list[int] = []
+    encode = backend.encode
+    monkeypatch.setattr(backend, "encode", lambda text: encoded.append(len(text)) or encode(text))
+    with _serve(backend, name) as url:
+        status, body = post(url, "/completions", {"model": name, "prompt": "Tom has 3 apples. " * 50_000,
+                                                  "max_tokens": 1})  # 900,000 characters
+        assert status == 400 and body["error"]["code"] == "context_length_exceeded", body
+        assert "maximum context length is 64 tokens" in body["error"]["message"]
+        assert encoded == []  # not tokenized at all
+        status, body = post(url, "/completions", {"model": name, "prompt": "apples " * 40, "max_tokens": 1})
+        assert status == 400 and body["error"]["code"] == "context_length_exceeded"  # too long, found by its tokens
+    from blackbox_mia.emulator.server import NORMALIZER_SLACK, longest_piece_bytes
+
+    bound = backend.context * longest_piece_bytes(backend.tokenizer) * NORMALIZER_SLACK  # characters tokenized at most
+    assert encoded == [280] and 280 <= bound < 900_000

@@ -155,6 +155,7 @@ async def test_a_server_that_stops_answering_is_named_with_the_request_pattern(c
     client = ApiClient(config)
     endpoint = Endpoint(client, codec, "completions", token_id_prompts=False)
     endpoint.grammar = True
+    endpoint.answered = 3  # it answered earlier requests, then stopped
     ids = codec.encode(TOKYO)
     try:
         with pytest.raises(ApiError, match=r"stopped answering during a request of this pattern: 3 prompt tokens, "

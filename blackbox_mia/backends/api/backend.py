@@ -28,6 +28,7 @@ from ...cost.estimate import CostEstimate
 from ...cost.prices import request_cost
 from ...option_names import named
 from ...tokenizers import load_codec
+from ...tokenizers.load import check_codec_spec
 from ...types import (
     FINISH_REASONS,
     BlackboxMIAError,
@@ -96,6 +97,7 @@ class ApiBackend(Backend):
         cache_dir: Path | None = None,
         reprobe: bool = False,
         allow_chat_conditional: bool = False,
+        check_first: bool = False,
     ):
         super().__init__()
         if api.endpoint == "chat" and not allow_chat_conditional:
@@ -108,8 +110,16 @@ class ApiBackend(Backend):
         self.tracker_config = tracker if tracker is not None else TrackerConfig()
         self.context = self.tracker_config.context  # --context-tokens: None when not given
         self._reprobe = reprobe
-        self.codec = load_codec(tokenizer, api.model)
         self.client = ApiClient(api, cache=ResponseCache(self._root / "responses"))
+        try:  # a server that is down, refuses the key or lacks the model fails before the tokenizer loads
+            if check_first:
+                check_codec_spec(tokenizer)  # a missing directory is said before the server is asked
+                self._call(self.client.check_server())
+            self.codec = load_codec(tokenizer, api.model)
+        except BaseException:
+            self._call(self.client.close())
+            super().close()
+            raise
         self.endpoint = Endpoint(self.client, self.codec, api.endpoint, token_id_prompts=True)
         self._capabilities: Capabilities | None = None
         self._tracker: Tracker | None = None

@@ -145,6 +145,7 @@ class Endpoint:
         self.open_bias = False
         self.grammar = False
         self.partial_names_rendered = 0
+        self.answered = 0  # requests answered through :meth:`_ask` (fresh or cached)
 
     @property
     def kind(self) -> str:
@@ -254,16 +255,17 @@ class Endpoint:
     async def _ask(self, prompt: Sequence[int], **options) -> dict:
         """``client.request`` for the prompt whose token ids are ``prompt``. A failure that
         outlasted the retries (``"transient"``: the server went away, timed out or kept
-        answering 5xx) is raised again naming the request's pattern (what a server that dies
-        mid-run died on), and that the answers so far are cached, as the same exception type.
+        answering 5xx) after earlier requests were answered is raised again naming the request's
+        pattern (what a server that dies mid-run died on), and that the answers so far are
+        cached, as the same exception type.
 
         Raises:
             ApiError: as the client raises it (see :meth:`ApiClient.request`).
         """
         try:
-            return await self.client.request(self.dialect, self._prompt(prompt), **options)
+            answer = await self.client.request(self.dialect, self._prompt(prompt), **options)
         except ApiError as exc:
-            if exc.fault != "transient":
+            if exc.fault != "transient" or not self.answered:  # a server that never answered did not stop
                 raise
             bias = options.get("bias") or {}
             upward = [t for t, b in bias.items() if b > 0]
@@ -275,6 +277,8 @@ class Endpoint:
             raise type(exc)(exc.status_code, f"{marked(exc)}. The server stopped answering during a request of this pattern: "
                                              f"{pattern}. Answers so far are cached (a rerun resumes)",
                             exc.fault, exc.detail) from exc
+        self.answered += 1
+        return answer
 
     def _answer(self, entry: dict) -> NextToken:
         """One generated entry as a :class:`NextToken` (the sampled token listed too)."""

@@ -77,16 +77,20 @@ class ApiOptions(KindOptions):
     cache_dir: Path | None = None
     reprobe: bool = False
     refine_for: tuple[float, ...] = field(default=(), metadata={**NOT_AN_OPTION, **NOT_A_QUERY_KEY})
+    check_first: bool = field(default=False, metadata={**NOT_AN_OPTION, **NOT_A_QUERY_KEY})
 
 
 @register_backend("api", ApiOptions, "api:MODEL@URL")
 def build_api(target: str, options: ApiOptions) -> Backend:
     """The model ``MODEL`` behind the OpenAI-compatible endpoint ``URL`` (``target`` is
-    ``MODEL@URL``), through the tracker; no request is sent.
+    ``MODEL@URL``), through the tracker; no request is sent, unless ``options.check_first``
+    (the command line): then ``GET /models`` checks the server, the key and the model name
+    before the tokenizer loads.
 
     Raises:
         BlackboxMIAError: ``target`` is not ``MODEL@URL``, no tokenizer for the model, a bad
-            setting (see :class:`ApiConfig`, :class:`TrackerConfig`).
+            setting (see :class:`ApiConfig`, :class:`TrackerConfig`); with ``check_first``: a
+            refused connection, a refused key, a model the server does not list.
     """
     from .backend import ApiBackend
 
@@ -110,4 +114,4 @@ def build_api(target: str, options: ApiOptions) -> Backend:
     tracker = TrackerConfig(strategy=options.strategy, epsilon=options.epsilon, context=options.context,
                             refine_for=options.refine_for, max_top_n=options.top_n)
     return ApiBackend(api, options.tokenizer, tracker, options.cache_dir, options.reprobe,
-                      allow_chat_conditional=options.allow_chat_conditional)
+                      allow_chat_conditional=options.allow_chat_conditional, check_first=options.check_first)

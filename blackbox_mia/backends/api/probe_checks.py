@@ -37,15 +37,16 @@ async def attempt(request: Awaitable) -> tuple[object, ApiError | None]:
     """``(answer, None)``, or ``(None, error)`` for a refusal that is evidence (final or invalid).
 
     Raises:
-        BlackboxMIAError: a transient failure that outlasted the retries, or a 404 (a wrong base
-            URL or an unknown model: no evidence about a feature); the probe stops, nothing saved.
+        BlackboxMIAError: a transient failure that outlasted the retries, a 401/403 (the key
+            was refused) or a 404 (a wrong base URL or an unknown model): no evidence about a
+            feature; the probe stops, nothing saved.
     """
     try:
         return await request, None
     except ApiError as exc:
         if exc.fault == "transient":
             raise BlackboxMIAError(f"capability probe stopped, nothing saved (rerun later): {exc}") from None
-        if exc.status_code == 404:
+        if exc.status_code in (401, 403, 404):  # a refused key, a wrong URL: nothing learnt about a feature
             raise
         return None, exc
 

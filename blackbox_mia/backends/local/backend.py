@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from dataclasses import asdict, replace
@@ -25,7 +26,7 @@ from tqdm.auto import tqdm
 
 from ...hub import load_pretrained, route_unmasked_padding_note
 from ...option_names import named
-from ...text.windows import sliding_windows
+from ...text.windows import sliding_windows, windows_note
 from ...tokenizers import HFTokenCodec
 from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
@@ -287,7 +288,11 @@ class LocalBackend(Backend):
         out_sd = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
         first_width = [min(len(seq), self.context) for seq in sequences]
         order = sorted(range(len(rows)), key=lambda r: (-first_width[rows[r][0]], rows[r][0], rows[r][1]))
-        bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward")
+        for s, seq in enumerate(sequences):
+            note = windows_note(s, len(seq), self.context) if progress else None
+            if note is not None:
+                tqdm.write(note, file=sys.stderr)
+        bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward", leave=False)
         launched: list[tuple[list, LaunchedPass]] = []  # passes not read yet, oldest first
         batches = self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))])
         try:

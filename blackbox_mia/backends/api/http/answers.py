@@ -28,11 +28,16 @@ def _no_constant(name: str) -> float:
 
 
 def decode_answer(content: bytes) -> dict:
-    """The JSON object in an HTTP body (NaN and infinities refused); ``Malformed`` otherwise."""
+    """The JSON object in an HTTP body (NaN and infinities refused); ``Malformed`` otherwise, final
+    (not retried) when the body does not even start as JSON (an HTML page: a wrong URL)."""
     try:
         raw = json.loads(content, parse_constant=_no_constant)
     except ValueError:  # not JSON, truncated JSON, not UTF-8
-        raise Malformed("the body", "expected a JSON object", content.decode("utf-8", "replace")) from None
+        text = content.decode("utf-8", "replace")
+        if text.strip() and text.lstrip()[0] not in "{[":  # an HTML page, plain text: another server, not a glitch
+            raise Malformed("the body", "not JSON at all (is the URL the API's, ending in /v1?)", text,
+                            final=True) from None
+        raise Malformed("the body", "expected a JSON object", text) from None
     return _typed(raw, dict, "the body", "a JSON object")
 
 

@@ -56,6 +56,7 @@ from ....types import BlackboxMIAError, BudgetExceeded
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
 from .errors import MESSAGE_CHARS, ApiError
+from .faults import connection_refused, key_refused_message, refused_message
 from .fetch import AnswerFetcher
 from .transport import MODELS_PATH
 
@@ -84,6 +85,7 @@ class ApiClient(AnswerFetcher):
     def __init__(self, config: ApiConfig, cache: ResponseCache | None = None):
         super().__init__(config, cache)
         self._models: asyncio.Future | None = None  # the GET /models lookup, once (in memory only)
+        self._models_failure: BaseException | None = None  # why GET /models listed nothing (None: it did, or not asked yet)
         self._model_checked = False  # the model name was checked against it
 
     def __repr__(self) -> str:
@@ -202,8 +204,9 @@ class ApiClient(AnswerFetcher):
         """The model ids the server lists at ``GET {base_url}/models``, or ``None`` when it lists
         none (any HTTP error, 404 included, a timeout, a refused connection, or an answer that is
         not OpenAI's ``{"data": [{"id": ...}, ...]}``: the first real request then reports any
-        problem with its own retries). One GET per client, not retried; the result (or ``None``)
-        is kept in memory only, for the client's life. Sends nothing until first awaited."""
+        problem with its own retries; :meth:`check_server` reports some at once). One GET per
+        client, not retried; the result (or ``None``) is kept in memory only, for the client's
+        life. Sends nothing until first awaited."""
         entries = await self._model_entries()
         return None if entries is None else list(entries)
 
@@ -224,6 +227,23 @@ class ApiClient(AnswerFetcher):
         if self._models is None:
             self._models = asyncio.ensure_future(self._list_models())
         return await asyncio.shield(self._models)
+
+    async def check_server(self) -> None:
+        """:meth:`check_model`, after which a refused connection or a refused key (HTTP 401/403)
+        at ``GET /models`` fails at once, in one line, instead of on the first request: for a
+        command line, before it loads anything slow (the tokenizer). One GET, not retried.
+
+        Raises:
+            BlackboxMIAError: the connection was refused (nothing listens at the base URL), the
+                server refused the API key, or it lists models and not this one.
+        """
+        await self._model_entries()
+        failure = self._models_failure
+        if connection_refused(failure):
+            raise BlackboxMIAError(refused_message(self._url))
+        if isinstance(failure, openai.APIStatusError) and failure.status_code in (401, 403):
+            raise BlackboxMIAError(key_refused_message(f"{self._url} (GET /models)", failure.status_code))
+        await self.check_model()
 
     async def check_model(self) -> None:
         """Check the model name against :meth:`served_models` (once per client): a server that
@@ -255,6 +275,7 @@ class ApiClient(AnswerFetcher):
             _, content = await self._transport.get(MODELS_PATH)
             data = json.loads(content).get("data")
         except (openai.APIError, ValueError, AttributeError) as exc:
+            self._models_failure = exc
             LOG.debug("%s: no model list (%s)", self._url, type(exc).__name__)
             return None
         if not isinstance(data, list):

@@ -48,14 +48,16 @@ class Malformed(Exception):
         problem: what is wrong, e.g. ``"is missing"`` or (with ``value``) ``"expected a list"``.
         value: the offending value, shown only through :meth:`describe` (which masks the API key
             before cutting the value short).
+        final: retrying cannot help (a body that is not JSON at all, such as an HTML page: the
+            URL is not an API's); by default an invalid answer is retried.
 
     Attributes:
         status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
     """
 
-    def __init__(self, where: str, problem: str, value: object = _ABSENT):
+    def __init__(self, where: str, problem: str, value: object = _ABSENT, final: bool = False):
         super().__init__(where)
-        self.where, self.problem, self.value = where, problem, value
+        self.where, self.problem, self.value, self.final = where, problem, value, final
         self.status: int | None = None
 
     def describe(self, masked: Callable[[str, int], str]) -> str:

@@ -18,6 +18,8 @@ import openai
 from tenacity import RetryCallState
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
+from ....option_names import named
+from .config import API_KEY_ENV
 from .errors import ApiError, Malformed
 
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
@@ -67,6 +69,16 @@ def connection_refused(exc: BaseException | None) -> bool:
     return False
 
 
+def refused_message(url: str) -> str:
+    """What a refused connection to ``url`` means, in one clause (no retry can help)."""
+    return f"connection refused at {url}: is the server running? (nothing listens at that host and port)"
+
+
+def key_refused_message(url: str, status: int) -> str:
+    """What an HTTP 401/403 from ``url`` means, in one clause (no retry can help)."""
+    return f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or {named('api_key')}"
+
+
 def refused_too_often(retry_state: RetryCallState) -> bool:
     """A tenacity stop condition: the last attempt's connection was refused and
     :data:`REFUSED_ATTEMPTS` attempts were made (a wrong port fails in seconds, not after the
@@ -80,13 +92,14 @@ def fault_of(exc: BaseException | None) -> str:
     """The class (one of :data:`~.errors.FAULTS`) of one failed attempt; only ``"final"`` is not retried.
 
     Transient: 408, 429, 5xx other than 501, timeouts, connection errors. Invalid: a 2xx answer
-    that is not JSON or fails validation. Final: everything else (other 4xx, 501, an
+    that is truncated JSON or fails validation. Final: a 2xx body that is not JSON at all (an HTML
+    page), and everything else (other 4xx, 501, an
     :class:`ApiError` marked final, any other exception).
     """
     if isinstance(exc, ApiError):
         return exc.fault
     if isinstance(exc, Malformed):
-        return "invalid"
+        return "final" if exc.final else "invalid"
     if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
         return "transient"
     if isinstance(exc, openai.APIStatusError):

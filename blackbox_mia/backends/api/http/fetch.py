@@ -34,10 +34,10 @@ from ....types import BlackboxMIAError
 from ...loop import ThreadResults
 from .answers import billed_tokens, clip, decode_answer
 from .cache.claim_batcher import ClaimBatcher
-from .config import API_KEY_ENV, PLACEHOLDER_API_KEY, ApiConfig, display_url
+from .config import PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
 from .errors import MESSAGE_CHARS, ApiError, Malformed, error_type
-from .faults import Backoff, connection_refused, fault_of, refused_too_often
+from .faults import Backoff, connection_refused, fault_of, key_refused_message, refused_message, refused_too_often
 from .limits import RateLimiter
 from .senders import Senders
 from .transport import Transport
@@ -345,15 +345,14 @@ class AnswerFetcher:
         if isinstance(exc, openai.APITimeoutError):
             return None, f"no answer from {url} within {self.config.timeout_s:g} s"
         if connection_refused(exc):
-            return None, (f"connection refused by {url}: nothing listens there; check the host and port, "
-                          "and that the server is running")
+            return None, refused_message(url)
         if isinstance(exc, openai.APIConnectionError):
             return None, f"cannot reach {url}: {self._scrub(str(exc.__cause__ or exc))}"
         if not isinstance(exc, openai.APIStatusError):
             return None, f"request to {url} failed: {type(exc).__name__}"
         status, detail = exc.status_code, self._server_message(exc)
         if status in (401, 403):
-            return status, f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or {named('api_key')}"
+            return status, key_refused_message(url, status)
         if status == 404:
             if exc.code == "model_not_found" or "model" in detail.lower():
                 return status, f"unknown model {self.config.model!r} at {url} (HTTP 404): {detail}"

@@ -58,6 +58,7 @@ log-probs, a different reported value).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
@@ -65,7 +66,7 @@ from dataclasses import asdict, replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from ....text.windows import sliding_windows
+from ....text.windows import sliding_windows, windows_note
 from ....tokenizers import TokenCodec
 from ....tokenizers.long import LongEncoder
 from ....types import BlackboxMIAError, Provenance, TokenLogprobs
@@ -165,7 +166,11 @@ class Tracker:
         estimates: list[list[Estimate | None]] = [[None] * (len(s) - 1) for s in sequences]
         remaining = [len(s) - 1 for s in sequences]
         results: list[TokenLogprobs | None] = [None] * len(sequences)
-        bar = tqdm(total=sum(remaining), unit="tok", disable=not progress, desc="track")
+        for t, seq in enumerate(sequences):
+            note = windows_note(t, len(seq), self.config.context) if progress else None
+            if note is not None:
+                tqdm.write(note, file=sys.stderr)
+        bar = tqdm(total=sum(remaining), unit="tok", disable=not progress, desc="track", leave=False)
 
         async def run(job: tuple[int, int, int, int]) -> None:
             t, start, end, first = job

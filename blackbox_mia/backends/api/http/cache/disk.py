@@ -59,6 +59,15 @@ def read_only_error(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
     )
 
 
+def absent_read_only(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
+    """The error for a cache directory that holds no cache yet (no ``cache.db``) and cannot be
+    written, so none can be created there: not damaged, nothing to repair."""
+    return BlackboxMIAError(
+        f"the response cache {directory} holds no cache yet ({CACHE_FILE} is absent) and cannot be created "
+        f"there: the directory is read-only ({why}); pass a writable {named('cache_dir')}, or make {directory} writable"
+    )
+
+
 def disk_full(directory: str | os.PathLike, doing: str, needed: int | None) -> BlackboxMIAError:
     """The error for a write that found the cache's disk full: the directory, the bytes the
     write needed (``None``: not known) and the bytes free; committed answers are untouched."""

@@ -51,6 +51,7 @@ from .disk import (
     SQLITE_FULL_SYNC,
     BadRow,
     JsonDisk,
+    absent_read_only,
     cannot_write,
     disk_full,
     disk_is_full,
@@ -143,6 +144,8 @@ class ResponseCache:
                 LOG.warning("the response cache %s cannot be written (%s): using it read-only", self.directory,
                             self.read_only)
         self.read_only = self.read_only or "opened read-only"
+        if not (self.directory / CACHE_FILE).is_file():  # absent, not damaged: nothing to repair
+            raise absent_read_only(self.directory, self.read_only)
         with self._guard("opening it read-only"):
             self._reader = open_read_only(self.directory)
 
