@@ -36,7 +36,7 @@ class OneLineErrors(TyperGroup):
             else:
                 typer.secho(f"error: {one_line_usage_error(exc)}", fg=typer.colors.RED, err=True)
             sys.exit(exc.exit_code)
-        except click_exceptions.Abort:
+        except typer.Abort:  # typer >= 0.20 defines it in typer.exceptions, not its copy of click
             typer.echo("aborted", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)

@@ -139,3 +139,16 @@ def test_an_unwritable_out_fails_before_anything_slow(tmp_path, command):
     else:
         assert_one_line_error(invoke(*command, "--local", "/nonexistent/model", "--out", blocker, "--cache-dir",
                                      tmp_path), f"--out {blocker} is a file; give a folder")
+
+
+def test_help_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
+    """``bbmia score --help | head -1``: the reader is gone before the help is written (the read
+    end closed first, so the write surely fails with a broken pipe); the command ends quietly."""
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BBMIA_CACHE_DIR": str(tmp_path), "COLUMNS": "100"}
+    done = subprocess.run([sys.executable, "-c", "from blackbox_mia.cli import app; app()", "score", "--help"],
+                          stdout=write, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, timeout=120)
+    os.close(write)
+    assert "Traceback" not in done.stderr and "AttributeError" not in done.stderr, done.stderr
+    assert done.returncode == 1  # click's exit status for a broken pipe
