@@ -17,9 +17,10 @@ from ...io import read_json_object, write_json_atomic
 from ...option_names import named
 from ...types import BlackboxMIAError
 
-PROBE_VERSION = 9  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 10  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
+NOT_PROBED = "not probed: the probe stopped at the cheapest exact path (prompt_logprobs); it runs in full when a command needs more"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class Capabilities:
             reported log-probs (a known non-argmax token forced by a grammar alone came back with
             its known value), and forced read-out holds: the tracker reads positions inside a
             character by spelled requests (:mod:`.spelling`).
+        complete: every check ran. ``False``: the probe stopped once it had verified the
+            cheapest exact path (``prompt_logprobs``: one request per text or window); the
+            strategies it did not check are off with the reason :data:`NOT_PROBED` until a
+            command needs one (``--strategy``, or a window whose last target is not listed) and
+            the rest of the probe runs (:func:`~.probe.load_or_probe` with ``full=True``).
 
     """
 
@@ -99,6 +105,7 @@ class Capabilities:
     exact_names: bool = False
     open_bias: bool = False
     grammar: bool = False
+    complete: bool = True
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -134,7 +141,7 @@ class Capabilities:
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
             "prompt_logprobs": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
-            "grammar": bool,
+            "grammar": bool, "complete": bool,
         }
         values = {}
         for f in fields(cls):

@@ -68,14 +68,21 @@ class ProbeRun:
                        evidence=self.evidence, **values)
 
 
-async def greedy_path(p: ProbeRun, start: list[int], top_n: int) -> list[tuple[list[int], NextToken]]:
-    """(prefix, unbiased answer) along the model's own greedy continuation of ``start``."""
+async def greedy_path(
+    p: ProbeRun, start: list[int], top_n: int, first: NextToken | None = None
+) -> list[tuple[list[int], NextToken]]:
+    """(prefix, unbiased answer) along the model's own greedy continuation of ``start``;
+    ``first``: an unbiased answer after ``start`` already in hand (the top-n check's), used for
+    the first step instead of a request."""
     path, prefix = [], list(start)
     limit = p.config.context - 1 if p.config.context else None
-    for _ in range(GREEDY_STEPS):
+    for step in range(GREEDY_STEPS):
         if (limit and len(prefix) >= limit) or not p.endpoint.sendable(prefix):
             break
-        answer, error = await attempt(p.endpoint.next_token(prefix, top_n))
+        if step == 0 and first is not None:
+            answer, error = first, None
+        else:
+            answer, error = await attempt(p.endpoint.next_token(prefix, top_n))
         if error is not None:  # e.g. a server that answers a generated end-of-text without log-probs
             p.notes.append(f"the probe's greedy path stopped early: {error}")
             break
