@@ -170,26 +170,36 @@ def test_probe_and_score_one_request_per_text(vllm_server, white, tmp_path):
 
 def test_texts_longer_than_the_context_in_windows(vllm_server, white, tmp_path):
     """Texts of 2-3 windows: the context comes from GET /models (max_model_len 64); every value
-    equals the white-box one scored in the same windows."""
+    equals the white-box one scored in the same windows. A window as long as the context cannot
+    be sent whole (vLLM needs room for one generated token): the first such text completes the
+    probe (it stopped at prompt_logprobs), then each window costs one request, plus one forced
+    read-out where the generated position's top-20 does not list the window's last target."""
+    from blackbox_mia.text.windows import sliding_windows
+
     texts = [long_text(100, white.tokenizer), long_text(150, white.tokenizer)]
     backend = backend_for(vllm_server, tmp_path)
     try:
+        assert not backend.capabilities.complete
+        backend.logprobs([" ".join(gsm8k_questions(3, "train"))])  # other windows: completes the probe
+        assert backend.capabilities.complete and backend.capabilities.prompt_logprobs
         sent = vllm_server.requests("/v1/completions")
         black = backend.logprobs(texts)
         requests = vllm_server.requests("/v1/completions") - sent
         assert backend.context == vllm_server.max_model_len
     finally:
         backend.close()
-    from blackbox_mia.text.windows import sliding_windows
-
-    windows = sum(len(sliding_windows(len(b.token_ids) + 1, vllm_server.max_model_len)) for b in black)
+    spans = [sliding_windows(len(b.token_ids) + 1, vllm_server.max_model_len) for b in black]
+    windows = sum(map(len, spans))
+    full = sum(end - start == vllm_server.max_model_len for s in spans for start, end, _ in s)
+    # at most one request per window plus one per full window (windows the texts share: cached once)
+    assert 0 < requests <= windows + full, (requests, windows, full)
     worst = 0.0
     for b, w in zip(black, white.logprobs(texts)):
         assert b.token_ids.tolist() == w.token_ids.tolist()
         assert np.all(np.isfinite(b.lower)), b.strategies  # every value exact, none only bounded
         worst = max(worst, float(np.max(np.abs(np.asarray(b.logprobs) - w.logprobs))))
     assert worst <= EXACT, worst
-    print(f"windows: {windows} windows, {requests} requests, max |diff| {worst:.3g}")
+    print(f"windows: {windows} windows ({full} full), {requests} requests, max |diff| {worst:.3g}")
 
 
 @pytest.mark.parametrize("strategy", ["forced", "bisect"])

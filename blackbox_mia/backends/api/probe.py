@@ -164,7 +164,8 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "top_n": honoured,
                           **({"refusals": refusals} if refusals else {})}
 
-    path = await greedy_path(p, seq[:3], top_n, first)
+    # the top-n answer is the path's first step when it lists no more than later requests ask for
+    path = await greedy_path(p, seq[:3], top_n, first if len(first.top) <= top_n else None)
     checks = known_targets(path)
     if not full and dialect.name == "completions" and await check_prompt(p, path, top_n, AGREE_NATS, PROMPT_LOGPROBS):
         return stopped_at_prompt(p, honoured, token_ids)
