@@ -120,10 +120,12 @@ class Run:
     wall_s: float = 0.0
 
 
-def run_backend(url: str, model: str, texts: Sequence[str], cache_dir: Path, context: int | None, **api) -> Run:
+def run_backend(url: str, model: str, texts: Sequence[str], cache_dir: Path, context: int | None,
+                tokenizer: str | None = None, **api) -> Run:
     """Track every text through ``url`` with a fresh ApiBackend (probe included) caching under
-    ``cache_dir``; ``api`` goes to :class:`ApiConfig` (timeout_s, max_retries, ...). Errors are
-    recorded in the result, not raised."""
+    ``cache_dir``; ``tokenizer``: the model's directory when the server names it otherwise
+    (default: ``model``); ``api`` goes to :class:`ApiConfig` (timeout_s, max_retries, ...).
+    Errors are recorded in the result, not raised."""
     from blackbox_mia.backends.api import ApiBackend
     from blackbox_mia.backends.api.http.client import ApiConfig
     from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
@@ -131,7 +133,7 @@ def run_backend(url: str, model: str, texts: Sequence[str], cache_dir: Path, con
     run, backend = Run(), None
     began = time.perf_counter()
     try:
-        backend = ApiBackend(ApiConfig(base_url=url, model=model, **api), tokenizer=model,
+        backend = ApiBackend(ApiConfig(base_url=url, model=model, **api), tokenizer=tokenizer or model,
                              tracker=TrackerConfig(context=context), cache_dir=cache_dir)
         backend.logprobs(list(texts), on_done=run.values.__setitem__)
     except BlackboxMIAError as exc:

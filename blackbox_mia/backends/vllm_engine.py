@@ -100,6 +100,11 @@ class VllmBackend(Backend):
         is one vLLM prompt with ``prompt_logprobs=0`` and ``max_tokens=1``, all in one
         ``generate`` call (vLLM schedules them).
 
+        vLLM refuses a prompt that leaves no room for the generated token (prompt + 1 >
+        ``max_model_len``), so a window as long as the context goes without its last token,
+        which is then the generated one: ``allowed_token_ids`` forces it, and its reported
+        log-prob is the model's own (vLLM's default ``raw_logprobs``: before any processing).
+
         Raises:
             BlackboxMIAError: a single-token text when the model has no BOS; vLLM answered
                 without the log-prob of a prompt token.
@@ -112,15 +117,27 @@ class VllmBackend(Backend):
                     f"text #{i} ({texts[i]!r}) has a single token and the model has no BOS: nothing to score"
                 )
         rows = [(s, *w) for s, seq in enumerate(sequences) for w in sliding_windows(len(seq), self.context)]
-        params = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        plain = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+
+        def forced(token: int):  # the window's last target, generated (see above)
+            return self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, logprobs=0, temperature=0.0,
+                                             allowed_token_ids=[token])  # fmt: skip
+
+        full = [b - a >= self.context for _, a, b, _ in rows]
         outputs = self.llm.generate(
-            [{"prompt_token_ids": sequences[s][a:b]} for s, a, b, _ in rows], params, use_tqdm=progress
+            [{"prompt_token_ids": sequences[s][a : b - f]} for (s, a, b, _), f in zip(rows, full)],
+            [forced(sequences[s][b - 1]) if f else plain for (s, _, b, _), f in zip(rows, full)],
+            use_tqdm=progress,
         )
         lps = [np.empty(len(seq) - 1) for seq in sequences]
-        for (s, a, b, first), output in zip(rows, outputs, strict=True):
+        for (s, a, b, first), f, output in zip(rows, full, outputs, strict=True):
             for j in range(first, b):  # absolute target j is entry j - a of the window's prompt
-                entry = output.prompt_logprobs[j - a]
                 token = sequences[s][j]
+                if f and j == b - 1:
+                    step = output.outputs[0]
+                    entry = step.logprobs[0] if step.logprobs and list(step.token_ids[:1]) == [token] else None
+                else:
+                    entry = output.prompt_logprobs[j - a]
                 if entry is None or token not in entry:
                     raise BlackboxMIAError(f"vLLM gave no log-prob for token {j} of text #{s}")
                 lps[s][j - 1] = entry[token].logprob

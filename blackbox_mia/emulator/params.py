@@ -4,6 +4,7 @@ checked, and a bad one raises :class:`HttpError` 400 naming it (``param``)."""
 from __future__ import annotations
 
 import json
+import math
 
 from ..backends.api.http.wire import (
     MAX_BIAS,
@@ -87,9 +88,9 @@ def bool_field(body: dict, name: str, default: bool) -> bool:
     return value
 
 
-def parse_logit_bias(raw, vocab_size: int) -> dict[int, float]:
+def parse_logit_bias(raw, vocab_size: int, max_bias: float | None = MAX_BIAS) -> dict[int, float]:
     """Validate ``logit_bias`` as OpenAI does: integer-id keys in the vocabulary, values in
-    [-100, 100], at most 300 entries.
+    [-max_bias, max_bias] (``None``: any finite number, as vLLM takes them), at most 300 entries.
 
     Raises:
         HttpError: 400 on any violation.
@@ -111,9 +112,12 @@ def parse_logit_bias(raw, vocab_size: int) -> dict[int, float]:
         if not 0 <= token < vocab_size:
             raise bad_request(f"Invalid key in 'logit_bias': token id {token} is outside the vocabulary "
                               f"(0..{vocab_size - 1}).", "logit_bias", "invalid_value")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -MAX_BIAS <= value <= MAX_BIAS:
-            raise bad_request(f"Invalid value for 'logit_bias' key {key}: must be a number in "
-                              f"[{-MAX_BIAS:g}, {MAX_BIAS:g}].", "logit_bias", "invalid_value")
+        limit = math.inf if max_bias is None else max_bias
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -limit <= value <= limit \
+                or not math.isfinite(value):
+            span = "finite" if max_bias is None else f"in [{-max_bias:g}, {max_bias:g}]"
+            raise bad_request(f"Invalid value for 'logit_bias' key {key}: must be a number {span}.",
+                              "logit_bias", "invalid_value")
         bias[token] = float(value)
     return bias
 
@@ -165,13 +169,14 @@ def chat_messages(messages) -> list[dict[str, str]]:
     return out
 
 
-def parse_sampling(body: dict, vocab_size: int) -> Sampling:
+def parse_sampling(body: dict, vocab_size: int, max_bias: float | None = MAX_BIAS) -> Sampling:
     """The sampling options both endpoints share, ``max_tokens`` and ``top_n`` left at 0 and None
     for the caller to set: temperature in [0, 2] (1 when absent), seed, logit_bias, stop.
 
     Args:
         body: the request's JSON object.
         vocab_size: the model's vocabulary size (logit_bias keys must be below it).
+        max_bias: the largest |logit_bias| value taken; ``None``: any finite one (vLLM).
 
     Raises:
         HttpError: 400 for a bad or unsupported ``stream``, ``n``, ``best_of``, ``seed``,
@@ -187,6 +192,6 @@ def parse_sampling(body: dict, vocab_size: int) -> Sampling:
         if number_field(body, name, neutral, lo, hi) != neutral:
             raise bad_request(f"'{name}' other than {neutral:g} is not supported by this validation server",
                               name, "unsupported_parameter")
-    bias = parse_logit_bias(body.get("logit_bias"), vocab_size)
+    bias = parse_logit_bias(body.get("logit_bias"), vocab_size, max_bias)
     temperature = number_field(body, "temperature", 1.0, 0.0, MAX_TEMPERATURE)
     return Sampling(0, temperature, None, bias, seed, parse_stop(body.get("stop")))

@@ -55,7 +55,7 @@ from functools import partial
 import numpy as np
 from aiohttp import web
 
-from ..backends.api.http.wire import DEFAULT_MAX_TOKENS
+from ..backends.api.http.wire import DEFAULT_MAX_TOKENS, MAX_BIAS
 from ..backends.local import LocalBackend, LocalConfig
 from ..types import BlackboxMIAError
 from .batcher import MicroBatcher
@@ -360,7 +360,7 @@ class ValidationServer:
     async def _completions(self, request: web.Request) -> web.Response:
         body = await self._body(request, require_model=True)
         refuse_foreign(body, "completions")
-        sampling = parse_sampling(body, self.backend.vocab_size)
+        sampling = parse_sampling(body, self.backend.vocab_size, None if self.config.vllm else MAX_BIAS)
         echo = bool_field(body, "echo", False)
         top = int_field(body, "logprobs", None, lo=0, hi=self.config.max_logprobs_completions)
         if echo and top is not None and not self.config.echo:
@@ -371,7 +371,8 @@ class ValidationServer:
         max_tokens = self._max_tokens(body, ("max_tokens",), len(prompt), lo=0)
         if max_tokens == 0 and not echo:
             raise bad_request("'max_tokens' must be at least 1 unless 'echo' is true", "max_tokens", "invalid_value")
-        self._check_length(len(prompt), max_tokens)
+        # vLLM runs one decoding step even for echo with max_tokens 0: it needs room for it
+        self._check_length(len(prompt), max(max_tokens, 1) if self.config.vllm else max_tokens)
         sampling = replace(sampling, max_tokens=max_tokens, top_n=top)
         want_logprobs = top is not None and self.config.logprobs
         noise = self._reporting.noise(next(self._requests))
@@ -398,7 +399,8 @@ class ValidationServer:
                     self._names, prompt if echo else [], added if echo else 0, positions, generated.steps)
             if self.config.vllm:
                 choice["stop_reason"] = generated.stop_reason
-                choice["prompt_logprobs"] = self._prompt_logprobs(body, ranked)
+                choice["token_ids"] = choice["prompt_token_ids"] = None  # vLLM's, with return_token_ids
+                choice["prompt_logprobs"] = self._prompt_logprobs(ranked)
             return envelope("text_completion", self.config.name, choice, len(prompt), billed)
 
         return await self._respond(build, (len(prompt) if echo or ranked else 0) + len(generated.steps))
@@ -428,16 +430,18 @@ class ValidationServer:
             reported.append(replace(p, logprob=logprob, top=listed))
         return reported
 
-    def _prompt_logprobs(self, body: dict, ranked: list[RankedPosition] | None) -> list | None:
-        """The ``prompt_logprobs`` field: ``None`` unless the request asked for it."""
-        if ranked is None or body.get("prompt_logprobs") is None:
+    def _prompt_logprobs(self, ranked: list[RankedPosition] | None) -> list | None:
+        """The ``prompt_logprobs`` field: ``None`` unless the prompt's log-probs were computed,
+        for the request's ``prompt_logprobs`` or (as real vLLM 0.32 does) for echoed log-probs,
+        whose ``logprobs: n`` then gives the field n entries per position too."""
+        if ranked is None:
             return None
         return prompt_logprobs(self._names, ranked)
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await self._body(request, require_model=True)
         refuse_foreign(body, "chat")
-        sampling = parse_sampling(body, self.backend.vocab_size)
+        sampling = parse_sampling(body, self.backend.vocab_size, None if self.config.vllm else MAX_BIAS)
         logprobs = bool_field(body, "logprobs", False)
         top = int_field(body, "top_logprobs", None, lo=0, hi=self.config.max_logprobs_chat)
         if top is not None and not logprobs:
@@ -463,7 +467,7 @@ class ValidationServer:
             choice["stop_reason"] = generated.stop_reason
         response = envelope("chat.completion", self.config.name, choice, len(prompt), len(generated.steps))
         if self.config.vllm:
-            response["prompt_logprobs"] = self._prompt_logprobs(body, ranked)
+            response["prompt_logprobs"] = self._prompt_logprobs(ranked)
         return await self._respond(lambda: response, len(ranked or ()) + len(generated.steps))
 
     async def _tokenize(self, request: web.Request) -> web.Response:
@@ -486,6 +490,8 @@ class ValidationServer:
         out = {"tokens": ids, "count": len(ids), "max_model_len": self.backend.context}
         if strs:
             out["token_strs"] = [self._names(i)[0] for i in ids]
+        elif self.config.vllm:
+            out["token_strs"] = None  # vLLM lists the field either way
         return await self._respond(lambda: out, len(ids))
 
     async def _detokenize(self, request: web.Request) -> web.Response:

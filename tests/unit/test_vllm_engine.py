@@ -42,15 +42,24 @@ class FakeLLM:
         self.model = AutoModelForCausalLM.from_pretrained(model).eval()
 
     def generate(self, prompts, params, use_tqdm=True):
+        """Like vLLM's: ``params`` one for all prompts or one per prompt; a prompt must leave
+        room for the generated token (vLLM raises otherwise); ``allowed_token_ids`` forces the
+        generated token, whose ``logprobs`` entry holds its raw (unmasked) log-prob."""
         FakeLLM.calls.append((prompts, params))
         outputs = []
-        for prompt in prompts:
+        for prompt, param in zip(prompts, params if isinstance(params, list) else [params] * len(prompts)):
             ids = prompt["prompt_token_ids"]
-            assert len(ids) <= self.init["max_model_len"]
+            if len(ids) + 1 > self.init["max_model_len"]:
+                raise ValueError(f"The decoder prompt (length {len(ids)}) plus the number of requested output "
+                                 f"tokens (at least 1) is longer than the maximum model length")
             with torch.no_grad():
-                logp = torch.log_softmax(self.model(torch.tensor([ids])).logits[0, :-1].double(), -1)
+                logp = torch.log_softmax(self.model(torch.tensor([ids])).logits[0].double(), -1)
             entries = [None] + [{ids[j]: Logprob(float(logp[j - 1, ids[j]]))} for j in range(1, len(ids))]
-            outputs.append(types.SimpleNamespace(prompt_logprobs=entries))
+            allowed = param.kwargs.get("allowed_token_ids")
+            token = allowed[0] if allowed else int(logp[-1].argmax())
+            step = {token: Logprob(float(logp[-1, token]))} if param.kwargs.get("logprobs") is not None else None
+            generated = types.SimpleNamespace(token_ids=[token], logprobs=[step] if step else None)
+            outputs.append(types.SimpleNamespace(prompt_logprobs=entries, outputs=[generated]))
         return outputs
 
 
@@ -73,7 +82,7 @@ def test_values_equal_the_torch_backend_one_prompt_per_text(fake_vllm, tiny_mode
         np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5)
         assert g.token_ids.tolist() == w.token_ids.tolist() and g.context_ids == w.context_ids
     ((prompts, params),) = FakeLLM.calls  # one generate call for every text
-    assert params.kwargs == {"max_tokens": 1, "prompt_logprobs": 0, "temperature": 0.0}
+    assert [p.kwargs for p in params] == [{"max_tokens": 1, "prompt_logprobs": 0, "temperature": 0.0}] * len(texts)
     assert [p["prompt_token_ids"] for p in prompts] == [[backend.bos_id] + backend.codec.encode(t) for t in texts]
     assert backend.llm.init["max_model_len"] == 64 and backend.describe()["engine"] == "vllm"
 
@@ -85,8 +94,10 @@ def test_long_texts_are_windowed_like_the_torch_backend(fake_vllm, tiny_model_di
     got, want = vllm_backend.logprobs([text])[0], torch_backend.logprobs([text])[0]
     assert got.n_tokens > 40  # several windows
     np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
-    ((prompts, _),) = FakeLLM.calls
-    assert len(prompts) > 3 and all(len(p["prompt_token_ids"]) <= 16 for p in prompts)
+    ((prompts, params),) = FakeLLM.calls
+    # a full window goes without its last token, generated (forced) instead: vLLM needs the room
+    assert len(prompts) > 3 and all(len(p["prompt_token_ids"]) <= 15 for p in prompts)
+    assert sum(bool(p.kwargs.get("allowed_token_ids")) for p in params) >= 3
 
 
 def test_without_vllm_a_clear_error(monkeypatch, tiny_model_dir):

@@ -184,8 +184,20 @@ class ApiBackend(Backend):
         """
         capabilities = await self._probed()
         if self._tracker is None:
-            self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config)
+            self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config, complete=self._probed_in_full)
         return self._tracker
+
+    async def _probed_in_full(self) -> Capabilities:
+        """The capabilities with every check run: the rest of a probe that stopped at the prompt
+        path (:attr:`Capabilities.complete`), run (and saved) now, once.
+
+        Raises:
+            BlackboxMIAError: the probe failed (the stopped record stays).
+        """
+        async with self._probe_lock:
+            if self._capabilities is None or not self._capabilities.complete:
+                self._capabilities = await load_or_probe(self.endpoint, self._root, self.tracker_config, full=True)
+        return self._capabilities
 
     # -- features -----------------------------------------------------------------------------
 

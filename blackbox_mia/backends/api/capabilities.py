@@ -20,9 +20,10 @@ from ...option_names import named
 from ...types import BlackboxMIAError
 from .precision import rounding_error
 
-PROBE_VERSION = 10  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 11  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
+NOT_PROBED = "not probed: the probe stopped at the cheapest exact path (prompt_logprobs); it runs in full when a command needs more"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,11 @@ class Capabilities:
             server answers the same request differently (batch-dependent kernels): the measured
             ``tolerance`` when repeated requests disagreed by more than a bias nudge explains,
             else 0.
+        complete: every check ran. ``False``: the probe stopped once it had verified the
+            cheapest exact path (``prompt_logprobs``: one request per text or window); the
+            strategies it did not check are off with the reason :data:`NOT_PROBED` until a
+            command needs one (``--strategy``, or a window whose last target is not listed) and
+            the rest of the probe runs (:func:`~.probe.load_or_probe` with ``full=True``).
 
     """
 
@@ -111,6 +117,7 @@ class Capabilities:
     grammar: bool = False
     report_bits: int | None = None
     jitter: float = 0.0
+    complete: bool = True
 
     def strategies(self) -> list[str]:
         """Available strategies, cheapest first; empty when absolute values are out of reach."""
@@ -179,6 +186,7 @@ class Capabilities:
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
             "prompt_logprobs": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
             "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
+            "complete": bool,
         }
         values = {}
         for f in fields(cls):

@@ -23,6 +23,7 @@ import numpy as np
 from pathlib import Path
 
 from .capabilities import (
+    NOT_PROBED,
     Capabilities,
     capabilities_path,
     load_capabilities,
@@ -56,10 +57,15 @@ AGREE_NATS = 1e-3  # exact strategies must reproduce known log-probs to this, or
 # backoff schedule (a 500 elsewhere gets every retry)
 TOKEN_ID_CHECK_ATTEMPTS = 2
 TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal names no smaller cap
+# strategies that need no check beyond the prompt path: a probe for them may stop once it verified it
+PROMPT_ONLY = ("auto", "prompt")
+# what a probe that stopped at the prompt path leaves unchecked (each gets the reason NOT_PROBED)
+UNCHECKED = (ECHO, "run", "bias", "forced", "postbias", "bisect", "grammar")
 
 
 async def load_or_probe(
-    endpoint: Endpoint, cache_dir: Path, config: TrackerConfig = TrackerConfig(), refresh: bool = False
+    endpoint: Endpoint, cache_dir: Path, config: TrackerConfig = TrackerConfig(), refresh: bool = False,
+    full: bool = False,
 ) -> Capabilities:
     """The cached probe result for this endpoint, probing (and saving it atomically) when missing.
 
@@ -67,24 +73,34 @@ async def load_or_probe(
     the strategies with ``config``'s ε and bias cap, so other values are probed again.
     ``endpoint.token_id_prompts`` is set from the result either way.
 
+    The probe stops once it has verified ``prompt_logprobs`` (a record with ``complete=False``)
+    unless ``full`` or ``config.strategy`` needs more than the prompt path; a stopped record is
+    completed (its answers come from the response cache, so only the rest is sent) when asked
+    with ``full=True`` or such a strategy.
+
     Raises:
         BlackboxMIAError: a corrupt record, or the probe failed (nothing is saved then).
     """
     client = endpoint.client.config
     path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.dialect.key, config.epsilon,
                              config.max_bias)
+    full = full or config.strategy not in PROMPT_ONLY
     caps = None if refresh else load_capabilities(path)
-    if caps is None:
-        caps = await probe(endpoint, config)
+    if caps is None or (full and not caps.complete):
+        caps = await probe(endpoint, config, full=full)
         save_capabilities(path, caps)
     endpoint.token_id_prompts = caps.token_id_prompts
     endpoint.exact_names, endpoint.open_bias, endpoint.grammar = caps.exact_names, caps.open_bias, caps.grammar
     return caps
 
 
-async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> Capabilities:
+async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), full: bool = True) -> Capabilities:
     """Probe ``endpoint`` with :data:`PROBE_TEXT` (a few dozen requests, all cached), cut to fit
     ``config.context`` tokens when the model's context is that short.
+
+    Without ``full``, the probe stops as soon as ``prompt_logprobs`` reproduced the greedy
+    path's known values (vLLM: about 10 requests): the record then has ``complete=False`` and
+    only the prompt strategy (:func:`stopped_at_prompt`).
 
     ``endpoint.token_id_prompts`` is updated to what the server accepts.
 
@@ -152,13 +168,17 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "top_n": honoured,
                           **({"refusals": refusals} if refusals else {})}
 
-    path = await greedy_path(p, seq[:3], top_n)
+    # the top-n answer is the path's first step when it lists no more than later requests ask for
+    path = await greedy_path(p, seq[:3], top_n, first if len(first.top) <= top_n else None)
     checks = known_targets(path)
     bits = measure_precision(p, path)
+    # two reports of one value may differ by each one's rounding (and, below, the tolerance)
+    rounding = 2 * float(np.max(rounding_error(np.asarray([c[2] for c in checks] + [0.0]), bits)))
+    if (not full and dialect.name == "completions"
+            and await check_prompt(p, path, top_n, AGREE_NATS + rounding, PROMPT_LOGPROBS)):
+        return stopped_at_prompt(p, honoured, token_ids, bits)
     tolerance, jitter = await measure_tolerance(p, path, top_n, bits)
-    # two reports of one value may differ by the tolerance, and each by its rounding
-    known = np.asarray([c[2] for c in checks] + [0.0])
-    agree = max(AGREE_NATS, tolerance) + 2 * float(np.max(rounding_error(known, bits)))
+    agree = max(AGREE_NATS, tolerance) + rounding
     echo = dialect.echo and await check_prompt(p, path, top_n, agree, ECHO)
     vllm = dialect.name == "completions" and await check_prompt(p, path, top_n, agree, PROMPT_LOGPROBS)
     if not (echo or vllm):
@@ -215,6 +235,19 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig()) -> 
     caps = replace(caps, exact_names=endpoint.exact_names, open_bias=open_bias, grammar=grammar)
     await check_partial_tokens(p, seq, caps)
     return replace(caps, top_n=honoured)
+
+
+def stopped_at_prompt(p: ProbeRun, top_n: int, token_ids: bool, bits: int | None) -> Capabilities:
+    """The record of a probe that stopped once ``prompt_logprobs`` was verified: the prompt
+    strategy (and the top-n), every other check off with the reason :data:`NOT_PROBED`,
+    ``complete=False``; the tolerance is the minimum (nothing else was repeated), and the
+    rounding ``bits`` read off the answers (:func:`~.probe_checks.measure_precision`) kept."""
+    for name in UNCHECKED:
+        p.reasons.setdefault(name, NOT_PROBED)
+    p.notes.append("the probe stopped once prompt_logprobs was verified (one request per text or window); "
+                   "the other strategies are probed when a command needs them")
+    return p.caps(top_n=top_n, token_id_prompts=token_ids, prompt_logprobs=True,
+                  exact_names=p.endpoint.exact_names, complete=False, report_bits=bits)
 
 
 def next_top_n(refusal: ApiError, asked: list[int]) -> int | None:

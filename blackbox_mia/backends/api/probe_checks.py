@@ -73,14 +73,21 @@ class ProbeRun:
                        evidence=self.evidence, **values)
 
 
-async def greedy_path(p: ProbeRun, start: list[int], top_n: int) -> list[tuple[list[int], NextToken]]:
-    """(prefix, unbiased answer) along the model's own greedy continuation of ``start``."""
+async def greedy_path(
+    p: ProbeRun, start: list[int], top_n: int, first: NextToken | None = None
+) -> list[tuple[list[int], NextToken]]:
+    """(prefix, unbiased answer) along the model's own greedy continuation of ``start``;
+    ``first``: an unbiased answer after ``start`` already in hand (the top-n check's), used for
+    the first step instead of a request."""
     path, prefix = [], list(start)
     limit = p.config.context - 1 if p.config.context else None
-    for _ in range(GREEDY_STEPS):
+    for step in range(GREEDY_STEPS):
         if (limit and len(prefix) >= limit) or not p.endpoint.sendable(prefix):
             break
-        answer, error = await attempt(p.endpoint.next_token(prefix, top_n))
+        if step == 0 and first is not None:
+            answer, error = first, None
+        else:
+            answer, error = await attempt(p.endpoint.next_token(prefix, top_n))
         if error is not None:  # e.g. a server that answers a generated end-of-text without log-probs
             p.notes.append(f"the probe's greedy path stopped early: {error}")
             break
@@ -160,7 +167,7 @@ async def check_prompt(p: ProbeRun, path, top_n: int, agree: float, form: str) -
         p.reasons[form] = f"no probe path to check {form} against"
         return False
     prefix, answer = path[-1]
-    full = prefix + sorted(answer.sampled) if answer.sampled is not None and len(answer.sampled) == 1 else prefix
+    full = prefix + [next_known(answer)] if next_known(answer) is not None else prefix
     if not p.endpoint.sendable(full):
         p.reasons[form] = "the probe prompt does not round-trip as text"
         return False
@@ -181,6 +188,16 @@ async def check_prompt(p: ProbeRun, path, top_n: int, agree: float, form: str) -
         p.reasons[form] = f"{form} log-probs disagree with per-prefix top-n values by {worst:.3g} nats ({compared} positions)"
         return False
     return True
+
+
+def next_known(answer: NextToken) -> int | None:
+    """A token whose log-prob after the answer's prefix is known from it: the sampled one where
+    its name denotes one id, else the most likely listed entry that does (a greedy path that
+    stops at an ambiguous name still gives a position to check); None when none does."""
+    if answer.sampled is not None and len(answer.sampled) == 1:
+        return next(iter(answer.sampled))
+    return next((next(iter(e.ids)) for e in sorted(answer.top, key=lambda e: -e.logprob)
+                 if e.ids is not None and len(e.ids) == 1), None)  # fmt: skip
 
 
 async def check_runs(p: ProbeRun, path, top_n: int, agree: float) -> bool:

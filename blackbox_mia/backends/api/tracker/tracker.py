@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -90,13 +90,32 @@ class Tracker:
         capabilities: what the capability probe found for this (endpoint, model); kept as
             :attr:`caps` with ``top_n`` at most ``config.max_top_n`` (what every request asks).
         config: a :class:`TrackerConfig`.
+        complete: for a record that stopped at the prompt path (``capabilities.complete`` false),
+            the rest of the probe: awaited (once) before texts whose windows need a per-position
+            strategy (a window as long as the context reads its last target from the generated
+            position, else per position), and the tracker adopts the full record.
 
     Raises:
         BlackboxMIAError: the endpoint cannot give absolute log-probs, or the requested strategy
             is not available on it (the message gives the probe's reason).
     """
 
-    def __init__(self, endpoint: Endpoint, capabilities: Capabilities, config: TrackerConfig = TrackerConfig()):
+    def __init__(self, endpoint: Endpoint, capabilities: Capabilities, config: TrackerConfig = TrackerConfig(),
+                 complete: Callable[[], Awaitable[Capabilities]] | None = None):  # fmt: skip
+        self.endpoint = endpoint
+        self.codec: TokenCodec = endpoint.codec
+        self._encoder = LongEncoder(self.codec)
+        self.config = config
+        self._complete = complete
+        self._adopt(capabilities)
+
+    def _adopt(self, capabilities: Capabilities) -> None:
+        """Build the strategies from ``capabilities`` (checked against ``config.strategy``).
+
+        Raises:
+            BlackboxMIAError: as the constructor.
+        """
+        endpoint, config = self.endpoint, self.config
         available = capabilities.strategies()
         if not available:
             raise BlackboxMIAError(
@@ -108,11 +127,7 @@ class Tracker:
                 f"(available: {', '.join(available)}): {capabilities.reason(config.strategy)}"
             )
         capabilities = replace(capabilities, top_n=min(capabilities.top_n, config.max_top_n))  # what requests ask
-        self.endpoint = endpoint
-        self.codec: TokenCodec = endpoint.codec
-        self._encoder = LongEncoder(self.codec)
         self.caps = capabilities
-        self.config = config
         self.available = available
         self.strategies = strategy_set(endpoint, capabilities, config)
         self.prompt = Prompt(endpoint, capabilities)
@@ -163,6 +178,8 @@ class Tracker:
         for i, seq in enumerate(sequences):
             if len(seq) < 2:
                 raise BlackboxMIAError(f"text #{i} has fewer than 2 tokens (no BOS): nothing to score")
+        if not self.caps.complete and self._complete is not None and self._needs_positions(sequences):
+            self._adopt(await self._complete())
         estimates: list[list[Estimate | None]] = [[None] * (len(s) - 1) for s in sequences]
         remaining = [len(s) - 1 for s in sequences]
         results: list[TokenLogprobs | None] = [None] * len(sequences)
@@ -243,6 +260,16 @@ class Tracker:
             raise
         if failures:
             raise failures[0]
+
+    def _needs_positions(self, sequences: list[list[int]]) -> bool:
+        """Whether scoring ``sequences`` may need a per-position strategy: a mode other than the
+        prompt path, or a window as long as the context (its last target is read from the
+        generated position's top-n, and per position when it is not listed there)."""
+        if self.mode() != "prompt":
+            return True
+        context = self.config.context
+        return context is not None and any(end - start >= context for seq in sequences
+                                           for start, end, _ in self._windows(seq))  # fmt: skip
 
     def mode(self) -> str:
         """The strategy every text runs with: the configured one, or for ``auto`` "prompt" where

@@ -1,0 +1,156 @@
+"""Audit throughput through a real vLLM server against vLLM's own offline engine on the same texts.
+
+Usage:
+    python -m benchmarks.bench_vllm [--texts 200] [--concurrency 1,4,16,64] [--model-dir DIR]
+        [--workdir DIR] [--json]
+
+Needs vLLM in its own venv (``BBMIA_VLLM_PYTHON``, else ``.venv-vllm``: ``bash .ci/run`` makes
+it; tests/realserver/vllm_server.py has the recipe); the product's venv never gets vLLM.
+
+Model: ``--model-dir`` (a trained canary's ``model`` directory), else a random GPT-2 of the
+default canary's shape (2 layers, 128 wide, 4 heads, context 128, a 4,096-token BPE trained on
+GSM8K here; no download) saved under ``--workdir``. Texts: the first ``--texts`` GSM8K test
+problems (question and answer: the canary's text format; some longer than the context, scored
+in windows).
+
+One vLLM server (float32, ``--max-logprobs 20``, on two CPUs) serves the model; for each
+client concurrency a fresh cache (no answer reused) and a fresh ``ApiBackend``, whose probe
+runs first (not timed: it stops at ``prompt_logprobs``), then ``logprobs`` of every text is
+timed. Then vLLM's offline ``LLM.generate(..., prompt_logprobs=0)`` (the offline engine,
+``local:PATH?engine=vllm``: one prompt per text or window, one ``generate`` call) scores the
+same texts in the vLLM venv, its engine start-up not timed.
+
+Output: one JSON object: ``texts``, ``tokens``, ``offline_texts_per_s``, and per concurrency
+(``by_concurrency``: ``"1"``, ``"4"``, ...) ``texts_per_s``, ``requests`` (sent while scoring),
+``ratio_to_offline`` (texts_per_s / offline_texts_per_s), ``max_abs_diff_vs_offline`` (nats);
+``best_ratio_to_offline``; ``device`` (CPUs, vLLM version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TEXTS = 200
+DEFAULT_CONCURRENCY = "1,4,16,64"
+SERVED_NAME = "canary"
+
+
+def canary_shaped_model(path: Path) -> Path:
+    """A random GPT-2 of the default canary's shape (:class:`~blackbox_mia.canary.CanaryConfig`'s
+    defaults) with a BPE tokenizer trained on GSM8K questions, saved at ``path`` (once)."""
+    from blackbox_mia.canary import CanaryConfig
+    from blackbox_mia.canary.model import build_gpt2, save_model_dir, train_tokenizer
+
+    if (path / "config.json").exists():
+        return path
+    c = CanaryConfig()
+    with open(REPO / "blackbox_mia" / "data" / "gsm8k" / "train.jsonl", encoding="utf-8") as f:
+        questions = [json.loads(line)["question"] for line in f]
+    tokenizer = train_tokenizer(questions, vocab_size=c.vocab_size)
+    model = build_gpt2(len(tokenizer), n_layer=c.n_layer, n_embd=c.n_embd, n_head=c.n_head,
+                       n_positions=c.block_size, seed=0)  # fmt: skip
+    return save_model_dir(path, model, tokenizer)
+
+
+def gsm8k_texts(n: int) -> list[str]:
+    """The first ``n`` GSM8K test problems, question and answer."""
+    with open(REPO / "blackbox_mia" / "data" / "gsm8k" / "test.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for _, line in zip(range(n), f)]
+    return [f"{r['question']}\n{r['answer']}" for r in rows]
+
+
+def through_server(server, model_dir: Path, texts: list[str], concurrency: int, cache: Path):
+    """(seconds, requests, log-probs) of scoring ``texts`` through ``server`` at ``concurrency``
+    with a fresh cache; the probe runs first, untimed."""
+    from blackbox_mia.backends.api import ApiBackend
+    from blackbox_mia.backends.api.http.client import ApiConfig
+
+    backend = ApiBackend(ApiConfig(base_url=server.url, model=server.model, concurrency=concurrency, timeout_s=600),
+                         tokenizer=str(model_dir), cache_dir=cache)  # fmt: skip
+    try:
+        backend.probe()
+        before = server.requests("/v1/completions")
+        start = time.perf_counter()
+        scored = backend.logprobs(texts)
+        seconds = time.perf_counter() - start
+        return seconds, server.requests("/v1/completions") - before, scored
+    finally:
+        backend.close()
+
+
+def offline(python: str, model_dir: Path, texts: list[str], work: Path) -> dict:
+    """vLLM's offline engine on ``texts`` in the vLLM venv (tests/realserver/vllm_offline.py)."""
+    (work / "texts.json").write_text(json.dumps(texts), encoding="utf-8")
+    run = subprocess.run([python, "-m", "tests.realserver.vllm_offline", str(model_dir), str(work / "texts.json"),
+                          str(work / "offline.json")], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         capture_output=True, text=True)  # fmt: skip
+    if run.returncode != 0:
+        raise SystemExit(f"offline engine failed:\n{(run.stdout + run.stderr)[-3000:]}")
+    return json.loads((work / "offline.json").read_text(encoding="utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its JSON (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=DEFAULT_TEXTS)
+    parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="comma-separated client concurrencies")
+    parser.add_argument("--model-dir", type=Path, help="a trained canary's model directory")
+    parser.add_argument("--workdir", type=Path, help="keep the built model here for later runs")
+    parser.add_argument("--json", action="store_true", help="the JSON only (no progress lines)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    from tests.realserver.vllm_server import VllmServer, cpu_list, find_vllm_python
+
+    python, why = find_vllm_python()
+    if python is None:
+        raise SystemExit(why)
+    with tempfile.TemporaryDirectory(prefix="bbmia-bench-vllm-") as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        model_dir = args.model_dir or canary_shaped_model(work / "canary-shaped")
+        texts = gsm8k_texts(args.texts)
+        say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+        by_concurrency, runs = {}, {}
+        server = VllmServer(model_dir, python, model=SERVED_NAME, log_path=Path(tmp) / "server.log")
+        started = time.perf_counter()
+        with server:
+            say(f"vLLM up in {time.perf_counter() - started:.0f} s at {server.url}")
+            for c in [int(x) for x in args.concurrency.split(",")]:
+                seconds, requests, scored = through_server(server, model_dir, texts, c, Path(tmp) / f"cache-{c}")
+                runs[c] = scored
+                by_concurrency[str(c)] = {"texts_per_s": len(texts) / seconds, "requests": requests, "seconds": seconds}
+                say(f"concurrency {c}: {len(texts) / seconds:.1f} texts/s, {requests} requests")
+        answer = offline(python, model_dir, texts, Path(tmp))
+        offline_rate = len(texts) / answer["seconds"]
+        say(f"offline: {offline_rate:.1f} texts/s")
+        for c, scored in runs.items():
+            row = by_concurrency[str(c)]
+            row["ratio_to_offline"] = row["texts_per_s"] / offline_rate
+            row["max_abs_diff_vs_offline"] = max(
+                float(np.max(np.abs(np.asarray(lp.logprobs) - np.asarray(values))))
+                for lp, values in zip(scored, answer["logprobs"], strict=True))  # fmt: skip
+        result = {
+            "texts": len(texts),
+            "tokens": sum(len(ids) for ids in answer["token_ids"]),
+            "offline_texts_per_s": offline_rate,
+            "offline_seconds": answer["seconds"],
+            "by_concurrency": by_concurrency,
+            "best_ratio_to_offline": max(r["ratio_to_offline"] for r in by_concurrency.values()),
+            "device": {"cpus": cpu_list(), "vllm": answer["vllm_version"]},
+        }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
