@@ -7,13 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blackbox_mia.backends.api import ApiBackend
-from blackbox_mia.backends.api.http.client import ApiConfig
-from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
-from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 
-from ..conftest import gsm8k_questions
+from .test_tracker_emulator import local, make_backend, texts  # noqa: F401 (fixtures: the peaked model, 3 texts)
 
 FLOAT_NOISE = 1e-5  # nats: the emulator's float32 forward pass against the white-box one
 SERVERS = {  # name -> (server settings, significant bits the probe must read, whether it must see jitter)
@@ -23,27 +19,11 @@ SERVERS = {  # name -> (server settings, significant bits the probe must read, w
 }
 
 
-@pytest.fixture(scope="module")
-def local(peaked_model_dir):
-    return LocalBackend(LocalConfig(str(peaked_model_dir)))
-
-
-@pytest.fixture(scope="module")
-def texts():
-    return [q[:40] for q in gsm8k_questions(3, split="test")]
-
-
 @pytest.fixture(scope="module", params=list(SERVERS))
 def server(request, local, peaked_model_dir):
     settings, bits, jitter = SERVERS[request.param]
     with serve_in_background(ServerConfig(str(peaked_model_dir), **settings), backend=local) as url:
         yield bits, jitter, url
-
-
-def make_backend(url, model_dir, cache_dir, strategy="auto"):
-    config = ApiConfig(base_url=url, model=str(model_dir), max_retries=1, backoff_base_s=0.01)
-    return ApiBackend(config, tokenizer=str(model_dir), tracker=TrackerConfig(strategy=strategy, epsilon=0.01),
-                      cache_dir=cache_dir)
 
 
 def test_probe_names_the_precision_and_the_jitter(server, peaked_model_dir, tmp_path):

@@ -306,13 +306,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir")
     a = p.parse_args(argv)
     with serve_model_dir(a.model_dir, model=a.model, port=a.port, workdir=a.workdir) as server:
-        print(f"{server.url} model={server.model} log={server.log_path}", flush=True)
-        try:
-            while server.alive():
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-        print(f"alive={server.alive()} requests={server.requests()} 5xx={server.server_errors()}")
+        return serve_until_interrupted(server)
+
+
+def serve_until_interrupted(server) -> int:
+    """Print a started server's URL, model and log; wait until it dies or Ctrl-C; print whether
+    it is alive and its request and 5xx counts. Returns 0 (a ``main``'s exit status)."""
+    print(f"{server.url} model={server.model} log={server.log_path}", flush=True)
+    try:
+        while server.alive():
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    print(f"alive={server.alive()} requests={server.requests()} 5xx={server.server_errors()}")
     return 0
 
 

@@ -30,12 +30,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .server import REPO, LlamaServer, find_server_python, n_positions
+from .server import REPO, LlamaServer, find_server_python, n_positions, serve_until_interrupted
 
 VLLM_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
@@ -163,14 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chat-template")
     a = p.parse_args(argv)
     with serve_vllm(a.model_dir, model=a.model, port=a.port, workdir=a.workdir, chat_template=a.chat_template) as server:
-        print(f"{server.url} model={server.model} log={server.log_path}", flush=True)
-        try:
-            while server.alive():
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-        print(f"alive={server.alive()} requests={server.requests()} 5xx={server.server_errors()}")
-    return 0
+        return serve_until_interrupted(server)
 
 
 if __name__ == "__main__":
