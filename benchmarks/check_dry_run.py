@@ -33,7 +33,7 @@ from benchmarks.validate_blackbox import free_port, wait_ready
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
 from blackbox_mia.cost.estimate import CostEstimate, add_estimates
-from blackbox_mia.cost.plan import TOTAL, estimate_groups, usage_report
+from blackbox_mia.spend.plan import TOTAL, estimate_groups, usage_report
 from blackbox_mia.types import BlackboxMIAError
 
 PRICED_NAME = "gpt-4o-mini"  # served under a name the price table knows

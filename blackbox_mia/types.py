@@ -40,7 +40,7 @@ class BudgetExceeded(BlackboxMIAError):
 
 
 class SpendRefused(BlackboxMIAError):
-    """A run estimated above the spend guard (:mod:`blackbox_mia.cost.guard`: more than
+    """A run estimated above the spend guard (:mod:`blackbox_mia.spend.guard`: more than
     ``limit_requests`` requests, or ``limit_usd`` USD at a known price) was neither confirmed
     (``yes=True``, ``--yes``) nor capped (``max_cost=``, ``--max-cost``): nothing was sent but the
     capability probe.

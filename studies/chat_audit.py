@@ -55,7 +55,7 @@ from benchmarks.validate_blackbox import wait_ready
 from blackbox_mia.audits import SweepConfig, prepare_sweep, run_sweep
 from blackbox_mia.canary import CanaryConfig, canary_items, ensure_canary, load_manifest
 from blackbox_mia.cli.common import TargetOptions, build_backends, close_all
-from blackbox_mia.cost.plan import TOTAL, usage_report
+from blackbox_mia.spend.plan import TOTAL, usage_report
 from blackbox_mia.evaluation import estimate_prevalence
 from blackbox_mia.evaluation.metrics import auc
 from blackbox_mia.runner import score_items

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..backends.base import Backend
 from ..config import check_number
-from ..cost.guard import guard_groups
+from ..spend.guard import guard_groups
 from ..datasets import Item
 from ..datasets.formats import parse_label
 from ..datasets.registry import read_jsonl
@@ -307,7 +307,7 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     """Cut, score, calibrate on the validation chunks, rate every document and report (see the
     module docstring). Before the first request, the run's estimate (:func:`chunk_groups`, what
     ``--dry-run`` prints) goes through the spend guard
-    (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    (:func:`~blackbox_mia.spend.guard.guard_spend`): ``yes=True``, or a backend with
     ``max_cost=``, lets a run above it proceed.
 
     Returns:

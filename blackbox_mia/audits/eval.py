@@ -18,8 +18,8 @@ import numpy as np
 from ..backends.base import Backend
 from ..canary.dataset import load_items
 from ..config import check_number
-from ..cost.guard import guard_spend
-from ..cost.plan import estimate_groups
+from ..spend.guard import guard_spend
+from ..spend.plan import estimate_groups
 from ..datasets import Item
 from ..evaluation import (
     DEFAULT_FPRS,
@@ -164,7 +164,7 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
              yes: bool = False) -> AuditResult:
     """Score, evaluate and report (see the module docstring). Before the first request, the run's
     estimate (:meth:`EvalPlan.scored_groups`, what ``--dry-run`` prints) goes through the spend
-    guard (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    guard (:func:`~blackbox_mia.spend.guard.guard_spend`): ``yes=True``, or a backend with
     ``max_cost=``, lets a run above it proceed. Files in ``out_dir``:
     ``scores.jsonl`` (+ ``.config.json``), ``roc_linear.png``, ``roc_log.png``, ``eval.json``,
     ``eval.md``; with ``truncate_tokens`` also ``scores_L{L}.jsonl`` per L and

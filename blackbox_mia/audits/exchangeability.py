@@ -29,7 +29,7 @@ from ..backends.base import Backend
 from ..canary.dataset import canary_spec_path, is_canary_spec, load_any_dataset
 from ..canary.manifest import canonical_members
 from ..config import check_number
-from ..cost.guard import guard_groups
+from ..spend.guard import guard_groups
 from ..datasets import Item
 from ..datasets.ordered import ITEM_SEPARATOR, join_items
 from ..evaluation.exchangeability import (
@@ -169,7 +169,7 @@ def run_exchangeability(plan: ExchangeabilityPlan, backends: dict[str, Backend],
                         log: Log = quiet, yes: bool = False) -> AuditResult:
     """Score the shard texts, test and report (see the module docstring). Before the first
     request, the estimate of scoring ``plan.texts`` (what ``--dry-run`` prints) goes through the
-    spend guard (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    spend guard (:func:`~blackbox_mia.spend.guard.guard_spend`): ``yes=True``, or a backend with
     ``max_cost=``, lets a run above it proceed.
 
     Raises:

@@ -27,8 +27,8 @@ from ..backends.base import GENERATE, Backend, Prompt
 from ..canary.dataset import load_items
 from ..config import check_number
 from ..cost.estimate import CostEstimate
-from ..cost.guard import guard_spend
-from ..cost.plan import estimate_report
+from ..spend.guard import guard_spend
+from ..spend.plan import estimate_report
 from ..datasets import Item
 from ..evaluation import to_jsonable
 from ..evaluation.memorization import (
@@ -296,7 +296,7 @@ def estimate_memorize(plan: MemorizePlan, target: Backend) -> tuple[int, CostEst
 
 def memorize_estimate(plan: MemorizePlan, target: Backend) -> tuple[int, dict[str, dict]]:
     """``(prompts, report)``: :func:`estimate_memorize` as the report ``--dry-run`` prints and the
-    spend guard judges (:func:`~blackbox_mia.cost.plan.estimate_groups`' shape, one group
+    spend guard judges (:func:`~blackbox_mia.spend.plan.estimate_groups`' shape, one group
     ``memorize``). Sends nothing.
 
     Raises:
@@ -348,7 +348,7 @@ def run_memorize(plan: MemorizePlan, target: Backend, out_dir: Path, progress: b
                  yes: bool = False) -> AuditResult:
     """Generate (see :func:`generate_rows`), summarize and report (see the module docstring).
     Before the first request, the estimate (:func:`memorize_estimate`, what ``--dry-run``
-    prints) goes through the spend guard (:func:`~blackbox_mia.cost.guard.guard_spend`):
+    prints) goes through the spend guard (:func:`~blackbox_mia.spend.guard.guard_spend`):
     ``yes=True``, or a target with ``max_cost=``, lets a run above it proceed.
 
     Returns:

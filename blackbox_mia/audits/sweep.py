@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
-from ..cost.guard import guard_groups
+from ..spend.guard import guard_groups
 from ..datasets import Item
 from ..evaluation import clopper_pearson, dataset_level_test, estimate_prevalence, plot_histogram
 from ..option_names import as_arguments, named
@@ -49,7 +49,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     """Score the benchmark (and control, calibration), split the roles, estimate, test and report.
     Before the first request, the run's estimate (:meth:`SweepPlan.scored_groups`, what
     ``--dry-run`` prints) goes through the spend guard
-    (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or a backend with
+    (:func:`~blackbox_mia.spend.guard.guard_spend`): ``yes=True``, or a backend with
     ``max_cost=``, lets a run above it proceed.
 
     Files in ``out_dir``: ``scores.jsonl``, ``control_scores.jsonl``, ``calibration_scores.jsonl``

@@ -45,8 +45,8 @@ from .. import __version__
 from ..backends.base import Backend
 from ..canary.dataset import load_items
 from ..config import check_number
-from ..cost.guard import guard_spend
-from ..cost.plan import estimate_report, estimate_texts
+from ..spend.guard import guard_spend
+from ..spend.plan import estimate_report, estimate_texts
 from ..datasets import Item, file_sha256, limit_items, read_jsonl
 from ..datasets.formats import parse_label
 from ..evaluation import bootstrap_ci, to_jsonable
@@ -275,7 +275,7 @@ def _cuts(plan: UnlearningPlan, items: Iterable[Item], after: Backend) -> list[C
 
 def estimate_unlearning(plan: UnlearningPlan, before: Backend, after: Backend) -> dict[str, dict]:
     """What :func:`run_unlearning` is expected to cost, sending nothing but a capability probe
-    (:func:`~blackbox_mia.cost.plan.estimate_groups`' shape): the Min-K% and loss scores of every
+    (:func:`~blackbox_mia.spend.plan.estimate_groups`' shape): the Min-K% and loss scores of every
     text under ``before`` (group ``scores_before``) and ``after`` (``scores_after``), and
     ``samples`` sampled continuations of every text long enough for a prompt (``completions``;
     with ``unflagged=False`` only the flagged texts are completed, so this is an upper bound).
@@ -349,7 +349,7 @@ def run_unlearning(
 ) -> AuditResult:
     """Score, flag, complete and report (see the module docstring). Before the first request,
     the estimate (:func:`estimate_unlearning`, what ``--dry-run`` prints) goes through the spend
-    guard (:func:`~blackbox_mia.cost.guard.guard_spend`): ``yes=True``, or backends with
+    guard (:func:`~blackbox_mia.spend.guard.guard_spend`): ``yes=True``, or backends with
     ``max_cost=``, let a run above it proceed.
 
     Args:

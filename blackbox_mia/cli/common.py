@@ -14,7 +14,7 @@ from ..backends.options import KINDS, check_ranges, merge_options
 from ..backends.registry import build_backend, parse_spec, split_query
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
-from ..cost.guard import GUARD_REQUESTS, GUARD_USD
+from ..spend.limits import GUARD_REQUESTS, GUARD_USD
 from ..types import BlackboxMIAError
 from .options import flags_of, option_fields, with_dataclass_options
 

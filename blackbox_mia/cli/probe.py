@@ -11,7 +11,7 @@ import typer
 
 from ..backends.base import Backend
 from ..canary.dataset import load_items
-from ..cost.guard import guard_groups
+from ..spend.guard import guard_groups
 from ..datasets import Item
 from ..scorers import parse_scorers
 from ..types import BlackboxMIAError

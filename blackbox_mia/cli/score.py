@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..canary.dataset import CANARY, dataset_help, load_items
-from ..cost.guard import guard_groups
+from ..spend.guard import guard_groups
 from ..scorers import default_scorer_specs, parse_scorers
 from .app import app, echo_json_line, user_errors
 from .common import (

@@ -1,7 +1,7 @@
 """What a command is expected to spend (``--dry-run``) and what it spent (usage), on the console
 and in its JSON; shared by ``score``, ``probe`` and the audits (``eval``, ``sweep``, ``documents``,
 ``memorize``, ...). Whether it may start at all is the spend guard's decision
-(:mod:`blackbox_mia.cost.guard`)."""
+(:mod:`blackbox_mia.spend.guard`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import typer
 
 from ..backends.base import Backend
-from ..cost.plan import (
+from ..spend.plan import (
     ESTIMATE_HEADER,
     TOTAL,
     estimate_groups,
@@ -32,7 +32,7 @@ def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer
     ``{"dry_run": true, "n": {group: items}, "estimate": ...}``); nothing is scored.
 
     Returns:
-        The :func:`~blackbox_mia.cost.plan.estimate_groups` report.
+        The :func:`~blackbox_mia.spend.plan.estimate_groups` report.
 
     Raises:
         BlackboxMIAError: a scorer the backends cannot serve; a failed capability probe.
@@ -43,7 +43,7 @@ def print_dry_run(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer
 
 
 def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int], json_out: bool) -> None:
-    """Print an estimate report (:func:`~blackbox_mia.cost.plan.estimate_groups`'s shape: ``{group:
+    """Print an estimate report (:func:`~blackbox_mia.spend.plan.estimate_groups`'s shape: ``{group:
     {role: CostEstimate.to_dict()}, "total": {..., "all": ...}}``): a table on stdout, the notes
     on stderr, and with ``json_out`` a last JSON line ``{"dry_run": true, "n": n, "estimate":
     report}`` (``n``: group -> texts or prompts in it)."""
@@ -55,7 +55,7 @@ def print_estimate(report: Mapping[str, Mapping[str, dict]], n: Mapping[str, int
 
 
 def print_usage(backends: Mapping[str, Backend]) -> dict | None:
-    """Print one ``usage: ...`` line on stderr and return the :func:`~blackbox_mia.cost.plan.usage_report`
+    """Print one ``usage: ...`` line on stderr and return the :func:`~blackbox_mia.spend.plan.usage_report`
     for the command's JSON (``None``, and nothing printed, when no backend sends requests)."""
     report = usage_report(backends)
     if report is not None:
@@ -70,7 +70,7 @@ def spending(backends: Mapping[str, Backend], on_success: bool = True) -> Iterat
     stderr (:func:`print_usage`; not after a success with ``on_success`` False, for a command
     whose records carry their usage), also when the block stops on an error or Ctrl-C (then only
     when something was billed: a connection that never answered spent nothing). The yielded dict
-    gets ``"usage"``: the :func:`~blackbox_mia.cost.plan.usage_report` for the command's JSON
+    gets ``"usage"``: the :func:`~blackbox_mia.spend.plan.usage_report` for the command's JSON
     (``None`` when no backend sends requests or nothing is printed)."""
     spent: dict = {"usage": None}
     try:

@@ -1,4 +1,5 @@
-"""Cost in one place: estimates before a run (:mod:`.estimate`; the texts a run scores and its
-groups, :mod:`.plan`), list prices (:mod:`.prices`) and what a client spent and may spend
-(:mod:`.usage`). Each backend estimates its own requests (the black-box tracker's request model
-is :mod:`blackbox_mia.backends.api.tracker.costs`; a local model sends none)."""
+"""Cost units, below the backends: a backend's estimate of its requests (:mod:`.estimate`), list
+prices (:mod:`.prices`) and what a client spent and may spend (:mod:`.usage`). Each backend
+estimates its own requests (the black-box tracker's request model is
+:mod:`blackbox_mia.backends.api.tracker.costs`; a local model sends none); what a whole run will
+spend, and the spend guard, are in :mod:`blackbox_mia.spend`."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from blackbox_mia.cost import guard
+from blackbox_mia.spend import guard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def guard_bites(tmp_path, monkeypatch):
     """The spend guard refuses any run that sends a request, here and in child processes."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text("import blackbox_mia.cost.guard as g\ng.GUARD_REQUESTS = 0\n")
+    (site / "sitecustomize.py").write_text("import blackbox_mia.spend.guard as g\ng.GUARD_REQUESTS = 0\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")])))
     monkeypatch.setattr(guard, "GUARD_REQUESTS", 0)
 
@@ -40,7 +40,7 @@ def benchmark(module: str, *args) -> list[dict]:
 
 
 def test_the_guard_bites_in_a_child_process(guard_bites):
-    done = subprocess.run([sys.executable, "-c", "import blackbox_mia.cost.guard as g; print(g.GUARD_REQUESTS)"],
+    done = subprocess.run([sys.executable, "-c", "import blackbox_mia.spend.guard as g; print(g.GUARD_REQUESTS)"],
                           capture_output=True, text=True)
     assert done.stdout.strip() == "0"
 

@@ -113,7 +113,7 @@ def test_eval_dry_run_counts_the_texts_the_prompt_length_ablation_scores(proxy, 
 
 def test_score_over_the_spend_guard_is_refused_without_max_cost_or_yes(proxy, tiny_model_dir, files, tmp_path,
                                                                       monkeypatch):
-    from blackbox_mia.cost import guard
+    from blackbox_mia.spend import guard
 
     cache = tmp_path / "cache"
     probe_requests(proxy, tiny_model_dir, cache)

@@ -1,4 +1,4 @@
-"""The spend guard (:mod:`blackbox_mia.cost.guard`) in every command that can send requests, and
+"""The spend guard (:mod:`blackbox_mia.spend.guard`) in every command that can send requests, and
 in the library's audits: a run estimated above it is refused before its first request unless
 ``--yes`` / ``yes=True`` (or a cap) is given; the estimate it judges is ``--dry-run``'s, and a
 confirmed run sends no more requests than that estimate. The server's POST requests are counted by
@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.cli import app
-from blackbox_mia.cost import guard
-from blackbox_mia.cost.guard import SpendRefused
+from blackbox_mia.spend import guard
+from blackbox_mia.spend.guard import SpendRefused
 
 from .test_dry_run import bbmia, files, probe_requests, proxy  # noqa: F401  (fixtures)
 

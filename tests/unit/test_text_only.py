@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from blackbox_mia.backends.base import GENERATE, Backend
-from blackbox_mia.cost.plan import estimate_texts
+from blackbox_mia.spend.plan import estimate_texts
 from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.generated import estimate_generated, score_generated, target_view
 from blackbox_mia.results import ScoredText

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..backends.base import Backend
+from ..cost.estimate import CostEstimate, add_estimates
 from ..datasets import Item
 from ..generated import estimate_generated
 from ..runner import needed_texts
 from ..scorers import TARGET, Scorer
-from .estimate import CostEstimate, add_estimates
 
 TOTAL = "total"  # the key of the summed estimate in estimate_groups()'s result
 

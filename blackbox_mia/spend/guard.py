@@ -5,7 +5,7 @@ A run estimated at more than :data:`GUARD_REQUESTS` requests, or more than :data
 against a priced model, is refused (:class:`~blackbox_mia.types.SpendRefused`, importable from
 here too) unless it is confirmed (``yes=True``, ``--yes``) or every backend that sends requests
 has a spending cap (``max_cost=``, ``--max-cost``: the cap then bounds the spend). The estimate is the one ``--dry-run`` prints
-(:func:`~blackbox_mia.cost.plan.estimate_groups`, or an audit's own estimate of the same shape);
+(:func:`~blackbox_mia.spend.plan.estimate_groups`, or an audit's own estimate of the same shape);
 computing it may run the target's capability probe (a few dozen requests, once per endpoint and
 model, cached), nothing else. Local models send nothing and are never judged.
 """
@@ -16,18 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..types import SpendRefused
+from .limits import GUARD_REQUESTS, GUARD_USD
+from .plan import TOTAL, estimate_groups
 
-if TYPE_CHECKING:  # this module stays light: the CLI's option table reads its limits
+if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..datasets import Item
     from ..scorers import Scorer
 
-GUARD_REQUESTS = 10_000  # without a cap or a confirmation, a run estimated at more requests than this is refused
-GUARD_USD = 1.0  # ... or at more USD than this against a priced endpoint
-
 Estimate = Callable[[], Mapping[str, Mapping[str, dict]]]
 """A run's estimate, computed only when the guard needs it: ``{group: {role: CostEstimate.to_dict()},
-"total": {..., "all": ...}}`` (:func:`~blackbox_mia.cost.plan.estimate_groups`'s shape)."""
+"total": {..., "all": ...}}`` (:func:`~blackbox_mia.spend.plan.estimate_groups`'s shape)."""
 
 
 def uncapped(backends: Mapping[str, Backend]) -> bool:
@@ -49,8 +48,6 @@ def guard_spend(estimate: Estimate, backends: Mapping[str, Backend], yes: bool =
         BlackboxMIAError: from ``estimate`` (a scorer the backends cannot serve, a failed
             capability probe).
     """
-    from .plan import TOTAL
-
     if yes or not uncapped(backends):
         return
     total = estimate()[TOTAL]["all"]
@@ -62,11 +59,9 @@ def guard_spend(estimate: Estimate, backends: Mapping[str, Backend], yes: bool =
 def guard_groups(groups: Mapping[str, Sequence[Item]], scorers: Sequence[Scorer], backends: dict[str, Backend],
                  yes: bool = False) -> None:
     """:func:`guard_spend` on the estimate of scoring ``groups`` with ``scorers``
-    (:func:`~blackbox_mia.cost.plan.estimate_groups`: what ``--dry-run`` prints for them).
+    (:func:`~blackbox_mia.spend.plan.estimate_groups`: what ``--dry-run`` prints for them).
 
     Raises:
         SpendRefused, BlackboxMIAError: as :func:`guard_spend`.
     """
-    from .plan import estimate_groups
-
     guard_spend(lambda: estimate_groups(groups, scorers, backends), backends, yes)
