@@ -6,29 +6,17 @@ A scorer spec on the command line is ``NAME`` or ``NAME:param=value,...`` (``min
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from collections.abc import Sequence
 
 from ..config import check_number
 from ..types import BlackboxMIAError
-from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, TARGET, Need, Scorer
-from .cdd import CDD
-from .decop import DECOP
+from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, REGISTRY, TARGET, Need, Scorer
 from .generative import GenerationScorer
-from .guided import GuidedInstruction
-from .loss import Loss
-from .lowercase import Lowercase
-from .min_k import MinK
-from .min_k_pp import MinKPlusPlus
-from .pac import PAC
-from .ref import Ref
-from .samia import SaMIA
-from .ts_guessing import TSGuessing, TSGuessingKeyword
-from .zlib import Zlib
 
-REGISTRY: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing,
-                                                 TSGuessingKeyword, GuidedInstruction, DECOP)
-}
+for _module in pkgutil.iter_modules(__path__):  # each scorer module registers its classes (register_scorer)
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")
 TEXT_ONLY_SCORERS = ("samia", "cdd")

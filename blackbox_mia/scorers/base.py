@@ -1,4 +1,5 @@
-"""The scorer interface: one small base class, one module per attack.
+"""The scorer interface: one small base class, one module per attack, registered by
+:func:`register_scorer` (the package imports every module of its folder: a new scorer is one file).
 
 Every scorer maps the :class:`~blackbox_mia.types.TokenLogprobs` of a text (computed once and
 shared by all scorers) to one :class:`~.bounded.Bounded` number (the score and the interval its
@@ -14,7 +15,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -97,6 +98,24 @@ class Scorer(ABC):
             if getattr(self, f.name) != f.default
         ]
         return self.name + (":" + ",".join(changed) if changed else "")
+
+
+REGISTRY: dict[str, type[Scorer]] = {}
+"""Every scorer class by its :attr:`Scorer.name`, filled by :func:`register_scorer` when its module
+is imported (:mod:`blackbox_mia.scorers` imports them all)."""
+
+S = TypeVar("S", bound=type[Scorer])
+
+
+def register_scorer(cls: S) -> S:
+    """Class decorator: add a scorer class to :data:`REGISTRY` under its ``name``.
+
+    Raises:
+        ValueError: another class is registered under the same name (a programming error).
+    """
+    if REGISTRY.setdefault(cls.name, cls) is not cls:
+        raise ValueError(f"two scorers named {cls.name!r}: {REGISTRY[cls.name].__qualname__} and {cls.__qualname__}")
+    return cls
 
 
 def _format(value, percent: bool = False) -> str:

@@ -16,6 +16,7 @@ from rapidfuzz.distance import Levenshtein
 
 from ..types import Generation
 from .bounded import Bounded
+from .base import register_scorer
 from .generative import GenerationRequest, SampledContinuation, TargetView, split_halves
 
 
@@ -36,6 +37,7 @@ def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: f
     return within / len(samples)
 
 
+@register_scorer
 @dataclass(frozen=True)
 class CDD(SampledContinuation):
     """score = Peak(M; x) of :func:`peakedness`: the share of ``n`` samples at ``temperature``

@@ -25,6 +25,7 @@ from ..datasets.registry import read_jsonl
 from ..option_names import named
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
+from .base import register_scorer
 from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, use_instruction
 
 OPTIONS = 4  # the passage and three paraphrases (Duarte et al. 2024, §3)
@@ -84,6 +85,7 @@ def orders(permutations: int) -> list[tuple[int, ...]]:
     return every if permutations == len(every) else [tuple((j + r) % OPTIONS for j in range(OPTIONS)) for r in range(OPTIONS)]
 
 
+@register_scorer
 @dataclass(frozen=True)
 class DECOP(GenerationScorer):
     """score = the share of option orders in which the model picks the verbatim passage, in

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
+from .base import register_scorer
 from .generative import (
     GenerationRequest,
     GenerationScorer,
@@ -60,6 +61,7 @@ def normalise(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+@register_scorer
 @dataclass(frozen=True)
 class GuidedInstruction(GenerationScorer):
     """score (``metric=difference``) = ROUGE-L(guided completion, x_suffix) − ROUGE-L(general

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import Scorer
+from .base import Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
 
 
+@register_scorer
 @dataclass(frozen=True)
 class Loss(Scorer):
     """score = (1/N) Σ lp_i in nats/token (= −loss, so higher = member)."""

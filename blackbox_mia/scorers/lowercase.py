@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass, replace
 
 from ..types import TokenLogprobs
-from .base import Need, Scorer
+from .base import Need, Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
 
 
+@register_scorer
 @dataclass(frozen=True)
 class Lowercase(Scorer):
     """score = NLL(text.lower()) / NLL(text), NLL = −mean lp_i (nats/token); higher = member.

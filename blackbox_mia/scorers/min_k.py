@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import PERCENT, Scorer
+from .base import PERCENT, Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
 
 
+@register_scorer
 @dataclass(frozen=True)
 class MinK(Scorer):
     """score = mean of the E smallest lp_i, E = max(1, ⌊N·k/100⌋); nats/token.

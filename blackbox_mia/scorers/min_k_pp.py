@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..types import BlackboxMIAError, TokenLogprobs
-from .base import PERCENT, Scorer
+from .base import PERCENT, Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
 
 
+@register_scorer
 @dataclass(frozen=True)
 class MinKPlusPlus(Scorer):
     """z_i = (lp_i − μ_i) / σ_i; score = mean of the k% smallest z_i (dimensionless).

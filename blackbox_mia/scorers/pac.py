@@ -12,7 +12,7 @@ import numpy as np
 
 from ..text.segment import DEFAULT_SEGMENTER, Segmenter, get_segmenter
 from ..types import TokenLogprobs
-from .base import PERCENT, Need, Scorer
+from .base import PERCENT, Need, Scorer, register_scorer
 from .bounded import Bounded, BoundedValues, mean_of
 
 
@@ -51,6 +51,7 @@ def swap_neighbours(
     return neighbours
 
 
+@register_scorer
 @dataclass(frozen=True)
 class PAC(Scorer):
     """score = mean_j PD(σ_j(z)) − PD(z), in nats; higher = member.

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import REFERENCE, Need, Scorer
+from .base import REFERENCE, Need, Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
 
 
+@register_scorer
 @dataclass(frozen=True)
 class Ref(Scorer):
     """score = mean lp under the target − mean lp under the reference model, nats/token.

@@ -16,12 +16,14 @@ import numpy as np
 
 from ..types import Generation
 from .bounded import Bounded
+from .base import register_scorer
 from .generative import GenerationRequest, SampledContinuation, TargetView, split_halves
 
 if TYPE_CHECKING:
     from rouge_score import rouge_scorer
 
 
+@register_scorer
 @dataclass(frozen=True)
 class SaMIA(SampledContinuation):
     """score = mean over the ``n`` samples of ROUGE-1 recall of the reference suffix

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
+from .base import register_scorer
 from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, fit_window, use_instruction
 
 LETTERS = "ABCDEFGH"
@@ -113,6 +114,7 @@ class Guessing(GenerationScorer):
         check_form(self.name, self.form)
 
 
+@register_scorer
 @dataclass(frozen=True)
 class TSGuessing(Guessing):
     """score = 1 when the greedy guess of the hidden wrong option equals it exactly
@@ -207,6 +209,7 @@ def keyword_prompt(keyword: Keyword) -> str:
             "Replace [MASK] with the word that fills it. Reply with the word only.")
 
 
+@register_scorer
 @dataclass(frozen=True)
 class TSGuessingKeyword(Guessing):
     """score = 1 when the greedy guess of a question's hidden key word (:func:`pick_keyword`)

@@ -6,10 +6,11 @@ import zlib as _zlib
 from dataclasses import dataclass
 
 from ..types import TokenLogprobs
-from .base import Scorer
+from .base import Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
 
 
+@register_scorer
 @dataclass(frozen=True)
 class Zlib(Scorer):
     """score = −(mean NLL) / zlib_bytes = mean lp_i / len(zlib.compress(text.encode("utf-8"))).
