@@ -70,7 +70,7 @@ from blackbox_mia.audits.unlearning import (
     compare_groups,
     split_completed,
 )
-from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
+from blackbox_mia.audits.unlearning.truth import closeness_auc, flag_metrics
 from blackbox_mia.canary import load_manifest
 from blackbox_mia.evaluation import auc, bootstrap_ci
 from blackbox_mia.key_aliases import DOCUMENTS_SUMMARY_KEYS, with_old_keys

@@ -46,7 +46,7 @@ import numpy as np
 
 from blackbox_mia.audits.completion import Completion, cut_at, cut_completion
 from blackbox_mia.audits.unlearning import mean_difference
-from blackbox_mia.audits.unlearning_truth import still_memorized
+from blackbox_mia.audits.unlearning.truth import still_memorized
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary.unlearn import unlearning_record
 from blackbox_mia.datasets import Item

@@ -37,7 +37,7 @@ from blackbox_mia.audits.unlearning import (
     in_window,
     score_ratio,
 )
-from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
+from blackbox_mia.audits.unlearning.truth import closeness_auc, flag_metrics
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary import canary_items
 from blackbox_mia.canary.unlearn import UnlearnConfig, memorized_members, unlearn_canary

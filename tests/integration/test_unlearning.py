@@ -16,7 +16,7 @@ from blackbox_mia.audits.unlearning import (
     run_unlearning,
     score_ratio,
 )
-from blackbox_mia.audits.unlearning_truth import flag_metrics
+from blackbox_mia.audits.unlearning.truth import flag_metrics
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.canary import canary_items, load_manifest
 from blackbox_mia.canary.unlearn import (

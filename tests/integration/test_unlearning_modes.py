@@ -18,7 +18,7 @@ from blackbox_mia.audits.unlearning import (
     run_unlearning,
     split_completed,
 )
-from blackbox_mia.audits.unlearning_truth import closeness_auc, flag_metrics
+from blackbox_mia.audits.unlearning.truth import closeness_auc, flag_metrics
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.http.client import ApiConfig
 from blackbox_mia.backends.api.tracker.tracker import TrackerConfig

@@ -16,16 +16,16 @@ from pathlib import Path
 
 from scipy import stats
 
-from ..backends.base import Backend
-from ..canary import canary_items
-from ..canary.unlearn import memorized_members, unlearning_record
-from ..evaluation import auc
-from ..evaluation.documents import wilson_interval
-from ..key_aliases import UNLEARNING_TRUTH_KEYS, with_old_keys
-from ..runner import run_config, score_items
-from ..scorers import TARGET
-from ..scorers.loss import Loss
-from ..types import BlackboxMIAError
+from ...backends.base import Backend
+from ...canary import canary_items
+from ...canary.unlearn import memorized_members, unlearning_record
+from ...evaluation import auc
+from ...evaluation.documents import wilson_interval
+from ...key_aliases import UNLEARNING_TRUTH_KEYS, with_old_keys
+from ...runner import run_config, score_items
+from ...scorers import TARGET
+from ...scorers.loss import Loss
+from ...types import BlackboxMIAError
 
 
 def flag_metrics(flagged: set[str], positives: set[str], audited: list[str]) -> dict:
