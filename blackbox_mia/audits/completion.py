@@ -104,7 +104,7 @@ def _open(path: Path, config: dict, resume: bool) -> dict[tuple[str, int], dict]
                 row = json.loads(line)
                 done[(str(row["id"]), int(row["sample"]))] = row
             except (ValueError, TypeError, KeyError):
-                raise BlackboxMIAError(f"{path}:{number}: malformed completion row; {hint}") from None
+                raise BlackboxMIAError(f"{path}:{number}: malformed completion row; {OVERWRITE_HINT}") from None
     else:
         path.write_text("", encoding="utf-8")
     write_json_atomic(config_path, config)

@@ -30,13 +30,10 @@ work on it as on any canary; ``forget_items.jsonl`` holds the forget set.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
-import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -53,82 +50,9 @@ from .manifest import (
     write_items,
     write_manifest,
 )
+from .unlearn_config import ALL_MEMBERS, UnlearnConfig
 
 FORGET_FILE = "forget_items.jsonl"
-GRADIENT_ASCENT, ALTERNATIVE_LABELS = "gradient_ascent", "alternative_labels"
-METHODS = (GRADIENT_ASCENT, ALTERNATIVE_LABELS)
-ALL_MEMBERS, MEMORIZED = "members", "memorized"
-FORGET_FROM = (ALL_MEMBERS, MEMORIZED)  # where a forget count N samples from
-
-
-@dataclass(frozen=True)
-class UnlearnConfig:
-    """How a canary is unlearned.
-
-    Attributes:
-        steps: gradient-ascent steps (batches), cycling over the forget set's windows.
-        lr: constant AdamW learning rate.
-        batch_size: windows per step (fewer when the forget set has fewer).
-        seed: seeds the forget sample (``forget`` as a count) and the batch order.
-        retain_weight: weight of a retain term added to the ascent loss: KL(original ||
-            current) per token (nats) on a batch of the kept members' windows each step (the
-            "KL" unlearning baseline); 0 is pure gradient ascent.
-        target_loss: gradient ascent only: a forget window whose loss (nats/token) already
-            exceeds this is left out of the ascent (it counts in the batch's token total but
-            adds no gradient); None: never.
-        method: ``gradient_ascent`` or ``alternative_labels`` (see the module docstring).
-        alpha: alternative labels: the weight of the reinforced model's boost taken away from
-            the base logits (> 0).
-        forget_from: ``members`` (a count N samples all members) or ``memorized`` (only the
-            members memorized before unlearning, :func:`memorized_members`; a file of ids must
-            name only those).
-        memorized_target_fpr: the target non-member false-positive rate of the "memorized
-            before" rule (its threshold is the non-members' ``1 - memorized_target_fpr``
-            quantile of the loss score).
-    """
-
-    steps: int = 20
-    lr: float = 1e-4
-    batch_size: int = 8
-    seed: int = 0
-    retain_weight: float = 0.0
-    target_loss: float | None = None
-    method: str = GRADIENT_ASCENT
-    alpha: float = 1.0
-    forget_from: str = ALL_MEMBERS
-    memorized_target_fpr: float = 0.05
-
-    def validate(self) -> None:
-        """Raise :class:`BlackboxMIAError` naming the option of an impossible value."""
-        for name in ("steps", "batch_size"):
-            if isinstance(getattr(self, name), bool) or getattr(self, name) < 1:
-                raise BlackboxMIAError(f"{named(name)} must be at least 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise BlackboxMIAError(f"{named('lr')} must be > 0, got {self.lr}")
-        if not self.retain_weight >= 0:
-            raise BlackboxMIAError(f"{named('retain_weight')} must be >= 0, got {self.retain_weight}")
-        if self.target_loss is not None and not self.target_loss > 0:
-            raise BlackboxMIAError(f"{named('target_loss')} must be > 0 nats/token, got {self.target_loss}")
-        if self.method not in METHODS:
-            raise BlackboxMIAError(f"{named('method')} must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.target_loss is not None and self.method != GRADIENT_ASCENT:
-            raise BlackboxMIAError(f"{named('target_loss')} applies to {GRADIENT_ASCENT} only, not {self.method}")
-        if not (math.isfinite(self.alpha) and self.alpha > 0):
-            raise BlackboxMIAError(f"{named('alpha')} must be > 0, got {self.alpha}")
-        if self.forget_from not in FORGET_FROM:
-            raise BlackboxMIAError(f"{named('forget_from')} must be one of {', '.join(FORGET_FROM)}, got {self.forget_from!r}")
-        if not 0 < self.memorized_target_fpr < 1:
-            raise BlackboxMIAError(f"{named('memorized_target_fpr')} must lie in (0, 1), got {self.memorized_target_fpr}")
-
-    def short_hash(self, forget_ids: list[str]) -> str:
-        """12 hex digits identifying these settings and the forget set. Each setting is hashed
-        under the name it had when the hash was introduced (``memorized_fpr``, renamed
-        ``memorized_target_fpr``: docs/migration.md), so an unlearned canary keeps its directory."""
-        settings = {UNLEARN_CONFIG_KEYS.get(name, name): value for name, value in asdict(self).items()}
-        blob = json.dumps({**settings, "forget": forget_ids}, sort_keys=True)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
-
-
 def choose_forget(members: list[Item], forget: str, seed: int, noun: str = "members") -> list[Item]:
     """The forget set: ``forget`` is a count N (a seeded sample of N of ``members``, in their
     order) or the path of a file of their ids (one per line, or a JSON list).
@@ -230,11 +154,10 @@ def unlearn_canary(
         BlackboxMIAError: ``base`` is not a complete canary, bad settings or forget set (also:
             fewer memorized members than N).
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .forget_training import ForgetTraining
     from .model import save_model_dir
-    from .train import pad_training_batch, training_batches
 
     config.validate()
     base = Path(base)
@@ -243,14 +166,9 @@ def unlearn_canary(
     members = [item for item in items if item.label == 1]
     start = time.perf_counter()
     memorized, threshold = memorized_members(items, loss_scores(base, items), config.memorized_target_fpr)
-    pool = members if config.forget_from == ALL_MEMBERS else [m for m in members if m.id in set(memorized)]
-    chosen = choose_forget(pool, forget, config.seed, "members" if pool is members else "memorized members")
+    chosen = _forget_set(members, memorized, forget, config)
     forget_ids = [item.id for item in chosen]
-    out = Path(out_dir) if out_dir is not None else base.parent / f"{base.name}-unlearned-{config.short_hash(forget_ids)}"
-    if out.resolve() == base.resolve():
-        raise BlackboxMIAError("the unlearned canary needs its own directory, not the base canary's")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)
+    out = _new_directory(base, out_dir, config.short_hash(forget_ids))
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
@@ -259,75 +177,10 @@ def unlearn_canary(
     owner = {id(window): item_id for item_id, window in owned}  # batches hold these very lists
     ascents = dict.fromkeys(forget_ids, 0)
     retain = _windows(tokenizer, model, [m for m in members if m.id not in set(forget_ids)])
-    rng = random.Random(config.seed)
-    torch.manual_seed(config.seed)
-    original = copy.deepcopy(model).eval() if config.retain_weight > 0 else None
-    labels = {}  # id(window) -> (T-1,) alternative labels
-    if config.method == ALTERNATIVE_LABELS:
-        labels = _alternative_labels(model, windows, config, random.Random(config.seed))
-
-    def window_losses(batch, alternative):
-        """(B,) mean loss of each window (nats/token) against its true next tokens (or, with
-        ``alternative``, its alternative labels) and (B,) its token count."""
-        ids, mask, targets = pad_training_batch(batch)
-        if alternative:
-            for i, window in enumerate(batch):
-                targets[i, : len(window) - 1] = labels[id(window)]
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-        counts = (targets != -100).sum(1)
-        return per_token.sum(1) / counts, counts
-
-    def mean_loss(batch):
-        """Mean loss of the windows against their true next tokens, nats/token."""
-        losses, counts = window_losses(batch, alternative=False)
-        return float((losses * counts).sum() / counts.sum())
-
-    def retain_kl(batch):
-        """KL(original || current) per token on retained members' windows, nats/token."""
-        ids, mask, targets = pad_training_batch(batch)
-        with torch.no_grad():
-            ref = torch.log_softmax(original(input_ids=ids, attention_mask=mask).logits[:, :-1], -1)
-        cur = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1], -1)
-        kl = (ref.exp() * (ref - cur)).sum(-1)
-        keep = targets != -100
-        return kl[keep].mean()
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    model.eval()
-    with torch.no_grad():
-        before = mean_loss(windows)
-    model.train()
-    sign = -1.0 if config.method == GRADIENT_ASCENT else 1.0  # ascend the true loss, descend the alternative one
-    step, batches, retain_batches, ascended = 0, [], [], 0
-    while step < config.steps:
-        if not batches:
-            batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
-        batch = batches.pop()
-        losses, counts = window_losses(batch, alternative=bool(labels))
-        active = torch.ones_like(counts, dtype=torch.bool)
-        if config.target_loss is not None:
-            active = losses.detach() < config.target_loss
-        loss = sign * (losses * counts * active).sum() / counts.sum()
-        ascended += int(active.sum())
-        for window, on in zip(batch, active.tolist()):
-            ascents[owner[id(window)]] += int(on)
-        if original is not None and retain:
-            if not retain_batches:
-                retain_batches = training_batches(retain, min(config.batch_size, len(retain)), rng)
-            loss = loss + config.retain_weight * retain_kl(retain_batches.pop())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        step += 1
-    model.eval()
-    with torch.no_grad():
-        after = mean_loss(windows)
-    changed = None
-    if labels:
-        true = [t for w in windows for t in w[1:]]
-        alt = [t for w in windows for t in labels[id(w)].tolist()]
-        changed = sum(a != b for a, b in zip(alt, true)) / len(true)
+    training = ForgetTraining.start(model, windows, config)
+    before = training.mean_loss(windows)
+    ascended = training.run(windows, retain, owner, ascents, random.Random(config.seed))
+    after = training.mean_loss(windows)
 
     save_model_dir(out, model, tokenizer)
     write_items(out / ITEMS_FILE, items)
@@ -342,7 +195,7 @@ def unlearn_canary(
         "n_forget_windows": len(windows),
         "ascended_windows": ascended,
         "ascents_per_item": ascents,
-        "changed_labels": changed,
+        "changed_labels": _changed_share(windows, training.labels) if training.labels else None,
         "forget_loss_before": before,
         "forget_loss_after": after,
         "seconds": round(time.perf_counter() - start, 2),
@@ -350,6 +203,37 @@ def unlearn_canary(
     }
     write_manifest(out, {**manifest, "unlearning": unlearning})
     return out
+
+
+def _new_directory(base: Path, out_dir: str | Path | None, settings_hash: str) -> Path:
+    """The unlearned canary's directory, made and without a manifest (written last): ``out_dir``,
+    or ``<base>-unlearned-<settings_hash>`` beside ``base``.
+
+    Raises:
+        BlackboxMIAError: it is the base canary's own directory.
+    """
+    out = Path(out_dir) if out_dir is not None else base.parent / f"{base.name}-unlearned-{settings_hash}"
+    if out.resolve() == base.resolve():
+        raise BlackboxMIAError("the unlearned canary needs its own directory, not the base canary's")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)
+    return out
+
+
+def _forget_set(members: list[Item], memorized: list[str], forget: str, config: UnlearnConfig) -> list[Item]:
+    """The forget set: :func:`choose_forget` among all ``members`` or, with ``forget_from``
+    ``memorized``, among those memorized before unlearning (``memorized``: their ids)."""
+    if config.forget_from == ALL_MEMBERS:
+        return choose_forget(members, forget, config.seed, "members")
+    return choose_forget([m for m in members if m.id in set(memorized)], forget, config.seed, "memorized members")
+
+
+def _changed_share(windows: list[list[int]], labels: dict) -> float:
+    """The share of the forget windows' positions whose alternative label (``labels``:
+    ``id(window)`` → (T-1,) labels) is not the true next token."""
+    true = [t for w in windows for t in w[1:]]
+    alt = [t for w in windows for t in labels[id(w)].tolist()]
+    return sum(a != b for a, b in zip(alt, true)) / len(true)
 
 
 def unlearning_record(path: str | Path) -> dict | None:
@@ -360,46 +244,6 @@ def unlearning_record(path: str | Path) -> dict | None:
         BlackboxMIAError: as :func:`~blackbox_mia.canary.manifest.load_manifest`.
     """
     return load_manifest(path).get("unlearning")
-
-
-def _alternative_labels(model, windows: list[list[int]], config: UnlearnConfig, rng: random.Random) -> dict:
-    """Eldan & Russinovich's alternative labels of the forget windows: a copy of ``model``
-    reinforced on ``windows`` (``config.steps`` descent steps at ``config.lr``, batches as in
-    training), then per position the argmax of ``v_base - alpha * relu(v_reinforced - v_base)``.
-
-    Returns:
-        ``{id(window): (len(window) - 1,) tensor of token ids}`` (``model`` is left unchanged).
-    """
-    import torch
-
-    from .train import pad_training_batch, training_batches
-
-    reinforced = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(reinforced.parameters(), lr=config.lr, weight_decay=0.0)
-    batches = []
-    for _ in range(config.steps):
-        if not batches:
-            batches = training_batches(windows, min(config.batch_size, len(windows)), rng)
-        ids, mask, targets = pad_training_batch(batches.pop())
-        logits = reinforced(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    reinforced.eval()
-    model.eval()
-    labels = {}
-    with torch.no_grad():
-        for start in range(0, len(windows), config.batch_size):
-            batch = windows[start : start + config.batch_size]
-            ids, mask, _ = pad_training_batch(batch)
-            base = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-            boost = reinforced(input_ids=ids, attention_mask=mask).logits[:, :-1] - base
-            generic = (base - config.alpha * torch.relu(boost)).argmax(-1)
-            for i, window in enumerate(batch):
-                labels[id(window)] = generic[i, : len(window) - 1].clone()
-    model.train()
-    return labels
 
 
 def _windows(tokenizer, model, items: list[Item]) -> list[list[int]]:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..backends.registry import KIND_PREFIX, split_query
-from ..canary.unlearn import ALL_MEMBERS, FORGET_FILE, GRADIENT_ASCENT
+from ..canary.unlearn import FORGET_FILE
+from ..canary.unlearn_config import ALL_MEMBERS, GRADIENT_ASCENT
 from ..types import BlackboxMIAError
 from .app import app, echo_json_line, messages, user_errors
 from .audit import run_audit

@@ -174,8 +174,6 @@ def min_nonmembers(target_fpr: float) -> int:
 
 def _best_operating_threshold(neg: np.ndarray, pos: np.ndarray, rule: str) -> float:
     """Threshold (for ``score > t``) of the ROC point maximising accuracy or F1."""
-    from sklearn.metrics import roc_curve
-
     y = np.r_[np.zeros(len(neg)), np.ones(len(pos))]
     s = np.r_[neg, pos]
     fpr, tpr, thresholds = roc(y, s)  # the one ROC (evaluation.metrics)

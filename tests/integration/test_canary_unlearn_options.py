@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 
 from blackbox_mia.canary import canary_items, load_manifest
-from blackbox_mia.canary.unlearn import (
-    ALTERNATIVE_LABELS,
-    UnlearnConfig,
-    loss_scores,
-    memorized_members,
-    unlearn_canary,
-)
+from blackbox_mia.canary.unlearn import UnlearnConfig, loss_scores, memorized_members, unlearn_canary
+from blackbox_mia.canary.unlearn_config import ALTERNATIVE_LABELS
 from blackbox_mia.datasets import Item
 from blackbox_mia.types import BlackboxMIAError
 
