@@ -122,68 +122,78 @@ def unlearning(
     """
     with user_errors():
         from ..audits.common import dataset_slug
-        from ..audits.unlearning import (
-            RATIO_WINDOW,
-            UnlearningConfig,
-            estimate_unlearning,
-            prepare_unlearning,
-            run_unlearning,
-        )
+        from ..audits.unlearning import (RATIO_WINDOW, UnlearningConfig, estimate_unlearning, prepare_unlearning,
+                                         run_unlearning)
 
         target = TargetOptions(**asdict(backend), dry_run=dry_run, yes=yes)  # checks the numeric options
         if window is not None and flag_least_changed is not None:
             raise BlackboxMIAError("--flag-least-changed and --window are two flag rules: give one")
         config = UnlearningConfig(
-            dataset=dataset, window=RATIO_WINDOW if window is None else parse_numbers(window, "--window", float, "0.8696,1.15", 2), k=k, prompt_words=prompt_words,
-            samples=samples, temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter,
-            unflagged=not flagged_only, seed=seed, limit=limit, resume=not overwrite, qa=qa,
-            flag_fraction=flag_least_changed,
+            dataset=dataset, k=k, prompt_words=prompt_words, samples=samples,
+            window=RATIO_WINDOW if window is None else parse_numbers(window, "--window", float, "0.8696,1.15", 2),
+            temperature=temperature, max_new_tokens=max_new_tokens, segmenter=segmenter, unflagged=not flagged_only,
+            seed=seed, limit=limit, resume=not overwrite, qa=qa, flag_fraction=flag_least_changed,
             **renamed_option("truth_target_fpr", truth_target_fpr, truth_fpr, "--truth-target-fpr", "--truth-fpr"),
         )
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
         truth_dir = truth if truth is not None else default_truth(after)
         out = out_dir or Path("runs") / f"unlearning-{dataset_slug(plan.meta['name'])}"
-        same = truth_dir is not None and local_path(after) is not None and local_path(after).resolve() == truth_dir.resolve()
-
-        def build() -> dict[str, Backend]:
-            specs = {"before": normalized_spec(before), "after": normalized_spec(after)}
-            if truth_dir is not None and not same:
-                specs["truth"] = f"local:{truth_dir}"
-            models: dict[str, Backend] = {}
-            try:
-                for role, spec in specs.items():
-                    models[role] = build_from_flags(spec, backend)
-            except BaseException:
-                close_all(models)
-                raise
-            return models
+        specs, truth_role = _model_specs(before, after, truth_dir)
 
         def run(models: dict[str, Backend]) -> AuditResult:
-            truth_model = None if truth_dir is None else models["after" if same else "truth"]
             return run_unlearning(plan, models["before"], models["after"], out,
-                                  truth=None if truth_dir is None else (truth_dir, truth_model), progress=not quiet,
-                                  log=messages(quiet), yes=yes)
+                                  truth=None if truth_role is None else (truth_dir, models[truth_role]),
+                                  progress=not quiet, log=messages(quiet), yes=yes)
 
         def estimate(models: dict[str, Backend]) -> None:
             print_estimate(estimate_unlearning(plan, models["before"], models["after"]),
                            {"unlearning": len(plan.items)}, json_out)
 
-        def show(result: AuditResult) -> None:
-            s = result.summary
-            typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts ({s['flag_rule']}; ratio {s['ratio']})")
-            typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
-                                    [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
-                                     for g, st in s["completion"].items()]))
-            _echo_differences(s["completion_difference"], "flagged - unflagged")
-            if s["truth"] is not None:
-                t = s["truth"]
-                typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "Fisher p", "still memorized",
-                                         "forgotten"],
-                                        [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
-                                          t["fisher_p"], t["n_positive"], t["n_forget"]]]))
-                _echo_differences(t["completion_difference"], "still memorized - not (the ground truth)")
+        run_audit(target, [], estimate, run, _show, json_out, build=lambda: _build_models(specs, backend))
 
-        run_audit(target, [], estimate, run, show, json_out, build=build)
+
+def _model_specs(before: str, after: str, truth_dir: Path | None) -> tuple[dict[str, str], str | None]:
+    """The model spec per role (``before``, ``after``, and ``truth`` when the ground-truth canary
+    ``truth_dir`` is not the "after" model itself), and the role whose model gives the ground truth
+    (``None`` without one)."""
+    specs = {"before": normalized_spec(before), "after": normalized_spec(after)}
+    if truth_dir is None:
+        return specs, None
+    after_dir = local_path(after)
+    if after_dir is not None and after_dir.resolve() == truth_dir.resolve():
+        return specs, "after"
+    return {**specs, "truth": f"local:{truth_dir}"}, "truth"
+
+
+def _build_models(specs: dict[str, str], backend: BackendFlags) -> dict[str, Backend]:
+    """One backend per role (``before``, ``after``, maybe ``truth``) from its spec and the shared
+    flags; those already built are closed when one fails."""
+    models: dict[str, Backend] = {}
+    try:
+        for role, spec in specs.items():
+            models[role] = build_from_flags(spec, backend)
+    except BaseException:
+        close_all(models)
+        raise
+    return models
+
+
+def _show(result: AuditResult) -> None:
+    """The audit on the console: flagged count, similarity per group and their difference, and with
+    a ground truth the flags' precision and recall."""
+    s = result.summary
+    typer.echo(f"flagged {s['n_flagged']} of {s['n_items']} texts ({s['flag_rule']}; ratio {s['ratio']})")
+    typer.echo(format_table(["group", "n", "ROUGE-L recall mean", "approx. mean"],
+                            [[g, st["rouge_l_recall"]["n"], st["rouge_l_recall"]["mean"], st["approximate"]["mean"]]
+                             for g, st in s["completion"].items()]))
+    _echo_differences(s["completion_difference"], "flagged - unflagged")
+    if s["truth"] is not None:
+        t = s["truth"]
+        typer.echo(format_table(["precision", "95% CI", "recall", "base rate", "Fisher p", "still memorized",
+                                 "forgotten"],
+                                [[t["precision"], _interval(t["precision_ci"]), t["recall"], t["base_rate"],
+                                  t["fisher_p"], t["n_positive"], t["n_forget"]]]))
+        _echo_differences(t["completion_difference"], "still memorized - not (the ground truth)")
 
 
 def _echo_differences(differences: dict, groups: str) -> None:
