@@ -35,10 +35,11 @@ TPR at the chosen t, which ignores that selection (a note says so).
 
 from __future__ import annotations
 
+import numpy as np
 
 from ..key_aliases import PREVALENCE_KEYS, with_old_keys
 from ..types import BlackboxMIAError
-from .calibration import RULES, calibrate
+from .calibration import RULES, Threshold, calibrate
 from .prevalence import (
     _rogan_gladen,
     clopper_pearson,
@@ -48,6 +49,8 @@ from .prevalence import (
 
 IDENTIFIABILITY_MARGIN = 0.05  # the simultaneous lower bound of TPR − FPR must exceed this (fraction)
 N_BOUNDED_RATES = 3  # flag rate, FPR and TPR: alpha is split over their two-sided bounds (Bonferroni)
+CORRECTED_KEYS = ("tpr", "tpr_ci", "tpr_source", "bounds", "youden_j", "youden_j_lower", "identifiable", "estimate",
+                  "ci", "detected")  # estimate_prevalence's keys that need a TPR (None without one)
 HELP_NOT_IDENTIFIABLE = (
     "more calibration members (the TPR's CI narrows as 1/sqrt(n)), more calibration non-members, longer "
     "texts (more tokens per score), or a scorer that separates better (bbmia eval compares them)"
@@ -103,23 +106,55 @@ def estimate_prevalence(
         BlackboxMIAError: empty or non-finite scores, bad rule/target/alpha/margin, members
             together with ``tpr``, ``tpr`` outside (0, 1], a ``max_*`` rule without members.
     """
-    bench = finite_scores(benchmark_scores, "benchmark")
-    neg = finite_scores(cal_nonmember_scores, "calibration non-member")
-    pos = None if cal_member_scores is None else finite_scores(cal_member_scores, "calibration member")
-    if pos is not None and tpr is not None:
-        raise BlackboxMIAError("give member scores or an assumed tpr, not both")
-    if tpr is not None and not 0 < tpr <= 1:
-        raise BlackboxMIAError(f"tpr must be in (0, 1], got {tpr}")
-    if not 0 < alpha < 1 or not 0 <= margin < 1:
-        raise BlackboxMIAError(f"need alpha in (0, 1) and margin in [0, 1); got {alpha}, {margin}")
-    if rule not in RULES:
-        raise BlackboxMIAError(f"unknown threshold rule {rule!r}; choose from {RULES}")
+    bench, neg, pos = _checked(benchmark_scores, cal_nonmember_scores, cal_member_scores, rule, tpr, alpha, margin)
     threshold = calibrate(neg, pos, rule, target_fpr)
-    t = threshold.value
-    n_b, n0 = len(bench), len(neg)
-    n_flagged, k = int((bench > t).sum()), int((neg > t).sum())
+    out = _measured(bench, neg, pos, threshold, rule, target_fpr, alpha)
     notes = [threshold.note] if threshold.note else []
-    out = {
+    if pos is None and tpr is None:
+        return {**with_old_keys(out, PREVALENCE_KEYS), **dict.fromkeys(CORRECTED_KEYS),
+                "notes": notes + ["No known members: the TPR is unknown, so only the lower bound is given."]}
+    side = alpha / N_BOUNDED_RATES  # two-sided miss rate of each rate's bounds: alpha/6 per side
+    tpr_value, tpr_ci, source, tpr_bounds = _tpr(pos, tpr, threshold.value, alpha, side)
+    negatives = (out["n_false_positives"], out["n_cal_nonmembers"], side)
+    bounds = {"flag_rate": list(clopper_pearson(out["n_flagged"], out["n_benchmark"], side)),
+              "fpr": list(fpr_bounds(*negatives) if rule == "fpr" else clopper_pearson(*negatives)),
+              "tpr": list(tpr_bounds), "level": 1 - side}
+    if pos is None:
+        notes.append("TPR was given as a number: the interval ignores its uncertainty.")
+    elif rule != "fpr":
+        notes.append(f"rule {rule} chose the threshold on the members too: the TPR and FPR bounds ignore that "
+                     "selection (optimistic); rule fpr gives exact ones.")
+    j_lower = bounds["tpr"][0] - bounds["fpr"][1]
+    identifiable = j_lower > margin
+    estimate = ci = None
+    if identifiable:
+        estimate = float(_rogan_gladen(out["flag_rate"], out["estimated_fpr"], tpr_value))
+        ci = _interval(bounds)
+    else:
+        notes.append(not_identifiable_note(j_lower, margin))
+    return {**with_old_keys(out, PREVALENCE_KEYS), "tpr": tpr_value, "tpr_ci": tpr_ci, "tpr_source": source,
+            "bounds": bounds, "youden_j": tpr_value - out["estimated_fpr"], "youden_j_lower": j_lower,
+            "identifiable": bool(identifiable), "estimate": estimate, "ci": ci,
+            "detected": None if ci is None else ci[0] > 0, "notes": notes}
+
+
+def not_identifiable_note(j_lower: float, margin: float) -> str:
+    """The report's note when the estimate is not identifiable: the simultaneous lower bound of
+    TPR − FPR (``j_lower``, a fraction) is at most ``margin``."""
+    return (f"not identifiable at this signal: the simultaneous lower bound of TPR - FPR is {j_lower:.3f} "
+            f"(<= {margin:g}), so the corrected prevalence would divide by a number that may be 0; no "
+            f"point estimate and no interval. What would help: {HELP_NOT_IDENTIFIABLE}. The lower bound "
+            "stays valid.")
+
+
+def _measured(bench: np.ndarray, neg: np.ndarray, pos: np.ndarray | None, threshold: Threshold, rule: str,
+              target_fpr: float, alpha: float) -> dict:
+    """What the threshold gives on the scores before any correction: counts and rates of the swept
+    items and the calibration non-members (:func:`estimate_prevalence`'s keys ``threshold`` ...
+    ``method``, under their current names), and the lower bound that needs no member."""
+    t, n_b, n0 = threshold.value, len(bench), len(neg)
+    n_flagged, k = int((bench > t).sum()), int((neg > t).sum())
+    return {
         "threshold": threshold.to_dict(),
         "n_benchmark": n_b,
         "n_flagged": n_flagged,
@@ -137,42 +172,40 @@ def estimate_prevalence(
         "threshold's FPR, Clopper-Pearson for the TPR and the flag rate; interval for (flag - FPR)/(TPR - FPR) "
         "at the corners of their box",
     }
-    out = with_old_keys(out, PREVALENCE_KEYS)
-    if pos is None and tpr is None:
-        return {**out, "tpr": None, "tpr_ci": None, "tpr_source": None, "bounds": None, "youden_j": None,
-                "youden_j_lower": None, "identifiable": None, "estimate": None, "ci": None, "detected": None,
-                "notes": notes + ["No known members: the TPR is unknown, so only the lower bound is given."]}
-    side = alpha / N_BOUNDED_RATES  # two-sided miss rate of each rate's bounds: alpha/6 per side
-    flag_lo, flag_hi = clopper_pearson(n_flagged, n_b, side)
-    fpr_lo, fpr_hi = fpr_bounds(k, n0, side) if rule == "fpr" else clopper_pearson(k, n0, side)
-    if pos is not None:
-        tp = int((pos > t).sum())
-        tpr_value, tpr_ci, source = tp / len(pos), list(clopper_pearson(tp, len(pos), alpha)), "calibration members"
-        tpr_lo, tpr_hi = clopper_pearson(tp, len(pos), side)
-        if rule != "fpr":
-            notes.append(f"rule {rule} chose the threshold on the members too: the TPR and FPR bounds ignore that "
-                         "selection (optimistic); rule fpr gives exact ones.")
-    else:
-        tpr_value, tpr_ci, source = float(tpr), None, "assumed"
-        tpr_lo = tpr_hi = float(tpr)
-        notes.append("TPR was given as a number: the interval ignores its uncertainty.")
-    j_lower = tpr_lo - fpr_hi
-    identifiable = j_lower > margin
-    estimate = ci = detected = None
-    if identifiable:
-        estimate = float(_rogan_gladen(out["flag_rate"], out["estimated_fpr"], tpr_value))
-        ci = [_corner(flag_lo, fpr_hi, tpr_hi), _corner(flag_hi, fpr_lo, tpr_lo)]
-        detected = ci[0] > 0
-    else:
-        notes.append(f"not identifiable at this signal: the simultaneous lower bound of TPR - FPR is {j_lower:.3f} "
-                     f"(<= {margin:g}), so the corrected prevalence would divide by a number that may be 0; no "
-                     f"point estimate and no interval. What would help: {HELP_NOT_IDENTIFIABLE}. The lower bound "
-                     "stays valid.")
-    bounds = {"flag_rate": [flag_lo, flag_hi], "fpr": [fpr_lo, fpr_hi], "tpr": [tpr_lo, tpr_hi],
-              "level": 1 - side}
-    return {**out, "tpr": tpr_value, "tpr_ci": tpr_ci, "tpr_source": source, "bounds": bounds,
-            "youden_j": tpr_value - out["estimated_fpr"], "youden_j_lower": j_lower, "identifiable": bool(identifiable),
-            "estimate": estimate, "ci": ci, "detected": detected, "notes": notes}
+
+
+def _checked(benchmark_scores, cal_nonmember_scores, cal_member_scores, rule: str, tpr: float | None, alpha: float,
+             margin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`estimate_prevalence`'s arguments checked: the three score sets as finite float arrays
+    (members ``None`` when not given).
+
+    Raises:
+        BlackboxMIAError: as :func:`estimate_prevalence`.
+    """
+    bench = finite_scores(benchmark_scores, "benchmark")
+    neg = finite_scores(cal_nonmember_scores, "calibration non-member")
+    pos = None if cal_member_scores is None else finite_scores(cal_member_scores, "calibration member")
+    if pos is not None and tpr is not None:
+        raise BlackboxMIAError("give member scores or an assumed tpr, not both")
+    if tpr is not None and not 0 < tpr <= 1:
+        raise BlackboxMIAError(f"tpr must be in (0, 1], got {tpr}")
+    if not 0 < alpha < 1 or not 0 <= margin < 1:
+        raise BlackboxMIAError(f"need alpha in (0, 1) and margin in [0, 1); got {alpha}, {margin}")
+    if rule not in RULES:
+        raise BlackboxMIAError(f"unknown threshold rule {rule!r}; choose from {RULES}")
+    return bench, neg, pos
+
+
+def _tpr(pos: np.ndarray | None, tpr: float | None, t: float, alpha: float,
+         side: float) -> tuple[float, list[float] | None, str, tuple[float, float]]:
+    """The TPR at threshold ``t``: ``(value, its Clopper-Pearson 1 − alpha interval, source, its
+    two-sided bounds at miss rate side)`` from the calibration members' flags (``score > t``), or the
+    assumed ``tpr`` taken as exact (no interval, bounds equal to it) when no member is given."""
+    if pos is None:
+        return float(tpr), None, "assumed", (float(tpr), float(tpr))
+    tp = int((pos > t).sum())
+    return tp / len(pos), list(clopper_pearson(tp, len(pos), alpha)), "calibration members", clopper_pearson(
+        tp, len(pos), side)
 
 
 def fpr_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -191,6 +224,14 @@ def fpr_bounds(k: int, n: int, alpha: float) -> tuple[float, float]:
         raise BlackboxMIAError(f"conformal FPR bounds need 0 <= k < n and alpha in (0, 1); got {k}, {n}, {alpha}")
     law = stats.beta(k + 1, n - k)
     return float(law.ppf(alpha / 2)), float(law.ppf(1 - alpha / 2))
+
+
+def _interval(bounds: dict) -> list[float]:
+    """The interval of π = (f − FPR)/(TPR − FPR) from the simultaneous bounds of the three rates
+    (``bounds``: ``flag_rate``, ``fpr``, ``tpr`` as [lo, hi]): π rises with f and falls with FPR and
+    TPR, so its ends are at two corners of their box (:func:`_corner`)."""
+    (flag_lo, flag_hi), (fpr_lo, fpr_hi), (tpr_lo, tpr_hi) = bounds["flag_rate"], bounds["fpr"], bounds["tpr"]
+    return [_corner(flag_lo, fpr_hi, tpr_hi), _corner(flag_hi, fpr_lo, tpr_lo)]
 
 
 def _corner(flag: float, fpr: float, tpr: float) -> float:
