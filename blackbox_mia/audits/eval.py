@@ -31,16 +31,18 @@ from ..evaluation import (
     evaluate_scores,
     plot_roc,
 )
+from ..evaluation.blind import BlindBaseline
 from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
 from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
-from .ablation import run_prompt_length_ablation, truncated_items
+from .ablation import AblationResult, run_prompt_length_ablation, truncated_items
 from .common import (
     SCORES_FILE,
     AuditResult,
+    Dropped,
     Log,
     dropped,
     publish,
@@ -176,22 +178,13 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         BlackboxMIAError: a scorer the backend cannot serve, non-finite scores, a resumed
             scores file of another configuration.
     """
-    config, items = plan.config, plan.items
+    config = plan.config
     out_dir = Path(out_dir)
     # the groups are cut with the target's tokenizer only when the guard judges the run
     guard_spend(lambda: estimate_groups(plan.scored_groups(backends[TARGET].codec), plan.scorers, backends),
                 backends, yes)
     run_cfg = run_config(plan.scorers, backends, plan.meta)
-    log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
-    rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
-    lengths, gone = plan.lengths, None
-    if config.drop_unscored:
-        keep = usable(rows, [s.label for s in plan.scorers])
-        gone = dropped("eval", [r.id for r in rows], ~keep)
-        if gone is not None:
-            rows, items = [r for r, k in zip(rows, keep) if k], [it for it, k in zip(items, keep) if k]
-            lengths = [n for n, k in zip(lengths, keep) if k]
-            require_labelled(items, f"{plan.meta['name']} once the texts without a usable score are dropped")
+    rows, items, lengths, gone = _score(plan, backends, out_dir, run_cfg, progress, log)
     labels = np.array([r.label for r in rows], dtype=np.int64)
     scores = {s.label: score_column(rows, s.label, droppable=True) for s in plan.scorers}
     log("metrics with bootstrap CIs")
@@ -202,26 +195,11 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     log("blind baseline (TF-IDF + logistic regression, cross-validated)")
     notes: list[str] = []
     warnings: list[str] = [] if gone is None else [gone.sentence()]  # also on the console: without them the AUCs mislead
-    dataset_tests = _dataset_tests(plan.scorers, scores, labels, config.seed, notes)
-    blind, verdict = None, None
-    try:
-        baseline = blind_baseline([it.text for it in items], labels, config.blind_folds, config.seed)
-    except BlackboxMIAError as exc:
-        baseline = None
-        notes.append(f"blind baseline not run: {exc}")
-        warnings.append(f"blind baseline not run ({exc}): a distribution shift between members and non-members "
-                        "would go unnoticed")
-    best = max(scores, key=lambda name: metrics[name]["auc"])
-    if baseline is not None:
-        blind = baseline.to_dict()
-        if config.n_boot:
-            blind["auc_ci"] = list(bootstrap_ci(labels, baseline.scores, "auc", config.n_boot, seed=config.seed))
-        verdict = distribution_shift_verdict(baseline.auc, metrics[best]["auc"])
-        verdict["best_model_scorer"] = best
-        notes.append(verdict["message"])
+    measured = EvalMeasures(metrics, buckets, unit, _dataset_tests(plan.scorers, scores, labels, config.seed, notes), gone)
+    _blind(measured, items, labels, config, notes, warnings)
     curves = {name: (labels, s) for name, s in scores.items()}
-    if baseline is not None:
-        curves["blind (TF-IDF)"] = (labels, baseline.scores)
+    if measured.baseline is not None:
+        curves["blind (TF-IDF)"] = (labels, measured.baseline.scores)
     model = run_cfg["backends"][TARGET]["model"]
     plots = {
         "ROC (linear axes)": plot_roc(curves, out_dir / "roc_linear.png", dataset=plan.meta["name"], model=model),
@@ -229,12 +207,12 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
                                                             dataset=plan.meta["name"], model=model),
     }
     notes.append(f"Length buckets count {unit} (segmenter {config.segmenter!r}).")
-    ablation = None
     if config.truncate_tokens:
         log(f"prompt-length ablation: texts cut to {', '.join(map(str, config.truncate_tokens))} tokens")
-        ablation = run_prompt_length_ablation(items, plan.scorers, backends, config.truncate_tokens, out_dir, run_cfg,
-                                              config.fprs, config.n_boot, config.seed, config.resume, progress)
-        plots["AUC by prompt length (scorer × L)"] = ablation.plot
+        measured.ablation = run_prompt_length_ablation(items, plan.scorers, backends, config.truncate_tokens, out_dir,
+                                                       run_cfg, config.fprs, config.n_boot, config.seed, config.resume,
+                                                       progress)
+        plots["AUC by prompt length (scorer × L)"] = measured.ablation.plot
     report = {
         "title": f"Membership inference evaluation: {plan.meta['name']}",
         "config": report_config(run_cfg, "eval", config, len(items), {"bootstrap": config.seed, "blind_folds": config.seed}),
@@ -243,32 +221,112 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
         "length_unit": unit,
         "plots": plots,
         "notes": notes,
+        **measured.sections(),
     }
-    if ablation is not None:
-        report["prompt_length"] = ablation.section
+    if measured.verdict is not None and measured.verdict["distribution_shift"]:
+        warnings.append(measured.verdict["message"])
+    return publish(report, measured.summary(), out_dir, "eval", warnings=warnings)
+
+
+@dataclass
+class EvalMeasures:
+    """What one eval measured beyond the per-scorer metrics' table: the report's optional sections
+    and the summary (:meth:`sections`, :meth:`summary`).
+
+    Attributes:
+        metrics: per scorer label, :func:`~blackbox_mia.evaluation.evaluate_scores`' dict (AUC, CI, TPR@FPR).
+        buckets: per scorer label, the metrics by text length.
+        unit: what the length buckets count (words, characters).
+        dataset_tests: per scorer with a paper's dataset-level test, its result on members and non-members.
+        gone: the texts dropped for want of a usable score, or None.
+        baseline: the blind text-only baseline, or None when it could not run.
+        blind: its JSON section (AUC, bootstrap CI), or None.
+        verdict: the distribution-shift verdict, or None.
+        ablation: the prompt-length ablation, or None when not asked for.
+    """
+
+    metrics: dict
+    buckets: dict
+    unit: str
+    dataset_tests: dict
+    gone: Dropped | None
+    baseline: BlindBaseline | None = None
+    blind: dict | None = None
+    verdict: dict | None = None
+    ablation: AblationResult | None = None
+
+    def sections(self) -> dict:
+        """The report's optional sections, in the report's order: ``prompt_length``,
+        ``dropped_unscored``, ``dataset_tests``, ``blind_baseline`` and ``distribution_shift``."""
+        out: dict = {}
+        if self.ablation is not None:
+            out["prompt_length"] = self.ablation.section
+        if self.gone is not None:
+            out["dropped_unscored"] = asdict(self.gone)
+        if self.dataset_tests:
+            out["dataset_tests"] = self.dataset_tests
+        if self.blind is not None:
+            out["blind_baseline"] = self.blind
+            out["distribution_shift"] = self.verdict
+        return out
+
+    def summary(self) -> dict:
+        """The eval's summary: AUC, its CI and TPR@FPR per scorer, the blind baseline's AUC, the
+        distribution-shift flag, and when present the ablation, dataset tests and dropped count."""
+        out = {
+            "auc": {name: m["auc"] for name, m in self.metrics.items()},
+            "auc_ci": {name: m["auc_ci"] for name, m in self.metrics.items()},
+            "tpr_at_fpr": {name: m["tpr_at_fpr"] for name, m in self.metrics.items()},
+            "blind_auc": None if self.baseline is None else self.baseline.auc,
+            "distribution_shift": None if self.verdict is None else self.verdict["distribution_shift"],
+        }
+        if self.ablation is not None:
+            out["prompt_length"] = self.ablation.summary
+        if self.dataset_tests:
+            out["dataset_tests"] = self.dataset_tests
+        if self.gone is not None:
+            out["dropped_unscored"] = self.gone.n
+        return out
+
+
+def _score(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, run_cfg: dict, progress: bool,
+           log: Log) -> tuple[list, list[Item], list[int], Dropped | None]:
+    """Score every text (``scores.jsonl``, resumable); with ``drop_unscored``, leave out the texts
+    without a usable score. Returns the rows, their items and lengths, and what was dropped."""
+    config, items, lengths = plan.config, plan.items, plan.lengths
+    log(f"scoring {len(items)} texts with {', '.join(s.label for s in plan.scorers)}")
+    rows = score_items(items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
+    if not config.drop_unscored:
+        return rows, items, lengths, None
+    keep = usable(rows, [s.label for s in plan.scorers])
+    gone = dropped("eval", [r.id for r in rows], ~keep)
     if gone is not None:
-        report["dropped_unscored"] = asdict(gone)
-    if dataset_tests:
-        report["dataset_tests"] = dataset_tests
-    if blind is not None:
-        report["blind_baseline"] = blind
-        report["distribution_shift"] = verdict
-    summary = {
-        "auc": {name: m["auc"] for name, m in metrics.items()},
-        "auc_ci": {name: m["auc_ci"] for name, m in metrics.items()},
-        "tpr_at_fpr": {name: m["tpr_at_fpr"] for name, m in metrics.items()},
-        "blind_auc": None if baseline is None else baseline.auc,
-        "distribution_shift": None if verdict is None else verdict["distribution_shift"],
-    }
-    if ablation is not None:
-        summary["prompt_length"] = ablation.summary
-    if dataset_tests:
-        summary["dataset_tests"] = dataset_tests
-    if verdict is not None and verdict["distribution_shift"]:
-        warnings.append(verdict["message"])
-    if gone is not None:
-        summary["dropped_unscored"] = gone.n
-    return publish(report, summary, out_dir, "eval", warnings=warnings)
+        rows, items = [r for r, k in zip(rows, keep) if k], [it for it, k in zip(items, keep) if k]
+        lengths = [n for n, k in zip(lengths, keep) if k]
+        require_labelled(items, f"{plan.meta['name']} once the texts without a usable score are dropped")
+    return rows, items, lengths, gone
+
+
+def _blind(measured: EvalMeasures, items: list[Item], labels: np.ndarray, config: EvalConfig, notes: list[str],
+           warnings: list[str]) -> None:
+    """The blind text-only baseline (Das, Zhang & Tramèr 2024) and the distribution-shift verdict
+    against the best scorer's AUC, recorded in ``measured``; a baseline that cannot run is a note
+    and a warning."""
+    try:
+        baseline = blind_baseline([it.text for it in items], labels, config.blind_folds, config.seed)
+    except BlackboxMIAError as exc:
+        notes.append(f"blind baseline not run: {exc}")
+        warnings.append(f"blind baseline not run ({exc}): a distribution shift between members and non-members "
+                        "would go unnoticed")
+        return
+    best = max(measured.metrics, key=lambda name: measured.metrics[name]["auc"])
+    blind = baseline.to_dict()
+    if config.n_boot:
+        blind["auc_ci"] = list(bootstrap_ci(labels, baseline.scores, "auc", config.n_boot, seed=config.seed))
+    verdict = distribution_shift_verdict(baseline.auc, measured.metrics[best]["auc"])
+    verdict["best_model_scorer"] = best
+    notes.append(verdict["message"])
+    measured.baseline, measured.blind, measured.verdict = baseline, blind, verdict
 
 
 def _dataset_tests(scorers: list[Scorer], scores: dict[str, np.ndarray], labels: np.ndarray, seed: int,
