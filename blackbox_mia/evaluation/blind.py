@@ -139,6 +139,31 @@ def blind_baseline(
     from sklearn.pipeline import make_pipeline
 
     texts = list(texts)
+    y = _checked_labels(texts, labels, folds)
+    analyzer, ngram_range = _features(texts, segmenter, analyzer, ngram_range)
+    model = make_pipeline(
+        TfidfVectorizer(analyzer=analyzer, ngram_range=ngram_range, sublinear_tf=True),
+        LogisticRegression(C=1.0, max_iter=1000),
+    )
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    try:
+        proba = cross_val_predict(model, np.asarray(texts, dtype=object), y, cv=cv,
+                                  method="predict_proba")
+    except ValueError as err:
+        if "vocabulary" in str(err):
+            msg = f"blind baseline: no usable tokens in the texts ({err})"
+            raise BlackboxMIAError(msg) from err
+        raise
+    scores = proba[:, 1]  # classes_ are sorted: column 1 is label 1 (member)
+    return BlindBaseline(scores, auc(y, scores), folds, seed, int(y.sum()), int(len(y) - y.sum()), analyzer, ngram_range)
+
+
+def _checked_labels(texts: list, labels, folds: int) -> np.ndarray:
+    """``labels`` as a (n,) int64 array of 0/1, checked against the texts and the folds.
+
+    Raises:
+        BlackboxMIAError: as :func:`blind_baseline` (lengths, labels, texts, folds, class sizes).
+    """
     y = np.asarray(labels)
     if y.ndim != 1 or len(y) != len(texts):
         raise BlackboxMIAError(f"{len(texts)} texts but labels of shape {y.shape}")
@@ -155,6 +180,17 @@ def blind_baseline(
             f"the blind baseline needs at least {folds} texts per class for {folds}-fold "
             f"cross-validation; got {n1} members and {n0} non-members"
         )
+    return y
+
+
+def _features(texts: list[str], segmenter: str, analyzer: str | None,
+              ngram_range: tuple[int, int] | None) -> tuple[str, tuple[int, int]]:
+    """The TfidfVectorizer analyser and n-gram range: the given ones, or the segmenter's choice
+    (:func:`blind_analyzer`) and the analyser's default range.
+
+    Raises:
+        BlackboxMIAError: an unknown analyser, a bad n-gram range.
+    """
     if analyzer is None:
         analyzer, default_range = blind_analyzer(texts, segmenter)
     elif analyzer in _ANALYZER_WORDS:
@@ -164,22 +200,7 @@ def blind_baseline(
     lo, hi = ngram_range or default_range
     if not 1 <= lo <= hi:
         raise BlackboxMIAError(f"ngram_range must be (smallest, largest) with 1 ≤ smallest ≤ largest, got {(lo, hi)}")
-    ngram_range = (lo, hi)
-    model = make_pipeline(
-        TfidfVectorizer(analyzer=analyzer, ngram_range=ngram_range, sublinear_tf=True),
-        LogisticRegression(C=1.0, max_iter=1000),
-    )
-    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
-    try:
-        proba = cross_val_predict(model, np.asarray(texts, dtype=object), y, cv=cv,
-                                  method="predict_proba")
-    except ValueError as err:
-        if "vocabulary" in str(err):
-            msg = f"blind baseline: no usable tokens in the texts ({err})"
-            raise BlackboxMIAError(msg) from err
-        raise
-    scores = proba[:, 1]  # classes_ are sorted: column 1 is label 1 (member)
-    return BlindBaseline(scores, auc(y, scores), folds, seed, n1, n0, analyzer, ngram_range)
+    return analyzer, (lo, hi)
 
 
 def distribution_shift_verdict(
