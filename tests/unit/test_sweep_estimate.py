@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import beta
 
 from blackbox_mia.evaluation import clopper_pearson, conformal_rank, estimate_prevalence
-from blackbox_mia.evaluation.estimate import fpr_bounds
+from blackbox_mia.evaluation.prevalence_interval import fpr_bounds
 from blackbox_mia.types import BlackboxMIAError
 
 NEG = np.arange(40) / 40  # conformal rank at 5%: ceil(41 * 0.95) = 39 -> threshold 38/40, one above
