@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from . import __version__
 from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refuse_one_str
 from .datasets import Item
-from .generated import score_generated
+from .text_only_runner import score_generated
 from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
 from .option_names import named
 from .progress import ProgressTicker
@@ -137,7 +137,7 @@ def score_texts(
             (see :meth:`~blackbox_mia.backends.base.Backend.alogprobs`).
 
     Text-only scorers (:attr:`Scorer.needs_logprobs` False) are scored first, from the
-    target's generations (:func:`~blackbox_mia.generated.score_generated`); when no scorer
+    target's generations (:func:`~blackbox_mia.text_only_runner.score_generated`); when no scorer
     reads log-probs, none are computed and each text is reported with ``logprobs`` None.
 
     Returns:

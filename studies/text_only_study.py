@@ -34,7 +34,7 @@ from pathlib import Path
 from scipy.stats import fisher_exact
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.generated import target_view
+from blackbox_mia.text_only_runner import target_view
 from blackbox_mia.scorers import parse_scorers
 from studies.bbmia_json import bbmia
 from studies.table_format import figure, p_value

@@ -1,5 +1,5 @@
 """Capability routing (``--methods``): log-prob scorers where the target gives usable log-probs,
-the text-only tests (:mod:`blackbox_mia.scorers.generative`) where it does not.
+the text-only tests (:mod:`blackbox_mia.scorers.text_only`) where it does not.
 
 A target is routed to the text-only tests when it has no ``logprobs`` feature, when its
 capability probe finds no log-probs the tracker can turn into absolute values (an endpoint

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..config import check_number
 from ..types import BlackboxMIAError
 from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, REGISTRY, TARGET, Need, Scorer
-from .generative import GenerationScorer
+from .text_only import GenerationScorer
 
 for _module in pkgutil.iter_modules(__path__):  # each scorer module registers its classes (register_scorer)
     importlib.import_module(f"{__name__}.{_module.name}")

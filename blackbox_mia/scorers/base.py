@@ -48,7 +48,7 @@ class Scorer(ABC):
         name: registry name (``"min_k"``).
         needs_vocab_stats: True when the scorer reads ``mu``/``sigma`` (local backend only).
         needs_logprobs: True when the scorer reads log-probs (:meth:`score`); False for the
-            text-only scorers (:mod:`.generative`), which read generations.
+            text-only scorers (:mod:`.text_only`), which read generations.
         ranges: per numeric parameter, its bounds as keyword arguments of
             :func:`~blackbox_mia.config.check_number` (checked when a spec is parsed).
     """

@@ -17,7 +17,7 @@ from rapidfuzz.distance import Levenshtein
 from ..types import Generation
 from .bounded import Bounded
 from .base import register_scorer
-from .generative import GenerationRequest, SampledContinuation, TargetView, split_halves
+from .text_only import GenerationRequest, SampledContinuation, TargetView, split_halves
 
 
 def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: float) -> float:
@@ -49,7 +49,7 @@ class CDD(SampledContinuation):
     tokens (the continuation form, as SaMIA) and generate up to the rest's length (at most
     ``max_new_tokens``, our cap; we do not recall the paper's output cap).
 
-    Parameters: those of :class:`~.generative.SampledContinuation` (``n`` = 50, ``temperature``
+    Parameters: those of :class:`~.text_only.SampledContinuation` (``n`` = 50, ``temperature``
     = 0.8, ``prefix``, ``seed``, ``form``: the instruction form's wording is ours), and
         alpha: α, the edit-distance threshold as a fraction of the longest output.
         max_new_tokens: at most this many tokens per output.

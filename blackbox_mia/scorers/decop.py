@@ -26,7 +26,7 @@ from ..option_names import named
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
 from .base import register_scorer
-from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, use_instruction
+from .text_only import GenerationRequest, GenerationScorer, TargetView, check_form, use_instruction
 
 OPTIONS = 4  # the passage and three paraphrases (Duarte et al. 2024, §3)
 PERMUTATIONS = (24, 4)  # every order (the paper's), or the 4 rotations (the passage once at each letter)

@@ -24,7 +24,7 @@ import numpy as np
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
 from .base import register_scorer
-from .generative import (
+from .text_only import (
     GenerationRequest,
     GenerationScorer,
     Halves,

@@ -17,7 +17,7 @@ import numpy as np
 from ..types import Generation
 from .bounded import Bounded
 from .base import register_scorer
-from .generative import GenerationRequest, SampledContinuation, TargetView, split_halves
+from .text_only import GenerationRequest, SampledContinuation, TargetView, split_halves
 
 if TYPE_CHECKING:
     from rouge_score import rouge_scorer
@@ -35,7 +35,7 @@ class SaMIA(SampledContinuation):
 
     Parameters (the paper's defaults as we recall them; the authors sample 10 continuations of
     the first half at temperature 1.0 (their decoding also used top-k, which we do not)): those of
-    :class:`~.generative.SampledContinuation` (``n`` = 10, ``temperature`` = 1.0, ``prefix`` =
+    :class:`~.text_only.SampledContinuation` (``n`` = 10, ``temperature`` = 1.0, ``prefix`` =
     0.5, ``seed``, ``form``: the instruction form's wording is ours, the paper has none), and
         max_suffix: the reference suffix (and the token budget) is at most this many tokens.
 

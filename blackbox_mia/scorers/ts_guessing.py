@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..types import BlackboxMIAError, Generation
 from .bounded import Bounded
 from .base import register_scorer
-from .generative import GenerationRequest, GenerationScorer, TargetView, check_form, fit_window, use_instruction
+from .text_only import GenerationRequest, GenerationScorer, TargetView, check_form, fit_window, use_instruction
 
 LETTERS = "ABCDEFGH"
 QUESTION, OPTIONS, ANSWER = re.compile(r"^Question: "), re.compile(r"^Options: ", re.M), re.compile(r"^Answer: ([A-H])\s*$", re.M)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from ..backends.base import Backend
 from ..cost.estimate import CostEstimate, add_estimates
 from ..datasets import Item
-from ..generated import estimate_generated
+from ..text_only_runner import estimate_generated
 from ..runner import needed_texts
 from ..scorers import TARGET, Scorer
 
@@ -102,7 +102,7 @@ def estimate_texts(
     """What scoring ``texts`` is expected to cost, per role: each backend's
     :meth:`~blackbox_mia.backends.base.Backend.estimate_cost` of the texts :func:`needed_texts`
     lists for it (zeros for a local model), plus, for the target, the generations of the
-    text-only scorers (:func:`~blackbox_mia.generated.estimate_generated`). Nothing is scored (an API backend may run its
+    text-only scorers (:func:`~blackbox_mia.text_only_runner.estimate_generated`). Nothing is scored (an API backend may run its
     capability probe once, cached).
 
     Raises:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from blackbox_mia.cli.documents import with_paraphrases
-from blackbox_mia.generated import estimate_generated, score_generated, target_view
+from blackbox_mia.text_only_runner import estimate_generated, score_generated, target_view
 from blackbox_mia.scorers import parse_scorer
 from blackbox_mia.scorers.decop import EXAM_INSTRUCTION, orders, substitute_paraphrases
 from blackbox_mia.types import BlackboxMIAError

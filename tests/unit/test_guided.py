@@ -9,7 +9,7 @@ import pytest
 
 from blackbox_mia.audits.eval import _dataset_tests
 from blackbox_mia.evaluation.paired_difference import paired_difference_test
-from blackbox_mia.generated import score_generated, target_view
+from blackbox_mia.text_only_runner import score_generated, target_view
 from blackbox_mia.scorers import parse_scorer, parse_scorers
 from blackbox_mia.scorers.guided import GENERAL_HEADER
 from blackbox_mia.types import BlackboxMIAError

@@ -10,12 +10,12 @@ import pytest
 from blackbox_mia.backends.base import GENERATE, Backend
 from blackbox_mia.spend.plan import estimate_texts
 from blackbox_mia.datasets import load_shipped_or_jsonl
-from blackbox_mia.generated import estimate_generated, score_generated, target_view
+from blackbox_mia.text_only_runner import estimate_generated, score_generated, target_view
 from blackbox_mia.results import ScoredText
 from blackbox_mia.runner import score_texts
 from blackbox_mia.scorers import parse_scorer, parse_scorers, text_only_specs
 from blackbox_mia.scorers.cdd import peakedness
-from blackbox_mia.scorers.generative import TargetView, split_halves
+from blackbox_mia.scorers.text_only import TargetView, split_halves
 from blackbox_mia.scorers.ts_guessing import instruction_prompt, parse_multiple_choice
 from blackbox_mia.tokenizers import load_codec
 from blackbox_mia.types import BlackboxMIAError, Generation, Provenance

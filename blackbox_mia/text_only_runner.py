@@ -1,6 +1,6 @@
 """Run the text-only scorers: their generations batched per setting, scored per text.
 
-:class:`~blackbox_mia.scorers.generative.GenerationScorer` s list the generations they read for
+:class:`~blackbox_mia.scorers.text_only.GenerationScorer` s list the generations they read for
 a text; this module gathers those of every text and scorer, sends identical requests once,
 batches the others by their settings (one :meth:`~blackbox_mia.backends.base.Backend.generate`
 call per (token budget, temperature, n, seed) in a batch of texts), scores each text as soon as
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from .backends.base import GENERATE, Backend
 from .cost.estimate import CostEstimate
 from .scorers.bounded import Bounded
-from .scorers.generative import GenerationRequest, GenerationScorer, TargetView
+from .scorers.text_only import GenerationRequest, GenerationScorer, TargetView
 from .types import Generation
 
 TEXTS_PER_BATCH = 16  # texts whose generations go out together: a killed run loses at most these

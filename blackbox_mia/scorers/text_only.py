@@ -6,11 +6,11 @@ tracker's cost). A :class:`GenerationScorer` needs only the backend's ``generate
 lists the generations it wants for a text (:meth:`GenerationScorer.requests`: prompts with their
 token budget, temperature, sample count and seed), and scores the text from their answers
 (:meth:`GenerationScorer.score_generations`), with the house sign convention (higher = more
-likely a member). The runner (:mod:`blackbox_mia.generations`) batches the requests of every
+likely a member). The runner (:mod:`blackbox_mia.text_only_runner`) batches the requests of every
 text and scorer, so a cost estimate (``--dry-run``) counts exactly what is sent, and an API
 backend caches every answer under its seed, so a rerun pays nothing.
 
-Two forms, as issue 31 asks: the *continuation* form (a base model or a completion endpoint
+Two forms: the *continuation* form (a base model or a completion endpoint
 continues the text's own prefix, sent as token ids of the target's tokenizer, so there is no
 retokenization drift) and the *instruction* form (a chat endpoint gets the paper's instruction
 with the prefix as text). ``form="auto"`` takes the instruction form exactly when the target's
