@@ -179,21 +179,24 @@ def test_ctrl_c_prints_what_the_run_spent(tiny_model_dir, tmp_path):
     assert "Traceback" not in text
 
 
-def test_transport_url_and_sdk_errors():
-    import openai
-
-    from blackbox_mia.backends.api.http.transport import Transport, status_error
+def test_transport_url_and_typed_errors():
+    from blackbox_mia.backends.api.http.errors import (APIStatusError, Fault, InternalServerError, RateLimitError,
+                                                       status_error)
+    from blackbox_mia.backends.api.http.faults import retry_after_s
+    from blackbox_mia.backends.api.http.transport import Transport
 
     transport = Transport("https://user:pw@api.example.com:8443/v1/?api-version=2", "k", 5.0)
     assert transport.url("prompt") == "https://api.example.com:8443/v1/completions?api-version=2"
     assert transport.url("messages") == "https://api.example.com:8443/v1/chat/completions?api-version=2"
     body = b'{"error": {"message": "slow down", "code": "rate_limit_exceeded"}}'
-    error = status_error(429, {"retry-after": "3"}, body, "http://h/v1/completions")
-    assert type(error) is openai.RateLimitError and error.status_code == 429 and error.code == "rate_limit_exceeded"
-    assert error.response.headers["retry-after"] == "3" and str(error) == "Error code: 429 - slow down"
-    assert type(status_error(503, {}, b"busy", "http://h")) is openai.InternalServerError
-    assert status_error(503, {}, b"busy", "http://h").body == "busy"
-    assert type(status_error(418, {}, b"{}", "http://h")) is openai.APIStatusError
+    error = status_error(429, {"Retry-After": "3"}, body)
+    assert type(error) is RateLimitError and error.status_code == 429 and error.code == "rate_limit_exceeded"
+    assert (error.fault, error.detail, error.body, retry_after_s(error)) == (Fault.TRANSIENT, "slow down", body, 3.0)
+    busy = status_error(503, {}, b"busy")
+    assert type(busy) is InternalServerError and busy.detail == "busy" and busy.fault is Fault.TRANSIENT
+    assert status_error(501, {}, b"{}").fault is Fault.FINAL
+    teapot = status_error(418, {}, b'{"detail": "short and stout"}')
+    assert type(teapot) is APIStatusError and teapot.detail == "short and stout" and teapot.fault is Fault.FINAL
 
 
 def test_transport_reads_the_proxy_from_the_environment_once(monkeypatch):

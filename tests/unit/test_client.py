@@ -9,7 +9,6 @@ import json
 import logging
 import time
 from email.utils import formatdate
-from types import SimpleNamespace
 
 import diskcache
 import pytest
@@ -17,7 +16,8 @@ import pytest
 import blackbox_mia.backends.api.http.fetch as fetch_module
 from blackbox_mia.backends.api.http.client import ApiClient, ApiConfig
 from blackbox_mia.backends.api.http.dialect import check_logit_bias
-from blackbox_mia.backends.api.http.faults import MAX_RETRY_AFTER_S, ApiError, retry_after_s
+from blackbox_mia.backends.api.http.errors import APIConnectionError, ApiError, status_error
+from blackbox_mia.backends.api.http.faults import MAX_RETRY_AFTER_S, retry_after_s
 from blackbox_mia.backends.api.http.limits import RateLimiter
 from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 from blackbox_mia.backends.api.http.cache.keys import request_key
@@ -338,9 +338,9 @@ def test_config_validation(bad):
 
 def test_retry_after_header_forms():
     def error(headers):
-        return SimpleNamespace(response=SimpleNamespace(headers=headers))
+        return status_error(429, headers, b"{}")
 
-    assert retry_after_s(error({"retry-after": "2.5"})) == 2.5
+    assert retry_after_s(error({"Retry-After": "2.5"})) == 2.5
     assert retry_after_s(error({"retry-after-ms": "1500", "retry-after": "9"})) == 1.5
     assert 28.0 <= retry_after_s(error({"retry-after": formatdate(time.time() + 30, usegmt=True)})) <= 30.5
     assert retry_after_s(error({"retry-after": formatdate(time.time() - 30, usegmt=True)})) == 0.0
@@ -348,3 +348,4 @@ def test_retry_after_header_forms():
     assert retry_after_s(error({"retry-after": "soon"})) is None
     assert retry_after_s(error({})) is None
     assert retry_after_s(ValueError()) is None
+    assert retry_after_s(APIConnectionError(None, "dropped", "transient")) is None

@@ -11,7 +11,7 @@ import pytest
 
 from blackbox_mia.backends.api.http.client import ApiClient
 from blackbox_mia.backends.api.http.dialect import COMPLETIONS
-from blackbox_mia.backends.api.http.errors import FAULTS, ApiError
+from blackbox_mia.backends.api.http.errors import ApiError, Fault
 from blackbox_mia.backends.api.http.faults import connection_refused
 from blackbox_mia.types import BlackboxMIAError
 
@@ -96,7 +96,7 @@ async def test_429_until_retries_run_out_is_transient(client, fake):
 
 
 def test_api_error_interface():
-    assert FAULTS == ("final", "transient", "invalid")
+    assert [f.value for f in Fault] == ["final", "transient", "invalid"] and Fault("final") is Fault.FINAL
     error = ApiError(None, "refused")
     assert (error.status_code, error.fault, str(error)) == (None, "final", "refused")
     assert isinstance(error, BlackboxMIAError)

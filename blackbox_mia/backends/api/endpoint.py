@@ -35,7 +35,7 @@ from ...tokenizers.base import BYTES_PREFIX
 from ...types import BlackboxMIAError
 from .http.client import ApiClient
 from .http.dialect import dialect_named
-from .http.errors import ApiError
+from .http.errors import ApiError, Fault
 from .http.grammar import spelling_grammar
 
 Candidates = frozenset[int] | None  # ids an entry may denote; None: unknown (any id)
@@ -265,7 +265,7 @@ class Endpoint:
         try:
             answer = await self.client.request(self.dialect, self._prompt(prompt), **options)
         except ApiError as exc:
-            if exc.fault != "transient" or not self.answered:  # a server that never answered did not stop
+            if exc.fault is not Fault.TRANSIENT or not self.answered:  # a server that never answered did not stop
                 raise
             bias = options.get("bias") or {}
             upward = [t for t, b in bias.items() if b > 0]
@@ -362,13 +362,13 @@ class Endpoint:
         :func:`~.answers.read_completion`), found by its id."""
         if rows is None:
             raise ApiError(None, f"{self.client.config.base_url} does not return prompt_logprobs "
-                                 "(not a vLLM server, or an old one)", "final")
+                                 "(not a vLLM server, or an old one)", Fault.FINAL)
         if len(rows) != len(ids):
-            raise ApiError(None, f"prompt_logprobs has {len(rows)} entries for {len(ids)} prompt tokens", "invalid")
+            raise ApiError(None, f"prompt_logprobs has {len(rows)} entries for {len(ids)} prompt tokens", Fault.INVALID)
         values: list[float | None] = [None]
         for j in range(1, len(ids)):
             own = [value for token, value, _ in rows[j] or [] if token == ids[j]]
             if not own:
-                raise ApiError(None, f"prompt_logprobs entry {j} does not list the prompt's token id {ids[j]}", "invalid")
+                raise ApiError(None, f"prompt_logprobs entry {j} does not list the prompt's token id {ids[j]}", Fault.INVALID)
             values.append(own[0])
         return values

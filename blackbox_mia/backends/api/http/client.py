@@ -47,7 +47,6 @@ import logging
 from types import TracebackType
 from typing import Self
 
-import openai
 
 from .cache.responses import ResponseCache
 from ....cost.usage import Usage
@@ -55,7 +54,7 @@ from ....option_names import named
 from ....types import BlackboxMIAError, BudgetExceeded
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
-from .errors import MESSAGE_CHARS, ApiError
+from .errors import MESSAGE_CHARS, ApiError, APIStatusError
 from .faults import connection_refused, key_refused_message, refused_message
 from .fetch import AnswerFetcher
 from .transport import MODELS_PATH
@@ -241,7 +240,7 @@ class ApiClient(AnswerFetcher):
         failure = self._models_failure
         if connection_refused(failure):
             raise BlackboxMIAError(refused_message(self._url))
-        if isinstance(failure, openai.APIStatusError) and failure.status_code in (401, 403):
+        if isinstance(failure, APIStatusError) and failure.status_code in (401, 403):
             raise BlackboxMIAError(key_refused_message(f"{self._url} (GET /models)", failure.status_code))
         await self.check_model()
 
@@ -274,7 +273,7 @@ class ApiClient(AnswerFetcher):
         try:
             _, content = await self._transport.get(MODELS_PATH)
             data = json.loads(content).get("data")
-        except (openai.APIError, ValueError, AttributeError) as exc:
+        except (ApiError, ValueError, AttributeError) as exc:
             self._models_failure = exc
             LOG.debug("%s: no model list (%s)", self._url, type(exc).__name__)
             return None

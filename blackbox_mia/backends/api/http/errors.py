@@ -1,9 +1,11 @@
-"""The errors a request to an OpenAI-compatible API raises, in openai-python's hierarchy.
+"""The errors a request to an OpenAI-compatible API raises, named as in openai-python's hierarchy.
 
 Every one is an :class:`ApiError` (a :class:`~blackbox_mia.types.BlackboxMIAError`) carrying its
-fault class (``exc.fault``, one of :data:`FAULTS`: whether a retry could help) and the last HTTP
-status, so ``except ApiError`` catches them all; the subclasses say what failed, with the names
-users of the openai SDK catch:
+fault class (``exc.fault``, a :class:`Fault`: whether a retry could help) and the last HTTP
+status, so ``except ApiError`` catches them all. The transport raises them for each failed
+attempt (:func:`status_error`, one status → class table); the client gives up with one of the same
+class and a message for the user. The subclasses say what failed, with the names users of the
+openai SDK catch (the SDK itself is not involved):
 
 * :class:`APIConnectionError`: no answer came (nothing listens, the connection dropped);
   transient: a later run may succeed once the server is reachable.
@@ -26,13 +28,24 @@ a :class:`Malformed` (:mod:`.answers` raises it; the client retries, then raises
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import openai
+import json
+from collections.abc import Callable, Mapping
+from enum import Enum
 
 from ....types import BlackboxMIAError
 
-FAULTS = ("final", "transient", "invalid")
+
+class Fault(str, Enum):
+    """Why a request failed, as far as trying it again goes (a ``str``: ``Fault.FINAL == "final"``)."""
+
+    FINAL = "final"  # the server refused deterministically, or the arguments are invalid: retrying cannot help
+    TRANSIENT = "transient"  # 408, 429, 5xx (but 501), timeouts, connection faults: a later attempt may succeed
+    INVALID = "invalid"  # a 2xx answer that is truncated JSON or fails validation: retried after a short wait
+
+    def __str__(self) -> str:
+        return self.value
+
+
 MESSAGE_CHARS = 300  # a server's error message is cut to this many characters (after masking the key)
 VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is not JSON) is shown up to this
 
@@ -69,40 +82,49 @@ class Malformed(Exception):
 
 
 class ApiError(BlackboxMIAError):
-    """A request failed for good: the server refused it, or it kept failing past every retry.
+    """A request failed: one attempt (raised by the transport, retried by the client when its fault
+    allows), or for good (the server refused it, or it kept failing past every retry).
 
     Args:
-        status_code: the last HTTP status, or ``None`` when no answer came (connection failure,
+        status_code: the HTTP status, or ``None`` when no answer came (connection failure,
             timeout).
-        message: one line for the user; it ends with the fault class, e.g.
+        message: one line for the user; given up for good, it ends with the fault class, e.g.
             ``"... (transient: gave up after 7 attempts)"``, and never holds the API key.
-        fault: one of :data:`FAULTS`:
+        fault: a :class:`Fault` (or its value):
 
-            * ``"final"``: the server refused deterministically (4xx other than 408/429, 501, a
+            * ``final``: the server refused deterministically (4xx other than 408/429, 501, a
               500 with the same body at every one of two or more attempts), or the arguments are
               invalid; retrying cannot help;
-            * ``"transient"``: 408, 429, 5xx, timeouts or connection faults outlasted every retry;
-              a later run may succeed;
-            * ``"invalid"``: every attempt got a 2xx answer that was not JSON or failed
+            * ``transient``: 408, 429, 5xx, timeouts or connection faults (outlasted every retry,
+              when given up); a later run may succeed;
+            * ``invalid``: every attempt got a 2xx answer that was not JSON or failed
               validation; the message names the field (``choices[0].logprobs is missing``).
 
-        detail: the server's own error message (the key masked, cut short), ``None`` when the
-            server gave none (no answer, an invalid 200).
+        detail: the server's own error message (given up: the key masked, cut short), ``None``
+            when the server gave none (no answer, an invalid 200).
+        headers: the answer's headers (one attempt's: ``Retry-After`` is read there), else empty.
+        body: the answer's raw body (one attempt's: repeated bodies are compared), else ``None``.
+        code: the ``code`` of the answer's JSON ``error`` object (``"model_not_found"``), else ``None``.
 
     Attributes:
-        status_code, fault, detail: as given.
+        status_code, fault, detail, headers, body, code: as given (``fault`` as a :class:`Fault`).
 
     Raises:
-        ValueError: ``fault`` is not one of :data:`FAULTS`.
+        ValueError: ``fault`` is not a :class:`Fault` value.
     """
 
-    def __init__(self, status_code: int | None, message: str, fault: str = "final", detail: str | None = None):
-        if fault not in FAULTS:
-            raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
+    def __init__(self, status_code: int | None, message: str, fault: Fault | str = Fault.FINAL,
+                 detail: str | None = None, *, headers: Mapping[str, str] | None = None, body: bytes | None = None,
+                 code: str | None = None):
         super().__init__(message)
         self.status_code = status_code
-        self.fault = fault
+        if fault not in set(Fault):
+            raise ValueError(f"fault must be one of {', '.join(f.value for f in Fault)}, got {fault!r}")
+        self.fault = Fault(fault)
         self.detail = detail
+        self.headers = dict(headers or {})
+        self.body = body
+        self.code = code
 
 
 class APIConnectionError(ApiError):
@@ -163,19 +185,40 @@ STATUS_ERRORS: dict[int, type[APIStatusError]] = {
     422: UnprocessableEntityError,
     429: RateLimitError,
 }
+"""The error class of an HTTP status (5xx: :class:`InternalServerError`; any other:
+:class:`APIStatusError`), the one table of it."""
+
+
+def status_fault(status: int) -> Fault:
+    """The fault class of an HTTP error status: transient for 408, 429 and 5xx other than 501,
+    final for the rest."""
+    return Fault.TRANSIENT if status in (408, 429) or (status >= 500 and status != 501) else Fault.FINAL
+
+
+def status_error(status: int, headers: Mapping[str, str], content: bytes) -> APIStatusError:
+    """One attempt's error for a non-2xx answer: the class of ``status`` (:data:`STATUS_ERRORS`),
+    its fault (:func:`status_fault`), the message of the JSON body's ``error`` object (or its
+    ``detail``, or the body text) as ``detail``, its ``code``, and the raw ``headers`` and ``content``."""
+    text = content.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = text
+    if isinstance(data, dict):
+        data = data.get("error", data)
+    code = data.get("code") if isinstance(data, dict) else None
+    if isinstance(data, dict):
+        message = data.get("message") or data.get("detail") or json.dumps(data)
+    else:
+        message = data
+    kind = STATUS_ERRORS.get(status, InternalServerError if status >= 500 else APIStatusError)
+    return kind(status, f"HTTP {status}", status_fault(status), str(message), headers=headers, body=content,
+                code=code if isinstance(code, str) else None)
 
 
 def error_type(exc: BaseException) -> type[ApiError]:
     """The :class:`ApiError` subclass that names the failure ``exc`` (the last attempt's
-    exception: the SDK's, or :class:`Malformed` for an invalid answer)."""
+    exception: an :class:`ApiError`, or :class:`Malformed` for an invalid answer)."""
     if isinstance(exc, Malformed):
         return InvalidAnswerError
-    if isinstance(exc, openai.APITimeoutError):
-        return APITimeoutError
-    if isinstance(exc, openai.APIConnectionError):
-        return APIConnectionError
-    if isinstance(exc, openai.APIStatusError):
-        if exc.status_code >= 500:
-            return InternalServerError
-        return STATUS_ERRORS.get(exc.status_code, APIStatusError)
-    return ApiError
+    return type(exc) if isinstance(exc, ApiError) else ApiError

@@ -1,6 +1,6 @@
 """Why a request failed, and when to try it again.
 
-Every failed attempt has a fault class (:data:`~.errors.FAULTS`, :func:`fault_of`): transient
+Every failed attempt has a fault class (:class:`~.errors.Fault`, :func:`fault_of`): transient
 faults (408, 429, 5xx other than 501, timeouts, dropped connections) back off exponentially with
 jitter, never less than the server's ``Retry-After`` (:func:`retry_after_s`); invalid 200s are
 retried after a short linear wait; final faults fail at once (:class:`Backoff`). A request that
@@ -14,13 +14,12 @@ import errno
 import math
 from datetime import datetime, timezone
 
-import openai
 from tenacity import RetryCallState
 from tenacity.wait import wait_base, wait_exponential, wait_random
 
 from ....option_names import named
 from .config import API_KEY_ENV
-from .errors import ApiError, Malformed
+from .errors import ApiError, Fault, Malformed
 
 MAX_RETRY_AFTER_S = 600.0  # longer Retry-After hints are capped at this many seconds
 REFUSED_ATTEMPTS = 2  # a refused connection is tried this many times (one retry), then the request fails
@@ -30,11 +29,11 @@ QUICK_RETRY_S = 0.02  # seconds before retrying an invalid answer, times the att
 
 def retry_after_s(exc: BaseException | None) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms``, or ``Retry-After`` as seconds or
-    an HTTP date), capped at :data:`MAX_RETRY_AFTER_S`; ``None`` when absent or unreadable."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
+    an HTTP date: the headers of an :class:`~.errors.ApiError`, names in any case), capped at
+    :data:`MAX_RETRY_AFTER_S`; ``None`` when absent or unreadable."""
+    if not isinstance(exc, ApiError) or not exc.headers:
         return None
+    headers = {name.lower(): value for name, value in exc.headers.items()}
     seconds = None
     if headers.get("retry-after-ms"):
         try:
@@ -88,24 +87,19 @@ def refused_too_often(retry_state: RetryCallState) -> bool:
     return refused and retry_state.attempt_number >= REFUSED_ATTEMPTS
 
 
-def fault_of(exc: BaseException | None) -> str:
-    """The class (one of :data:`~.errors.FAULTS`) of one failed attempt; only ``"final"`` is not retried.
+def fault_of(exc: BaseException | None) -> Fault:
+    """The class of one failed attempt; only :attr:`Fault.FINAL` is not retried.
 
-    Transient: 408, 429, 5xx other than 501, timeouts, connection errors. Invalid: a 2xx answer
-    that is truncated JSON or fails validation. Final: a 2xx body that is not JSON at all (an HTML
-    page), and everything else (other 4xx, 501, an
-    :class:`ApiError` marked final, any other exception).
+    An :class:`~.errors.ApiError` carries its own (the transport's: transient for 408, 429, 5xx
+    other than 501, timeouts and connection errors; final for other statuses). A 2xx answer that
+    is truncated JSON or fails validation is invalid; one that is not JSON at all (an HTML page),
+    and any other exception, final.
     """
     if isinstance(exc, ApiError):
         return exc.fault
     if isinstance(exc, Malformed):
-        return "final" if exc.final else "invalid"
-    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
-        return "transient"
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        return "transient" if status in (408, 429) or (status >= 500 and status != 501) else "final"
-    return "final"
+        return Fault.FINAL if exc.final else Fault.INVALID
+    return Fault.FINAL
 
 
 class Backoff(wait_base):
@@ -126,7 +120,7 @@ class Backoff(wait_base):
 
     def __call__(self, retry_state: RetryCallState) -> float:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
-        if fault_of(exc) == "invalid":
+        if fault_of(exc) is Fault.INVALID:
             return self.quick_s * retry_state.attempt_number
         backoff = self.backoff(retry_state)
         if connection_refused(exc):  # nothing listens: one quick retry (a server restarting), not the schedule

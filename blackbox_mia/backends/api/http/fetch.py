@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import re
 
-import openai
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -36,7 +34,7 @@ from .answers import billed_tokens, clip, decode_answer
 from .cache.claim_batcher import ClaimBatcher
 from .config import PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
-from .errors import MESSAGE_CHARS, ApiError, Malformed, error_type
+from .errors import MESSAGE_CHARS, APIConnectionError, ApiError, APIStatusError, APITimeoutError, Fault, Malformed, error_type
 from .faults import Backoff, connection_refused, fault_of, key_refused_message, refused_message, refused_too_often
 from .limits import RateLimiter
 from .senders import Senders
@@ -202,7 +200,7 @@ class AnswerFetcher:
         tokens = estimate_tokens(payload)
         try:  # the first attempt without tenacity's machinery (a sixth of the loop's CPU per request)
             return await self._send(dialect, payload, body, tokens, key)
-        except (openai.APIError, Malformed) as exc:
+        except (APIConnectionError, APIStatusError, Malformed) as exc:
             failure: BaseException | None = exc  # tenacity's first attempt: classified, waited on, counted
         tries, bodies = 0, set()  # requests sent; what the failed ones answered: (status, body), None: no status
 
@@ -214,15 +212,15 @@ class AnswerFetcher:
                     exc, failure = failure, None
                     raise exc
                 return await self._send(dialect, payload, body, tokens, key)
-            except openai.APIStatusError as exc:
-                bodies.add((exc.status_code, exc.response.content))
+            except APIStatusError as exc:
+                bodies.add((exc.status_code, exc.body))
                 raise
-            except (openai.APIError, Malformed):
+            except (APIConnectionError, Malformed):
                 bodies.add(None)
                 raise
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda exc: fault_of(exc) != "final"),
+            retry=retry_if_exception(lambda exc: fault_of(exc) is not Fault.FINAL),
             wait=Backoff(self.config.backoff_base_s, self.config.backoff_max_s),
             stop=stop_any(stop_after_attempt(attempts), refused_too_often),
             before_sleep=lambda state: self._note_retry(state, attempts - 1),
@@ -232,7 +230,7 @@ class AnswerFetcher:
             async for attempt in retrying:
                 with attempt:
                     answer = await send()
-        except (openai.APIError, Malformed) as exc:
+        except (APIConnectionError, APIStatusError, Malformed) as exc:
             repeated = tries > 1 and len(bodies) == 1 and getattr(exc, "status_code", None) == 500
             raise self._error(exc, tries, dialect, repeated) from None  # the SDK's message may quote the key
         return answer
@@ -246,7 +244,7 @@ class AnswerFetcher:
         (:meth:`stop_sending`).
 
         Raises:
-            openai.APIError: the request failed.
+            APIStatusError, APIConnectionError: the request failed (the transport's errors).
             Malformed: the answer is not a JSON object or fails validation.
             BudgetExceeded: sending it could take the spend past ``max_cost``.
         """
@@ -295,7 +293,7 @@ class AnswerFetcher:
         """Count and log one retry (``retries``: the most this request gets)."""
         self.usage.retries += 1
         exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, openai.APIStatusError):
+        if isinstance(exc, APIStatusError):
             what = f"HTTP {exc.status_code}"
         elif isinstance(exc, Malformed):
             what = f"invalid answer: {exc.describe(self._masked)}"
@@ -315,40 +313,38 @@ class AnswerFetcher:
         so a cut can never leave a prefix of the key behind."""
         return clip(self._scrub(text), limit)
 
-    def _server_message(self, exc: openai.APIStatusError) -> str:
-        body = exc.body
-        if isinstance(body, dict):
-            body = body.get("message") or body.get("detail") or json.dumps(body)
-        return self._masked(str(body) if body is not None else "", MESSAGE_CHARS)
+    def _server_message(self, exc: APIStatusError) -> str:
+        """The server's own error message of a failed attempt, the key masked, cut short."""
+        return self._masked(exc.detail or "", MESSAGE_CHARS)
 
-    def _error(self, exc: openai.APIError | Malformed, attempts: int, dialect: Dialect, repeated: bool = False) -> ApiError:
+    def _error(self, exc: ApiError | Malformed, attempts: int, dialect: Dialect, repeated: bool = False) -> ApiError:
         """A clear :class:`ApiError` for the last failure after ``attempts`` requests (the subclass
         naming it, :func:`~.errors.error_type`), ending with its fault class and that count (never
         quoting the key); ``repeated``: every attempt got the same 500 answer (final)."""
-        fault = "final" if repeated else fault_of(exc)
+        fault = Fault.FINAL if repeated else fault_of(exc)
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
         if repeated:
             why = f"final: a deterministic server failure, the same answer to all {tries}"
-        elif fault == "final":
+        elif fault is Fault.FINAL:
             why = "final: not retried" if attempts == 1 else f"final: after {tries}"
         else:
             why = f"{fault}: gave up after {tries}"
         status, message = self._describe(exc, dialect)
-        detail = self._server_message(exc) if isinstance(exc, openai.APIStatusError) else None
+        detail = self._server_message(exc) if isinstance(exc, APIStatusError) else None
         return error_type(exc)(status, f"{message} ({why})", fault, detail)
 
-    def _describe(self, exc: openai.APIError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
+    def _describe(self, exc: ApiError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
         """(HTTP status or ``None``, what went wrong) for one failed attempt."""
         url = self._url
         if isinstance(exc, Malformed):
             return exc.status, f"invalid {dialect.name} answer from {url}: {exc.describe(self._masked)}"
-        if isinstance(exc, openai.APITimeoutError):
+        if isinstance(exc, APITimeoutError):
             return None, f"no answer from {url} within {self.config.timeout_s:g} s"
         if connection_refused(exc):
             return None, refused_message(url)
-        if isinstance(exc, openai.APIConnectionError):
+        if isinstance(exc, APIConnectionError):
             return None, f"cannot reach {url}: {self._scrub(str(exc.__cause__ or exc))}"
-        if not isinstance(exc, openai.APIStatusError):
+        if not isinstance(exc, APIStatusError):
             return None, f"request to {url} failed: {type(exc).__name__}"
         status, detail = exc.status_code, self._server_message(exc)
         if status in (401, 403):

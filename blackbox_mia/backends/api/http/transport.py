@@ -1,56 +1,28 @@
-"""The hot request path: one JSON POST over a pooled aiohttp session, failures as the SDK's errors.
+"""The hot request path: one JSON POST over a pooled aiohttp session, failures as the project's
+typed errors (:mod:`.errors`).
 
 The OpenAI SDK spends most of a request's CPU outside the network: its type transform walks a
 token-id prompt element by element, and httpx's connection pool scans every pooled connection
 (a socket call each) for every request, so its cost grows with the concurrency. This transport
 sends the same body (``{"model", **payload}``, serialised by the client) with the same
-``Authorization: Bearer`` header and raises the SDK's exception classes with the same status
-codes, bodies and causes (:func:`status_error`), so the fault classes (:mod:`.faults`) and
-messages do not change.
+``Authorization: Bearer`` header; a failed attempt raises the :class:`~.errors.ApiError` subclass
+of its status (:func:`~.errors.status_error`) or of its connection failure, with its fault class
+(:mod:`.faults` retries by it) and the aiohttp error as its cause.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-import httpx2 as httpx
-import openai
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
+from .errors import APIConnectionError, APITimeoutError, Fault, status_error
+
 ENDPOINT_PATHS = {"prompt": "/completions", "messages": "/chat/completions"}  # by the dialect's prompt field
 MODELS_PATH = "/models"  # GET: the models the server lists (OpenAI's "List models")
-STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
-
-
-def status_error(status: int, headers: dict[str, str], content: bytes, url: str) -> openai.APIStatusError:
-    """The SDK's exception for a non-2xx answer: the class it raises for ``status`` (5xx:
-    :class:`openai.InternalServerError`), the JSON body's ``error`` object as ``body`` (else the
-    body text), and a response carrying ``headers`` and ``content`` (``Retry-After`` is read
-    from there)."""
-    text = content.decode("utf-8", "replace").strip()
-    try:
-        body = json.loads(text)
-    except ValueError:
-        body = text
-    data = body.get("error", body) if isinstance(body, dict) else body
-    message = f"Error code: {status}"
-    if isinstance(data, dict) and isinstance(data.get("message"), str) and data["message"]:
-        message += f" - {data['message']}"
-    response = httpx.Response(status, headers=headers, content=content, request=httpx.Request("POST", url))
-    kind = STATUS_ERRORS.get(status, openai.InternalServerError if status >= 500 else openai.APIStatusError)
-    return kind(message, response=response, body=data)
 
 
 def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
@@ -91,10 +63,10 @@ class Transport:
         ``prompt_field`` (:data:`ENDPOINT_PATHS`).
 
         Raises:
-            openai.APIStatusError: (and subclasses) a non-2xx answer (:func:`status_error`).
-            openai.APITimeoutError: no whole answer within the timeout.
-            openai.APIConnectionError: the connection failed or dropped (the aiohttp error, an
-                :class:`OSError` for a refused connection, is its ``__cause__``).
+            APIStatusError: (a subclass by status) a non-2xx answer (:func:`~.errors.status_error`).
+            APITimeoutError: no whole answer within the timeout; transient.
+            APIConnectionError: the connection failed or dropped (the aiohttp error, an
+                :class:`OSError` for a refused connection, is its ``__cause__``); transient.
         """
         return await self._send("POST", self._urls[prompt_field], body)
 
@@ -103,12 +75,12 @@ class Transport:
         :data:`MODELS_PATH`), on the same session and with the same header as :meth:`post`.
 
         Raises:
-            openai.APIStatusError, openai.APITimeoutError, openai.APIConnectionError: as :meth:`post`.
+            APIStatusError, APITimeoutError, APIConnectionError: as :meth:`post`.
         """
         return await self._send("GET", URL(self.path_url(path)), None)
 
     async def _send(self, method: str, url: URL, body: bytes | None) -> tuple[int, bytes]:
-        """One request on the session (opened here on first use); failures as the SDK's errors."""
+        """One request on the session (opened here on first use); failures as typed errors."""
         if self._session is None:
             proxy, proxy_auth = env_proxy(str(url))
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout,
@@ -118,11 +90,11 @@ class Transport:
                 content = await response.read()
                 status, headers = response.status, dict(response.headers)
         except asyncio.TimeoutError as exc:
-            raise openai.APITimeoutError(request=httpx.Request(method, str(url))) from exc
+            raise APITimeoutError(None, f"{method} {url}: no answer in time", Fault.TRANSIENT) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise openai.APIConnectionError(request=httpx.Request(method, str(url))) from exc
+            raise APIConnectionError(None, f"{method} {url}: connection error", Fault.TRANSIENT) from exc
         if not 200 <= status < 300:
-            raise status_error(status, headers, content, str(url))
+            raise status_error(status, headers, content)
         return status, content
 
     def url(self, prompt_field: str) -> str:
