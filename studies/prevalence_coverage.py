@@ -70,13 +70,14 @@ MIN_IDENTIFIABLE = 0.5  # a dup counts for min_coverage when at least this share
 
 def default_canaries(cache: Path) -> list[Path]:
     """One complete GSM8K canary per dup level with the default architecture, members planted
-    shuffled (most members first)."""
+    shuffled (most members first); reference canaries (nothing planted) are left out."""
     default = CanaryConfig()
     best: dict[int, tuple[int, Path]] = {}
     for manifest_path in sorted(cache.glob("canary/*/manifest.json")):
         manifest = json.loads(manifest_path.read_text())
         config = manifest.get("config", {})
-        if (not manifest.get("complete") or "unlearning" in manifest or config.get("corpus", "gsm8k") != "gsm8k"
+        if (not manifest.get("complete") or "unlearning" in manifest or "reference" in manifest
+                or config.get("corpus", "gsm8k") != "gsm8k"
                 or config.get("planted_order", "shuffled") != "shuffled"  # canonical order: one planted document
                 or any(config.get(key) != getattr(default, key) for key in ARCHITECTURE)):
             continue

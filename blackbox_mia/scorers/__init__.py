@@ -12,6 +12,7 @@ from ..config import check_number
 from ..types import BlackboxMIAError
 from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, TARGET, Need, Scorer
 from .cdd import CDD
+from .dc_pdd import DCPDD
 from .decop import DECOP
 from .generative import GenerationScorer
 from .guided import GuidedInstruction
@@ -20,14 +21,15 @@ from .lowercase import Lowercase
 from .min_k import MinK
 from .min_k_pp import MinKPlusPlus
 from .pac import PAC
+from .recall import ReCaLL
 from .ref import Ref
 from .samia import SaMIA
 from .ts_guessing import TSGuessing, TSGuessingKeyword
 from .zlib import Zlib
 
 REGISTRY: dict[str, type[Scorer]] = {
-    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, SaMIA, CDD, TSGuessing,
-                                                 TSGuessingKeyword, GuidedInstruction, DECOP)
+    cls.name: cls for cls in (Loss, Zlib, Lowercase, MinK, MinKPlusPlus, PAC, Ref, ReCaLL, DCPDD, SaMIA, CDD,
+                                                 TSGuessing, TSGuessingKeyword, GuidedInstruction, DECOP)
 }
 
 DEFAULT_SCORERS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac")

@@ -1,0 +1,40 @@
+"""``bbmia canary train --reference-of`` end to end on a tiny canary (seconds on CPU)."""
+
+import pytest
+from typer.testing import CliRunner
+
+from blackbox_mia.canary import canary_items, load_manifest
+from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
+from blackbox_mia.cli.app import app
+
+TINY_ARGS = ["--n-background", "30", "--n-members", "4", "--n-nonmembers", "4", "--dup", "2", "--vocab-size", "280",
+             "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "32", "--epochs", "1",
+             "--batch-size", "8"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    result = CliRunner().invoke(app, ["canary", "train", "--quiet", "--out", str(root / "target"), *TINY_ARGS])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def test_reference_of_trains_an_unplanted_model_on_another_background(tiny):
+    runner = CliRunner()
+    out = tiny / "reference"
+    result = runner.invoke(app, ["canary", "train", "--quiet", "--out", str(out), "--reference-of", str(tiny / "target")])
+    assert result.exit_code == 0, result.output
+    target, reference = load_manifest(tiny / "target"), load_manifest(out)
+    assert reference["config"]["reference"] is True and reference["dup"] == 1 and reference["member_ids"] == []
+    assert reference["nonmember_ids"] == target["member_ids"] + target["nonmember_ids"]
+    assert len(reference["background_ids"]) == 30 and not set(reference["background_ids"]) & set(target["background_ids"])
+    assert reference["n_documents"] == 30 and "nothing" in reference["reference"]["planted"]
+    assert all(item.label == 0 for item in canary_items(out))
+    # a configuration option with --reference-of, or a reference of a reference: one line, exit 2
+    for args in (["--dup", "3"], []):
+        source = tiny / "target" if args else out
+        bad = runner.invoke(app, ["canary", "train", "--out", str(tiny / "x"), "--reference-of", str(source), *args])
+        assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert "give no other configuration option" in runner.invoke(
+        app, ["canary", "train", "--reference-of", str(tiny / "target"), "--dup", "3"]).output
