@@ -1,10 +1,13 @@
 """``bbmia canary train --reference-of`` end to end on a tiny canary (seconds on CPU)."""
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
 from blackbox_mia.canary import canary_items, load_manifest
 from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
+from blackbox_mia.cli import evaluate as _evaluate  # noqa: F401  (registers sweep)
 from blackbox_mia.cli.app import app
 
 TINY_ARGS = ["--n-background", "30", "--n-members", "4", "--n-nonmembers", "4", "--dup", "2", "--vocab-size", "280",
@@ -38,3 +41,23 @@ def test_reference_of_trains_an_unplanted_model_on_another_background(tiny):
         assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert "give no other configuration option" in runner.invoke(
         app, ["canary", "train", "--reference-of", str(tiny / "target"), "--dup", "3"]).output
+
+
+def test_sweep_with_ref_names_the_reference_model_and_adds_the_feature(tiny, tmp_path):
+    runner = CliRunner()
+    reference = tiny / "reference_for_sweep"
+    assert runner.invoke(app, ["canary", "train", "--quiet", "--out", str(reference),
+                               "--reference-of", str(tiny / "target")]).exit_code == 0
+    target = tiny / "target"
+    result = runner.invoke(app, ["sweep", "gsm8k", "--local", str(target), "--ref", str(reference), "--limit", "40",
+                                 "--calibration", f"canary:{target}", "--calibration-fraction", "0.5",
+                                 "--out", str(tmp_path / "sweep"), "--quiet", "--json"])
+    assert result.exit_code == 0, result.output
+    headline = result.output.splitlines()[:3]
+    assert "tail test on 2 combined features" in headline[0]  # min_k and the ref added by --ref
+    assert headline[2].startswith(f"Reference model: {reference} (read by ref); assumes the reference model did not "
+                                  "see the benchmark")
+    summary = json.loads(result.output.splitlines()[-1])
+    assert summary["reference_model"] == str(reference)
+    config = json.loads((tmp_path / "sweep" / "scores.jsonl.config.json").read_text())
+    assert set(config["scorers"]) == {"min_k", "ref"} and config["backends"]["reference"]["model"] == str(reference)

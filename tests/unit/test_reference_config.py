@@ -44,3 +44,19 @@ def test_reference_needs_room_for_two_backgrounds():
         build_corpus(reference_config(dataclasses.replace(SMALL, n_background=4000)))
     with pytest.raises(BlackboxMIAError, match="plants nothing"):
         dataclasses.replace(reference_config(SMALL), dup=2).validate()
+
+
+def test_ref_joins_the_features_once_when_a_reference_model_is_given():
+    from blackbox_mia.audits.sweep_verdict import reference_model_line, with_reference_feature
+    from blackbox_mia.scorers import parse_scorers
+
+    assert with_reference_feature("loss", "min_k", None) == "loss"
+    assert with_reference_feature("loss", "min_k", "ref-model") == "loss,ref"
+    assert with_reference_feature("", "min_k", "ref-model") == "ref"
+    assert with_reference_feature("loss,ref", "min_k", "ref-model") == "loss,ref"
+    assert with_reference_feature("", "ref", "ref-model") == ""
+    api = {"target": {"model": "t"}, "reference": {"backend": "api", "model": "small", "base_url": "http://h/v1"}}
+    line = reference_model_line(api, parse_scorers("min_k,ref"))
+    assert line.startswith("Reference model: small at http://h/v1 (read by ref); assumes the reference model did not")
+    assert "read by no scorer" in reference_model_line(api, parse_scorers("min_k"))
+    assert reference_model_line({"target": {"model": "t"}}, parse_scorers("min_k")) is None
