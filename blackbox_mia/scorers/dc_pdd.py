@@ -32,8 +32,9 @@ def corpus_texts(spec: str, n: int) -> tuple[str, ...]:
     return tuple(item.text for item in items[:n])
 
 
-def token_frequencies(corpus: list[TokenLogprobs], vocab: int) -> np.ndarray:
-    """Laplace-smoothed token frequencies f(v) = (1 + c(v)) / (sum_v c(v) + V), shape (V,), where
+def token_frequencies(corpus: list[TokenLogprobs], vocab: int) -> tuple[np.ndarray, float]:
+    """Laplace-smoothed token frequencies f(v) = (1 + c(v)) / (sum_v c(v) + V), shape (V,), and
+    the frequency 1 / (sum_v c(v) + V) of a token the corpus never holds, where
     c(v) counts token id v in the tokenized corpus texts (DC-PDD eq. 4; mimir's ``fre_dis``).
 
     Raises:
@@ -47,7 +48,7 @@ def token_frequencies(corpus: list[TokenLogprobs], vocab: int) -> np.ndarray:
     if ids.max() >= size:
         raise BlackboxMIAError(f"scorer 'dc_pdd': token id {ids.max()} in the corpus, beyond vocab={vocab}")
     counts = np.bincount(ids, minlength=size).astype(np.float64)
-    return (1.0 + counts) / (counts.sum() + size)
+    return (1.0 + counts) / (counts.sum() + size), 1.0 / (counts.sum() + size)
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,12 @@ class DCPDD(Scorer):
 
     The corpus: the first ``n_corpus`` texts of ``corpus`` (default GSM8K train, shipped),
     tokenized by the target itself (they are scored as needed texts). ``vocab``: the target
-    tokenizer's vocabulary size V of the smoothing (0: the largest token id of the corpus + 1).
-    A token id at or beyond V raises :class:`BlackboxMIAError`.
+    tokenizer's vocabulary size V of the smoothing, as mimir's ``len(tokenizer)``; 0 (the
+    default, for targets whose V the scorer cannot see) takes the corpus's largest token id + 1,
+    a lower bound on V: the same table for every text, so the scores rank alike, but log(1/f)
+    is smaller than mimir's by up to log((N + V) / (N + V_corpus)) (N: corpus tokens). Give
+    ``vocab`` for mimir's values. A token id at or beyond a given ``vocab`` raises
+    :class:`BlackboxMIAError`.
     """
 
     name = "dc_pdd"
@@ -77,14 +82,15 @@ class DCPDD(Scorer):
         return [Need(t) for t in corpus_texts(self.corpus, self.n_corpus)]
 
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
-        freq = token_frequencies(aux, self.vocab)
+        freq, unseen = token_frequencies(aux, self.vocab)
         _, first = np.unique(lp.token_ids, return_index=True)
         first = np.sort(first)
         ids = lp.token_ids[first]
-        if len(ids) == 0 or ids.max() >= len(freq):
-            raise BlackboxMIAError(f"scorer 'dc_pdd': token id {ids.max() if len(ids) else None} outside the "
-                                   f"frequency table of {len(freq)} tokens (give vocab=)")
-        weight = -np.log(freq[ids])  # log(1 / f) > 0
+        if len(ids) == 0:
+            raise BlackboxMIAError("scorer 'dc_pdd': a text with no scored token")
+        if self.vocab and ids.max() >= self.vocab:
+            raise BlackboxMIAError(f"scorer 'dc_pdd': token id {ids.max()} beyond vocab={self.vocab}")
+        weight = -np.log(np.where(ids < len(freq), freq[np.minimum(ids, len(freq) - 1)], unseen))  # log(1 / f) > 0
         values = BoundedValues.of(lp)
         fos = BoundedValues(values.value[first], values.lower[first], values.upper[first])
         return fos.map(lambda v: np.minimum(np.exp(v) * weight, self.a)).mean()

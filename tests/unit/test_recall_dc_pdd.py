@@ -65,8 +65,11 @@ def test_dc_pdd_refuses_ids_beyond_the_table():
     corpus = [tlp([0, 1, 2], [-1.0] * 3)]
     with pytest.raises(BlackboxMIAError, match="beyond vocab=2"):
         parse_scorer("dc_pdd:vocab=2").score("t", tlp([1], [-1.0]), corpus)
-    with pytest.raises(BlackboxMIAError, match="outside the frequency table"):
-        parse_scorer("dc_pdd").score("t", tlp([7], [-1.0]), corpus)
+    with pytest.raises(BlackboxMIAError, match="beyond vocab=5"):
+        parse_scorer("dc_pdd:vocab=5").score("t", tlp([7], [-1.0]), [tlp([0, 1, 1], [-1.0] * 3)])
+    # vocab 0: V = 3 from the corpus; id 7 never in the corpus has f = 1 / (3 + 3)
+    assert parse_scorer("dc_pdd:a=10").score("t", tlp([7], [math.log(0.5)]), corpus).value == pytest.approx(
+        0.5 * math.log(6))
 
 
 def test_dc_pdd_needs_the_first_corpus_texts_of_gsm8k_train_by_default():
