@@ -16,9 +16,9 @@ PREFIX_SEPARATOR = "\n\n"
 
 
 @lru_cache(maxsize=8)
-def prefix_text(spec: str, shots: int) -> str:
-    """The non-member prefix P: the first ``shots`` texts of the dataset ``spec`` (a shipped name
-    or a JSONL path), joined by :data:`PREFIX_SEPARATOR`.
+def prefix_shots(spec: str, shots: int) -> tuple[str, ...]:
+    """The texts of the non-member prefix P: the first ``shots`` texts of the dataset ``spec`` (a
+    shipped name or a JSONL path).
 
     Raises:
         BlackboxMIAError: no ``spec`` given, an unreadable dataset, or fewer than ``shots`` items.
@@ -31,7 +31,12 @@ def prefix_text(spec: str, shots: int) -> str:
     items = load_shipped_or_jsonl(spec).items
     if len(items) < shots:
         raise BlackboxMIAError(f"scorer 'recall': prefix {spec} holds {len(items)} texts, shots={shots} asks for more")
-    return PREFIX_SEPARATOR.join(item.text for item in items[:shots])
+    return tuple(item.text for item in items[:shots])
+
+
+def prefix_text(spec: str, shots: int) -> str:
+    """The non-member prefix P: :func:`prefix_shots` joined by :data:`PREFIX_SEPARATOR`."""
+    return PREFIX_SEPARATOR.join(prefix_shots(spec, shots))
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,9 @@ class ReCaLL(Scorer):
 
     def needs(self, text: str) -> list[Need]:
         return [Need(prefix_text(self.prefix, self.shots) + PREFIX_SEPARATOR + text)]
+
+    def conditioning_texts(self) -> tuple[str, ...]:
+        return prefix_shots(self.prefix, self.shots)
 
     def score(self, text: str, lp: TokenLogprobs, aux: list[TokenLogprobs]) -> Bounded:
         own, conditioned = BoundedValues.of(lp), BoundedValues.of(aux[0])

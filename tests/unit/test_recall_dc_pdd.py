@@ -75,3 +75,14 @@ def test_dc_pdd_refuses_ids_beyond_the_table():
 def test_dc_pdd_needs_the_first_corpus_texts_of_gsm8k_train_by_default():
     needs = parse_scorer("dc_pdd:n_corpus=3").needs("t")
     assert len(needs) == 3 and needs[0].text.startswith("Question: Natalia sold clips")
+
+
+def test_a_sweep_refuses_recall_prefix_texts_among_its_items(prefix_file):
+    from blackbox_mia.audits.sweep_plan import _check_conditioning
+    from blackbox_mia.datasets import Item
+
+    scorer, loss = parse_scorer(f"recall:prefix={prefix_file},shots=2"), parse_scorer("loss")
+    assert scorer.conditioning_texts() == ("a b", "c d") and loss.conditioning_texts() == ()
+    _check_conditioning(loss, (scorer,), [[Item("1", "x y")], [Item("2", "a b c", 0)]])  # no clash
+    with pytest.raises(BlackboxMIAError, match="conditions on 1 text"):
+        _check_conditioning(loss, (scorer,), [[Item("1", "x y")], [Item("2", "c d", 0)]])
