@@ -302,9 +302,9 @@ def first_seed(lines: list[dict]) -> list[dict]:
 
 def ref_power(lines: list[dict]) -> dict:
     """The summary's reference-model keys: ``power_dup<d>_ref`` (the headline test with ``ref``
-    added, the LOWEST power over the training seeds, None where no canary has it),
-    ``power_ref_by_seed`` (dup -> seed -> power), ``ref_seeds`` and whether issue 43's target is
-    met (power >= 0.8 at dup 4 and >= 0.5 at dup 2 on every seed, at least two seeds)."""
+    added, the LOWEST power over the training seeds, None where no canary has it; each seed's:
+    the feature-set table) and whether issue 43's target is met (power >= 0.8 at dup 4 and >= 0.5
+    at dup 2 on every seed, at least two seeds)."""
     by = {}
     for line in lines:
         if line["test"] == f"{HEADLINE}+ref":
@@ -313,7 +313,7 @@ def ref_power(lines: list[dict]) -> dict:
     seeds = {d: len(by.get(d, {})) for d in (2, 4)}
     met = (min(seeds.values()) >= 2 and keys["power_dup4_ref"] >= TARGET_REF_POWER[4]
            and keys["power_dup2_ref"] >= TARGET_REF_POWER[2])
-    return {**keys, "power_ref_by_seed": by, "target_ref_power_met": met}
+    return {**keys, "target_ref_power_met": met}
 
 
 def load_features(canary: Path, features: str, cache: Path, extra: bool = True) -> dict:

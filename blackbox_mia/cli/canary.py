@@ -141,7 +141,11 @@ def train(
             f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
             f"final loss per epoch: {losses} nats/token"
         )
-        typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
+        if reference_of is not None:  # it saw none of the canary's items: nothing to score it on
+            typer.echo(f"use it as the reference model: bbmia sweep gsm8k --local {reference_of} --ref {path} "
+                       f"--calibration canary:{reference_of} --calibration-fraction 0.5", err=True)
+        else:
+            typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
         summary = {"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused}
         if "documents_file" in manifest:
             summary.update(documents=str(path / manifest["documents_file"]), validation=str(path / manifest["validation_file"]))

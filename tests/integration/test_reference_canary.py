@@ -28,6 +28,8 @@ def test_reference_of_trains_an_unplanted_model_on_another_background(tiny):
     out = tiny / "reference"
     result = runner.invoke(app, ["canary", "train", "--quiet", "--out", str(out), "--reference-of", str(tiny / "target")])
     assert result.exit_code == 0, result.output
+    assert (f"use it as the reference model: bbmia sweep gsm8k --local {tiny / 'target'} --ref {out} "
+            f"--calibration canary:{tiny / 'target'} --calibration-fraction 0.5") in result.output
     target, reference = load_manifest(tiny / "target"), load_manifest(out)
     assert reference["config"]["reference"] is True and reference["dup"] == 1 and reference["member_ids"] == []
     assert reference["nonmember_ids"] == target["member_ids"] + target["nonmember_ids"]
