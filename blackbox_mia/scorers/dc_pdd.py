@@ -35,7 +35,7 @@ def corpus_texts(spec: str, n: int) -> tuple[str, ...]:
 def token_frequencies(corpus: list[TokenLogprobs], vocab: int) -> tuple[np.ndarray, float]:
     """Laplace-smoothed token frequencies f(v) = (1 + c(v)) / (sum_v c(v) + V), shape (V,), and
     the frequency 1 / (sum_v c(v) + V) of a token the corpus never holds, where
-    c(v) counts token id v in the tokenized corpus texts (DC-PDD eq. 4; mimir's ``fre_dis``).
+    c(v) counts token id v in the tokenized corpus texts (Zhang et al. 2024; mimir's ``fre_dis``).
 
     Raises:
         BlackboxMIAError: a corpus token id at or beyond ``vocab``.
@@ -55,7 +55,7 @@ def token_frequencies(corpus: list[TokenLogprobs], vocab: int) -> tuple[np.ndarr
 class DCPDD(Scorer):
     """score = (1 / |FOS(x)|) · sum over i in FOS(x) of min(p(x_i | x_<i) · log(1 / f(x_i)), a).
 
-    Zhang et al. 2024, eqs. 5-7 (mimir's ``DC_PDDAttack``, whose ``-beta`` is this score: mimir
+    Zhang et al. 2024 (the score beta; mimir's ``DC_PDDAttack``, whose ``-beta`` is this score: mimir
     ranks lower = member): p the target's token probability, f the token's frequency in a
     reference corpus (:func:`token_frequencies`), FOS(x) the first occurrence of each distinct
     token of x, a the clip (default 0.01). A token the target predicts far better than its

@@ -43,7 +43,7 @@ def prefix_text(spec: str, shots: int) -> str:
 class ReCaLL(Scorer):
     """score = LL(x | P) / LL(x), LL = mean lp_i over the tokens of x (nats/token, < 0).
 
-    Xie et al. 2024, eq. 2 (and mimir's ``ReCaLLAttack``: ``ll_nonmember / lls``): a non-member
+    Xie et al. 2024 (the ReCaLL score; mimir's ``ReCaLLAttack``: ``ll_nonmember / lls``): a non-member
     prefix P lowers a member's log-likelihood more than a non-member's, so the ratio of the two
     negative means grows (higher = member). LL(x | P) is the mean log-prob of x's own tokens
     when ``P + "\\n\\n" + x`` is scored: the last N tokens of that text, which must be x's N
