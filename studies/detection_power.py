@@ -345,6 +345,11 @@ TEST_NAMES = {
 ASYMPTOTIC = {"welch", "dataset_inference"}
 
 
+def _two(value: float | None) -> str:
+    """Two decimals, or ``n/a`` (a coverage over no identifiable split)."""
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def _rate(rate: float, ci: list[float], bold: bool = False) -> str:
     text = num(rate) + interval(ci)
     return f"**{text}**" if bold else text
@@ -381,7 +386,7 @@ def markdown(lines: list[dict]) -> str:
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         levels = sorted({f"{r['exact_clean_false_alarm']:.4f}" for r in split if "exact_clean_false_alarm" in r})
         per_dup = "; ".join(
-            f"dup {d}: coverage {by['interval', d]['coverage']:.2f}, identifiable in "
+            f"dup {d}: coverage {_two(by['interval', d]['coverage'])}, identifiable in "
             f"{by['interval', d]['share_identifiable']:.2f} of splits, dataset inference's check alarms in "
             f"{by['dataset_inference', d]['check_false_alarm']:.3f}" for d in dups)
         out += ["", f"The tail tests' exact level at the clean sizes, computed (`exact_size`): {', '.join(levels)}. "
