@@ -55,7 +55,8 @@ def test_sweep_with_ref_names_the_reference_model_and_adds_the_feature(tiny, tmp
                                  "--calibration", f"canary:{target}", "--calibration-fraction", "0.5",
                                  "--out", str(tmp_path / "sweep"), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
-    headline = result.output.splitlines()[:3]
+    output = result.output[result.output.index("Contamination"):]  # after any model-loading bar on stderr
+    headline = output.splitlines()[:3]
     assert "tail test on 2 combined features" in headline[0]  # min_k and the ref added by --ref
     assert headline[2].startswith(f"Reference model: {reference} (read by ref); assumes the reference model did not "
                                   "see the benchmark")
