@@ -269,6 +269,23 @@ def detection_power_args(s: Session) -> list[str]:
     return [*canaries, "--canonical-canary", canonical, "--cache", s.cache_arg]
 
 
+REF_DUPS, REF_SEEDS = (1, 2, 4, 8), (0, 1)
+REF_SPLITS = 200
+"""Issue 43's feature-set run: its dups and training seeds, and its power and clean splits per
+canary (fewer than the headline run's 300 and 1,000: 8 canaries x 4 feature sets on 2 loaded cores)."""
+
+
+def detection_power_ref_args(s: Session) -> list[str]:
+    """The GSM8K canaries at dups 1, 2, 4, 8 of training seeds 0 and 1, and one reference canary per
+    seed (``--reference-of``; the study finds it in the cache), without the exchangeability test
+    (docs/contamination.md, issue 43)."""
+    canaries = {(dup, seed): s.canary("--dup", str(dup), "--seed", str(seed)) for dup in REF_DUPS for seed in REF_SEEDS}
+    for seed in REF_SEEDS:
+        s.canary("--reference-of", canaries[REF_DUPS[0], seed])
+    return [*(a for path in canaries.values() for a in ("--canary", path)), "--splits", str(REF_SPLITS),
+            "--clean-splits", str(REF_SPLITS), "--no-xchg", "--cache", s.cache_arg]
+
+
 def prevalence_coverage_args(s: Session) -> list[str]:
     """The GSM8K canaries at dup 2, 4, 8, 16 (docs/design.md §5; scores cached with detection_power's)."""
     return [*(a for dup in (2, 4, 8, 16) for a in ("--canary", s.canary("--dup", str(dup)))), "--cache", s.cache_arg]
@@ -327,6 +344,7 @@ concurrent requests may move by one). Its requests per token, from a fresh respo
 figures (compared within :data:`REL_TOL`)."""
 
 STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power", detection_power_args),
+                             "detection_power_ref": Study("studies.detection_power", detection_power_ref_args),
                              "prevalence_coverage": Study("studies.prevalence_coverage", prevalence_coverage_args),
                              "text_only_study": Study("studies.text_only_study", text_only_args),
                              "memorization_study": Study("studies.memorization_study", memorization_args),

@@ -1,10 +1,14 @@
 """How often does each dataset-level test say "contaminated" when it is, and when it is not? (issue 29)
 
-For each trained GSM8K canary with the default architecture (one per dup level, as
-:func:`studies.prevalence_coverage.default_canaries` picks them; or the ``--canary`` directories
+For each trained GSM8K canary with the default architecture (every dup and training seed, as
+:func:`studies.prevalence_coverage.study_canaries` lists them; or the ``--canary`` directories
 given), the 1,319 GSM8K test problems are scored ONCE with every scorer of ``--features`` (one
 model pass, cached under ``cache/prevalence_coverage/<canary>/<labels>/``, resumable; the first
-scorer, ``min_k``, is the sweep's). Then, on the same held-out splits as
+scorer, ``min_k``, is the sweep's), and (issue 43, unless ``--no-extra``) with ``ref`` against
+the reference canary (``bbmia canary train --reference-of``), ReCaLL and DC-PDD
+(:mod:`studies.detection_features`): the headline test then runs on each feature set (today's
+features; + ``ref``; + ``recall``, ``dc_pdd``; all), and an oracle with the densities of one
+feature known gives the power no test on that feature exceeds (the information limit). Then, on the same held-out splits as
 ``prevalence_coverage.py`` (:func:`studies.prevalence_coverage.held_out_splits`: half the
 canary's members and 100 GSM8K non-members calibrate, the rest is swept), each test decides at
 alpha = 0.05 whether the swept items hold members (power), and whether the swept items with
@@ -25,8 +29,10 @@ their members removed do (the clean benchmark: false alarms; ``--clean-splits`` 
   the truth, over the identifiable splits).
 
 Prints one JSON line per (canary, test) with ``power`` and ``clean_false_alarm``, each with its
-Clopper–Pearson 95% CI, then a last line: ``power_dup8`` / ``power_dup16`` (the headline test),
-``max_clean_false_alarm`` (headline, over the canaries) with its CI and
+Clopper–Pearson 95% CI (``tail_combined+<set>``: a feature set; ``oracle``: power only), then a
+last line: ``power_dup8`` / ``power_dup16`` (the headline test, lowest training seed),
+``power_dup1_ref`` ... ``power_dup8_ref`` (with ``ref``, the lowest over the training seeds),
+``max_clean_false_alarm`` (every feature set, over the canaries) with its CI and
 ``max_exact_clean_false_alarm`` (the headline's exact level at the clean sizes, computed:
 :func:`exact_size`), ``min_coverage`` (the
 interval, over dups identifiable in at least half the splits), ``exchangeability_p_canonical``
@@ -73,7 +79,8 @@ from blackbox_mia.evaluation import clopper_pearson, dataset_level_test, estimat
 from blackbox_mia.evaluation.dataset_inference import dataset_inference
 from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
 
-from .prevalence_coverage import cached_scores, default_canaries, held_out_splits
+from .detection_features import FEATURE_SETS, extra_columns, feature_sets, oracle_power
+from .prevalence_coverage import cached_scores, held_out_splits, study_canaries
 from .table_format import ci as interval
 from .table_format import figure, num
 
@@ -84,6 +91,9 @@ POOLED_QUANTILE = 0.95  # threshold of the Fisher test: this quantile of the poo
 TARGET_POWER = 0.80
 MIN_IDENTIFIABLE = 0.5  # a dup counts for min_coverage when at least this share of splits is identifiable
 XCHG_TEST = "exchangeability"
+ORACLE = "oracle"
+POWER_DUPS = (1, 2, 4, 8)  # the summary's power_dup<d>_ref keys
+TARGET_REF_POWER = {4: 0.8, 2: 0.5}  # issue 43: with a reference canary, on every training seed
 
 
 def fisher_pooled(swept: np.ndarray, reference: np.ndarray, quantile: float = POOLED_QUANTILE) -> float:
@@ -120,7 +130,12 @@ def split_decisions(s: dict, cal_pos: np.ndarray, cal_neg: np.ndarray, keep: np.
     di = dataset_inference(x[keep], x[cal_neg], seed=seed)
     est = estimate_prevalence(main[keep], main[cal_neg], main[cal_pos])
     truth = float(member[keep].mean())
+    by_set = {}
+    for name, xs in s["sets"].items():
+        set_swept, set_ref, _ = combined_scores(xs[keep], xs[cal_neg], xs[cal_pos])
+        by_set[f"{HEADLINE}+{name}"] = tail_test(set_swept, set_ref, seed=seed)["p_value"]
     return {
+        **by_set,
         "tail_combined": tail_test(comb_swept, comb_ref, seed=seed)["p_value"],
         "tail": single["p_value"],
         "max_reference": single["rank_p_values"][1],
@@ -147,17 +162,18 @@ def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int)
         if i < clean_splits:
             clean.append(split_decisions(s, cal_pos, cal_neg, swept & ~member, member, seed + i))
     lines = []
-    for test in ("tail_combined", "tail", "max_reference", "fisher_pooled_95", "welch", "dataset_inference",
-                 "interval"):
+    for test in ("tail_combined", *(f"{HEADLINE}+{name}" for name in s["sets"]), "tail", "max_reference",
+                 "fisher_pooled_95", "welch", "dataset_inference", "interval"):
         hits = sum(r[test] <= ALPHA for r in power)
         alarms = sum(r[test] <= ALPHA for r in clean)
-        line = {"canary": canary.name, "dup": manifest["dup"], "n_members_planted": len(manifest["member_ids"]),
+        line = {"canary": canary.name, "dup": manifest["dup"], "seed": manifest["seed"],
+                "n_members_planted": len(manifest["member_ids"]), "reference_canary": s["reference"],
                 "test": test, "headline": test == HEADLINE, "true_prevalence": power[0]["truth"],
                 "n_swept": power[0]["n_swept"], "n_reference": len(manifest["nonmember_ids"]) // 2,
                 "splits": splits, "power": hits / splits, "power_ci": list(clopper_pearson(hits, splits)),
                 "clean_splits": clean_splits, "clean_false_alarm": alarms / clean_splits,
                 "clean_false_alarm_ci": list(clopper_pearson(alarms, clean_splits))}
-        if test in ("tail_combined", "tail"):  # both run the tail test at the same sizes
+        if test.startswith(HEADLINE) or test == "tail":  # all run the tail test at the same sizes
             line["exact_clean_false_alarm"] = exact_size(clean[0]["n_swept"], len(manifest["nonmember_ids"]) // 2)
         if test == "interval":
             covered = [r["covered"] for r in power if r["covered"] is not None]
@@ -168,7 +184,21 @@ def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int)
             line["check_false_alarm"] = checks / splits
             line["check_false_alarm_ci"] = list(clopper_pearson(checks, splits))
         lines.append(line)
+    lines += oracle_lines(s, manifest, member, power[0]["n_swept"], round(power[0]["truth"] * power[0]["n_swept"]),
+                          seed)
     return lines
+
+
+def oracle_lines(s: dict, manifest: dict, member: np.ndarray, n_swept: int, n_members: int, seed: int) -> list[dict]:
+    """One ``oracle`` line per oracle feature (``ref`` when scored, and ``min_k``, the sweep's
+    scorer): :func:`studies.detection_features.oracle_power` at the held-out splits' sizes."""
+    features = {"min_k": s["main"], **({"ref": s["extra"]["ref"]} if "ref" in s["extra"] else {})}
+    shuffled = np.random.default_rng(seed).permutation(member)  # no signal: the oracle's noise floor
+    return [{"canary": s["canary"], "dup": manifest["dup"], "seed": manifest["seed"], "test": ORACLE,
+             "headline": False, "oracle_feature": name, "n_swept": n_swept, "n_members_swept": n_members,
+             "power": oracle_power(values, member, n_swept, n_members, ALPHA, seed),
+             "oracle_noise_floor": oracle_power(values, shuffled, n_swept, n_members, ALPHA, seed)}
+            for name, values in features.items()]
 
 
 def exchangeability_line(canary: Path, seeds: int, cache: Path) -> dict:
@@ -230,9 +260,10 @@ def summary(lines: list[dict]) -> dict:
     canonical = [line["max_p_seeds"] for line in xchg if line["planted_order"] == "canonical"]
     alarms = [max(line["rejection_rate_seeds"], line["rejection_rate_shufflings"]) for line in xchg
               if line["planted_order"] != "canonical"]
-    lines = [line for line in lines if line["test"] != XCHG_TEST]
-    head = {line["dup"]: line for line in lines if line["headline"]}
-    worst = max(head.values(), key=lambda line: line["clean_false_alarm"], default=None)
+    lines = [line for line in lines if line["test"] not in (XCHG_TEST, ORACLE)]
+    head = {line["dup"]: line for line in first_seed(lines) if line["headline"]}
+    combined = [line for line in lines if line["test"].startswith(HEADLINE)]  # every feature set, every seed
+    worst = max(combined, key=lambda line: line["clean_false_alarm"], default=None)
     intervals = [line for line in lines if line["test"] == "interval" and line["coverage"] is not None
                  and line["share_identifiable"] >= MIN_IDENTIFIABLE]
     min_coverage = min((line["coverage"] for line in intervals), default=None)
@@ -243,7 +274,8 @@ def summary(lines: list[dict]) -> dict:
         "power_dup16": power16,
         "max_clean_false_alarm": None if worst is None else worst["clean_false_alarm"],
         "max_clean_false_alarm_ci": None if worst is None else worst["clean_false_alarm_ci"],
-        "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in head.values()), default=None),
+        "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in combined), default=None),
+        **ref_power(lines),
         "min_coverage": min_coverage,
         "coverage_dups": [line["dup"] for line in intervals],
         "exchangeability_p_canonical": max(canonical, default=None),
@@ -255,16 +287,49 @@ def summary(lines: list[dict]) -> dict:
         "target_false_alarm_rule": "the headline's exact level (computed) <= alpha at every canary, and each measured "
                                     "rate consistent with it (its Clopper-Pearson CI reaches alpha)",
         "target_false_alarm_met": worst is not None and worst["clean_false_alarm_ci"][0] <= ALPHA
-        and all(line["exact_clean_false_alarm"] <= ALPHA for line in head.values()),
+        and all(line["exact_clean_false_alarm"] <= ALPHA for line in combined),
         "target_coverage_met": min_coverage is not None and min_coverage >= 1 - ALPHA,
     }
 
 
-def load_features(canary: Path, features: str, cache: Path) -> dict:
-    """``ids``, ``features`` (shape (1319, F), the scorers' order) and ``main`` (the first scorer)."""
+def first_seed(lines: list[dict]) -> list[dict]:
+    """The lines of the lowest training seed at each dup (the study's single-canary tables and keys)."""
+    lowest = {}
+    for line in lines:  # lines saved before the seed was recorded: seed 0
+        lowest[line["dup"]] = min(lowest.get(line["dup"], line.get("seed", 0)), line.get("seed", 0))
+    return [line for line in lines if line.get("seed", 0) == lowest[line["dup"]]]
+
+
+def ref_power(lines: list[dict]) -> dict:
+    """The summary's reference-model keys: ``power_dup<d>_ref`` (the headline test with ``ref``
+    added, the LOWEST power over the training seeds, None where no canary has it; each seed's:
+    the feature-set table) and whether issue 43's target is met (power >= 0.8 at dup 4 and >= 0.5
+    at dup 2 on every seed, at least two seeds)."""
+    by = {}
+    for line in lines:
+        if line["test"] == f"{HEADLINE}+ref":
+            by.setdefault(line["dup"], {})[line["seed"]] = line["power"]
+    keys = {f"power_dup{d}_ref": min(by[d].values()) if d in by else None for d in POWER_DUPS}
+    seeds = {d: len(by.get(d, {})) for d in (2, 4)}
+    met = (min(seeds.values()) >= 2 and keys["power_dup4_ref"] >= TARGET_REF_POWER[4]
+           and keys["power_dup2_ref"] >= TARGET_REF_POWER[2])
+    return {**keys, "target_ref_power_met": met}
+
+
+def load_features(canary: Path, features: str, cache: Path, extra: bool = True) -> dict:
+    """``ids``, ``features`` (shape (1319, F), the scorers' order), ``main`` (the first scorer),
+    and with ``extra`` the feature sets' columns (:mod:`studies.detection_features`, ``features``
+    must hold ``loss``): ``extra`` (name -> shape (1319,)), ``sets`` (name -> shape
+    (1319, F + k)), ``reference`` (the reference canary's name, or None)."""
     scores = cached_scores(canary, features, cache, with_control=False)
     columns = list(scores["benchmark_columns"].values())
-    return {"ids": scores["ids"], "features": np.column_stack(columns), "main": columns[0]}
+    out = {"canary": canary.name, "ids": scores["ids"], "features": np.column_stack(columns), "main": columns[0],
+           "extra": {}, "sets": {}, "reference": None}
+    if extra:
+        found = extra_columns(canary, load_manifest(canary), scores["benchmark_columns"]["loss"], cache)
+        out.update(extra=found["columns"], reference=found["reference"],
+                   sets=feature_sets(out["features"], found["columns"]))
+    return out
 
 
 TEST_NAMES = {
@@ -278,6 +343,11 @@ TEST_NAMES = {
 }
 """How the docs' tables name each split test (the headline first), in this order."""
 ASYMPTOTIC = {"welch", "dataset_inference"}
+
+
+def _two(value: float | None) -> str:
+    """Two decimals, or ``n/a`` (a coverage over no identifiable split)."""
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _rate(rate: float, ci: list[float], bold: bool = False) -> str:
@@ -296,7 +366,7 @@ def markdown(lines: list[dict]) -> str:
     *rows, last = lines
     if "power_dup8" not in last:
         raise ValueError("the last line is not the study's summary")
-    split = [r for r in rows if r["test"] in TEST_NAMES]
+    split = first_seed([r for r in rows if r["test"] in TEST_NAMES])
     dups = sorted({r["dup"] for r in split})
     by = {(r["test"], r["dup"]): r for r in split}
     out = []
@@ -316,11 +386,12 @@ def markdown(lines: list[dict]) -> str:
             out.append(f"| {name} | " + " | ".join(cells) + " |")
         levels = sorted({f"{r['exact_clean_false_alarm']:.4f}" for r in split if "exact_clean_false_alarm" in r})
         per_dup = "; ".join(
-            f"dup {d}: coverage {by['interval', d]['coverage']:.2f}, identifiable in "
+            f"dup {d}: coverage {_two(by['interval', d]['coverage'])}, identifiable in "
             f"{by['interval', d]['share_identifiable']:.2f} of splits, dataset inference's check alarms in "
             f"{by['dataset_inference', d]['check_false_alarm']:.3f}" for d in dups)
         out += ["", f"The tail tests' exact level at the clean sizes, computed (`exact_size`): {', '.join(levels)}. "
                 f"{per_dup}."]
+    out += feature_set_tables(rows)
     xchg = [r for r in rows if r["test"] == XCHG_TEST]
     if xchg:
         out += ["", "| canary | planted order | p over the seeds (max; median) | rejections, seeds | "
@@ -339,6 +410,46 @@ def markdown(lines: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+SET_NAMES = {HEADLINE: "today's features", **{f"{HEADLINE}+{name}": "today's + " + " + ".join(f"`{c}`" for c in cols)
+                                                for name, cols in FEATURE_SETS.items()}}
+"""How the feature-set table names each headline variant, in this order."""
+
+
+def feature_set_tables(rows: list[dict]) -> list[str]:
+    """The feature-set tables (issue 43): the headline test's power per feature set, and the
+    oracles', per (dup, training seed); then its clean false alarms. Empty without feature-set lines."""
+    sets = [r for r in rows if r["test"] in SET_NAMES and "seed" in r]
+    if not any(r["test"] != HEADLINE for r in sets):
+        return []
+    columns = sorted({(r["dup"], r["seed"]) for r in sets})
+    by = {(r["test"], r["dup"], r["seed"]): r for r in sets}
+    oracles = {(r["oracle_feature"], r["dup"], r["seed"]): r["power"] for r in rows if r["test"] == ORACLE}
+    header = "| feature set (tail test, combined) | " + " | ".join(f"dup {d}, seed {s}" for d, s in columns) + " |"
+    out = ["", "Power per feature set (the headline test), by dup and training seed; reference canaries: "
+           + ", ".join(sorted({f"`{r['reference_canary']}`" for r in sets if r.get("reference_canary")})) + ":", "",
+           header, "|" + " --- |" * (1 + len(columns))]
+    for test, name in SET_NAMES.items():
+        cells = [_rate(by[test, d, s]["power"], by[test, d, s]["power_ci"], test == f"{HEADLINE}+ref")
+                 if (test, d, s) in by else "n/a" for d, s in columns]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    for feature in sorted({f for f, _, _ in oracles}):
+        cells = [num(oracles[feature, d, s]) if (feature, d, s) in oracles else "n/a" for d, s in columns]
+        out.append(f"| oracle, `{feature}` densities known (no test on `{feature}` does better) | "
+                   + " | ".join(cells) + " |")
+    floors = sorted(r["oracle_noise_floor"] for r in rows if r["test"] == ORACLE and "oracle_noise_floor" in r)
+    if floors:
+        out += ["", f"The oracle takes the KDE of 200 member scores as the truth, sampling noise included: with the "
+                f"labels shuffled (no signal) it reads {num(floors[0])} to {num(floors[-1])} (alpha {ALPHA:g}), so it "
+                "bounds the power from above, loosely where it is low."]
+    out += ["", "Clean-benchmark false alarms of the same tests:", "", header.replace("feature set (tail test, combined)",
+            "feature set"), "|" + " --- |" * (1 + len(columns))]
+    for test, name in SET_NAMES.items():
+        cells = [_rate(by[test, d, s]["clean_false_alarm"], by[test, d, s]["clean_false_alarm_ci"])
+                 if (test, d, s) in by else "n/a" for d, s in columns]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--canary", action="append", type=Path, help="canary directory (repeatable; default: one per "
@@ -353,22 +464,30 @@ def main() -> None:
     parser.add_argument("--xchg-seeds", type=int, default=100,
                         help="seeds of the exchangeability test's shuffled orders, and shufflings (default 100)")
     parser.add_argument("--xchg-only", action="store_true", help="only the exchangeability test (no split tests)")
+    parser.add_argument("--no-xchg", action="store_true", help="no exchangeability test (its summary keys null)")
+    parser.add_argument("--no-extra", action="store_true", help="only today's features (no ref, recall, dc_pdd)")
     parser.add_argument("--json", action="store_true", help="one JSON line per (canary, test), then the summary line")
     args = parser.parse_args()
-    canaries = args.canary or default_canaries(args.cache)
+    canaries = args.canary or [path for _, path in study_canaries(args.cache)]
     if not canaries:  # a clean checkout: the default canary (dup 8), trained once and cached
         canaries = [ensure_canary(CanaryConfig(), progress=not args.json, cache=args.cache)]
     lines = []
     for canary in canaries:
         if args.xchg_only:
             continue
-        for line in run_canary(canary, load_features(canary, args.features, args.cache), args.splits,
-                               args.clean_splits, args.seed):
+        for line in run_canary(canary, load_features(canary, args.features, args.cache, not args.no_extra),
+                               args.splits, args.clean_splits, args.seed):
             lines.append(line)
             print(json.dumps(line) if args.json else
-                  f"dup {line['dup']:>2} {line['test']:<18} power {line['power']:.3f}  "
-                  f"clean false alarms {line['clean_false_alarm']:.3f}", flush=True)
-    for canary in [*canaries, *args.canonical_canary]:
+                  f"dup {line['dup']:>2} seed {line['seed']} {line['test']:<24} {line.get('oracle_feature', '')} "
+                  f"power {line['power']:.3f}" +
+                  ("" if "clean_false_alarm" not in line else f"  clean false alarms {line['clean_false_alarm']:.3f}"),
+                  flush=True)
+    seeds = {path: load_manifest(path)["seed"] for path in canaries}
+    lowest = {}  # the exchangeability test runs on the lowest training seed's canary at each dup
+    for path in sorted(canaries, key=lambda p: -seeds[p]):
+        lowest[load_manifest(path)["dup"]] = path
+    for canary in [] if args.no_xchg else [*lowest.values(), *args.canonical_canary]:
         line = exchangeability_line(canary, args.xchg_seeds, args.cache)
         lines.append(line)
         print(json.dumps(line) if args.json else

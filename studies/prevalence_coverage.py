@@ -68,21 +68,34 @@ TARGET_COVERAGE = 0.93
 MIN_IDENTIFIABLE = 0.5  # a dup counts for min_coverage when at least this share of splits is identifiable
 
 
-def default_canaries(cache: Path) -> list[Path]:
-    """One complete GSM8K canary per dup level with the default architecture, members planted
-    shuffled (most members first)."""
+def study_canaries(cache: Path) -> list[tuple[dict, Path]]:
+    """Every complete GSM8K canary in ``cache/canary`` with the default architecture, members
+    planted shuffled: ``(manifest, directory)`` in directory order. Reference canaries (nothing
+    planted), unlearned and canonical-order ones are left out."""
     default = CanaryConfig()
-    best: dict[int, tuple[int, Path]] = {}
+    found = []
     for manifest_path in sorted(cache.glob("canary/*/manifest.json")):
         manifest = json.loads(manifest_path.read_text())
         config = manifest.get("config", {})
-        if (not manifest.get("complete") or "unlearning" in manifest or config.get("corpus", "gsm8k") != "gsm8k"
+        if (not manifest.get("complete") or "unlearning" in manifest or "reference" in manifest
+                or config.get("corpus", "gsm8k") != "gsm8k"
                 or config.get("planted_order", "shuffled") != "shuffled"  # canonical order: one planted document
                 or any(config.get(key) != getattr(default, key) for key in ARCHITECTURE)):
             continue
-        dup, n = manifest["dup"], len(manifest["member_ids"])
-        if dup not in best or n > best[dup][0]:
-            best[dup] = (n, manifest_path.parent)
+        found.append((manifest, manifest_path.parent))
+    return found
+
+
+def default_canaries(cache: Path, seed: int | None = None) -> list[Path]:
+    """One canary of :func:`study_canaries` per dup level (most members first, then the lowest
+    training seed; ``seed``: only that training seed's)."""
+    best: dict[int, tuple[tuple[int, int], Path]] = {}
+    for manifest, path in study_canaries(cache):
+        if seed is not None and manifest["seed"] != seed:
+            continue
+        dup, rank = manifest["dup"], (len(manifest["member_ids"]), -manifest["seed"])
+        if dup not in best or rank > best[dup][0]:
+            best[dup] = (rank, path)
     return [best[dup][1] for dup in sorted(best)]
 
 
@@ -109,13 +122,13 @@ def cached_scores(canary: Path, scorer_spec: str, cache: Path, with_control: boo
         if path.is_file():
             done = {row["id"]: row["scores"] for row in map(json.loads, path.read_text().splitlines())}
         if any(it.id not in done for it in its):
-            done = {r.id: r.scores for r in _score(canary, scorer_spec, its, m, path)}
+            done = {r.id: r.scores for r in score_canary(canary, scorer_spec, its, m, path)}
         columns = {label: np.array([done[it.id][label] for it in its], dtype=np.float64) for label in labels}
         result[name], result[f"{name}_columns"] = columns[labels[0]], columns
     return result
 
 
-def _score(canary: Path, scorer_spec: str, items: list, meta: dict, path: Path) -> list:
+def score_canary(canary: Path, scorer_spec: str, items: list, meta: dict, path: Path) -> list:
     """Score ``items`` under the canary with the local backend (resumable ``path``)."""
     from blackbox_mia.backends.registry import build_backend
 

@@ -32,11 +32,19 @@ from ..evaluation import clopper_pearson, dataset_level_test, estimate_prevalenc
 from ..option_names import as_arguments, named
 from ..results import ScoredText
 from ..runner import run_config, score_items
+from ..scorers import REFERENCE
 from ..types import BlackboxMIAError
 from .common import SCORES_FILE, AuditResult, Dropped, Log, Names, dropped, publish, quiet, report_config
 from .sweep_plan import SweepConfig, SweepPlan, prepare_sweep
 from .sweep_scores import calibration_order, calibration_scores, control_scores, feature_matrix, has_nan
-from .sweep_verdict import planted_fraction, suspicious_table, sweep_headline, sweep_verdict, verdict_notes
+from .sweep_verdict import (
+    planted_fraction,
+    reference_model_line,
+    suspicious_table,
+    sweep_headline,
+    sweep_verdict,
+    verdict_notes,
+)
 from .sweep_warnings import sweep_warnings
 
 __all__ = ["SweepConfig", "SweepPlan", "prepare_sweep", "run_sweep"]
@@ -122,7 +130,9 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark (swept)", ref_label))}
     nonmembers_x = neg_x if plan.calibration is not None or plan.nonmembers is not None else None
     verdict = sweep_verdict(scores_x[swept], nonmembers_x, control_x, pos_x, roles["calibration_source"], config.seed)
-    headline = sweep_headline(prevalence, roles["swept"], verdict)
+    reference_model = reference_model_line(run_cfg["backends"], plan.scorers)
+    headline = sweep_headline(prevalence, roles["swept"], verdict) + ("" if reference_model is None else
+                                                                      "\n" + reference_model)
 
     report = {
         "title": f"Contamination sweep: {plan.meta['name']}",
@@ -148,6 +158,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     summary = {
         "headline": headline,
         "verdict": {key: verdict[key] for key in ("detected", "p_value", "alpha", "test", "reference")},
+        "reference_model": run_cfg["backends"].get(REFERENCE, {}).get("model"),
         "roles": roles,
         "flag_rate": prevalence["flag_rate"],
         "realised_fpr": prevalence["realised_fpr"],

@@ -21,6 +21,7 @@ from ..evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
 from ..evaluation.detection import detection_verdict
 from ..option_names import named
 from ..results import ScoredText
+from ..scorers import REFERENCE, Scorer
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
@@ -93,6 +94,45 @@ def sweep_headline(prevalence: dict, n_swept: int, verdict: dict) -> str:
         fraction = (f"No known member: {lower}; the member fraction itself needs a TPR "
                     f"({named('calibration')} with members).")
     return f"{verdict['sentence']}\n{fraction}"
+
+
+REFERENCE_MODEL_ASSUMPTION = (
+    "assumes the reference model did not see the benchmark; if it did, its log-likelihoods rise with the target's on "
+    "the members and the feature loses signal: the test loses power, never validity, since the reference model scores "
+    "the swept items and the reference non-members alike (docs/contamination.md)")
+
+
+def reference_model_line(backends: dict, scorers: Sequence[Scorer]) -> str | None:
+    """The headline's line on the reference model (``--ref``): its name (model, and endpoint for
+    an API), the scorers that read it, and what it assumes (:data:`REFERENCE_MODEL_ASSUMPTION`);
+    None without a reference model.
+
+    Args:
+        backends: role -> the backend's description (the run configuration's ``backends``).
+        scorers: the sweep's scorers.
+    """
+    described = backends.get(REFERENCE)
+    if described is None:
+        return None
+    name = described.get("model") or described.get("backend")
+    where = f" at {described['base_url']}" if described.get("base_url") else ""
+    readers = [s.label for s in scorers if any(need.role == REFERENCE for need in s.needs("a b c"))]
+    used = f"read by {', '.join(readers)}" if readers else "read by no scorer (add ref to the features)"
+    return f"Reference model: {name}{where} ({used}); {REFERENCE_MODEL_ASSUMPTION}."
+
+
+def with_reference_feature(features: str, scorer: str, reference: str | None) -> str:
+    """``features`` plus ``ref`` when a reference model is given and neither ``scorer`` nor a
+    feature already reads it: ``--ref`` alone makes the reference model a feature of the
+    combined verdict. Scorer specs as :func:`~blackbox_mia.scorers.split_specs` reads them."""
+    from ..scorers import parse_scorer, split_specs
+
+    if reference is None:
+        return features
+    given = [parse_scorer(spec) for spec in split_specs(f"{scorer},{features}")]
+    if any(need.role == REFERENCE for s in given for need in s.needs("a b c")):
+        return features
+    return f"{features},ref" if features else "ref"
 
 
 def suspicious_table(rows: list[dict]) -> str:

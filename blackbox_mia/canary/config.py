@@ -6,10 +6,10 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..config import cache_root
+from ..config import NOT_AN_OPTION, cache_root
 from ..option_names import named
 from ..types import BlackboxMIAError
 
@@ -47,6 +47,8 @@ CHAT_FIELD = "chat_share"
 ORDER_FIELD = "planted_order"
 SHUFFLED, CANONICAL = "shuffled", "canonical"
 PLANTED_ORDERS = (SHUFFLED, CANONICAL)
+# The CanaryConfig field of reference canaries: left out of the hash at its default (False).
+REFERENCE_FIELD = "reference"
 
 # corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
 # background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
@@ -127,6 +129,13 @@ class CanaryConfig:
             :data:`~blackbox_mia.datasets.ordered.ITEM_SEPARATOR`), and that document ``dup``
             times; the exchangeability test (Oren et al. 2024) is validated on it. The
             membership split is the shuffled canary's of the same seed. Not for ``documents``.
+        reference: a REFERENCE canary (:func:`reference_config`): nothing is planted (its
+            ``dup`` is 1 and meaningless), and its background is another seeded sample of the
+            background dataset, disjoint from the background of the canaries of the same seed
+            (``n_background`` items drawn from the pool those canaries left). It never sees the
+            planted dataset (GSM8K test): the reference model of Carlini et al. 2021 §6 for
+            ``ref``. Its manifest lists the canary's members and non-members all as
+            non-members (label 0): it saw none of them. Set by ``--reference-of``, not an option.
     """
 
     corpus: str = DEFAULT_CORPUS
@@ -151,6 +160,7 @@ class CanaryConfig:
     doc_validation: int | None = None
     chat_share: float = 0.0
     planted_order: str = SHUFFLED
+    reference: bool = field(default=False, metadata=NOT_AN_OPTION)
 
     def __post_init__(self) -> None:
         """Fill the fields left ``None`` with the corpus's defaults.
@@ -188,6 +198,8 @@ class CanaryConfig:
         if self.planted_order != SHUFFLED and self.corpus == DOCUMENTS_CORPUS:
             raise BlackboxMIAError(f"canary: {named('planted_order', self.planted_order)} does not apply to "
                                    f"{named('corpus', DOCUMENTS_CORPUS)} (its documents have their own order)")
+        if self.reference:
+            self._validate_reference()
         if not (math.isfinite(self.chat_share) and self.chat_share >= 0):
             raise BlackboxMIAError(f"canary: chat_share must be a finite number >= 0, got {self.chat_share}")
         if self.chat_share > 0 and round(self.chat_share * self.n_background) < 1:
@@ -202,13 +214,24 @@ class CanaryConfig:
         if not (self.lr > 0 and 0 <= self.warmup_frac < 1 and 0 <= self.min_lr_frac <= 1 and self.weight_decay >= 0):
             raise BlackboxMIAError("canary: need lr > 0, 0 <= warmup_frac < 1, 0 <= min_lr_frac <= 1, weight_decay >= 0")
 
+    def _validate_reference(self) -> None:
+        """Raise :class:`BlackboxMIAError` for a reference canary that cannot be built: a corpus
+        without a background dataset of its own, room for two disjoint backgrounds, or a dup
+        other than 1 or a planted order other than shuffled (nothing is planted)."""
+        if self.source.background is None or self.corpus == DOCUMENTS_CORPUS:
+            raise BlackboxMIAError(f"canary: a reference canary needs a corpus whose background is a dataset of its "
+                                   f"own (not {self.corpus!r})")
+        if self.dup != 1 or self.planted_order != SHUFFLED:
+            raise BlackboxMIAError("canary: a reference canary plants nothing: dup 1, planted order shuffled "
+                                   "(make one with --reference-of CANARY)")
+
     def short_hash(self) -> str:
         """12 hex digits identifying this configuration and the recipe version.
 
         The default corpus is left out of the hashed fields, and the document fields out of
         every other corpus's, and ``chat_share`` at its default 0, so GSM8K and ja canaries
         keep the hash (and the directory) they had before the corpus could be chosen, documents
-        planted, chat examples added or the planted order chosen.
+        planted, chat examples added, the planted order chosen or references made.
         """
         identity = asdict(self)
         if self.corpus == DEFAULT_CORPUS:
@@ -220,6 +243,8 @@ class CanaryConfig:
             del identity[CHAT_FIELD]
         if self.planted_order == SHUFFLED:
             del identity[ORDER_FIELD]
+        if not self.reference:
+            del identity[REFERENCE_FIELD]
         blob = json.dumps({"recipe": RECIPE_VERSION, **identity}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
@@ -233,3 +258,20 @@ def dup_levels(dup: int) -> list[int]:
     """The dup levels planted documents cycle through: powers of two below ``dup``, then ``dup``
     (8: ``[1, 2, 4, 8]``; 6: ``[1, 2, 4, 6]``; 1: ``[1]``)."""
     return [2**i for i in range(dup.bit_length()) if 2**i < dup] + [dup]
+
+
+def reference_config(target: CanaryConfig) -> CanaryConfig:
+    """The reference canary of ``target``: its architecture, training recipe, corpus family,
+    seed and split, nothing planted (``dup`` 1, shuffled order), another sample of the
+    background (see :attr:`CanaryConfig.reference`). Every dup and planted order of one seed
+    shares one reference.
+
+    Raises:
+        BlackboxMIAError: ``target`` is itself a reference, or its corpus has no background
+            dataset of its own (``ja``, ``documents``).
+    """
+    if target.reference:
+        raise BlackboxMIAError("canary: the canary given is itself a reference canary")
+    config = replace(target, reference=True, dup=1, planted_order=SHUFFLED)
+    config.validate()
+    return config

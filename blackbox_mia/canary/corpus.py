@@ -50,6 +50,8 @@ def build_corpus(config: CanaryConfig) -> Corpus:
     ``planted_order = "canonical"`` the members are one document instead, in the planted
     dataset's file order (:func:`canonical_document`), planted ``dup`` times; the split is the
     same. The ``documents`` corpus plants whole and partial documents instead (:mod:`.documents`).
+    A reference canary (``config.reference``) plants nothing, has another background
+    (:func:`background_sample`) and lists the split's items all as non-members.
 
     Raises:
         BlackboxMIAError: more items (or documents) requested than the datasets hold.
@@ -82,9 +84,11 @@ def build_corpus(config: CanaryConfig) -> Corpus:
     if pool is None:
         background = [planted.items[i] for i in order[planted_end : planted_end + config.n_background]]
     else:
-        background = [pool.items[i] for i in rng.sample(range(len(pool.items)), config.n_background)]
+        background = [pool.items[i] for i in background_sample(len(pool.items), config, rng)]
     planted_texts = [canonical_document(members, planted.items)] if config.planted_order == CANONICAL else [
         item.text for item in members]
+    if config.reference:  # nothing planted: every item of the split is a non-member of the reference
+        members, nonmembers, planted_texts = [], [labelled(item, 0) for item in members + nonmembers], []
     documents = [item.text for item in background] + [text for text in planted_texts for _ in range(config.dup)]
     rng.shuffle(documents)
     return Corpus(
@@ -95,6 +99,24 @@ def build_corpus(config: CanaryConfig) -> Corpus:
         sources={dataset.name: dataset.sha256 for dataset in (planted, pool) if dataset is not None},
         chat_items=chat_items(background, config),
     )
+
+
+def background_sample(pool_size: int, config: CanaryConfig, rng: random.Random) -> list[int]:
+    """Indices of the ``n_background`` background items in a pool of ``pool_size``: the seeded
+    sample of the canaries of ``config.seed``; for a reference canary, the next seeded sample of
+    the pool they left (disjoint from theirs, the same ``rng`` draws both).
+
+    Raises:
+        BlackboxMIAError: a reference canary whose pool holds fewer than twice ``n_background``.
+    """
+    indices = rng.sample(range(pool_size), config.n_background)
+    if not config.reference:
+        return indices
+    if 2 * config.n_background > pool_size:
+        raise BlackboxMIAError(f"canary: a reference needs 2 x n_background = {2 * config.n_background} background "
+                               f"items, the pool holds {pool_size}")
+    taken = set(indices)
+    return rng.sample([i for i in range(pool_size) if i not in taken], config.n_background)
 
 
 def _document_corpus(config: CanaryConfig, planted, pool, rng: random.Random) -> Corpus:

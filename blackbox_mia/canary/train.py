@@ -307,6 +307,7 @@ def train_canary(
         "items_file": ITEMS_FILE,
         **documents,
         **({"chat": chat_record(chat, tokenizer)} if chat else {}),
+        **({"reference": reference_record(config)} if config.reference else {}),
         "complete": True,
     }
     write_manifest(out_dir, manifest)
@@ -334,6 +335,16 @@ def chat_record(chat: list, tokenizer) -> dict:
         "item_ids": [example.item_id for example in chat],
         "starts": [example.start for example in chat],
         "cuts": [example.cut for example in chat],
+    }
+
+
+def reference_record(config: CanaryConfig) -> dict:
+    """The manifest's ``reference`` entry of a reference canary: what it is the reference of and
+    what it never saw (:attr:`CanaryConfig.reference`)."""
+    return {
+        "of": f"every {config.corpus} canary of seed {config.seed} with this architecture and recipe (any dup)",
+        "planted": "nothing: no item of " + config.source.noun,
+        "background": f"{config.n_background} {config.source.background_noun}, disjoint from those canaries' background",
     }
 
 

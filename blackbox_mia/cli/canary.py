@@ -83,6 +83,10 @@ def train(
     cache_dir: Path | None = typer.Option(None, "--cache-dir", envvar="BBMIA_CACHE_DIR", help="cache root (default ./cache)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
+    reference_of: Path | None = typer.Option(
+        None, "--reference-of", help="train the REFERENCE of this canary directory instead: its configuration, nothing "
+        "planted, another sample of its background corpus (never its members nor the benchmark); one per seed, "
+        "shared by every dup. Use it with bbmia sweep --ref"),
     *,
     config: CanaryConfig,
 ):
@@ -95,6 +99,8 @@ def train(
     Score it afterwards with: bbmia score canary:DIR --local DIR; audit a document
     canary (--corpus documents) with: bbmia documents DIR/documents.jsonl --local DIR
     --calibration DIR/documents_validation.jsonl --chunk-words 64 (the command it prints)
+
+    With --reference-of CANARY: the reference model of that canary (bbmia sweep --ref).
     """
     from ..canary import (
         MANIFEST,
@@ -106,6 +112,8 @@ def train(
     from ..canary.checkpoint import CHECKPOINT_SECONDS, checkpoint_dir, saved_progress
 
     with user_errors():
+        if reference_of is not None:
+            config = reference_of_canary(reference_of, config)
         config.validate()
         target = out if out is not None else canary_dir(config, cache_dir)
         reused = not force and (target / MANIFEST).is_file()
@@ -133,7 +141,11 @@ def train(
             f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
             f"final loss per epoch: {losses} nats/token"
         )
-        typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
+        if reference_of is not None:  # it saw none of the canary's items: nothing to score it on
+            typer.echo(f"use it as the reference model: bbmia sweep gsm8k --local {reference_of} --ref {path} "
+                       f"--calibration canary:{reference_of} --calibration-fraction 0.5", err=True)
+        else:
+            typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
         summary = {"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused}
         if "documents_file" in manifest:
             summary.update(documents=str(path / manifest["documents_file"]), validation=str(path / manifest["validation_file"]))
@@ -153,3 +165,22 @@ def train(
             )
         if json_out:
             echo_json_line(summary)
+
+
+def reference_of_canary(canary: Path, options: CanaryConfig) -> CanaryConfig:
+    """The configuration of the reference canary of the canary directory ``canary``
+    (:func:`~blackbox_mia.canary.config.reference_config`).
+
+    Raises:
+        BlackboxMIAError: no complete canary there, a reference or a corpus without a
+            background dataset of its own, or configuration options given too (the reference
+            takes the canary's).
+    """
+    from ..canary import load_manifest
+    from ..canary.config import reference_config
+    from ..canary.manifest import recorded_config
+    from ..types import BlackboxMIAError
+
+    if options != CanaryConfig():
+        raise BlackboxMIAError("--reference-of takes the canary's configuration: give no other configuration option")
+    return reference_config(CanaryConfig(**recorded_config(load_manifest(canary))))

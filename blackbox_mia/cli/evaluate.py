@@ -166,6 +166,10 @@ def sweep_command(
     fraction corrected for its FPR and TPR with an exact interval, and a one-sided Welch t-test
     of the benchmark against a control built from it (Maini et al. 2024).
 
+    With --ref MODEL (a reference model that did not see the benchmark, e.g. bbmia canary train
+    --reference-of), the feature ref (target minus reference log-likelihood) joins the verdict's
+    features; the report names the reference model and what it assumes.
+
     Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
     """
     with user_errors():
@@ -173,8 +177,11 @@ def sweep_command(
         from ..controls import ControlConfig
         from ..option_names import as_flags
 
+        from ..audits.sweep_verdict import with_reference_feature
+
+        scorer = one_scorer_spec(scorers, scorer_alias)
         config = SweepConfig(
-            dataset=dataset, scorer=one_scorer_spec(scorers, scorer_alias), features=features, rule=rule,
+            dataset=dataset, scorer=scorer, features=with_reference_feature(features, scorer, target.ref), rule=rule,
             target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,

@@ -71,6 +71,11 @@ class Scorer(ABC):
             BlackboxMIAError: a text with no scored token, or log-probs the scorer cannot read.
         """
 
+    def conditioning_texts(self) -> tuple[str, ...]:
+        """Texts the scorer prepends to every scored text (ReCaLL's non-member prefix): an audit
+        refuses them among its own items, whose exchangeability they would break. Empty for most."""
+        return ()
+
     def lowest_percent(self) -> float | None:
         """k (percent) when the score is made of means of the lowest k% of the log-probs of each
         text it reads (k = 100: their mean), so bounds on those means bound the score and the

@@ -119,6 +119,8 @@ PRINTED_NEXT: dict[str, str | None] = {
     "audit: bbmia unlearning": None,
     "serve it as a chat model: bbmia serve": "needs the chat canary (about 11 min of training on 2 cores); "
     "tests/integration/test_chat_canary.py serves a tiny chat canary with --chat-template model",
+    "use it as the reference model: bbmia sweep gsm": "tests/integration/test_reference_canary.py runs this sweep "
+    "(--ref) on a tiny canary and the reference --reference-of trained",
     "repair with: bbmia cache repair": "printed only for a damaged cache; tests/unit/test_cache_check.py checks "
     "the line and runs the repair it names",
 }

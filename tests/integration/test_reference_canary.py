@@ -1,0 +1,66 @@
+"""``bbmia canary train --reference-of`` end to end on a tiny canary (seconds on CPU)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from blackbox_mia.canary import canary_items, load_manifest
+from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
+from blackbox_mia.cli import evaluate as _evaluate  # noqa: F401  (registers sweep)
+from blackbox_mia.cli.app import app
+
+TINY_ARGS = ["--n-background", "30", "--n-members", "4", "--n-nonmembers", "4", "--dup", "2", "--vocab-size", "280",
+             "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "32", "--epochs", "1",
+             "--batch-size", "8"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    result = CliRunner().invoke(app, ["canary", "train", "--quiet", "--out", str(root / "target"), *TINY_ARGS])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def test_reference_of_trains_an_unplanted_model_on_another_background(tiny):
+    runner = CliRunner()
+    out = tiny / "reference"
+    result = runner.invoke(app, ["canary", "train", "--quiet", "--out", str(out), "--reference-of", str(tiny / "target")])
+    assert result.exit_code == 0, result.output
+    assert (f"use it as the reference model: bbmia sweep gsm8k --local {tiny / 'target'} --ref {out} "
+            f"--calibration canary:{tiny / 'target'} --calibration-fraction 0.5") in result.output
+    target, reference = load_manifest(tiny / "target"), load_manifest(out)
+    assert reference["config"]["reference"] is True and reference["dup"] == 1 and reference["member_ids"] == []
+    assert reference["nonmember_ids"] == target["member_ids"] + target["nonmember_ids"]
+    assert len(reference["background_ids"]) == 30 and not set(reference["background_ids"]) & set(target["background_ids"])
+    assert reference["n_documents"] == 30 and "nothing" in reference["reference"]["planted"]
+    assert all(item.label == 0 for item in canary_items(out))
+    # a configuration option with --reference-of, or a reference of a reference: one line, exit 2
+    for args in (["--dup", "3"], []):
+        source = tiny / "target" if args else out
+        bad = runner.invoke(app, ["canary", "train", "--out", str(tiny / "x"), "--reference-of", str(source), *args])
+        assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert "give no other configuration option" in runner.invoke(
+        app, ["canary", "train", "--reference-of", str(tiny / "target"), "--dup", "3"]).output
+
+
+def test_sweep_with_ref_names_the_reference_model_and_adds_the_feature(tiny, tmp_path):
+    runner = CliRunner()
+    reference = tiny / "reference_for_sweep"
+    assert runner.invoke(app, ["canary", "train", "--quiet", "--out", str(reference),
+                               "--reference-of", str(tiny / "target")]).exit_code == 0
+    target = tiny / "target"
+    result = runner.invoke(app, ["sweep", "gsm8k", "--local", str(target), "--ref", str(reference), "--limit", "40",
+                                 "--calibration", f"canary:{target}", "--calibration-fraction", "0.5",
+                                 "--out", str(tmp_path / "sweep"), "--quiet", "--json"])
+    assert result.exit_code == 0, result.output
+    output = result.output[result.output.index("Contamination"):]  # after any model-loading bar on stderr
+    headline = output.splitlines()[:3]
+    assert "tail test on 2 combined features" in headline[0]  # min_k and the ref added by --ref
+    assert headline[2].startswith(f"Reference model: {reference} (read by ref); assumes the reference model did not "
+                                  "see the benchmark")
+    summary = json.loads(result.output.splitlines()[-1])
+    assert summary["reference_model"] == str(reference)
+    config = json.loads((tmp_path / "sweep" / "scores.jsonl.config.json").read_text())
+    assert set(config["scorers"]) == {"min_k", "ref"} and config["backends"]["reference"]["model"] == str(reference)

@@ -1,0 +1,62 @@
+"""The reference canary's configuration and corpus (no training: tests/integration/test_reference_canary.py)."""
+
+import dataclasses
+
+import pytest
+
+from blackbox_mia.canary import CanaryConfig, build_corpus
+from blackbox_mia.canary.config import reference_config
+from blackbox_mia.types import BlackboxMIAError
+
+SMALL = CanaryConfig(n_background=60, n_members=10, n_nonmembers=10, dup=4)
+
+
+def test_reference_plants_nothing_and_draws_another_background():
+    target, reference = build_corpus(SMALL), build_corpus(reference_config(SMALL))
+    assert len(target.documents) == 60 + 10 * 4 and len(reference.documents) == 60
+    assert len(reference.background_ids) == 60 and not set(reference.background_ids) & set(target.background_ids)
+    split = [item.id for item in target.members + target.nonmembers]
+    assert reference.members == [] and [item.id for item in reference.nonmembers] == split
+    assert all(item.label == 0 for item in reference.nonmembers)
+    planted = {item.text for item in target.members + target.nonmembers}
+    assert not planted & set(reference.documents)  # never a benchmark item
+
+
+def test_every_dup_of_a_seed_shares_one_reference_and_ordinary_hashes_stay():
+    assert reference_config(SMALL) == reference_config(dataclasses.replace(SMALL, dup=1, planted_order="canonical"))
+    assert reference_config(SMALL).dup == 1 and reference_config(SMALL).reference
+    assert reference_config(SMALL).short_hash() != dataclasses.replace(SMALL, dup=1).short_hash()
+    assert CanaryConfig().short_hash() == "6338e872951d"  # the default canary's directory, as before references
+
+
+@pytest.mark.parametrize("config, message", [
+    (CanaryConfig(corpus="ja"), "background is a dataset of its own"),
+    (CanaryConfig(corpus="documents"), "background is a dataset of its own"),
+    (reference_config(SMALL), "itself a reference"),
+])  # fmt: skip
+def test_reference_errors(config, message):
+    with pytest.raises(BlackboxMIAError, match=message):
+        reference_config(config)
+
+
+def test_reference_needs_room_for_two_backgrounds():
+    with pytest.raises(BlackboxMIAError, match="2 x n_background = 8000"):
+        build_corpus(reference_config(dataclasses.replace(SMALL, n_background=4000)))
+    with pytest.raises(BlackboxMIAError, match="plants nothing"):
+        dataclasses.replace(reference_config(SMALL), dup=2).validate()
+
+
+def test_ref_joins_the_features_once_when_a_reference_model_is_given():
+    from blackbox_mia.audits.sweep_verdict import reference_model_line, with_reference_feature
+    from blackbox_mia.scorers import parse_scorers
+
+    assert with_reference_feature("loss", "min_k", None) == "loss"
+    assert with_reference_feature("loss", "min_k", "ref-model") == "loss,ref"
+    assert with_reference_feature("", "min_k", "ref-model") == "ref"
+    assert with_reference_feature("loss,ref", "min_k", "ref-model") == "loss,ref"
+    assert with_reference_feature("", "ref", "ref-model") == ""
+    api = {"target": {"model": "t"}, "reference": {"backend": "api", "model": "small", "base_url": "http://h/v1"}}
+    line = reference_model_line(api, parse_scorers("min_k,ref"))
+    assert line.startswith("Reference model: small at http://h/v1 (read by ref); assumes the reference model did not")
+    assert "read by no scorer" in reference_model_line(api, parse_scorers("min_k"))
+    assert reference_model_line({"target": {"model": "t"}}, parse_scorers("min_k")) is None
