@@ -19,8 +19,8 @@ more likely a member; labels 1 = member, 0 = non-member.
 Each audit runs in two steps so that bad input fails before a model is loaded:
 ``prepare_*`` loads and checks the data (cheap), then ``run_*`` scores it with the backends.
 
-Modules: :mod:`.eval`, :mod:`.ablation` (eval's prompt-length ablation), :mod:`.sweep` (its
-configuration and plan in :mod:`.sweep_plan`, its groups' score matrices in :mod:`.sweep_scores`),
+Modules: :mod:`.eval`, :mod:`.ablation` (eval's prompt-length ablation), :mod:`.sweep` (a
+package: its plan, score matrices, verdict, caveats and run), :mod:`.unlearning` (a package),
 :mod:`.memorization` (``bbmia memorize``), and :mod:`.common` (what they share: option checks,
 labels, score columns, the report files).
 """

@@ -177,7 +177,7 @@ def sweep_command(
         from ..controls import ControlConfig
         from ..option_names import as_flags
 
-        from ..audits.sweep_verdict import with_reference_feature
+        from ..audits.sweep.verdict import with_reference_feature
 
         scorer = one_scorer_spec(scorers, scorer_alias)
         config = SweepConfig(

@@ -78,7 +78,7 @@ def test_dc_pdd_needs_the_first_corpus_texts_of_gsm8k_train_by_default():
 
 
 def test_a_sweep_refuses_recall_prefix_texts_among_its_items(prefix_file):
-    from blackbox_mia.audits.sweep_plan import _check_conditioning
+    from blackbox_mia.audits.sweep.plan import _check_conditioning
     from blackbox_mia.datasets import Item
 
     scorer, loss = parse_scorer(f"recall:prefix={prefix_file},shots=2"), parse_scorer("loss")

@@ -47,7 +47,7 @@ def test_reference_needs_room_for_two_backgrounds():
 
 
 def test_ref_joins_the_features_once_when_a_reference_model_is_given():
-    from blackbox_mia.audits.sweep_verdict import reference_model_line, with_reference_feature
+    from blackbox_mia.audits.sweep.verdict import reference_model_line, with_reference_feature
     from blackbox_mia.scorers import parse_scorers
 
     assert with_reference_feature("loss", "min_k", None) == "loss"

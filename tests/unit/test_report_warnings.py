@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from blackbox_mia.audits.memorization import memorize_warnings
-from blackbox_mia.audits.sweep_warnings import sweep_warnings
+from blackbox_mia.audits.sweep.caveats import sweep_warnings
 from blackbox_mia.audits.unlearning import unlearning_warnings
 from blackbox_mia.audits.common import publish
 from blackbox_mia.evaluation import estimate_prevalence, render_markdown

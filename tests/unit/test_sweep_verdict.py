@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blackbox_mia.audits.sweep_verdict import sweep_headline, sweep_verdict, verdict_notes
+from blackbox_mia.audits.sweep.verdict import sweep_headline, sweep_verdict, verdict_notes
 from blackbox_mia.evaluation import estimate_prevalence
 from blackbox_mia.evaluation.detection import tail_test
 

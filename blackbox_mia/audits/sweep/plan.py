@@ -11,16 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..canary import find_canary_manifest
-from ..canary.dataset import load_items
-from ..config import check_number
-from ..controls import ControlConfig, ControlSet, build_control, control_kind
-from ..datasets import Item
-from ..evaluation import RULES, min_nonmembers
-from ..option_names import named
-from ..scorers import Scorer, parse_scorer, parse_scorers
-from ..types import BlackboxMIAError
-from .common import Log, quiet, require_labelled
+from ...canary import find_canary_manifest
+from ...canary.dataset import load_items
+from ...config import check_number
+from ...controls import ControlConfig, ControlSet, build_control, control_kind
+from ...datasets import Item
+from ...evaluation import RULES, min_nonmembers
+from ...option_names import named
+from ...scorers import Scorer, parse_scorer, parse_scorers
+from ...types import BlackboxMIAError
+from ..common import Log, quiet, require_labelled
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,5 @@
-"""``bbmia sweep``: did an UNLABELLED benchmark leak into a model, and how much of it?
-
-First the verdict: an exact test of "no swept item is a member" against the reference
-non-members (:mod:`.sweep_verdict`, :mod:`blackbox_mia.evaluation.detection`). Then one
-scorer, a threshold calibrated on known non-members for a target FPR, and the member fraction
-of the swept items estimated with every source of uncertainty carried
-(:func:`~blackbox_mia.evaluation.estimate_prevalence`, docs/design.md §5): the calibration and
-the swept items are disjoint by construction (a calibration text found in the benchmark is
-dropped from the swept items, and the report counts each role), the interval is exact and
-distribution-free (simultaneous bounds of the flag rate, the conformal threshold's FPR and the
-TPR), the realised FPR comes with its Clopper–Pearson CI, an estimate whose TPR − FPR is
-not clearly above 0 is reported as not identifiable, and the one-sided lower bound, valid
-without any known member, is the headline when no member is known. A one-sided Welch t-test
-compares the benchmark with a non-member control built from the benchmark itself
-(:mod:`blackbox_mia.controls`; Maini et al. 2024), whose own contamination is measured. When the
-target is a canary (:func:`~blackbox_mia.canary.find_canary_manifest`), the true member
-fraction of the swept items is reported beside the estimate.
-"""
+"""Run the sweep (:func:`run_sweep`): score every group of its plan, the verdict, the prevalence
+estimate, the control test and the report (the method: :mod:`blackbox_mia.audits.sweep`)."""
 
 from __future__ import annotations
 
@@ -25,19 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..spend.guard import guard_groups
-from ..datasets import Item
-from ..evaluation import clopper_pearson, dataset_level_test, estimate_prevalence, plot_histogram
-from ..option_names import as_arguments, named
-from ..results import ScoredText
-from ..runner import run_config, score_items
-from ..scorers import REFERENCE
-from ..types import BlackboxMIAError
-from .common import SCORES_FILE, AuditResult, Dropped, Log, Names, dropped, publish, quiet, report_config
-from .sweep_plan import SweepConfig, SweepPlan, prepare_sweep
-from .sweep_scores import calibration_order, calibration_scores, control_scores, feature_matrix, has_nan
-from .sweep_verdict import (
+from ...backends.base import Backend
+from ...spend.guard import guard_groups
+from ...datasets import Item
+from ...evaluation import clopper_pearson, dataset_level_test, estimate_prevalence, plot_histogram
+from ...option_names import as_arguments, named
+from ...results import ScoredText
+from ...runner import run_config, score_items
+from ...scorers import REFERENCE
+from ...types import BlackboxMIAError
+from ..common import SCORES_FILE, AuditResult, Dropped, Log, Names, dropped, publish, quiet, report_config
+from .plan import SweepConfig, SweepPlan, prepare_sweep
+from .scores import calibration_order, calibration_scores, control_scores, feature_matrix, has_nan
+from .verdict import (
     planted_fraction,
     reference_model_line,
     suspicious_table,
@@ -45,7 +29,7 @@ from .sweep_verdict import (
     sweep_verdict,
     verdict_notes,
 )
-from .sweep_warnings import sweep_warnings
+from .caveats import sweep_warnings
 
 __all__ = ["SweepConfig", "SweepPlan", "prepare_sweep", "run_sweep"]
 

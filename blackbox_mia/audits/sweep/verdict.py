@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..canary import load_manifest
-from ..evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
-from ..evaluation.detection import detection_verdict
-from ..option_names import named
-from ..results import ScoredText
-from ..scorers import REFERENCE, Scorer
+from ...canary import load_manifest
+from ...evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
+from ...evaluation.detection import detection_verdict
+from ...option_names import named
+from ...results import ScoredText
+from ...scorers import REFERENCE, Scorer
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
@@ -125,7 +125,7 @@ def with_reference_feature(features: str, scorer: str, reference: str | None) ->
     """``features`` plus ``ref`` when a reference model is given and neither ``scorer`` nor a
     feature already reads it: ``--ref`` alone makes the reference model a feature of the
     combined verdict. Scorer specs as :func:`~blackbox_mia.scorers.split_specs` reads them."""
-    from ..scorers import parse_scorer, split_specs
+    from ...scorers import parse_scorer, split_specs
 
     if reference is None:
         return features

@@ -5,7 +5,7 @@ and that the control was contaminated)."""
 
 from __future__ import annotations
 
-from ..option_names import named
+from ...option_names import named
 
 
 def sweep_warnings(prevalence: dict, threshold: dict, contamination: dict | None, n_control: int | None) -> list[str]:

@@ -1,6 +1,6 @@
 """The score matrices of a sweep's groups (:func:`.sweep.run_sweep`): the benchmark's, the
 control's and the calibration's rows as arrays of shape (texts, F), one column per scorer of
-:attr:`.sweep_plan.SweepPlan.scorers`, calibration texts already in the benchmark reusing its rows;
+:attr:`.plan.SweepPlan.scorers`, calibration texts already in the benchmark reusing its rows;
 with ``drop_unscored`` a row without a usable score is all NaN (:func:`has_nan`)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.base import Backend
-from ..datasets import Item
-from ..results import ScoredText
-from ..runner import run_config, score_items
-from .common import Log, score_column, usable
-from .sweep_plan import SweepPlan
+from ...backends.base import Backend
+from ...datasets import Item
+from ...results import ScoredText
+from ...runner import run_config, score_items
+from ..common import Log, score_column, usable
+from .plan import SweepPlan
 
 
 def control_scores(plan: SweepPlan, items: list[Item] | None, backends: dict[str, Backend], out_dir: Path,
