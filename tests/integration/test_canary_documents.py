@@ -20,6 +20,7 @@ from blackbox_mia.canary import (
 from blackbox_mia.canary.documents import ITEM_SEPARATOR, partial_run
 from blackbox_mia.cli import canary as _  # noqa: F401  (registers the sub-app)
 from blackbox_mia.cli.app import app
+from blackbox_mia.config import NOT_AN_OPTION
 from blackbox_mia.datasets import load_shipped_or_jsonl
 from blackbox_mia.types import BlackboxMIAError
 
@@ -28,7 +29,8 @@ SMALL = CanaryConfig(corpus="documents", n_background=40, n_members=8, n_nonmemb
 # SMALL's documents on a one-layer model, trained through the command line (one option per field)
 TINY = dataclasses.replace(SMALL, vocab_size=500, n_layer=1, n_embd=32, n_head=2, block_size=64, epochs=3,
                            batch_size=8, lr=0.01)  # fmt: skip
-TINY_ARGS = [arg for name, value in dataclasses.asdict(TINY).items() for arg in ("--" + name.replace("_", "-"), str(value))]
+TINY_ARGS = [arg for f in dataclasses.fields(TINY) if not NOT_AN_OPTION.items() <= f.metadata.items()
+             for arg in ("--" + f.name.replace("_", "-"), str(getattr(TINY, f.name)))]  # every command-line field
 
 
 @pytest.fixture(scope="module")
