@@ -179,6 +179,14 @@ class Strategy(ABC):
         value = (await self.unbiased(position)).find(position.target)
         return None if value is None else Estimate.exact(value, "topn")
 
+    async def listed_or_bound(self, position: Position, strategy: str = "topn-bound") -> Estimate:
+        """The target's value read from the unbiased top-n (``topn``), else the top-n upper bound
+        under ``strategy``'s name."""
+        listed = await self.listed(position)
+        if listed is not None:
+            return listed
+        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target, self.caps), strategy)
+
     @abstractmethod
     async def measure(self, position: Position) -> Estimate:
         """lp of ``position.target`` (nats) with bounds by this strategy's own mechanism, even
@@ -209,10 +217,7 @@ class TopN(Strategy):
     name = "topn"
 
     async def measure(self, position: Position) -> Estimate:
-        listed = await self.listed(position)
-        if listed is not None:
-            return listed
-        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target, self.caps), "topn-bound")
+        return await self.listed_or_bound(position)
 
 
 class Forced(Strategy):
@@ -243,35 +248,6 @@ class Forced(Strategy):
             return Estimate.at_most(upper, "ambiguous")
         # not sampled even at the cap: the gap to the argmax exceeds the bias range
         return Estimate.at_most(min(upper, unbiased.top_logprob - self.config.max_bias), "forced>cap")
-
-
-class PostBias(Strategy):
-    """lp_i = lp_r + (lp'_i − lp'_r) − b with a reference token r listed in both answers."""
-
-    name = "postbias"
-
-    async def measure(self, position: Position) -> Estimate:
-        target, bias = position.target, self.config.max_bias
-        unbiased = await self.unbiased(position)
-        listed = unbiased.find(target)
-        upper = listed if listed is not None else topn_upper_bound(unbiased, target, self.caps)
-        biased = await self.biased(position, bias)
-        hit = self.is_target(biased, target, unbiased)
-        lp_target = biased.find(target)
-        if lp_target is None and hit:
-            lp_target = biased.sampled_logprob
-        if lp_target is not None:
-            for entry in unbiased.top:
-                if entry.ids is None or len(entry.ids) != 1 or target in entry.ids:
-                    continue
-                lp_ref_biased = biased.find(next(iter(entry.ids)))
-                if lp_ref_biased is not None:
-                    return Estimate.exact(entry.logprob + (lp_target - lp_ref_biased) - bias, "postbias")
-            return Estimate.at_most(upper, "topn-bound")  # listed, but no reference to solve with
-        if hit is False and biased.ambiguous(target) is None:
-            # not even listed at the cap: lp_i + b < lp_top
-            return Estimate.at_most(min(upper, unbiased.top_logprob - bias), "postbias>cap")
-        return Estimate.at_most(upper, "ambiguous")
 
 
 class Prompt:
