@@ -32,16 +32,20 @@ REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows t
 
 @dataclass
 class Estimate:
-    """lp_i with bounds (nats) and the strategy that produced it."""
+    """lp_i with bounds (nats) and the strategy that produced it; ``rank``: how many tokens the
+    unbiased top-n listed above the target where the answer showed it (0: the argmax; the
+    top-n or more: not listed), ``None`` where it did not (run reading's policy reads it:
+    :mod:`.runs`)."""
 
     value: float
     lower: float
     upper: float
     strategy: str
+    rank: int | None = None
 
     @classmethod
-    def exact(cls, value: float, strategy: str) -> Estimate:
-        return cls(value, value, value, strategy)
+    def exact(cls, value: float, strategy: str, rank: int | None = None) -> Estimate:
+        return cls(value, value, value, strategy, rank)
 
     @classmethod
     def at_most(cls, upper: float, strategy: str) -> Estimate:
@@ -230,6 +234,12 @@ class Forced(Strategy):
     async def resolve(self, position: Position) -> Estimate:
         return await self.measure(position)
 
+    def rank(self, answer: NextToken, target: int) -> int:
+        """How many listed entries of a forced answer (pre-bias: the unbiased top-n's values)
+        lie above the target's value by more than the tolerance."""
+        value = answer.sampled_logprob
+        return sum(1 for e in answer.top if not may_be(e.ids, target) and e.logprob > value + self.caps.tolerance)
+
     async def measure(self, position: Position) -> Estimate:
         target = position.target
         biased = await self.biased(position, self.config.max_bias)
@@ -239,7 +249,7 @@ class Forced(Strategy):
             unbiased = await self.unbiased(position)
             hit = self.is_target(biased, target, unbiased) if hit is None else hit
         if hit:
-            return Estimate.exact(biased.sampled_logprob, "forced")
+            return Estimate.exact(biased.sampled_logprob, "forced", self.rank(biased, target))
         listed = unbiased.find(target)
         if listed is not None:
             return Estimate.exact(listed, "topn")
