@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities
 from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
@@ -134,7 +135,8 @@ def test_bisection_reads_its_unbiased_answers_by_runs():
 def test_forced_read_out_gives_the_targets_rank_and_the_odds_read_it():
     """Forced read-out's answer lists the unbiased top-n (pre-bias values): after 0, target 1 is
     the argmax (rank 0), 2 is second (rank 1), 5 is not listed (rank 2 = top-n). The odds count
-    them: an argmax, a listed and an unlisted non-argmax."""
+    them: an argmax, a listed and an unlisted non-argmax, each read scaling the earlier counts
+    by MEMORY = 0.9: argmax 0.81, others 0.9 + 1, unlisted 1, listed 0.9."""
     from blackbox_mia.backends.api.tracker.runs import Odds
     from blackbox_mia.backends.api.tracker.strategies import Position
 
@@ -144,4 +146,4 @@ def test_forced_read_out_gives_the_targets_rank_and_the_odds_read_it():
     odds = Odds()
     for estimate in estimates:
         odds.read(estimate, 2)
-    assert (odds.argmax, odds.other, odds.unlisted, odds.listed) == (2, 3, 2, 2)
+    assert (odds.argmax, odds.other, odds.unlisted, odds.listed) == pytest.approx((0.81, 1.9, 1.0, 0.9))

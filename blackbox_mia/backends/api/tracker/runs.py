@@ -14,8 +14,10 @@ target is not listed. With q the chance that a target is the argmax and u the ch
 non-argmax target is not listed, a run covers 1/(1 − q) positions on average for 1 + u requests,
 per-position read-out one position per request: so the window's next request is a run while
 (1 + u)·(1 − q) < 1, q and u counted from what the window's reads so far showed (each run's
-matches and mismatch, each forced read-out's rank among the listed values), Laplace's rule from
-one pseudo-count of each outcome (so a window starts with a run). Else :data:`CHUNK` positions
+matches and mismatch, each forced read-out's rank among the listed values), the counts of
+earlier targets fading by :data:`MEMORY` per target (a text that turns memorized is followed
+within a few targets), Laplace's rule from one pseudo-count of each outcome (so a window
+starts with a run). Else :data:`CHUNK` positions
 are read at once, and the odds looked at again. Run lengths start at :data:`RUN_FIRST_TOKENS` and
 double after a run that matched throughout (up to :data:`RUN_MAX_TOKENS`). The rule and the
 constants were chosen by replaying policies on white-box answers of the dup-16 GSM8K canary,
@@ -38,6 +40,7 @@ ARGMAX_LOGPROB = math.log(0.5)  # an exact log-prob above this is the argmax's (
 UNBIASED_FIRST_TOKENS = 4  # the same for the runs that read bisection's unbiased answers (read_unbiased)
 CHUNK = 2  # per-position read-outs of one window asked at once between two looks at the odds
 PSEUDO_COUNT = 1.0  # Laplace's rule: each outcome's count before a window's first read
+MEMORY = 0.9  # each target read scales a window's earlier counts by this: a text that turns memorized is followed within a few targets
 # positions of a text whose unbiased answers one chain of run requests covers, one request after
 # another (:func:`read_unbiased`; the segments in parallel): longer segments save few requests for
 # many more rounds of requests (figures: records/measured-settings.md)
@@ -115,25 +118,33 @@ def next_run_tokens(k: int, throughout: bool, first: int = RUN_FIRST_TOKENS) -> 
 
 @dataclass
 class Odds:
-    """What one window's reads so far say of its next target (counts, from
-    :data:`PSEUDO_COUNT` each): targets that were the argmax and that were not, and among the
-    latter those not listed in the top-n and those listed."""
+    """What one window's reads so far say of its next target: counts of targets that were the
+    argmax and that were not, and among the latter of those not listed in the top-n and those
+    listed, each target read scaling the earlier counts by :data:`MEMORY` (recent targets weigh
+    most); each count plus :data:`PSEUDO_COUNT` in :meth:`run_pays`."""
 
-    argmax: float = PSEUDO_COUNT
-    other: float = PSEUDO_COUNT
-    unlisted: float = PSEUDO_COUNT
-    listed: float = PSEUDO_COUNT
+    argmax: float = 0.0
+    other: float = 0.0
+    unlisted: float = 0.0
+    listed: float = 0.0
 
     def run_pays(self) -> bool:
         """Whether a run request is expected to cost fewer requests per position than per-position
         read-out: (1 + u)·(1 − q) < 1 (module docstring)."""
-        q = self.argmax / (self.argmax + self.other)
-        u = self.unlisted / (self.unlisted + self.listed)
+        q = (self.argmax + PSEUDO_COUNT) / (self.argmax + self.other + 2 * PSEUDO_COUNT)
+        u = (self.unlisted + PSEUDO_COUNT) / (self.unlisted + self.listed + 2 * PSEUDO_COUNT)
         return (1 + u) * (1 - q) < 1
+
+    def forget(self, targets: int) -> None:
+        """Scale the counts by :data:`MEMORY` once per target read."""
+        scale = MEMORY**targets
+        self.argmax, self.other = self.argmax * scale, self.other * scale
+        self.unlisted, self.listed = self.unlisted * scale, self.listed * scale
 
     def ran(self, matched: int, mismatched: bool, lost: bool) -> None:
         """A run's outcome: ``matched`` argmax targets, then a mismatch (``mismatched``) that was
         not listed (``lost``) or was."""
+        self.forget(matched + mismatched)
         self.argmax += matched
         if mismatched:
             self.other += 1
@@ -145,9 +156,10 @@ class Odds:
         and any other value counts as not the argmax."""
         if estimate.rank is None:
             argmax = estimate.lower == estimate.upper and estimate.value > ARGMAX_LOGPROB
+            self.forget(1)
             self.argmax, self.other = self.argmax + argmax, self.other + (not argmax)
         elif estimate.rank == 0:
-            self.argmax += 1
+            self.ran(1, False, False)
         else:
             self.ran(0, True, estimate.rank >= top_n)
 
