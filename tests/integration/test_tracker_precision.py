@@ -66,3 +66,20 @@ def test_the_verdict_line_names_the_behaviour(server, peaked_model_dir, tmp_path
     assert line.startswith("reading: prompt log-probs")  # the emulator answers echo
     assert (f"rounded to {bits} significant bits" in line) is (bits is not None)
     assert ("nondeterministic" in line) is jitter
+
+
+@pytest.mark.parametrize("name", list(SERVERS))
+def test_post_bias_values_within_their_bounds(name, local, peaked_model_dir, texts, tmp_path):
+    """A post-bias server (``processed`` log-probs) that rounds or jitters: the closed form's
+    bounds, its report error amplified by the solve, hold for every token."""
+    settings, bits, _ = SERVERS[name]
+    white = local.logprobs(texts)
+    config = ServerConfig(str(peaked_model_dir), logprobs_mode="processed", **settings)
+    with serve_in_background(config, backend=local) as url:
+        backend = make_backend(url, peaked_model_dir, tmp_path, "postbias")
+        assert backend.capabilities.report_bits == bits
+        black = backend.logprobs(texts)
+        backend.close()
+    for b, w in zip(black, white):
+        assert np.all(b.lower - FLOAT_NOISE <= w.logprobs) and np.all(w.logprobs <= b.upper + FLOAT_NOISE)
+        assert {"postbias", "topn"} >= set(b.strategies) and np.isfinite(b.lower).all()

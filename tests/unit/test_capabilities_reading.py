@@ -16,7 +16,8 @@ def test_each_reading_in_one_line():
     forced = replace(TOPN_ONLY, bias_forces=True, reported="pre-bias", forced_readout=True, bisect=True)
     assert forced.reading() == "reading: top-n with logit_bias (forced): 1 request per token"
     post = replace(TOPN_ONLY, bias_forces=True, reported="post-bias", postbias_solve=True, run_reading=True)
-    assert post.reading() == ("reading: top-n with logit_bias (postbias): 1 to 2 requests per token, fewer where "
+    assert post.reading() == ("reading: top-n with logit_bias (postbias): 1 request per token (more where the biased answer "
+                              "does not list it), fewer where "
                               "the model's greedy run follows the text")
     assert replace(forced, prompt_logprobs=True).reading().startswith("reading: prompt log-probs: 1 request per text")
 

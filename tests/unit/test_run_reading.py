@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from blackbox_mia.backends.api.capabilities import Capabilities
 from blackbox_mia.backends.api.tracker.tracker import Tracker, TrackerConfig
@@ -37,22 +38,23 @@ def truth(seq):
 
 
 def test_a_reproduced_text_costs_a_few_requests():
-    """14 targets, each the argmax (p 0.7): 2 forced (one chunk; its last is a proven argmax),
-    then a 4-token run (all match) and an 8-token run to the end: 4 requests instead of 14."""
+    """14 targets, each the argmax (p 0.7): a window starts with a run (the odds' pseudo-counts:
+    (1 + 1/2)·(1 − 1/2) < 1), 8 tokens that all match, then a run to the end (6 of the doubled
+    16): 2 requests instead of 14."""
     seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
     result, calls = track(seq, "run")
-    assert calls == 4 and track(seq, "forced")[1] == 14
-    assert result.strategies == ["forced"] * 2 + ["run"] * 12
+    assert calls == 2 and track(seq, "forced")[1] == 14
+    assert result.strategies == ["run"] * 14
     np.testing.assert_allclose(result.logprobs, truth(seq))
     np.testing.assert_array_equal(result.lower, result.upper)
 
 
 def test_auto_reads_runs_where_the_probe_verified_them():
-    """``auto`` is run reading when the probe enabled it (same 4 requests as ``run`` on the
+    """``auto`` is run reading when the probe enabled it (same 2 requests as ``run`` on the
     reproduced text), per-position read-out otherwise."""
     seq = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]
     result, calls = track(seq, "auto")
-    assert calls == 4 and result.strategies == ["forced"] * 2 + ["run"] * 12
+    assert calls == 2 and result.strategies == ["run"] * 14
     no_runs = Tracker(SyntheticEndpoint(row), Capabilities("completions", 2, True, False, True, "pre-bias", True,
                                                              False, False), TrackerConfig(strategy="auto"))
     assert no_runs.mode() == "auto"
@@ -75,23 +77,26 @@ def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
     assert any(n.startswith("bisection:") for n in runs.notes) and any(n.startswith("run reading:") for n in runs.notes)
 
 
-def test_a_run_that_leaves_the_text_at_once_costs_one_request_more_then_switches():
-    """After the chunk 1, 2 the run's first token is 3; the text's 5 is not listed there: that
-    position costs the run request and a forced one (the run lost), and the rest is forced
-    read-out (no proven argmax again): 2 + 2 + 3 = 7 requests for 6 targets."""
+def test_runs_that_lose_switch_to_per_position_read_out():
+    """The first run matches 1, 2, then generates 3 where the text has 5, not listed: a forced
+    read (2 requests). Odds q = 3/5, u = 2/3: (5/3)(2/5) < 1, so runs go on, and lose at 0 (after 5: 6, 7
+    listed) and at 5 (after 0: 1, 2 listed), a forced read each; then q = 3/7, u = 4/5:
+    (9/5)(4/7) > 1: the last target is read per position. 2 + 2 + 2 + 1 = 7 requests for 6
+    targets (forced read-out: 6)."""
     seq = [0, 1, 2, 5, 0, 5, 1]
     result, calls = track(seq, "run")
-    assert calls == 7 and result.strategies == ["forced"] * 6
+    assert calls == 7 and track(seq, "forced")[1] == 6
+    assert result.strategies == ["run"] * 2 + ["forced"] * 4
     np.testing.assert_allclose(result.logprobs, truth(seq))
 
 
 def test_a_listed_mismatch_is_read_from_the_run_and_runs_go_on():
-    """The run at target 4 generates 3, and 4 is listed there (p 0.2): exact from the run, nothing
-    lost, so the next run follows: 5 and 6 match, 0 (after 6) is not listed: forced. 2 + 1 + 2 = 5
-    requests for 6 targets."""
+    """The first run matches 1, 2 and generates 3 where the text has 4, listed there (p 0.2):
+    exact from the run, nothing lost, so the next run follows: 5 and 6 match, 0 (after 6) is not
+    listed: forced. 1 + 2 = 3 requests for 6 targets."""
     seq = [0, 1, 2, 4, 5, 6, 0]
     result, calls = track(seq, "run")
-    assert calls == 5 and result.strategies == ["forced"] * 2 + ["run"] * 3 + ["forced"]
+    assert calls == 3 and result.strategies == ["run"] * 5 + ["forced"]
     np.testing.assert_allclose(result.logprobs, truth(seq))
 
 
@@ -125,3 +130,20 @@ def test_bisection_reads_its_unbiased_answers_by_runs():
     np.testing.assert_array_equal(results[True].lower, results[False].lower)
     np.testing.assert_array_equal(results[True].upper, results[False].upper)
     assert np.all(results[True].lower <= truth(seq)) and np.all(truth(seq) <= results[True].upper)
+
+
+def test_forced_read_out_gives_the_targets_rank_and_the_odds_read_it():
+    """Forced read-out's answer lists the unbiased top-n (pre-bias values): after 0, target 1 is
+    the argmax (rank 0), 2 is second (rank 1), 5 is not listed (rank 2 = top-n). The odds count
+    them: an argmax, a listed and an unlisted non-argmax, each read scaling the earlier counts
+    by MEMORY = 0.9: argmax 0.81, others 0.9 + 1, unlisted 1, listed 0.9."""
+    from blackbox_mia.backends.api.tracker.runs import Odds
+    from blackbox_mia.backends.api.tracker.strategies import Position
+
+    tracker = Tracker(SyntheticEndpoint(row), RUNS, TrackerConfig(strategy="forced"))
+    estimates = [asyncio.run(tracker._resolve(Position([0], t), "forced")) for t in (1, 2, 5)]
+    assert [e.rank for e in estimates] == [0, 1, 2]
+    odds = Odds()
+    for estimate in estimates:
+        odds.read(estimate, 2)
+    assert (odds.argmax, odds.other, odds.unlisted, odds.listed) == pytest.approx((0.81, 1.9, 1.0, 0.9))

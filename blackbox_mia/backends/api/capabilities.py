@@ -18,7 +18,7 @@ import numpy as np
 from ...io import read_json_object, write_json_atomic
 from ...option_names import named
 from ...types import BlackboxMIAError
-from .precision import rounding_error
+from .precision import computation_error, rounding_error
 
 PROBE_VERSION = 11  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
@@ -144,7 +144,7 @@ class Capabilities:
         if "prompt" in available:
             line = "reading: prompt log-probs: 1 request per text (per context window), exact"
         elif exact:
-            cost = {"forced": "1 request per token", "postbias": "1 to 2 requests per token",
+            cost = {"forced": "1 request per token", "postbias": "1 request per token (more where the biased answer does not list it)",
                     "bisect": "several requests per token (flip search to epsilon)"}[exact[0]]
             line = f"reading: top-n with logit_bias ({exact[0]}): {cost}" + (
                 ", fewer where the model's greedy run follows the text" if "run" in available else "")
@@ -163,6 +163,13 @@ class Capabilities:
         the rounding of :attr:`report_bits` plus :attr:`jitter`; zeros on an exact,
         deterministic server."""
         return rounding_error(values, self.report_bits) + self.jitter
+
+    def computed_error(self, values: np.ndarray) -> np.ndarray:
+        """The largest |reported − model's| (nats) of reported log-probs ``values`` (any shape)
+        once the server's own arithmetic counts (:func:`~.precision.computation_error`: float32 at
+        best, ±2^-24 nats near 0) plus :attr:`jitter`: what a value must allow for where a closed
+        form amplifies its error (post-bias read-out, :mod:`.tracker.postbias`)."""
+        return computation_error(values, self.report_bits) + self.jitter
 
     def reason(self, strategy: str) -> str:
         """Why ``strategy`` (or capability) is off, as the probe measured it."""

@@ -65,6 +65,18 @@ def rounding_error(values: np.ndarray, bits: int | None) -> np.ndarray:
     return values * 2.0**-bits + (FLOAT16_SUBNORMAL_HALF_STEP if bits == SIGNIFICANT_BITS["float16"] else 0.0)
 
 
+def computation_error(values: np.ndarray, bits: int | None) -> np.ndarray:
+    """The largest |reported − model's| (nats) of log-probs a server computes in the format it
+    reports them in (``bits`` significant bits; ``None``: float32, the finest servers compute
+    log-probs in): ``(|v| + 1) · 2^-s``. Beyond :func:`rounding_error`'s ``|v| · 2^-s``, the
+    constant term is log_softmax's own: the log of a normalising sum near 1 is off by up to half
+    a unit at 1 (round to nearest, IEEE 754), so a value near 0 is known to ``2^-s`` nats, not to
+    its own relative precision. What a closed form that amplifies values near 0 must allow for
+    (post-bias read-out, :mod:`.tracker.postbias`). Shape of ``values``."""
+    values = np.abs(np.asarray(values, dtype=np.float64))
+    return (values + 1.0) * 2.0 ** -(SIGNIFICANT_BITS["float32"] if bits is None else bits)
+
+
 def round_to(values: np.ndarray, precision: str) -> np.ndarray:
     """``values`` rounded to nearest (ties to even) in ``precision`` (a key of
     :data:`SIGNIFICANT_BITS`), returned as float64; ±inf stay. float16 keeps its range

@@ -9,17 +9,19 @@ from typing import TYPE_CHECKING
 from ..capabilities import Capabilities
 from ..endpoint import Endpoint
 from .flips import Bisect
-from .strategies import Estimate, Forced, Position, PostBias, Strategy, TopN
+from .postbias import PostBias
+from .strategies import Estimate, Forced, Position, Strategy, TopN
 
 if TYPE_CHECKING:
     from .config import TrackerConfig
 
 FALLBACKS = ("postbias", "bisect")  # what ``auto`` tries, in order, for a target not in the top-n
+ONE_REQUEST = ("forced", "postbias")  # what ``auto`` asks first, listed or not: one request a target
 
 
 class Auto(Strategy):
-    """The cheapest available: ``forced``; else the listed value (``topn``); else ``postbias``
-    or ``bisect``; else the top-n bound.
+    """The cheapest available: ``forced``, else ``postbias`` (one request a target, listed or
+    not); else the listed value (``topn``), else ``bisect``; else the top-n bound.
 
     Args:
         parts: the per-position strategies by name (as :func:`strategy_set` builds them).
@@ -33,8 +35,9 @@ class Auto(Strategy):
         self.available = caps.strategies()
 
     async def resolve(self, position: Position) -> Estimate:
-        if "forced" in self.available:
-            return await self.parts["forced"].resolve(position)
+        for name in ONE_REQUEST:
+            if name in self.available:
+                return await self.parts[name].resolve(position)
         return await super().resolve(position)
 
     async def measure(self, position: Position) -> Estimate:

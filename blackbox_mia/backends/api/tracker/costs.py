@@ -6,7 +6,9 @@ A request's prompt is billed in full, so per-position strategies bill Σ prefix 
 prompt tokens for a text of N tokens (BOS included). Measured rates, with a stated uncertainty,
 for strategies whose request count depends on the model's answers:
 
-``postbias``  1 request for a target listed in the top-n, 2 otherwise: 1.5 ± 0.5 per position.
+``postbias``  1 request where the biased answer lists the target (:mod:`.postbias`), one more
+              per ~13 nats it lies below the top-n's last entry:
+              :data:`POSTBIAS_REQUESTS` per position (measured), ± :data:`POSTBIAS_UNCERTAINTY`.
 ``bisect``    1 for a listed target, else 1 + the flip search: about log2(first step / ε) + 2
               questions (galloping, then halving to ε) plus the sampled re-checks;
               :data:`LISTED_SHARE` of targets listed (measured on the GSM8K canary by
@@ -28,7 +30,13 @@ from .tracker import Tracker
 
 LISTED_SHARE = 0.4  # share of a text's targets listed in the top-5 (GSM8K canary: 0.34 non-members, 0.48 members)
 GALLOP_REQUESTS = 2.0  # mean galloping requests before the halving starts (canary gaps: median ~1.5-2.5 nats)
-RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (postbias, bisect)
+RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (bisect)
+# post-bias read-out (one request at the guarded bias, ~11.3 nats on a float32 server): 1,763
+# requests for 1,780 positions of 10 GSM8K test questions through the dup-16 canary (top-5; forced
+# read-out 1,762: shared prefixes are cache hits), so about one request per position; texts far
+# below the top-n (a peaked model) take one more request per ~13 nats
+POSTBIAS_REQUESTS = 1.0
+POSTBIAS_UNCERTAINTY = 0.1
 # chained bisection (Capabilities.chained_flips, chains of 4), measured on 8 GSM8K train questions
 # through the dup-16 canary: flip requests per flip question (4.60 per token chained, 5.26 alone),
 # and completion tokens per flip request (7.53 generated tokens per token over those 4.60 requests)
@@ -71,7 +79,7 @@ def per_position_rate(tracker: Tracker, strategy: str) -> tuple[float, float, fl
     if strategy in ("forced", "topn"):
         return 1.0, 1.0, 0.0
     if strategy == "postbias":
-        return 1.5, 1.5, 1 / 3
+        return POSTBIAS_REQUESTS, POSTBIAS_REQUESTS, POSTBIAS_UNCERTAINTY
     config = tracker.config
     search = math.log2(first_step(config.epsilon) / config.epsilon) + GALLOP_REQUESTS
     checks = 2 * config.verify_repeats * (1.0 if not tracker.caps.flips_reproducible else 1 / config.verify_every)

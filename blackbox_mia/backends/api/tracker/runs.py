@@ -8,17 +8,20 @@ when it is listed there. One request then covers m + 1 positions (m matching tok
 probe enables this only after a run request reproduced its greedy path's per-prefix answers
 (``Capabilities.run_reading``).
 
-Never more than a request dearer than forced read-out per failed attempt, by construction of
-the switch (per text): a run request costs one request for m + 1 positions, plus one per-position
-request (forced read-out, or whatever ``auto`` does) when the mismatching target is not listed.
-It loses against forced read-out only when the very first generated token mismatches (m = 0)
-and the target is not listed: one request lost. So a text starts with per-position read-out (in
-chunks of :data:`CHUNK` positions asked at once), tries a run after :data:`STREAK` target(s)
-proven to be the argmax (an exact value above log 1/2: more than half the mass), i.e. where the
-model is reproducing the text, stays with runs until one loses, and goes back to per-position
-read-out then. Run lengths start at :data:`RUN_FIRST_TOKENS` and double after a run that matched
-throughout (up to :data:`RUN_MAX_TOKENS`). The constants were chosen by replaying the policy on
-white-box answers of GSM8K canaries, memorized and not (figures: records/measured-settings.md).
+The switch (per window, :class:`Odds`): a run request costs one request for m + 1 positions,
+plus one per-position request (forced read-out, or whatever ``auto`` does) when the mismatching
+target is not listed. With q the chance that a target is the argmax and u the chance that a
+non-argmax target is not listed, a run covers 1/(1 − q) positions on average for 1 + u requests,
+per-position read-out one position per request: so the window's next request is a run while
+(1 + u)·(1 − q) < 1, q and u counted from what the window's reads so far showed (each run's
+matches and mismatch, each forced read-out's rank among the listed values), the counts of
+earlier targets fading by :data:`MEMORY` per target (a text that turns memorized is followed
+within a few targets), Laplace's rule from one pseudo-count of each outcome (so a window
+starts with a run). Else :data:`CHUNK` positions
+are read at once, and the odds looked at again. Run lengths start at :data:`RUN_FIRST_TOKENS` and
+double after a run that matched throughout (up to :data:`RUN_MAX_TOKENS`). The rule and the
+constants were chosen by replaying policies on white-box answers of the dup-16 GSM8K canary,
+members and not (``studies/run_policy.py``; figures: records/measured-settings.md).
 """
 
 from __future__ import annotations
@@ -26,15 +29,18 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from ..endpoint import Endpoint, surely
 from .strategies import Estimate, Position
 
-RUN_FIRST_TOKENS = 4  # max_tokens of a text's first run request; doubles after a run that matched throughout
+RUN_FIRST_TOKENS = 8  # max_tokens of a window's first run request; doubles after a run that matched throughout
 RUN_MAX_TOKENS = 64  # the most tokens one run request generates
-STREAK = 1  # proven-argmax targets in a row after which per-position read-out tries a run again
 ARGMAX_LOGPROB = math.log(0.5)  # an exact log-prob above this is the argmax's (nats)
-CHUNK = 2  # per-position read-outs of one text asked at once between two looks at the streak
+UNBIASED_FIRST_TOKENS = 4  # the same for the runs that read bisection's unbiased answers (read_unbiased)
+CHUNK = 2  # per-position read-outs of one window asked at once between two looks at the odds
+PSEUDO_COUNT = 1.0  # Laplace's rule: each outcome's count before a window's first read
+MEMORY = 0.9  # each target read scales a window's earlier counts by this: a text that turns memorized is followed within a few targets
 # positions of a text whose unbiased answers one chain of run requests covers, one request after
 # another (:func:`read_unbiased`; the segments in parallel): longer segments save few requests for
 # many more rounds of requests (figures: records/measured-settings.md)
@@ -69,20 +75,19 @@ class RunReader:
             BlackboxMIAError: a request failed (see the client).
         """
         found: list[Estimate] = []
-        j, k, running = first, RUN_FIRST_TOKENS, False
+        j, k, odds = first, RUN_FIRST_TOKENS, Odds()
         while j < end:
-            if running:
+            if odds.run_pays():
                 estimates, matched, lost = await self._run(seq, start, j, end, min(k, end - j))
-                found += estimates
-                j += len(estimates)
-                running = matched > 0 or not lost
+                odds.ran(matched, len(estimates) > matched, lost)
                 k = next_run_tokens(k, matched == len(estimates))
             else:
                 chunk = range(j, min(end, j + CHUNK))
                 estimates = await asyncio.gather(*(self.one(Position.at(seq, start, i, end, self.context)) for i in chunk))
-                found += estimates
-                j += len(estimates)
-                running = len(found) >= STREAK and all(_argmax(e) for e in found[-STREAK:])
+                for estimate in estimates:
+                    odds.read(estimate, self.top_n)
+            found += estimates
+            j += len(estimates)
         return found
 
     async def _run(self, seq: list[int], start: int, j: int, end: int, k: int) -> tuple[list[Estimate], int, bool]:
@@ -105,16 +110,58 @@ class RunReader:
         return out, len(out), False
 
 
-def next_run_tokens(k: int, throughout: bool) -> int:
+def next_run_tokens(k: int, throughout: bool, first: int = RUN_FIRST_TOKENS) -> int:
     """A text's next run length (tokens) after a run of ``k``: doubled, up to
-    :data:`RUN_MAX_TOKENS`, when every token it generated was the text's; else
-    :data:`RUN_FIRST_TOKENS`."""
-    return min(RUN_MAX_TOKENS, 2 * k) if throughout else RUN_FIRST_TOKENS
+    :data:`RUN_MAX_TOKENS`, when every token it generated was the text's; else ``first``."""
+    return min(RUN_MAX_TOKENS, 2 * k) if throughout else first
 
 
-def _argmax(estimate: Estimate) -> bool:
-    """Whether an estimate proves its target was the argmax (an exact value above log 1/2)."""
-    return estimate.lower == estimate.upper and estimate.value > ARGMAX_LOGPROB
+@dataclass
+class Odds:
+    """What one window's reads so far say of its next target: counts of targets that were the
+    argmax and that were not, and among the latter of those not listed in the top-n and those
+    listed, each target read scaling the earlier counts by :data:`MEMORY` (recent targets weigh
+    most); each count plus :data:`PSEUDO_COUNT` in :meth:`run_pays`."""
+
+    argmax: float = 0.0
+    other: float = 0.0
+    unlisted: float = 0.0
+    listed: float = 0.0
+
+    def run_pays(self) -> bool:
+        """Whether a run request is expected to cost fewer requests per position than per-position
+        read-out: (1 + u)·(1 − q) < 1 (module docstring)."""
+        q = (self.argmax + PSEUDO_COUNT) / (self.argmax + self.other + 2 * PSEUDO_COUNT)
+        u = (self.unlisted + PSEUDO_COUNT) / (self.unlisted + self.listed + 2 * PSEUDO_COUNT)
+        return (1 + u) * (1 - q) < 1
+
+    def forget(self, targets: int) -> None:
+        """Scale the counts by :data:`MEMORY` once per target read."""
+        scale = MEMORY**targets
+        self.argmax, self.other = self.argmax * scale, self.other * scale
+        self.unlisted, self.listed = self.unlisted * scale, self.listed * scale
+
+    def ran(self, matched: int, mismatched: bool, lost: bool) -> None:
+        """A run's outcome: ``matched`` argmax targets, then a mismatch (``mismatched``) that was
+        not listed (``lost``) or was."""
+        self.forget(matched + mismatched)
+        self.argmax += matched
+        if mismatched:
+            self.other += 1
+            self.unlisted, self.listed = self.unlisted + lost, self.listed + (not lost)
+
+    def read(self, estimate: Estimate, top_n: int) -> None:
+        """A per-position read-out: its rank among the listed values where the answer showed it
+        (:attr:`~.strategies.Estimate.rank`), else an exact value above log 1/2 proves the argmax
+        and any other value counts as not the argmax."""
+        if estimate.rank is None:
+            argmax = estimate.lower == estimate.upper and estimate.value > ARGMAX_LOGPROB
+            self.forget(1)
+            self.argmax, self.other = self.argmax + argmax, self.other + (not argmax)
+        elif estimate.rank == 0:
+            self.ran(1, False, False)
+        else:
+            self.ran(0, True, estimate.rank >= top_n)
 
 
 async def read_unbiased(endpoint: Endpoint, top_n: int, positions: Sequence[Position], follows: Sequence[bool],
@@ -125,7 +172,7 @@ async def read_unbiased(endpoint: Endpoint, top_n: int, positions: Sequence[Posi
     generated at j is j's target, and so on: one request per target that is not the argmax,
     instead of one per position. Runs go one after another within segments of at most
     :data:`RUN_SEGMENT` consecutive positions (``follows``), the segments at once; ``k`` starts at
-    :data:`RUN_FIRST_TOKENS` and doubles after a run that matched throughout (up to
+    :data:`UNBIASED_FIRST_TOKENS` and doubles after a run that matched throughout (up to
     :data:`RUN_MAX_TOKENS`, the segment's end and ``room``). Only for endpoints whose run
     reading the probe verified (``Capabilities.run_reading``). Positions that already have an
     answer, and those whose prefix is not sendable, are skipped (asked, or bounded, on their own).
@@ -150,7 +197,7 @@ async def read_unbiased(endpoint: Endpoint, top_n: int, positions: Sequence[Posi
             begin = i + 1
 
     async def segment(j: int, end: int) -> int:
-        sent, k = 0, RUN_FIRST_TOKENS
+        sent, k = 0, UNBIASED_FIRST_TOKENS
         while j < end:
             position = positions[j]
             if position.unbiased is not None or not endpoint.sendable(position.prefix):
@@ -166,7 +213,7 @@ async def read_unbiased(endpoint: Endpoint, top_n: int, positions: Sequence[Posi
                 if not surely(step.sampled, later.target):  # the run left the text here
                     throughout = False
                     break
-            k = next_run_tokens(k, throughout)
+            k = next_run_tokens(k, throughout, UNBIASED_FIRST_TOKENS)
             j += max(1, matched)
         return sent
 

@@ -32,16 +32,20 @@ REPORT_PRECISION_NATS = 1e-4  # servers round log-probs; the mass bound allows t
 
 @dataclass
 class Estimate:
-    """lp_i with bounds (nats) and the strategy that produced it."""
+    """lp_i with bounds (nats) and the strategy that produced it; ``rank``: how many tokens the
+    unbiased top-n listed above the target where the answer showed it (0: the argmax; the
+    top-n or more: not listed), ``None`` where it did not (run reading's policy reads it:
+    :mod:`.runs`)."""
 
     value: float
     lower: float
     upper: float
     strategy: str
+    rank: int | None = None
 
     @classmethod
-    def exact(cls, value: float, strategy: str) -> Estimate:
-        return cls(value, value, value, strategy)
+    def exact(cls, value: float, strategy: str, rank: int | None = None) -> Estimate:
+        return cls(value, value, value, strategy, rank)
 
     @classmethod
     def at_most(cls, upper: float, strategy: str) -> Estimate:
@@ -179,6 +183,14 @@ class Strategy(ABC):
         value = (await self.unbiased(position)).find(position.target)
         return None if value is None else Estimate.exact(value, "topn")
 
+    async def listed_or_bound(self, position: Position, strategy: str = "topn-bound") -> Estimate:
+        """The target's value read from the unbiased top-n (``topn``), else the top-n upper bound
+        under ``strategy``'s name."""
+        listed = await self.listed(position)
+        if listed is not None:
+            return listed
+        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target, self.caps), strategy)
+
     @abstractmethod
     async def measure(self, position: Position) -> Estimate:
         """lp of ``position.target`` (nats) with bounds by this strategy's own mechanism, even
@@ -209,10 +221,7 @@ class TopN(Strategy):
     name = "topn"
 
     async def measure(self, position: Position) -> Estimate:
-        listed = await self.listed(position)
-        if listed is not None:
-            return listed
-        return Estimate.at_most(topn_upper_bound(await self.unbiased(position), position.target, self.caps), "topn-bound")
+        return await self.listed_or_bound(position)
 
 
 class Forced(Strategy):
@@ -225,6 +234,12 @@ class Forced(Strategy):
     async def resolve(self, position: Position) -> Estimate:
         return await self.measure(position)
 
+    def rank(self, answer: NextToken, target: int) -> int:
+        """How many listed entries of a forced answer (pre-bias: the unbiased top-n's values)
+        lie above the target's value by more than the tolerance."""
+        value = answer.sampled_logprob
+        return sum(1 for e in answer.top if not may_be(e.ids, target) and e.logprob > value + self.caps.tolerance)
+
     async def measure(self, position: Position) -> Estimate:
         target = position.target
         biased = await self.biased(position, self.config.max_bias)
@@ -234,7 +249,7 @@ class Forced(Strategy):
             unbiased = await self.unbiased(position)
             hit = self.is_target(biased, target, unbiased) if hit is None else hit
         if hit:
-            return Estimate.exact(biased.sampled_logprob, "forced")
+            return Estimate.exact(biased.sampled_logprob, "forced", self.rank(biased, target))
         listed = unbiased.find(target)
         if listed is not None:
             return Estimate.exact(listed, "topn")
@@ -243,35 +258,6 @@ class Forced(Strategy):
             return Estimate.at_most(upper, "ambiguous")
         # not sampled even at the cap: the gap to the argmax exceeds the bias range
         return Estimate.at_most(min(upper, unbiased.top_logprob - self.config.max_bias), "forced>cap")
-
-
-class PostBias(Strategy):
-    """lp_i = lp_r + (lp'_i − lp'_r) − b with a reference token r listed in both answers."""
-
-    name = "postbias"
-
-    async def measure(self, position: Position) -> Estimate:
-        target, bias = position.target, self.config.max_bias
-        unbiased = await self.unbiased(position)
-        listed = unbiased.find(target)
-        upper = listed if listed is not None else topn_upper_bound(unbiased, target, self.caps)
-        biased = await self.biased(position, bias)
-        hit = self.is_target(biased, target, unbiased)
-        lp_target = biased.find(target)
-        if lp_target is None and hit:
-            lp_target = biased.sampled_logprob
-        if lp_target is not None:
-            for entry in unbiased.top:
-                if entry.ids is None or len(entry.ids) != 1 or target in entry.ids:
-                    continue
-                lp_ref_biased = biased.find(next(iter(entry.ids)))
-                if lp_ref_biased is not None:
-                    return Estimate.exact(entry.logprob + (lp_target - lp_ref_biased) - bias, "postbias")
-            return Estimate.at_most(upper, "topn-bound")  # listed, but no reference to solve with
-        if hit is False and biased.ambiguous(target) is None:
-            # not even listed at the cap: lp_i + b < lp_top
-            return Estimate.at_most(min(upper, unbiased.top_logprob - bias), "postbias>cap")
-        return Estimate.at_most(upper, "ambiguous")
 
 
 class Prompt:

@@ -15,9 +15,10 @@ positions whose value it knows:
               listed value and by log(1 − Σ listed p) (``topn-bound``).
 ``forced``    bias x_i by the cap so it is sampled and read the log-prob reported for it: exact
               where the probe showed the reported value is the unbiased one (1 request).
-``postbias``  with post-bias log-probs (pre-2024 semantics): bias x_i by b; with a reference
-              token r listed both unbiased and biased, lp_i = lp_r + (lp'_i − lp'_r) − b
-              (Finlayson et al. 2024; Carlini et al. 2024, "Stealing part of a production LM").
+``postbias``  with post-bias log-probs (pre-2024 semantics): bias x_i by b and solve its reported
+              biased value lp'_i in closed form, logit(p_i) = logit(p'_i) − b (Finlayson et al.
+              2024; :mod:`.postbias`): 1 request where the biased answer lists x_i, b chosen from
+              the server's measured precision so the solve stays within ε.
 ``bisect``    greedy-flip bisection: the smallest bias b* that makes the temperature-0 output x_i
               gives lp_i = lp_top − b*. The top-n list gives the lower end of the bracket, a
               galloping search (steps of 1, 2, 4, ... nats) the upper end, and bisection stops
