@@ -323,7 +323,7 @@ class Endpoint:
                                temperature=temperature, top_n=top_n, extra=None if seed is None else {"seed": seed})
 
     async def prompt_logprobs(
-        self, ids: Sequence[int], top_n: int = 1, form: str = ECHO
+        self, ids: Sequence[int], top_n: int = 1, form: str = ECHO, bias: dict[int, float] | None = None
     ) -> tuple[list[float | None], NextToken]:
         """Log-probs of every prompt token (entry 0 has no conditional: None), and the answer for
         the position after the prompt (the one generated token), from one request.
@@ -336,6 +336,9 @@ class Endpoint:
             form: :data:`ECHO` (``echo`` + ``logprobs``: the prompt's entries in the legacy
                 ``logprobs``) or :data:`PROMPT_LOGPROBS` (vLLM's ``prompt_logprobs: 0``: per
                 position the prompt token's id → log-prob, so identity is by id, not by name).
+            bias: logit bias (nats by token id) on the generated position only (a forced
+                read-out of the token after the prompt, in the same request); prompt positions'
+                log-probs stay the model's own (tests check them against the white-box model).
 
         Raises:
             ApiError: the dialect has no echo (final), the server does not return
@@ -345,10 +348,11 @@ class Endpoint:
             BlackboxMIAError: echo without one entry per prompt token.
         """
         if form == PROMPT_LOGPROBS:
-            result = await self._ask(ids, max_tokens=1, temperature=0.0, top_n=top_n, extra={PROMPT_LOGPROBS: 0})
+            result = await self._ask(ids, max_tokens=1, temperature=0.0, top_n=top_n, bias=bias,
+                                      extra={PROMPT_LOGPROBS: 0})
             values = self._own_values(ids, result.get(PROMPT_LOGPROBS))
         else:
-            result = await self._ask(ids, max_tokens=1, temperature=0.0, top_n=top_n, echo=True)
+            result = await self._ask(ids, max_tokens=1, temperature=0.0, top_n=top_n, bias=bias, echo=True)
             echoed = result.get("prompt_tokens")
             if not echoed or len(echoed) != len(ids):
                 raise BlackboxMIAError(

@@ -277,12 +277,13 @@ class Prompt:
         self.top_n = caps.top_n
         self.form = PROMPT_LOGPROBS if caps.prompt_logprobs else ECHO
 
-    async def resolve(self, ids: Sequence[int]) -> tuple[list[Estimate], NextToken]:
+    async def resolve(self, ids: Sequence[int], bias: dict[int, float] | None = None) -> tuple[list[Estimate], NextToken]:
         """``len(ids) - 1`` estimates, for targets ``ids[1:]`` (the first token has no
-        conditional), and the answer for the position after ``ids``.
+        conditional), and the answer for the position after ``ids`` (under ``bias``: nats by
+        token id, on that position only).
 
         Raises:
             BlackboxMIAError: a request failed, or the answer does not match the prompt.
         """
-        values, after = await self.endpoint.prompt_logprobs(ids, self.top_n, self.form)
+        values, after = await self.endpoint.prompt_logprobs(ids, self.top_n, self.form, bias)
         return [Estimate.exact(v, self.name) for v in values[1:]], after

@@ -329,22 +329,34 @@ class Tracker:
         """Targets ``first .. end-1`` of one window from one echo request.
 
         The request generates one token (``max_tokens = 1``), so a window as long as the context
-        sends all but its last token and reads the last target from the generated position's
-        top-n, falling back to a per-position strategy when it is not listed there.
+        sends all but its last token and reads the last target at the generated position: forced
+        there in the same request where :meth:`_forces_in_window` allows, else from its top-n;
+        a per-position strategy when neither gives it.
         """
         full = self.config.context is None or end - start < self.config.context
         ids = seq[start:end] if full else seq[start : end - 1]
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
             return [await self._resolve(Position.at(seq, start, j, end, self.config.context)) for j in range(first, end)]
-        values, after = await self.prompt.resolve(ids)
+        target = seq[end - 1]
+        forcing = not full and self._forces_in_window(target)
+        values, after = await self.prompt.resolve(ids, {target: self.config.max_bias} if forcing else None)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
         if not full:
-            listed = after.find(seq[end - 1])
+            listed = after.find(target) if not forcing else (
+                after.sampled_logprob if self.strategies["forced"].is_target(after, target, None) else None)
             found.append(
-                Estimate.exact(listed, "topn") if listed is not None
+                Estimate.exact(listed, "forced" if forcing else "topn") if listed is not None
                 else await self._resolve(Position.at(seq, start, end - 1, end, self.config.context))
             )
         return found
+
+    def _forces_in_window(self, target: int) -> bool:
+        """Whether a full window's request also forces its last target (one request, as the
+        offline engine does): forced read-out holds, the strategy would use it, and the prompt's
+        values come from vLLM's ``prompt_logprobs`` (computed before any logit processing; an
+        echo's values under a bias are not checked anywhere, so echo windows never force)."""
+        return (self.caps.forced_readout and self.caps.prompt_logprobs
+                and self.config.strategy in ("auto", "forced") and self.endpoint.may_bias(target))
 
     # -- one position ---------------------------------------------------------------------------
 
