@@ -15,7 +15,9 @@ for strategies whose request count depends on the model's answers:
               ``benchmarks/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`; with chained
               questions, fewer requests, each billing more completion tokens, and with the
               unbiased answers read by runs, fewer unbiased requests (measured rates).
-``run``       never more than forced read-out: the forced figure, an upper bound.
+``run``       about forced read-out's figure or fewer: up to :data:`RUN_OVERHEAD` more on texts the
+              model does not reproduce (runs that lose), far fewer on memorized ones; the forced
+              figure plus that overhead, an upper bound.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (bisect)
 # below the top-n (a peaked model) take one more request per ~13 nats
 POSTBIAS_REQUESTS = 1.0
 POSTBIAS_UNCERTAINTY = 0.1
+# run reading (runs.py) on texts the model does not reproduce: 1,596 requests against forced read-out's
+# 1,570 on 10 non-member GSM8K questions through the dup-16 canary (+1.7%; its replay: +0.9% on 10,
+# -1.6% on 40 non-members); members take half as many
+RUN_OVERHEAD = 0.03
 # chained bisection (Capabilities.chained_flips, chains of 4), measured on 8 GSM8K train questions
 # through the dup-16 canary: flip requests per flip question (4.60 per token chained, 5.26 alone),
 # and completion tokens per flip request (7.53 generated tokens per token over those 4.60 requests)
@@ -111,8 +117,9 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
     else:
         strategy = mode if mode not in ("auto", "run") else tracker.per_position_strategy()
         rate, per_position, spread = per_position_rate(tracker, strategy)
-        requests = round(rate * len(prefixes))
-        prompt, completion = round(rate * sum(prefixes)), round(per_position * len(prefixes))
+        bound = 1 + RUN_OVERHEAD if mode == "run" else 1.0  # run reading: at most a little above forced read-out
+        requests = round(rate * bound * len(prefixes))
+        prompt, completion = round(rate * bound * sum(prefixes)), round(per_position * len(prefixes))
         if strategy == "bisect":
             notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
                          f"{CHECK_LEADING} positions of a text and 1 in {tracker.config.verify_every} others re-checked")
@@ -127,8 +134,8 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
                          f"{', '.join(f'{k:g}%' for k in tracker.config.refine_for)}): at most about this figure "
                          "(values that cannot change a score keep coarse bounds)")
         if mode == "run":
-            notes.append(f"run reading: at most about {strategy}'s figure per position, given here (fewer "
-                         "requests where the model reproduces the text)")
+            notes.append(f"run reading: at most about {strategy}'s figure per position plus {RUN_OVERHEAD:.0%}, given "
+                         "here (runs that lose on text the model does not reproduce; far fewer requests where it does)")
             strategy = f"run+{strategy}"
     usd = request_cost(prompt, completion, price)
     return CostEstimate(requests=requests, prompt_tokens=prompt, completion_tokens=completion, usd=usd,
