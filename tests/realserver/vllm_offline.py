@@ -27,12 +27,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with open(texts_path, encoding="utf-8") as f:
         texts = json.load(f)
-    backend = build_backend(f"local:{model_dir}?engine=vllm&dtype=float32")
-    start = time.perf_counter()
-    scored = backend.logprobs(texts)
-    seconds = time.perf_counter() - start
+    with build_backend(f"local:{model_dir}?engine=vllm&dtype=float32") as backend:  # closed: the engine shut down
+        start = time.perf_counter()
+        scored = backend.logprobs(texts)
+        seconds = time.perf_counter() - start
+        version = backend.describe()["vllm_version"]
     answer = {
-        "vllm_version": backend.describe()["vllm_version"],
+        "vllm_version": version,
         "logprobs": [[float(v) for v in lp.logprobs] for lp in scored],
         "token_ids": [[int(i) for i in lp.token_ids] for lp in scored],
         "seconds": seconds,
