@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from .disk import is_busy
+
 CLAIMS_SUBDIR = "claims"  # claims live in their own database below the cache directory
 CLAIMS_FILE = "claims.sqlite3"
 CLAIM_TTL_S = 60.0  # seconds a claim lasts unless its holder refreshes it
@@ -36,6 +38,7 @@ CLAIM_REFRESH_S = CLAIM_TTL_S / 4  # how often a holder should refresh its claim
 ANSWERED_TTL_S = CLAIM_TTL_S  # seconds a key stays marked answered: far longer than a cache miss takes to
 # become a claim (one event-loop turn), so no answer written in between goes unseen
 BUSY_TIMEOUT_S = 60.0  # seconds to wait for another process's write transaction
+OPEN_RETRY_S = 0.05  # seconds between tries of the switch to WAL that another process's first open holds up
 KEYS_PER_QUERY = 500  # keys in one ``IN (...)`` list (SQLite builds before 3.32 allow 999 variables)
 
 
@@ -108,12 +111,26 @@ class ClaimTable:
             connection.commit()
 
     def _open(self) -> sqlite3.Connection:
-        """The connection, with the tables created and expired rows deleted."""
+        """The connection, with the tables created and expired rows deleted.
+
+        Two processes opening a new claims database at once race on its switch to WAL, which
+        SQLite refuses (``database is locked``) at once, without its busy wait (17 of 20 trials of
+        two processes started together): the switch is retried every :data:`OPEN_RETRY_S` seconds
+        for up to :data:`BUSY_TIMEOUT_S`.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                      check_same_thread=False)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
+            deadline = time.monotonic() + BUSY_TIMEOUT_S
+            while True:
+                try:
+                    connection.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(OPEN_RETRY_S)
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, pid INTEGER, host TEXT, "
                                "token TEXT, expires REAL) WITHOUT ROWID")
