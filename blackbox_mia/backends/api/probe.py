@@ -31,7 +31,7 @@ from .capabilities import (
 )
 from .http.errors import ApiError, Fault
 from .precision import rounding_error
-from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, surely
+from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, surely
 from .probe_checks import (
     ProbeRun,
     attempt,
@@ -127,46 +127,15 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     p.reasons.update(dialect.reasons)
     ids = codec.encode(PROBE_TEXT)
     bos = [codec.bos_id] if codec.bos_id is not None else []
-
-    token_ids = endpoint.token_id_prompts  # False where the dialect cannot send ids
-    if token_ids:
-        before = p.spent()
-        _, error = await attempt(endpoint.next_token(bos + ids[:3], 1, attempts=TOKEN_ID_CHECK_ATTEMPTS))
-        token_ids = error is None or error.fault is Fault.INVALID  # a 200 accepted the prompt
-        p.evidence["token_id_prompts"] = {"requests": p.spent() - before, "refusal": None if token_ids else str(error)}
-        if not token_ids:
-            p.reasons["token_id_prompts"] = f"token-id prompts refused: {error}"
-    endpoint.token_id_prompts = token_ids
-    if not token_ids:
-        p.notes.append(
-            "prompts go as text: a prefix that ends inside a character or re-tokenizes differently cannot "
-            "be sent as its tokens; such positions get the bound [-inf, 0] (strategy 'unsendable')"
-        )
+    token_ids = await check_token_id_prompts(p, bos + ids[:3])
     seq = (bos if token_ids else []) + ids
     if config.context:
         seq = seq[: config.context - 1]  # room for the generated token
 
-    first, refusals, asked = None, [], []
-    before = p.spent()
-    n = codec.vocab_size
-    while n is not None:
-        asked.append(n)
-        first, error = await attempt(endpoint.next_token(seq[:3], n))
-        if first is not None:
-            break
-        refusals.append(f"top_n={n}: {error}")
-        n = next_top_n(error, asked)
+    first, honoured = await find_top_n(p, seq[:3])
     if first is None:
-        p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "refusals": refusals}
-        p.reasons["topn"] = (
-            "no valid top-n log-probs are returned (" + "; ".join(refusals) + "): bisection can measure "
-            "lp_top − lp_i but never lp_top itself, so absolute log-probs cannot be recovered"
-        )
         return p.caps(token_id_prompts=token_ids)
-    honoured = min(n, len(first.top), codec.vocab_size)
     top_n = min(honoured, config.max_top_n)  # what the checks below (and the tracker) ask per request
-    p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "top_n": honoured,
-                          **({"refusals": refusals} if refusals else {})}
 
     # the top-n answer is the path's first step when it lists no more than later requests ask for
     path = await greedy_path(p, seq[:3], top_n, first if len(first.top) <= top_n else None)
@@ -185,42 +154,11 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
         p.reasons["prompt"] = "; ".join(p.reasons[f] for f in (ECHO, PROMPT_LOGPROBS) if f in p.reasons)
     runs = await check_runs(p, path, top_n, agree)
 
-    forces, reported = False, "unknown"
     non_argmax = [c for c in checks if not surely(c[3].sampled, c[1]) and endpoint.may_bias(c[1])]
-    if not non_argmax:
-        p.reasons["bias"] = "no listed non-argmax token on the probe path: logit_bias semantics untested"
-    else:
-        prefix, target, lp, _ = non_argmax[0]
-        before = p.spent()
-        biased = await endpoint.next_token(prefix, top_n, {target: config.max_bias})
-        forces = surely(biased.sampled, target)
-        value = biased.find(target)
-        if value is None and forces:
-            value = biased.sampled_logprob
-        if value is not None and abs(value - lp) < agree:
-            reported = "pre-bias"
-        elif value is not None and value > -0.01:
-            reported = "post-bias"
-        p.evidence["bias"] = {"requests": p.spent() - before, "target_logprob": lp, "reported_biased": value,
-                              "forced": forces, "max_bias": config.max_bias}
-        if not forces:
-            p.reasons["bias"] = f"a +{config.max_bias:g} logit_bias did not force the token at temperature 0"
-
+    forces, reported = await check_bias(p, non_argmax, top_n, agree)
     base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
             "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter}
-    enabled = {}
-    for strategy, prerequisite in (
-        ("forced", None if forces and reported == "pre-bias" else
-         p.reasons.get("bias") or f"reported log-probs are {reported}: the forced token's value is not its own"),
-        ("postbias", None if reported == "post-bias" else
-         f"reported log-probs are {reported}: the solve needs post-bias values"),
-        ("bisect", None if forces else p.reasons.get("bias") or "logit_bias does not force tokens"),
-    ):
-        if prerequisite is not None:
-            p.reasons[strategy] = prerequisite
-            enabled[strategy] = False
-        else:
-            enabled[strategy] = await trial(p, strategy, non_argmax, base, agree)
+    enabled = await trial_strategies(p, non_argmax, base, agree)
     chains = enabled["bisect"] and await check_chains(p, path, base, agree)
     reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
                     and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
@@ -235,6 +173,106 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     caps = replace(caps, exact_names=endpoint.exact_names, open_bias=open_bias, grammar=grammar)
     await check_partial_tokens(p, seq, caps)
     return replace(caps, top_n=honoured)
+
+
+async def check_token_id_prompts(p: ProbeRun, prompt: list[int]) -> bool:
+    """Whether the server takes prompts as token ids (``prompt``: a few token ids, BOS first where
+    the model has one); sets ``p.endpoint.token_id_prompts`` and records the evidence, or the
+    refusal and the note that prompts then go as text. False without asking where the dialect
+    cannot send ids."""
+    endpoint = p.endpoint
+    token_ids = endpoint.token_id_prompts  # False where the dialect cannot send ids
+    if token_ids:
+        before = p.spent()
+        _, error = await attempt(endpoint.next_token(prompt, 1, attempts=TOKEN_ID_CHECK_ATTEMPTS))
+        token_ids = error is None or error.fault is Fault.INVALID  # a 200 accepted the prompt
+        p.evidence["token_id_prompts"] = {"requests": p.spent() - before, "refusal": None if token_ids else str(error)}
+        if not token_ids:
+            p.reasons["token_id_prompts"] = f"token-id prompts refused: {error}"
+    endpoint.token_id_prompts = token_ids
+    if not token_ids:
+        p.notes.append(
+            "prompts go as text: a prefix that ends inside a character or re-tokenizes differently cannot "
+            "be sent as its tokens; such positions get the bound [-inf, 0] (strategy 'unsendable')"
+        )
+    return token_ids
+
+
+async def find_top_n(p: ProbeRun, prompt: list[int]) -> tuple[NextToken | None, int]:
+    """The first top-n answer after ``prompt`` and the number of entries the server honours
+    (at most the vocabulary size), asking for the whole vocabulary first, then for the cap a
+    refusal names (else 100, 20, 5, 1: :func:`next_top_n`); ``(None, 0)`` when no valid top-n
+    log-probs come back (the refusals are in ``p.reasons["topn"]``)."""
+    first, refusals, asked = None, [], []
+    before = p.spent()
+    n = p.endpoint.codec.vocab_size
+    while n is not None:
+        asked.append(n)
+        first, error = await attempt(p.endpoint.next_token(prompt, n))
+        if first is not None:
+            break
+        refusals.append(f"top_n={n}: {error}")
+        n = next_top_n(error, asked)
+    if first is None:
+        p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "refusals": refusals}
+        p.reasons["topn"] = (
+            "no valid top-n log-probs are returned (" + "; ".join(refusals) + "): bisection can measure "
+            "lp_top − lp_i but never lp_top itself, so absolute log-probs cannot be recovered"
+        )
+        return None, 0
+    honoured = min(n, len(first.top), p.endpoint.codec.vocab_size)
+    p.evidence["topn"] = {"requests": p.spent() - before, "asked": asked, "top_n": honoured,
+                          **({"refusals": refusals} if refusals else {})}
+    return first, honoured
+
+
+async def check_bias(p: ProbeRun, non_argmax: list, top_n: int, agree: float) -> tuple[bool, str]:
+    """What a ``+max_bias`` logit_bias on the first listed non-argmax target of the probe path
+    (``non_argmax``: :func:`~.probe_checks.known_targets` entries) does: whether it forces the
+    token at temperature 0, and whether the reported log-prob is the token's own (``"pre-bias"``,
+    within ``agree`` nats), the biased distribution's (``"post-bias"``) or ``"unknown"``."""
+    if not non_argmax:
+        p.reasons["bias"] = "no listed non-argmax token on the probe path: logit_bias semantics untested"
+        return False, "unknown"
+    max_bias = p.config.max_bias
+    prefix, target, lp, _ = non_argmax[0]
+    before = p.spent()
+    biased = await p.endpoint.next_token(prefix, top_n, {target: max_bias})
+    forces = surely(biased.sampled, target)
+    value = biased.find(target)
+    if value is None and forces:
+        value = biased.sampled_logprob
+    reported = "unknown"
+    if value is not None and abs(value - lp) < agree:
+        reported = "pre-bias"
+    elif value is not None and value > -0.01:
+        reported = "post-bias"
+    p.evidence["bias"] = {"requests": p.spent() - before, "target_logprob": lp, "reported_biased": value,
+                          "forced": forces, "max_bias": max_bias}
+    if not forces:
+        p.reasons["bias"] = f"a +{max_bias:g} logit_bias did not force the token at temperature 0"
+    return forces, reported
+
+
+async def trial_strategies(p: ProbeRun, non_argmax: list, base: dict, agree: float) -> dict[str, bool]:
+    """Each logit_bias strategy (forced read-out, the post-bias solve, bisection) whose
+    prerequisite (``base``'s ``bias_forces`` and ``reported``) holds, tried on the known targets
+    (:func:`~.probe_checks.trial`); the others off with the missing prerequisite as the reason."""
+    forces, reported = base["bias_forces"], base["reported"]
+    enabled = {}
+    for strategy, prerequisite in (
+        ("forced", None if forces and reported == "pre-bias" else
+         p.reasons.get("bias") or f"reported log-probs are {reported}: the forced token's value is not its own"),
+        ("postbias", None if reported == "post-bias" else
+         f"reported log-probs are {reported}: the solve needs post-bias values"),
+        ("bisect", None if forces else p.reasons.get("bias") or "logit_bias does not force tokens"),
+    ):
+        if prerequisite is not None:
+            p.reasons[strategy] = prerequisite
+            enabled[strategy] = False
+        else:
+            enabled[strategy] = await trial(p, strategy, non_argmax, base, agree)
+    return enabled
 
 
 def stopped_at_prompt(p: ProbeRun, top_n: int, token_ids: bool, bits: int | None) -> Capabilities:
