@@ -195,7 +195,7 @@ def check_saved_config(config_path: Path, config, what: str, results: Path, hint
         config: this run's configuration.
         what: what the file holds, for messages (``"run configuration"``).
         results: the results file being resumed, named in the message.
-        hint: what the user can do (:data:`~blackbox_mia.runner.OVERWRITE_HINT`).
+        hint: what the user can do (:data:`~blackbox_mia.results_file.OVERWRITE_HINT`).
 
     Raises:
         BlackboxMIAError: no saved configuration, an unreadable one, or one that differs

@@ -18,33 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-
-from tqdm.auto import tqdm
 
 from . import __version__
 from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refuse_one_str
 from .datasets import Item
 from .text_only_runner import score_generated
-from .io import check_saved_config, json_line, write_json_atomic, write_text_atomic
-from .option_names import named
-from .progress import ProgressTicker
-from .results import ScoredText, read_rows
+from .io import json_line, write_text_atomic
+from .results import ScoredText
+from .results_file import RowSink, prepare_output
 from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
-CONFIG_SUFFIX = ".config.json"
-OVERWRITE_HINT = (f"choose another {named('out_dir')} to keep these results, or pass {named('resume')} to replace "
-                  "them (an endpoint's "
-                  "answers stay in its response cache: the requests that do not change are not paid again)")
-"""What to do when a results file was written with another configuration (the message names the
-first differing setting; :func:`~blackbox_mia.io.check_saved_config`)."""
-
 OnScored = Callable[[int, dict[str, Bounded], TokenLogprobs | None], None]
 """``on_scored(index, scores, logprobs)``: text ``index`` is fully scored (``logprobs`` None
 when every scorer is text-only: no log-prob was computed)."""
@@ -313,86 +301,6 @@ def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset:
     }
 
 
-def config_path_for(out_path: Path) -> Path:
-    """Where the configuration of the result file ``out_path`` lives: ``<out>.config.json``."""
-    out_path = Path(out_path)
-    return out_path.with_name(out_path.name + CONFIG_SUFFIX)
-
-
-def repair_tail(path: Path) -> bool:
-    """Make a JSONL file killed mid-append resumable.
-
-    A last line without its trailing newline is a row cut mid-write when it is not a JSON
-    object: it is dropped (the file is truncated back to the end of the last complete line).
-    When it is a complete JSON object only its newline is missing, which is added. A malformed
-    line that does end in a newline is left alone (:func:`read_rows` reports it).
-
-    Returns:
-        True when a cut last line was dropped.
-
-    Raises:
-        BlackboxMIAError: the file cannot be read or written.
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb+") as f:
-            size = f.seek(0, os.SEEK_END)
-            start, tail = size, b""
-            while start > 0 and b"\n" not in tail:
-                step = min(1 << 16, start)
-                start -= step
-                f.seek(start)
-                tail = f.read(step) + tail
-            newline = tail.rfind(b"\n")
-            cut = start + newline + 1  # start of the unterminated last line (0 without a newline)
-            last = tail[newline + 1 :]
-            if not last.strip():
-                return False
-            try:
-                complete = isinstance(json.loads(last.decode("utf-8")), dict)
-            except (UnicodeDecodeError, ValueError):
-                complete = False
-            if complete:
-                f.seek(size)
-                f.write(b"\n")
-            else:
-                f.truncate(cut)
-            f.flush()
-            os.fsync(f.fileno())
-            return not complete
-    except OSError as exc:
-        raise BlackboxMIAError(f"cannot repair {path}: {exc.strerror or exc}") from exc
-
-
-def _prepare_output(out_path: Path, config: dict | None, resume: bool, labels: Sequence[str]) -> dict[str, ScoredText]:
-    """Rows already in ``out_path`` when resuming (after :func:`repair_tail`), else an empty,
-    freshly created file; ``<out>.config.json`` holds ``config`` afterwards (when given).
-
-    Raises:
-        BlackboxMIAError: the existing rows were made with another configuration, or with none
-            saved; a malformed row or configuration file; the files cannot be written.
-    """
-    config_path = config_path_for(out_path)
-    try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        if resume and out_path.exists():
-            if not out_path.is_file():
-                raise BlackboxMIAError(f"{out_path} is not a file")
-            if config is not None and (config_path.exists() or out_path.stat().st_size > 0):
-                check_saved_config(config_path, config, "run configuration", out_path, OVERWRITE_HINT)
-            repair_tail(out_path)
-            done = {row.id: row for row in read_rows(out_path, labels)}
-        else:
-            config_path.unlink(missing_ok=True)  # never leave an old configuration beside new rows
-            out_path.write_text("", encoding="utf-8")
-            done = {}
-    except OSError as exc:
-        raise BlackboxMIAError(f"cannot prepare {out_path}: {exc.strerror or exc}") from exc
-    if config is not None:
-        write_json_atomic(config_path, config)
-    return done
-
-
 def score_items(
     items: Sequence[Item],
     scorers: Sequence[Scorer],
@@ -442,55 +350,42 @@ def score_items(
             malformed (named by path:line), or the output cannot be written.
     """
     check_compatible(scorers, backends)
+    ids = _checked_ids(items, chunk_size)
+    labels = [s.label for s in scorers]
+    condition = None if any(s.needs_logprobs for s in scorers) else backends[TARGET].describe_generation().get("condition")
+    done: dict[str, ScoredText] = {}
+    if out_path is not None:
+        out_path = Path(out_path)
+        done = prepare_output(out_path, config, resume, labels)
+    todo = [it for it in items if it.id not in done]
+    if on_resumed is not None:
+        on_resumed(len(items) - len(todo))
+    with RowSink(out_path, done, len(items), progress, list(backends.values())) as sink:
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+
+            def save(j: int, scores: dict[str, Bounded], lp: TokenLogprobs | None, chunk=chunk) -> None:
+                sink.add(ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp, tolerance, condition))
+
+            score_texts([it.text for it in chunk], scorers, backends, progress=progress, on_scored=save)
+    if out_path is not None:
+        wanted_ids = set(ids)
+        wanted = ids + [i for i in dict.fromkeys(sink.order) if i not in wanted_ids]
+        if sink.order != wanted:
+            write_text_atomic(out_path, "".join(json_line(done[i].to_json(), f"row {i!r}") for i in wanted))
+    return [done[i] for i in ids]
+
+
+def _checked_ids(items: Sequence[Item], chunk_size: int) -> list[str]:
+    """The ids of ``items`` in order.
+
+    Raises:
+        BlackboxMIAError: ``chunk_size`` < 1, or two items with one id.
+    """
     if chunk_size < 1:
         raise BlackboxMIAError(f"chunk_size must be at least 1, got {chunk_size}")
     ids = [it.id for it in items]
     if len(set(ids)) != len(ids):
         duplicate = next(i for n, i in enumerate(ids) if i in ids[:n])
         raise BlackboxMIAError(f"duplicate item id {duplicate!r}: every item needs its own id")
-    labels = [s.label for s in scorers]
-    condition = None if any(s.needs_logprobs for s in scorers) else backends[TARGET].describe_generation().get("condition")
-    done: dict[str, ScoredText] = {}
-    if out_path is not None:
-        out_path = Path(out_path)
-        done = _prepare_output(out_path, config, resume, labels)
-    order = list(done)  # ids in file order
-    todo = [it for it in items if it.id not in done]
-    if on_resumed is not None:
-        on_resumed(len(items) - len(todo))
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), unit="text", disable=not progress, desc="score")
-    ticker = ProgressTicker(bar, list(backends.values())) if progress else None
-    f = None
-    try:
-        if out_path is not None:
-            f = open(out_path, "a", encoding="utf-8")
-        for start in range(0, len(todo), chunk_size):
-            chunk = todo[start : start + chunk_size]
-
-            def save(j: int, scores: dict[str, Bounded], lp: TokenLogprobs | None, chunk=chunk) -> None:
-                row = ScoredText.from_scores(chunk[j].id, chunk[j].label, scores, lp, tolerance, condition)
-                if f is not None:
-                    f.write(json_line(row.to_json(), f"row {row.id!r}"))
-                    f.flush()
-                    os.fsync(f.fileno())
-                done[row.id] = row
-                order.append(row.id)
-                bar.update(1)
-                if ticker is not None:
-                    ticker.refresh()
-
-            score_texts([it.text for it in chunk], scorers, backends, progress=progress, on_scored=save)
-    except OSError as exc:
-        raise BlackboxMIAError(f"cannot write {out_path}: {exc.strerror or exc}") from exc
-    finally:
-        if f is not None:
-            f.close()
-        if ticker is not None:
-            ticker.stop()
-        bar.close()
-    if out_path is not None:
-        wanted_ids = set(ids)
-        wanted = ids + [i for i in dict.fromkeys(order) if i not in wanted_ids]
-        if order != wanted:
-            write_text_atomic(out_path, "".join(json_line(done[i].to_json(), f"row {i!r}") for i in wanted))
-    return [done[i] for i in ids]
+    return ids

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..backends.base import GENERATE, Backend
 from ..datasets import Item
 from ..io import check_saved_config, json_line, write_json_atomic
-from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
+from ..results_file import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.segment import Segmenter
 from ..text.similarity import approximate, rouge_l_recall
 from ..types import BlackboxMIAError

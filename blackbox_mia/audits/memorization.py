@@ -42,7 +42,7 @@ from ..evaluation.memorization import (
 from ..io import check_saved_config, json_line, write_json_atomic
 from ..option_names import named
 from ..scorers import TARGET
-from ..runner import OVERWRITE_HINT, config_path_for, repair_tail
+from ..results_file import OVERWRITE_HINT, config_path_for, repair_tail
 from ..text.similarity import approximate, eidetic, exact
 from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from blackbox_mia.audits.completion import _open
-from blackbox_mia.runner import OVERWRITE_HINT, config_path_for
+from blackbox_mia.results_file import OVERWRITE_HINT, config_path_for
 from blackbox_mia.types import BlackboxMIAError
 
 

@@ -14,12 +14,8 @@ from blackbox_mia.backends.base import LOGPROBS, Backend
 from blackbox_mia.datasets import Item, limit_items
 from blackbox_mia.io import write_json_atomic
 from blackbox_mia.results import ScoredText, read_rows
-from blackbox_mia.runner import (
-    config_path_for,
-    repair_tail,
-    score_items,
-    score_texts,
-)
+from blackbox_mia.results_file import config_path_for, repair_tail
+from blackbox_mia.runner import score_items, score_texts
 from blackbox_mia.scorers import parse_scorers
 from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
 
