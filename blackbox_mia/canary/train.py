@@ -26,12 +26,13 @@ Recipe (every choice is recorded in ``manifest.json``):
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
@@ -189,15 +190,10 @@ def train_canary(
         BlackboxMIAError: an invalid configuration, torch/transformers/tokenizers missing, the
             checkpoint cannot be written.
     """
-    try:
-        import torch
-        import transformers
-        from tqdm.auto import tqdm
-
-        from .chat import build_chat_examples, set_chat_template
-        from .model import build_gpt2, save_model_dir, train_tokenizer
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise BlackboxMIAError("training the canary needs torch, transformers and tokenizers: pip install 'blackbox_mia[local]'") from exc
+    if missing := [name for name in ("torch", "transformers", "tokenizers") if importlib.util.find_spec(name) is None]:
+        raise BlackboxMIAError(f"training the canary needs {', '.join(missing)}: pip install 'blackbox_mia[local]'")
+    from .chat import build_chat_examples
+    from .model import build_gpt2, save_model_dir
 
     log = log or (lambda _: None)
     corpus = build_corpus(config)
@@ -205,84 +201,36 @@ def train_canary(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
 
-    start = time.perf_counter()
-    saved = load_checkpoint(out_dir, config) if resume else None
-    if saved is None:
-        if resume and has_checkpoint(out_dir):
-            log(f"{checkpoint_dir(out_dir)} is of another configuration or unreadable: training starts from the beginning")
-        tokenizer = train_tokenizer(corpus.documents, config.vocab_size)
-        if corpus.chat_items:
-            set_chat_template(tokenizer)
-        save_tokenizer(out_dir, tokenizer)
-    else:
-        tokenizer, state = saved
+    started = time.perf_counter()
+    tokenizer, state = _tokenizer_and_state(config, corpus, out_dir, resume, log)
     encoded = tokenizer(corpus.documents, add_special_tokens=False)["input_ids"]
     windows = training_windows(encoded, tokenizer.bos_token_id, config.block_size)
     chat = build_chat_examples(corpus.chat_items, tokenizer, config.block_size, config.seed) if corpus.chat_items else []
     windows += [example.ids for example in chat]
-    model = build_gpt2(len(tokenizer), config.n_layer, config.n_embd, config.n_head, config.block_size, config.seed)
-    _disable_dropout(model)
-    rng = random.Random(config.seed)
-    torch.manual_seed(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(len(windows) / config.batch_size)
-    total = steps_per_epoch * config.epochs
-    warmup = max(1, int(config.warmup_frac * total))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _lr_factor(step, total, warmup, config.min_lr_frac)
-    )
-    if saved is None:
-        so_far = TrainingProgress(epoch=0, step_in_epoch=0, steps_per_epoch=steps_per_epoch, epoch_rng=rng.getstate())
-    else:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        so_far = state["progress"]
-        so_far.resumed_at_steps.append(so_far.steps_done)
-        log(f"resuming the canary from {checkpoint_dir(out_dir)}: step {so_far.steps_done} of {total} "
-            f"(epoch {so_far.epoch + 1} of {config.epochs}) already trained")
-    rng.setstate(so_far.epoch_rng)
-    previous_seconds = so_far.seconds
-    model.train()
-    bar = tqdm(total=total, initial=so_far.steps_done,
-               unit="batch", desc="canary", disable=not progress)
-    last_save = time.perf_counter()
-    for epoch in range(so_far.epoch, config.epochs):
-        so_far.epoch, so_far.epoch_rng = epoch, rng.getstate()
-        tail = max(1, steps_per_epoch // 10)
-        for step, batch in enumerate(training_batches(windows, config.batch_size, rng)):
-            if step < so_far.step_in_epoch:
-                continue  # trained before the interruption
-            ids, mask, targets = pad_training_batch(batch)
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            so_far.losses.append(loss.item())
-            so_far.trained_tokens += int((targets != -100).sum())
-            so_far.step_in_epoch = step + 1
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{so_far.losses[-1]:.3f}")
-            if time.perf_counter() - last_save >= checkpoint_seconds and so_far.step_in_epoch < steps_per_epoch:
-                so_far.seconds = previous_seconds + time.perf_counter() - start
-                save_checkpoint(out_dir, config, so_far, model, optimizer, scheduler)
-                last_save = time.perf_counter()
-        losses = so_far.losses
-        so_far.loss_per_epoch.append({"epoch": epoch + 1, "mean": sum(losses) / len(losses), "final": sum(losses[-tail:]) / tail})
-        so_far.epoch, so_far.step_in_epoch, so_far.epoch_rng, so_far.losses = epoch + 1, 0, rng.getstate(), []
-        so_far.seconds = previous_seconds + time.perf_counter() - start
-        save_checkpoint(out_dir, config, so_far, model, optimizer, scheduler)
-        last_save = time.perf_counter()
-    bar.close()
+    model = _disable_dropout(build_gpt2(len(tokenizer), config.n_layer, config.n_embd, config.n_head, config.block_size,
+                                        config.seed))
+    run = _TrainingRun.start(config, out_dir, model, windows, state, started, log)
+    run.train(progress, checkpoint_seconds)
     model.eval()
-    train_seconds = previous_seconds + time.perf_counter() - start
 
     save_model_dir(out_dir, model, tokenizer)
     write_items(out_dir / ITEMS_FILE, corpus.members + corpus.nonmembers)
     documents = write_documents(out_dir, corpus.canary_documents) if corpus.canary_documents else {}
-    manifest = {
+    write_manifest(out_dir, _manifest(config, corpus, encoded, windows, run, documents,
+                                      chat_record(chat, tokenizer) if chat else None))
+    discard_checkpoint(out_dir)
+    return out_dir
+
+
+def _manifest(config: CanaryConfig, corpus, encoded: list[list[int]], windows: list[list[int]], run: _TrainingRun,
+              documents: dict, chat: dict | None) -> dict:
+    """The canary's ``manifest.json`` (its keys: :func:`train_canary`): ``encoded`` the corpus's
+    documents as token ids, ``windows`` the training windows, ``documents`` a document canary's
+    entries, ``chat`` a chat canary's :func:`chat_record`."""
+    import torch
+    import transformers
+
+    return {
         "config": asdict(config),
         "config_hash": config.short_hash(),
         "corpus": config.corpus,
@@ -297,22 +245,142 @@ def train_canary(
         "n_documents": len(corpus.documents),
         "n_corpus_tokens": sum(len(doc) + 1 for doc in encoded),
         "n_windows": len(windows),
-        "n_trained_tokens": so_far.trained_tokens,
-        "n_steps": total,
-        "loss_per_epoch": so_far.loss_per_epoch,
-        "train_seconds": round(train_seconds, 2),
-        "resumed_at_steps": so_far.resumed_at_steps,
+        "n_trained_tokens": run.progress.trained_tokens,
+        "n_steps": run.total,
+        "loss_per_epoch": run.progress.loss_per_epoch,
+        "train_seconds": round(run.seconds(), 2),
+        "resumed_at_steps": run.progress.resumed_at_steps,
         "torch_threads": torch.get_num_threads(),
         "versions": {"blackbox_mia": __version__, "torch": torch.__version__, "transformers": transformers.__version__},
         "items_file": ITEMS_FILE,
         **documents,
-        **({"chat": chat_record(chat, tokenizer)} if chat else {}),
+        **({"chat": chat} if chat else {}),
         **({"reference": reference_record(config)} if config.reference else {}),
         "complete": True,
     }
-    write_manifest(out_dir, manifest)
-    discard_checkpoint(out_dir)
-    return out_dir
+
+
+def _tokenizer_and_state(config: CanaryConfig, corpus, out_dir: Path, resume: bool, log: Callable[[str], None]):
+    """The tokenizer and the training state (model, optimizer, scheduler, progress: the
+    checkpoint's dict) to resume from: the checkpoint's when ``resume`` and it is of ``config``,
+    else a tokenizer trained on the corpus's documents (ChatML as its chat template for a chat
+    canary), saved in ``out_dir``, and ``None``."""
+    saved = load_checkpoint(out_dir, config) if resume else None
+    if saved is not None:
+        return saved
+    if resume and has_checkpoint(out_dir):
+        log(f"{checkpoint_dir(out_dir)} is of another configuration or unreadable: training starts from the beginning")
+    from .chat import set_chat_template
+    from .model import train_tokenizer
+
+    tokenizer = train_tokenizer(corpus.documents, config.vocab_size)
+    if corpus.chat_items:
+        set_chat_template(tokenizer)
+    save_tokenizer(out_dir, tokenizer)
+    return tokenizer, None
+
+
+@dataclass
+class _TrainingRun:
+    """One training run of a canary: the model and its optimizer (AdamW) and schedule (linear
+    warm-up, cosine decay: :func:`_lr_factor`) over ``total`` steps of ``steps_per_epoch``, the
+    progress so far (resumable: :mod:`.checkpoint`), the seeded shuffle, and the wall clock
+    (``started`` by :func:`time.perf_counter`, plus ``previous_seconds`` of interrupted runs)."""
+
+    config: CanaryConfig
+    out_dir: Path
+    model: object
+    optimizer: object
+    scheduler: object
+    windows: list[list[int]]
+    progress: TrainingProgress
+    rng: random.Random
+    steps_per_epoch: int
+    total: int
+    started: float
+    previous_seconds: float
+
+    @classmethod
+    def start(cls, config: CanaryConfig, out_dir: Path, model, windows: list[list[int]], state: dict | None,
+              started: float, log: Callable[[str], None]) -> _TrainingRun:
+        """A run from step 0, or from the checkpoint's ``state`` (saying so through ``log``)."""
+        import torch
+
+        rng = random.Random(config.seed)
+        torch.manual_seed(config.seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        steps_per_epoch = math.ceil(len(windows) / config.batch_size)
+        total = steps_per_epoch * config.epochs
+        warmup = max(1, int(config.warmup_frac * total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: _lr_factor(step, total, warmup, config.min_lr_frac)
+        )
+        if state is None:
+            so_far = TrainingProgress(epoch=0, step_in_epoch=0, steps_per_epoch=steps_per_epoch, epoch_rng=rng.getstate())
+        else:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            so_far = state["progress"]
+            so_far.resumed_at_steps.append(so_far.steps_done)
+            log(f"resuming the canary from {checkpoint_dir(out_dir)}: step {so_far.steps_done} of {total} "
+                f"(epoch {so_far.epoch + 1} of {config.epochs}) already trained")
+        rng.setstate(so_far.epoch_rng)
+        return cls(config, out_dir, model, optimizer, scheduler, windows, so_far, rng, steps_per_epoch, total,
+                   started, so_far.seconds)
+
+    def seconds(self) -> float:
+        """Training seconds so far (wall clock), interrupted runs included."""
+        return self.previous_seconds + time.perf_counter() - self.started
+
+    def checkpoint(self) -> None:
+        """Save the run's state (:func:`~.checkpoint.save_checkpoint`)."""
+        self.progress.seconds = self.seconds()
+        save_checkpoint(self.out_dir, self.config, self.progress, self.model, self.optimizer, self.scheduler)
+
+    def train(self, progress: bool, checkpoint_seconds: float) -> None:
+        """Train the remaining epochs, with a tqdm bar (batches) unless not ``progress``, a
+        checkpoint every ``checkpoint_seconds`` inside an epoch and one at every epoch's end."""
+        from tqdm.auto import tqdm
+
+        config, so_far = self.config, self.progress
+        self.model.train()
+        bar = tqdm(total=self.total, initial=so_far.steps_done, unit="batch", desc="canary", disable=not progress)
+        last_save = time.perf_counter()
+        for epoch in range(so_far.epoch, config.epochs):
+            so_far.epoch, so_far.epoch_rng = epoch, self.rng.getstate()
+            tail = max(1, self.steps_per_epoch // 10)
+            for step, batch in enumerate(training_batches(self.windows, config.batch_size, self.rng)):
+                if step < so_far.step_in_epoch:
+                    continue  # trained before the interruption
+                self.step(batch)
+                so_far.step_in_epoch = step + 1
+                bar.update(1)
+                bar.set_postfix(epoch=epoch + 1, loss=f"{so_far.losses[-1]:.3f}")
+                if time.perf_counter() - last_save >= checkpoint_seconds and so_far.step_in_epoch < self.steps_per_epoch:
+                    self.checkpoint()
+                    last_save = time.perf_counter()
+            losses = so_far.losses
+            so_far.loss_per_epoch.append({"epoch": epoch + 1, "mean": sum(losses) / len(losses), "final": sum(losses[-tail:]) / tail})
+            so_far.epoch, so_far.step_in_epoch, so_far.epoch_rng, so_far.losses = epoch + 1, 0, self.rng.getstate(), []
+            self.checkpoint()
+            last_save = time.perf_counter()
+        bar.close()
+
+    def step(self, batch: list[list[int]]) -> None:
+        """One optimizer step on ``batch`` (token windows): the mean cross-entropy (nats/token)
+        over its targets, padding masked out; the loss and the tokens trained are recorded."""
+        import torch
+
+        ids, mask, targets = pad_training_batch(batch)
+        logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.progress.losses.append(loss.item())
+        self.progress.trained_tokens += int((targets != -100).sum())
 
 
 def chat_record(chat: list, tokenizer) -> dict:
@@ -348,8 +416,8 @@ def reference_record(config: CanaryConfig) -> dict:
     }
 
 
-def _disable_dropout(model) -> None:
-    """Set every dropout probability to 0 (in the modules and in the saved config)."""
+def _disable_dropout(model):
+    """``model`` with every dropout probability set to 0 (in the modules and in the saved config)."""
     import torch
 
     for module in model.modules():
@@ -357,3 +425,4 @@ def _disable_dropout(model) -> None:
             module.p = 0.0
     for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
         setattr(model.config, name, 0.0)
+    return model
