@@ -4,7 +4,7 @@ estimate, the control test and the report (the method: :mod:`blackbox_mia.audits
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,10 +62,110 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     groups = plan.scored_groups()
     guard_groups(groups, plan.scorers, backends, yes)
     run_cfg = run_config(plan.scorers, backends, plan.meta)
+    s = _score_roles(plan, groups, backends, out_dir, run_cfg, progress, log)
+    bench, neg, pos, control = s.scores_x[s.swept, 0], s.neg_x[:, 0], None if s.pos_x is None else s.pos_x[:, 0], \
+        None if s.control_x is None else s.control_x[:, 0]
+    swept_items = [it for it, keep in zip(plan.items, s.swept) if keep]
+    prevalence = estimate_prevalence(bench, neg, pos, rule=config.rule, target_fpr=config.target_fpr,
+                                     tpr=None if pos is not None else config.assumed_tpr)
+    threshold = prevalence.pop("threshold")
+    roles = _roles(plan, len(s.rows), int(s.swept.sum()), len(neg), None if pos is None else len(pos), control, s.gone)
+    contamination = None if control is None else _control_contamination(s.control_items, s.rows, s.scores_x[:, 0],
+                                                                         control, threshold["value"])
+    dataset_test = _dataset_test(bench, control, neg)
+    planted = planted_fraction(plan.planted_manifest, [r for r, keep in zip(s.rows, s.swept) if keep])
+    suspicious = [{"id": it.id, "score": float(v), "text": it.text[:TEXT_PREVIEW]}
+                  for it, v in sorted(zip(swept_items, bench), key=lambda pair: -pair[1])[: config.top]]
+    reference, ref_label = (control, "control") if control is not None else (neg, "calibration non-members")
+    plots = {f"{scorer.label} scores: swept benchmark vs {ref_label}, threshold dashed": plot_histogram(
+        bench, reference, threshold["value"], out_dir / "histogram.png",
+        title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark (swept)", ref_label))}
+    nonmembers_x = s.neg_x if plan.calibration is not None or plan.nonmembers is not None else None
+    verdict = sweep_verdict(s.scores_x[s.swept], nonmembers_x, s.control_x, s.pos_x, roles["calibration_source"],
+                            config.seed)
+    reference_model = reference_model_line(run_cfg["backends"], plan.scorers)
+    headline = sweep_headline(prevalence, roles["swept"], verdict) + ("" if reference_model is None else
+                                                                      "\n" + reference_model)
+
+    report = {
+        "title": f"Contamination sweep: {plan.meta['name']}",
+        "headline": headline,
+        "config": report_config(run_cfg, "sweep", config, len(plan.items),
+                                {"calibration_fraction": config.seed, "control": config.control_config.seed},
+                                calibration=plan.calibration[1] if plan.calibration else None,
+                                nonmembers=plan.nonmembers[1] if plan.nonmembers else None),
+        "roles": roles,
+        "sweep": {scorer.label: {"verdict": verdict, "threshold": threshold, "prevalence": prevalence,
+                                 **({"dataset_test": dataset_test} if dataset_test else {})}},
+        "plots": plots,
+        "most_suspicious": suspicious,
+        "notes": [*headline.split("\n"), *verdict_notes(verdict),
+                  *_sweep_notes(plan, s.source, roles, prevalence, contamination, dataset_test, planted)],
+    }
+    if plan.control is not None:
+        report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
+    if s.gone:
+        report["dropped_unscored"] = [asdict(d) for d in s.gone]
+    if planted is not None:
+        report["planted"] = planted
+    summary = _summary(headline, verdict, prevalence, threshold, roles, contamination, dataset_test, planted,
+                       run_cfg["backends"].get(REFERENCE, {}).get("model"), len(plan.items))
+    # the Markdown lists the suspicious items as a table rather than as JSON
+    return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",),
+                   warnings=[*(d.sentence() for d in s.gone),
+                             *sweep_warnings(prevalence, threshold, contamination, None if control is None else len(control))],
+                   names=names)
+
+
+def _dataset_test(bench: np.ndarray, control: np.ndarray | None, neg: np.ndarray) -> dict | None:
+    """The one-sided Welch t-test of the swept scores (:func:`~blackbox_mia.evaluation.dataset_level_test`)
+    against the control, else against the calibration non-members (at least 2); None without either."""
+    if control is not None:
+        return {**dataset_level_test(bench, control), "against": "control built from the benchmark"}
+    if len(neg) >= 2:
+        return {**dataset_level_test(bench, neg), "against": "calibration non-members"}
+    return None
+
+
+@dataclass(frozen=True)
+class _RoleScores:
+    """Every role's feature scores, shape (n, F) (the first column the sweep's scorer), once the
+    texts without a usable score are dropped from the calibration and the control.
+
+    Attributes:
+        rows: the benchmark's scored rows, one per item of the plan.
+        scores_x: the benchmark's features, every item (NaN rows kept).
+        swept: shape (n_items,), bool: the items swept (not calibration texts, usable scores).
+        neg_x, pos_x: the calibration non-members' and members' features (``pos_x`` None without members).
+        control_x, control_items: the control's features and items (None without a control).
+        source: where the calibration came from (:func:`~.scores.calibration_scores`).
+        gone: what was dropped for want of a usable score, per group.
+    """
+
+    rows: list[ScoredText]
+    scores_x: np.ndarray
+    swept: np.ndarray
+    neg_x: np.ndarray
+    pos_x: np.ndarray | None
+    control_x: np.ndarray | None
+    control_items: list[Item] | None
+    source: str
+    gone: list[Dropped]
+
+
+def _score_roles(plan: SweepPlan, groups: dict, backends: dict[str, Backend], out_dir: Path, run_cfg: dict,
+                 progress: bool, log: Log) -> _RoleScores:
+    """Score the benchmark (resumable, ``scores.jsonl``), the control and the calibration
+    (:mod:`.scores`), and split the roles.
+
+    Raises:
+        BlackboxMIAError: no usable calibration member or non-member score, or no benchmark item
+            left to sweep (every one is a calibration text or has no usable score).
+    """
     log(f"scoring {len(plan.items)} benchmark items with {', '.join(s.label for s in plan.scorers)}")
-    rows = score_items(plan.items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume, progress=progress)
+    rows = score_items(plan.items, plan.scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=plan.config.resume,
+                       progress=progress)
     scores_x = feature_matrix(rows, plan)
-    scores = scores_x[:, 0]
     known = {it.text: r for it, r in zip(plan.items, rows)}
     control_x = control_scores(plan, groups.get("control"), backends, out_dir, progress, log)
     control_items = None if control_x is None else plan.control.items
@@ -87,62 +187,22 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     if len(neg_x) == 0 or (pos_x is not None and len(pos_x) == 0):
         raise BlackboxMIAError(f"no calibration {'non-member' if len(neg_x) == 0 else 'member'} has a usable score: "
                                "nothing to calibrate on once the texts without one are dropped")
-    control = None if control_x is None else control_x[:, 0]
-    neg, pos = neg_x[:, 0], None if pos_x is None else pos_x[:, 0]
     swept = ~calibration_in_benchmark & ~has_nan(scores_x)
     if not swept.any():
         raise BlackboxMIAError(f"no item of {plan.meta['name']} is left to sweep: every one is in the calibration set "
                                "(the calibration and the swept items must be disjoint) or has no usable score")
-    bench, swept_items = scores[swept], [it for it, keep in zip(plan.items, swept) if keep]
-    prevalence = estimate_prevalence(bench, neg, pos, rule=config.rule, target_fpr=config.target_fpr,
-                                     tpr=None if pos is not None else config.assumed_tpr)
-    threshold = prevalence.pop("threshold")
-    roles = _roles(plan, len(rows), int(swept.sum()), len(neg), None if pos is None else len(pos), control, gone)
-    contamination = None if control is None else _control_contamination(control_items, rows, scores, control,
-                                                                         threshold["value"])
-    dataset_test = None
-    if control is not None:
-        dataset_test = {**dataset_level_test(bench, control), "against": "control built from the benchmark"}
-    elif len(neg) >= 2:
-        dataset_test = {**dataset_level_test(bench, neg), "against": "calibration non-members"}
-    planted = planted_fraction(plan.planted_manifest, [r for r, keep in zip(rows, swept) if keep])
-    top = sorted(zip(swept_items, bench), key=lambda pair: -pair[1])[: config.top]
-    suspicious = [{"id": it.id, "score": float(s), "text": it.text[:TEXT_PREVIEW]} for it, s in top]
-    reference, ref_label = (control, "control") if control is not None else (neg, "calibration non-members")
-    plots = {f"{scorer.label} scores: swept benchmark vs {ref_label}, threshold dashed": plot_histogram(
-        bench, reference, threshold["value"], out_dir / "histogram.png",
-        title=f"{plan.meta['name']}: {scorer.label}", labels=("benchmark (swept)", ref_label))}
-    nonmembers_x = neg_x if plan.calibration is not None or plan.nonmembers is not None else None
-    verdict = sweep_verdict(scores_x[swept], nonmembers_x, control_x, pos_x, roles["calibration_source"], config.seed)
-    reference_model = reference_model_line(run_cfg["backends"], plan.scorers)
-    headline = sweep_headline(prevalence, roles["swept"], verdict) + ("" if reference_model is None else
-                                                                      "\n" + reference_model)
+    return _RoleScores(rows, scores_x, swept, neg_x, pos_x, control_x, control_items, source, gone)
 
-    report = {
-        "title": f"Contamination sweep: {plan.meta['name']}",
-        "headline": headline,
-        "config": report_config(run_cfg, "sweep", config, len(plan.items),
-                                {"calibration_fraction": config.seed, "control": config.control_config.seed},
-                                calibration=plan.calibration[1] if plan.calibration else None,
-                                nonmembers=plan.nonmembers[1] if plan.nonmembers else None),
-        "roles": roles,
-        "sweep": {scorer.label: {"verdict": verdict, "threshold": threshold, "prevalence": prevalence,
-                                 **({"dataset_test": dataset_test} if dataset_test else {})}},
-        "plots": plots,
-        "most_suspicious": suspicious,
-        "notes": [*headline.split("\n"), *verdict_notes(verdict),
-                  *_sweep_notes(plan, source, roles, prevalence, contamination, dataset_test, planted)],
-    }
-    if plan.control is not None:
-        report["control"] = {**plan.control.to_dict(), **({"contamination": contamination} if contamination else {})}
-    if gone:
-        report["dropped_unscored"] = [asdict(d) for d in gone]
-    if planted is not None:
-        report["planted"] = planted
+
+def _summary(headline: str, verdict: dict, prevalence: dict, threshold: dict, roles: dict, contamination: dict | None,
+             dataset_test: dict | None, planted: dict | None, reference_model: str | None, n: int) -> dict:
+    """``sweep.json``'s summary: the headline, the verdict, the roles, the flag rate and realised
+    FPR with their CIs, the TPR, the prevalence, the control's contamination, the t-test's p, the
+    threshold, ``n`` (benchmark items) and, on a canary, the planted fraction."""
     summary = {
         "headline": headline,
         "verdict": {key: verdict[key] for key in ("detected", "p_value", "alpha", "test", "reference")},
-        "reference_model": run_cfg["backends"].get(REFERENCE, {}).get("model"),
+        "reference_model": reference_model,
         "roles": roles,
         "flag_rate": prevalence["flag_rate"],
         "realised_fpr": prevalence["realised_fpr"],
@@ -160,15 +220,11 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
         "control_contamination": None if contamination is None else contamination["share_sources_flagged"],
         "p_value": None if dataset_test is None else dataset_test["p_value"],
         "threshold": threshold["value"],
-        "n": len(plan.items),
+        "n": n,
     }
     if planted is not None:
         summary["planted"] = planted["fraction"]
-    # the Markdown lists the suspicious items as a table rather than as JSON
-    return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",),
-                   warnings=[*(d.sentence() for d in gone),
-                             *sweep_warnings(prevalence, threshold, contamination, None if control is None else len(control))],
-                   names=names)
+    return summary
 
 
 def _roles(plan: SweepPlan, n_items: int, n_swept: int, n_nonmembers: int, n_members: int | None,
