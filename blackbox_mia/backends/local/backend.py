@@ -26,13 +26,14 @@ from tqdm.auto import tqdm
 
 from ...hub import load_pretrained, route_unmasked_padding_note
 from ...option_names import named
-from ...text.windows import sliding_windows, windows_note
+from ...text.windows import windows_note
 from ...tokenizers import HFTokenCodec
 from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
 from ..base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..generation import build_generation, sample_seed, seeded_sampler, strategy_name
 from .config import SPEED_FIELDS, LocalConfig
+from .packing import pack_rows, window_rows
 from .passes import LaunchedPass, SequenceResult
 from .reduce import reduce_chunks
 from .resources import (
@@ -270,29 +271,25 @@ class LocalBackend(Backend):
         after storing ``results[s] = (lp, mu, sigma)``, each of shape (L-1,) (``mu``/``sigma``
         ``None`` unless ``vocab_stats``).
 
-        Long sequences are split by :func:`sliding_windows`; windows are packed into batches
+        Long sequences are split into windows and packed into batches (:mod:`.packing`)
         that fit the :attr:`budget`, longest sequence first, each sequence's windows together,
         so a long text finishes as soon as its own windows ran. On CUDA a batch's results are
         read while the next batch computes (:data:`CUDA_PASSES_IN_FLIGHT`).
         """
-        rows = []  # (sequence index, start, end, first_target)
-        for s, seq in enumerate(sequences):
-            rows.extend((s, *w) for w in sliding_windows(len(seq), self.context))
+        rows, order = window_rows([len(seq) for seq in sequences], self.context)
         remaining = [0] * len(sequences)  # windows not computed yet, per sequence
         for s, *_ in rows:
             remaining[s] += 1
         out_lp = [np.empty(len(seq) - 1) for seq in sequences]
         out_mu = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
         out_sd = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
-        first_width = [min(len(seq), self.context) for seq in sequences]
-        order = sorted(range(len(rows)), key=lambda r: (-first_width[rows[r][0]], rows[r][0], rows[r][1]))
         for s, seq in enumerate(sequences):
             note = windows_note(s, len(seq), self.context) if progress else None
             if note is not None:
                 tqdm.write(note, file=sys.stderr)
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward", leave=False)
         launched: list[tuple[list, LaunchedPass]] = []  # passes not read yet, oldest first
-        batches = self._pack(order, [rows[r][2] - rows[r][1] for r in range(len(rows))])
+        batches = pack_rows(order, [b - a for _, a, b, _ in rows], self.budget)
         try:
             for batch in chain(batches, [None]):  # None: the end, every pass is read
                 if batch is not None:
@@ -316,22 +313,6 @@ class LocalBackend(Backend):
                     yield finished
         finally:
             bar.close()
-
-    def _pack(self, order: list[int], lengths: list[int]):
-        """Greedy packing of rows, in ``order`` (longest first), into batches that
-        :meth:`ForwardBudget.fits`: rows × widest row within the memory budget and the token
-        cap (a single row always runs, even past them), and negligible padding."""
-        batch: list[int] = []
-        width = filled = 0
-        for r in order:
-            if batch and not self.budget.fits(len(batch) + 1, max(width, lengths[r]), filled + lengths[r]):
-                yield batch
-                batch, width, filled = [], 0, 0
-            batch.append(r)
-            width = max(width, lengths[r])
-            filled += lengths[r]
-        if batch:
-            yield batch
 
     def _pad(self, rows: Sequence[Sequence[int]]):
         """Right-padded ids (padding: id 0, never read), shape (B, longest row), on the model's
@@ -389,7 +370,7 @@ class LocalBackend(Backend):
         rows = [list(p)[-self.context :] for p in prefixes]
         out = np.empty((len(rows), self.vocab_size), dtype=np.float32)
         order = sorted(range(len(rows)), key=lambda r: len(rows[r]), reverse=True)
-        for batch in self._pack(order, [len(r) for r in rows]):
+        for batch in pack_rows(order, [len(r) for r in rows], self.budget):
             ids = self._pad([rows[r] for r in batch])
             last = torch.as_tensor([len(rows[r]) - 1 for r in batch], device=self.device)
             with torch.inference_mode():
@@ -448,7 +429,7 @@ class LocalBackend(Backend):
         found: dict[tuple[int, int], Generation] = {}
         order = sorted(range(len(rows)), key=lambda r: -len(contexts[rows[r][0]]))
         widths = [len(contexts[i]) + max_new_tokens for i, _ in rows]
-        for batch in self._pack(order, widths):
+        for batch in pack_rows(order, widths, self.budget):
             ids, lps = self._generate_batch(
                 [contexts[rows[r][0]] for r in batch], max_new_tokens, temperature, [seeds[r] for r in batch]
             )
