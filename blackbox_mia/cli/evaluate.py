@@ -71,7 +71,7 @@ def eval_command(
         check_methods(methods)
         if methods and scorers:
             raise BlackboxMIAError("give --scorers or --methods, not both")
-        specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
+        specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=target.white_box())
         lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
                             segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite,

@@ -14,8 +14,8 @@ import pytest
 from blackbox_mia.backends import ApiOptions, LocalOptions, build_backend, options_from_query
 from blackbox_mia.backends.base import Backend
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.backends.options import KINDS, KindOptions, register_backend
-from blackbox_mia.backends.registry import split_query
+from blackbox_mia.backends.options import KINDS, KindOptions, register_backend, setting
+from blackbox_mia.backends.registry import read_spec, split_query
 from blackbox_mia.cli.common import TargetOptions, build_backends, build_from_flags, normalized_spec
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.types import BlackboxMIAError
@@ -107,8 +107,10 @@ def test_split_query_and_normalized_spec_keep_the_settings(tmp_path, monkeypatch
     assert split_query("gpt2") == ("gpt2", "")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
-    assert normalized_spec("local:./model/?dtype=float32") == "local:model?dtype=float32"
-    assert TargetOptions(local="./model/?dtype=float32").target_spec({}) == "local:model?dtype=float32"
+    read = normalized_spec("local:./model/?dtype=float32")
+    assert (read.kind, read.target, dict(read.query.values), dict(read.query.texts)) == (
+        "local", "model", {"dtype": "float32"}, {"dtype": "float32"})
+    assert TargetOptions(local="./model/?dtype=float32").target_spec({}) == read
     assert TargetOptions(local="./model/?dtype=float32").local_model == "./model/"  # a canary's manifest is found
     assert TargetOptions(base_url="http://127.0.0.1:9/v1", model="m").local_model is None
 
@@ -119,13 +121,14 @@ def test_a_flag_and_a_query_key_that_disagree_are_an_error_naming_both(tiny_mode
         build_backends(flags, [])
     assert str(err.value) == "--dtype 'bfloat16' and the local: spec's ?dtype=float32 disagree: give one"
     with pytest.raises(BlackboxMIAError, match="--context-tokens 64 and the api: spec's [?]context=32 disagree"):
-        build_from_flags("api:m@http://127.0.0.1:9/v1?context=32", TargetOptions(context=64))
+        build_from_flags(read_spec("api:m@http://127.0.0.1:9/v1?context=32"), TargetOptions(context=64))
     with pytest.raises(BlackboxMIAError, match=r"LocalOptions.dtype 'float16' and the local: spec's \?dtype=float32"):
         build_backend(f"local:{tiny_model_dir}?dtype=float32", LocalOptions(dtype="float16"))
 
 
 def test_a_setting_given_both_ways_alike_is_accepted(tiny_model_dir):
-    backend = build_from_flags(f"local:{tiny_model_dir}?dtype=float32&threads=1", TargetOptions(dtype="float32", batch_tokens=64))
+    backend = build_from_flags(read_spec(f"local:{tiny_model_dir}?dtype=float32&threads=1"),
+                               TargetOptions(dtype="float32", batch_tokens=64))
     assert (backend.config.dtype, backend.config.threads, backend.config.max_batch_tokens) == ("float32", 1, 64)
     backend.close()
 
@@ -143,9 +146,8 @@ def test_the_vllm_engine_refuses_the_torch_engines_settings(tiny_model_dir):
 def test_a_registered_kind_builds_from_its_spec_with_typed_options():
     @dataclass(frozen=True)
     class EchoOptions(KindOptions):
-        ranges = {"width": {"at_least": 1}}
-        width: int = 3
-        label: str | None = None
+        width: int = setting(3, help="columns", at_least=1)
+        label: str | None = setting(None, help="a label")
 
     built = []
 
@@ -195,8 +197,8 @@ def test_api_backend_from_a_query_against_the_emulator(tiny_model_dir, tmp_path)
         flags = TargetOptions(base_url=url, model=str(tiny_model_dir), tokenizer=str(tiny_model_dir), epsilon=0.05,
                               concurrency=4, cache_dir=tmp_path, precision="token")
         with pytest.raises(BlackboxMIAError, match="--concurrency 4 and the api: spec's [?]concurrency=8 disagree"):
-            build_from_flags(f"api:{tiny_model_dir}@{url}?concurrency=8", flags)
-        flagged = build_from_flags(f"api:{tiny_model_dir}@{url}?top_n=5", flags)
+            build_from_flags(read_spec(f"api:{tiny_model_dir}@{url}?concurrency=8"), flags)
+        flagged = build_from_flags(read_spec(f"api:{tiny_model_dir}@{url}?top_n=5"), flags)
         try:
             assert queried.tracker_config == flagged.tracker_config
             assert (queried.tracker_config.epsilon, queried.tracker_config.max_top_n) == (0.05, 5)
