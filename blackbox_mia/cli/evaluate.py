@@ -19,6 +19,7 @@ from .spend import print_dry_run
 if TYPE_CHECKING:
     from ..audits.common import AuditResult
     from ..audits.sweep.plan import SweepConfig
+    from ..scorers import Scorer
 
 METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs at an acceptable cost, else the "
                 "text-only tests (samia, cdd; ts_guessing on multiple-choice items); text-only; logprobs")
@@ -175,25 +176,27 @@ def sweep_command(
     """
     with user_errors():
         from ..audits import SweepConfig
+        from ..audits.sweep.plan import sweep_scorers
         from ..audits.sweep.verdict import with_reference_feature
         from ..controls import ControlConfig
 
         scorer = one_scorer_spec(scorers, scorer_alias)
+        features, read = with_reference_feature(features, sweep_scorers(scorer, features), target.ref)  # read once
         config = SweepConfig(
-            dataset=dataset, scorer=scorer, features=with_reference_feature(features, scorer, target.ref), rule=rule,
+            dataset=dataset, scorer=scorer, features=features, rule=rule,
             target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite, drop_unscored=drop_unscored,
         )
-        _sweep(config, target, methods, out_dir, quiet, json_out)
+        _sweep(config, read, target, methods, out_dir, quiet, json_out)
 
 
-def _sweep(config: SweepConfig, target: TargetOptions, methods: str | None, out_dir: Path | None, quiet: bool,
-           json_out: bool) -> None:
+def _sweep(config: SweepConfig, scorers: tuple[Scorer, ...], target: TargetOptions, methods: str | None,
+           out_dir: Path | None, quiet: bool, json_out: bool) -> None:
     """``bbmia sweep`` once its configuration is read: plan it (items, control, calibration),
     route it by ``--methods`` (log-prob scorers or the text-only one), then run it, or with
-    ``--dry-run`` estimate it.
+    ``--dry-run`` estimate it. ``scorers``: ``config``'s scorer and features, read once.
 
     Raises:
         BlackboxMIAError: a bad ``--methods`` or ``--out``, or what planning and running raise.
@@ -206,7 +209,7 @@ def _sweep(config: SweepConfig, target: TargetOptions, methods: str | None, out_
     log = messages(quiet)
     if out_dir is not None:  # checked before the control is built (seconds on GSM8K)
         check_output(out_dir, folder=True)
-    plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
+    plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log, scorers=scorers)
     out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
 
     def plan_for(specs: tuple[str, ...]):
