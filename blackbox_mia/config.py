@@ -26,7 +26,7 @@ BOUNDS = "bounds"
 
 
 def bounded(default: Any = dataclasses.MISSING, *, above: float | None = None, at_least: float | None = None,
-            below: float | None = None, at_most: float | None = None, **field_args: Any) -> Any:
+            below: float | None = None, at_most: float | None = None, integer: bool = False, **field_args: Any) -> Any:
     """A dataclass field with a range: ``concurrency: int = bounded(16, at_least=1)``. The range
     lives with the field (its metadata :data:`BOUNDS`), is checked by :func:`check_bounds`, and is
     read by whatever else names the setting (a kind's options, their flags): one home per range.
@@ -35,14 +35,16 @@ def bounded(default: Any = dataclasses.MISSING, *, above: float | None = None, a
         default: the field's default.
         above, at_least, below, at_most: strict / inclusive bounds (see :func:`check_number`);
             a tuple value's bounds hold for each element.
+        integer: the value must be an ``int`` (a count).
         field_args: other arguments of :func:`dataclasses.field` (``repr``, ``metadata``...).
     """
     bounds = {k: v for k, v in dict(above=above, at_least=at_least, below=below, at_most=at_most).items() if v is not None}
+    bounds.update({"integer": True} if integer else {})
     metadata = {**field_args.pop("metadata", {}), BOUNDS: bounds}
     return dataclasses.field(default=default, metadata=metadata, **field_args)
 
 
-def bounds_of(field: dataclasses.Field) -> dict[str, float]:
+def bounds_of(field: dataclasses.Field) -> dict[str, Any]:
     """The range of a dataclass field (``{}``: none), as :func:`bounded` recorded it."""
     return dict(field.metadata.get(BOUNDS, {}))
 
@@ -66,7 +68,7 @@ def check_bounds(settings: Any, name_of: Callable[[str], str] | None = None,
                     (given or {}).get(field.name))
 
 
-def check_value(bounds: dict[str, float], value: Any, option: str, given: str | None = None) -> None:
+def check_value(bounds: dict[str, Any], value: Any, option: str, given: str | None = None) -> None:
     """Check ``value`` (a number, a tuple of them, or ``None``) against ``bounds`` (keyword
     arguments of :func:`check_number`), naming it ``option``.
 

@@ -30,8 +30,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import pkgutil
 import re
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -58,12 +56,12 @@ __all__ = [
 
 
 def import_kinds() -> None:
-    """Import every kind module: ``backends/NAME/kind.py`` of this package, then the modules of
-    the :data:`ENTRY_POINTS` group (each registers its kind; importing one twice does nothing)."""
+    """Import every kind module: ``backends/NAME/kind.py`` of this package (``NAME/`` needs no
+    ``__init__.py``: a kind is its two modules), then the modules of the :data:`ENTRY_POINTS`
+    group (each registers its kind; importing one twice does nothing)."""
     package = __name__.rpartition(".")[0]
-    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        if module.ispkg and importlib.util.find_spec(f"{package}.{module.name}.kind") is not None:
-            importlib.import_module(f"{package}.{module.name}.kind")
+    for module in sorted(Path(__file__).parent.glob("*/kind.py")):
+        importlib.import_module(f"{package}.{module.parent.name}.kind")
     for entry in entry_points(group=ENTRY_POINTS):
         importlib.import_module(entry.value)
 

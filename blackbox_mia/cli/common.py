@@ -34,44 +34,36 @@ BASE_URL_ENV = "OPENAI_BASE_URL"
 """The environment variable the OpenAI SDK reads its endpoint from (the key: ``OPENAI_API_KEY``)."""
 
 
-def _flag_fields() -> list[tuple[str, object, object]]:
-    """One ``(name, type | None, field(default=None))`` per command-line field of every
-    registered kind's options (a name two kinds share is one flag)."""
-    hints: dict[str, object] = {}
+def _backend_fields() -> dict[str, tuple[type, dataclasses.Field]]:
+    """The command-line field of each backend setting, by name, with the options class it is
+    from (the first kind's, where kinds share a name: one flag)."""
+    found: dict[str, tuple[type, dataclasses.Field]] = {}
     for kind in KINDS.values():
-        declared = typing.get_type_hints(kind.options)
         for f in option_fields(kind.options):
-            hints.setdefault(f.name, declared[f.name] | None)
-    return [(name, hint, field(default=None)) for name, hint in hints.items()]
+            found.setdefault(f.name, (kind.options, f))
+    return found
 
 
-BackendFlags = make_dataclass("BackendFlags", _flag_fields(), frozen=True, namespace={"__module__": __name__})
+BackendFlags = make_dataclass(
+    "BackendFlags", [(name, typing.get_type_hints(cls)[name] | None, field(default=None))
+                     for name, (cls, _) in _backend_fields().items()],
+    frozen=True, namespace={"__module__": __name__})
 BackendFlags.__doc__ = """The backend settings as command-line flags: one field, ``None`` when not given, per field of a
 registered kind's options (:class:`~blackbox_mia.backends.local.kind.LocalOptions`,
 :class:`~blackbox_mia.backends.api.kind.ApiOptions`) that is a flag; :func:`build_from_flags`
 maps them onto the options of the kind a spec names."""
 
 
-def _backend_fields() -> dict[str, dataclasses.Field]:
-    """The command-line field of each backend setting, by name (the first kind's, where kinds
-    share a name)."""
-    found: dict[str, dataclasses.Field] = {}
-    for kind in KINDS.values():
-        for f in option_fields(kind.options):
-            found.setdefault(f.name, f)
-    return found
-
-
 def flag_of(name: str) -> str:
     """The command-line flag of a backend setting (``context`` → ``--context-tokens``)."""
-    return flag_name(_backend_fields()[name])
+    return flag_name(_backend_fields()[name][1])
 
 
 def backend_options() -> dict[str, dict[str, Any]]:
     """The :func:`typer.Option` arguments of every backend setting's flag, from its options
     field's :func:`~blackbox_mia.backends.options.setting` (flag, help, panel, envvar)."""
     options = {}
-    for name, f in _backend_fields().items():
+    for name, (_, f) in _backend_fields().items():
         found = setting_of(f)
         spec: dict[str, Any] = {"flags": (flag_name(f),), "help": found.help if found else ""}
         if found is not None and found.panel:
@@ -352,7 +344,7 @@ then every backend setting's (:func:`backend_options`, from the kinds' options).
 def shown_defaults(options: Mapping[str, Mapping]) -> dict[str, Mapping]:
     """``options`` with each backend setting's default (from its kind's options class) shown
     in the help: the flags themselves default to ``None``, "not given"."""
-    defaults = {f.name: f.default for kind in KINDS.values() for f in option_fields(kind.options)}
+    defaults = {name: f.default for name, (_, f) in _backend_fields().items()}
     return {name: {**spec, "show_default": str(defaults[name])}
             if defaults.get(name) is not None and not isinstance(defaults[name], bool) else spec
             for name, spec in options.items()}

@@ -42,12 +42,12 @@ class LocalConfig:
     model: str
     device: str | None = None
     dtype: str = "auto"
-    max_batch_tokens: int | None = bounded(None, at_least=1)
+    max_batch_tokens: int | None = bounded(None, at_least=1, integer=True)
     max_length: int | None = None
     bos: bool | None = None
     vocab_stats: bool = True
     local_files_only: bool = False
-    threads: int | None = bounded(None, at_least=1)
+    threads: int | None = bounded(None, at_least=1, integer=True)
     max_memory_gb: float | None = bounded(None, above=0)
 
     def __post_init__(self) -> None:
