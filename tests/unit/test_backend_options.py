@@ -264,3 +264,35 @@ def test_docs_list_every_kinds_keys():
     for kind in KINDS.values():
         for key in query_keys(kind.options):
             assert f"| `{key}` |" in text, (kind.name, key)
+
+
+def test_flags_and_specs_keep_the_saved_configuration_and_the_cache_keys(tiny_model_dir, tmp_path):
+    """Issue 44: the target is handed to its kind as (kind, options), no spec text written and read
+    again; what is saved with results and the cache keys are unchanged. The pinned values were
+    printed by the code before that change for the same options."""
+    from blackbox_mia.backends.api.capabilities import capabilities_path
+    from blackbox_mia.backends.api.http.cache.keys import request_key
+    from blackbox_mia.scorers import parse_scorers
+
+    settings = dict(tokenizer=str(tiny_model_dir), epsilon=0.05, concurrency=4, context=64, cache_dir=tmp_path,
+                    strategy="forced", rpm=600.0)
+    flagged = TargetOptions(base_url="http://127.0.0.1:9/v1/", model="org/m@2", **settings)
+    spec = TargetOptions(spec="api:org/m@2@http://127.0.0.1:9/v1/?concurrency=4", **{**settings, "concurrency": None})
+    for options in (flagged, spec):
+        backend = build_backends(options, parse_scorers("loss,min_k:k=10"), check_first=False)["target"]
+        config, tracker = backend.client.config, backend.tracker_config
+        try:
+            assert config.describe() == {
+                "base_url": "http://127.0.0.1:9/v1", "concurrency": 4, "endpoint": "completions", "max_retries": 6,
+                "model": "org/m@2", "rpm": 600.0, "timeout_s": 60.0, "tpm": None, "usd_per_1m_tokens": None}
+            assert repr(tracker) == (
+                "TrackerConfig(strategy='forced', epsilon=0.05, max_bias=100.0, verify_flips=True, verify_repeats=2, "
+                "verify_every=32, refine_for=(10.0, 100.0), chain_tokens=4, context=64, pending=None, max_top_n=100)")
+            key = request_key(config.base_url, config.model, "completions", {"prompt": [1, 2, 3], "max_tokens": 1,
+                                                                             "logprobs": 5})
+            assert key == "bae7cf2bf019b4a4baff87f08361cd9ec355414cb292f15133cf7fb6ce68549f"
+            path = capabilities_path(tmp_path, config.base_url, config.model, config.endpoint, tracker.epsilon,
+                                     tracker.max_bias)
+            assert path.name == "7b697910b3b65b2500d6795c.json"
+        finally:
+            backend.close()
