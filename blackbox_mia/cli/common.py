@@ -8,6 +8,7 @@ import os
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, make_dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -135,9 +136,19 @@ class TargetOptions(BackendFlags):
         if self.local:
             return split_query(self.local)[0]
         if self.spec:
-            spec = read_spec(self.spec)
-            return spec.target if spec.kind == "local" else None
+            return self.given_spec.target if self.given_spec.kind == "local" else None
         return None
+
+    @cached_property
+    def given_spec(self) -> BackendSpec | None:
+        """``--target`` or ``--local`` read once (:func:`normalized_spec`); ``None``: neither.
+
+        Raises:
+            BlackboxMIAError: a malformed spec.
+        """
+        if not (self.local or self.spec):
+            return None
+        return normalized_spec(f"local:{self.local}" if self.local else self.spec)
 
     def target_spec(self, env: Mapping[str, str] | None = None) -> BackendSpec:
         """The target, read once: ``local`` and its path, ``api`` and its
@@ -161,8 +172,8 @@ class TargetOptions(BackendFlags):
 
         if sum(bool(given) for given in (self.local, self.base_url, self.spec)) > 1:
             raise BlackboxMIAError("choose one target: --local PATH, --base-url URL --model NAME, or --target SPEC")
-        if self.local or self.spec:
-            return normalized_spec(f"local:{self.local}" if self.local else self.spec)
+        if self.given_spec is not None:
+            return self.given_spec
         env = os.environ if env is None else env
         base_url, source = (self.base_url, "--base-url") if self.base_url else (env.get(BASE_URL_ENV), BASE_URL_ENV)
         if not base_url:
