@@ -122,7 +122,14 @@ class KindOptions:
 
     Raises:
         BlackboxMIAError: a value out of its range (the message names the field).
+        TypeError: (on definition) a subclass with a ``ranges`` table, the old home of its
+            ranges: they go in its fields' :func:`setting` now, and would otherwise go unchecked.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "ranges" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}.ranges: give each field its range with setting(..., at_least=...) instead")
 
     def __post_init__(self) -> None:
         check_bounds(self, str)

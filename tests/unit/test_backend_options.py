@@ -83,6 +83,14 @@ def test_options_objects_check_their_ranges_too():
         LocalOptions(batch_tokens=0)
 
 
+def test_an_options_class_with_the_old_ranges_table_is_refused():
+    with pytest.raises(TypeError, match="OldOptions.ranges: give each field its range with setting"):
+        @dataclass(frozen=True)
+        class OldOptions(KindOptions):
+            ranges = {"width": {"at_least": 1}}
+            width: int = 3
+
+
 def test_options_defaults_are_the_backends_own():
     """One definition of each default: the options' defaults are those of the configurations
     they fill."""
