@@ -304,3 +304,28 @@ def test_flags_and_specs_keep_the_saved_configuration_and_the_cache_keys(tiny_mo
             assert path.name == "7b697910b3b65b2500d6795c.json"
         finally:
             backend.close()
+
+
+def test_the_docs_tables_agree_with_the_one_home_of_each_setting():
+    """docs/backends.md lists every query key of each kind with the flag and the range its
+    options field declares (``setting``): a range or flag changed in the field and not in the
+    docs fails here."""
+    import dataclasses
+    import re
+
+    from blackbox_mia.backends.options import flag_name, query_keys
+    from blackbox_mia.config import NOT_AN_OPTION, bounds_of
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "backends.md").read_text(encoding="utf-8")
+    rows = {m[1]: (m[2], m[3]) for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", text, re.M)}
+    for kind in ("local", "api"):
+        fields = {f.name: f for f in dataclasses.fields(KINDS[kind].options)}
+        for key in query_keys(KINDS[kind].options):
+            flag, unit = rows[key]
+            f = fields[key]
+            option = not NOT_AN_OPTION.items() <= f.metadata.items()
+            assert flag.startswith(f"`{flag_name(f)}`" if option else "(query only)"), (key, flag)
+            signs = {"above": ">", "at_least": "≥", "below": "<", "at_most": "≤"}
+            for bound, value in bounds_of(f).items():
+                if bound in signs:
+                    assert f"{signs[bound]} {value:g}" in unit, (key, unit, bound, value)
