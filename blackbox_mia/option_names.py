@@ -5,7 +5,9 @@ A message names a setting with :func:`named`, which leaves a marker holding both
 of a :class:`~blackbox_mia.types.BlackboxMIAError` shows the Python form
 (:func:`as_arguments`), and the CLI's error boundary (:func:`blackbox_mia.cli.app.user_errors`)
 shows the flag form (:func:`for_command_line`). One table, :data:`FLAGS`, holds the flags that
-are not the argument's name spelled ``--with-dashes``.
+are not the argument's name spelled ``--with-dashes``: the commands' own here, and a backend
+kind's settings added when the kind registers (their one home is the kind's options,
+:func:`blackbox_mia.backends.options.setting`).
 
 Example:
     >>> message = f"{named('target_fpr')} must be in (0, 1), got 2"
@@ -18,13 +20,10 @@ from __future__ import annotations
 import re
 
 FLAGS = {
-    "context": "--context-tokens",
     "out_dir": "--out",
-    "engine": "--local-engine",
     "flag_fraction": "--flag-least-changed",
     "max_logprobs_chat": "--max-top-logprobs",
     "max_logprobs_completions": "--max-logprobs",
-    "max_memory_gb": "--max-memory",
     "n_permutations": "--permutations",
     "n_shards": "--shards",
     "reference_length": "--reference-tokens",
@@ -41,9 +40,21 @@ _MARK, _SPLIT, _END = "\x1f", "\x1e", "\x1d"  # ASCII separators: never in a mes
 _MARKER = re.compile(f"{_MARK}([^{_SPLIT}]*){_SPLIT}([^{_END}]*){_END}")
 
 
+def add_flag(argument: str, flag_name: str) -> None:
+    """Record ``flag_name`` as the flag of ``argument`` (a backend kind's setting, as the kind
+    registers: :func:`~blackbox_mia.backends.options.register_backend`).
+
+    Raises:
+        ValueError: ``argument`` already has another flag.
+    """
+    known = FLAGS.setdefault(argument, flag_name)
+    if known != flag_name:
+        raise ValueError(f"{argument} is already {known}, not {flag_name}")
+
+
 def flag(argument: str) -> str:
     """The command-line flag of the Python argument ``argument`` (``target_fpr`` →
-    ``--target-fpr``, ``context`` → ``--context-tokens``: :data:`FLAGS`)."""
+    ``--target-fpr``, ``out_dir`` → ``--out``: :data:`FLAGS`)."""
     return FLAGS.get(argument, "--" + argument.replace("_", "-"))
 
 

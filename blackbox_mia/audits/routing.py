@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..backends.base import GENERATE, LOGPROBS, Backend
 from ..option_names import as_flags, named
-from ..scorers import TARGET, parse_scorers, text_only_specs
+from ..scorers import TARGET, Scorer, text_only_specs
 from ..scorers.ts_guessing import parse_multiple_choice
 from ..types import BlackboxMIAError
 
@@ -125,16 +125,18 @@ def text_only_offer(target: Backend, texts: Sequence[str]) -> tuple[str | None, 
 
 
 def route_scorers(methods: str | None, target: Backend, texts: Sequence[str], specs: Sequence[str],
-                  log: Log, text_only: Sequence[str] | None = None) -> tuple[tuple[str, ...], dict | None]:
+                  scorers: Sequence[Scorer], log: Log,
+                  text_only: Sequence[str] | None = None) -> tuple[tuple[str, ...], dict | None]:
     """The scorer specs to run after capability routing, and the route taken (None without
     ``--methods``). Without ``--methods``, log-prob scorers on a target with no usable log-probs
     are refused with the offer of the text-only tests; a costly tracker is only noted (``log``).
+    ``scorers``: the scorers of ``specs``, as the command read them.
 
     Raises:
         BlackboxMIAError: as :func:`routed_specs`; no usable log-probs.
     """
     if methods is None:
-        if any(s.needs_logprobs for s in parse_scorers(list(specs))):
+        if any(s.needs_logprobs for s in scorers):
             offer, fatal = text_only_offer(target, texts)
             if fatal:
                 raise BlackboxMIAError(offer)
@@ -152,14 +154,16 @@ def routed_audit(methods: str | None, texts: Sequence[str], specs: Sequence[str]
                  ) -> tuple[Callable[[dict[str, Backend]], None], Callable[[dict[str, Backend]], AuditResult]]:
     """An audit's ``(dry_run, run)`` given its backends, after ``--methods`` routing
     (:func:`route_scorers` on ``texts``): ``plan_for(chosen specs)`` gives the plan to run (the
-    prepared one when the specs are unchanged), ``text_only`` the text-only specs it takes (as
+    prepared one when the specs are unchanged: its ``scorers``, read once by the command, are
+    what routing checks), ``text_only`` the text-only specs it takes (as
     :func:`routed_specs`); the route goes into the result's ``summary["route"]`` (when
     ``--methods`` was given).
 
     Raises (from the returned functions): as :func:`route_scorers`, ``plan_for``, ``run``, ``dry_run``.
     """
     def routed(backends: dict[str, Backend]) -> tuple[Plan, dict | None]:
-        chosen, found = route_scorers(methods, backends[TARGET], texts, specs, log, text_only)
+        chosen, found = route_scorers(methods, backends[TARGET], texts, specs, plan_for(tuple(specs)).scorers, log,
+                                      text_only)
         return plan_for(chosen), found
 
     def estimate(backends: dict[str, Backend]) -> None:

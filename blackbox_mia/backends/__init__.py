@@ -6,10 +6,12 @@ each kind with its own options (:class:`LocalOptions`, :class:`ApiOptions`)."""
 from .base import FEATURES, FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, check_texts
 from .registry import (
     ApiOptions,
+    BackendSpec,
     LocalOptions,
     build_backend,
     options_from_query,
     parse_spec,
+    read_spec,
     register_backend,
 )
 
@@ -20,10 +22,12 @@ __all__ = [
     "LOGPROBS",
     "ApiOptions",
     "Backend",
+    "BackendSpec",
     "LocalOptions",
     "build_backend",
     "check_texts",
     "options_from_query",
     "parse_spec",
+    "read_spec",
     "register_backend",
 ]

@@ -102,14 +102,7 @@ def train(
 
     With --reference-of CANARY: the reference model of that canary (bbmia sweep --ref).
     """
-    from ..canary import (
-        MANIFEST,
-        canary_dir,
-        ensure_canary,
-        load_manifest,
-        train_canary,
-    )
-    from ..canary.checkpoint import CHECKPOINT_SECONDS, checkpoint_dir, saved_progress
+    from ..canary import MANIFEST, canary_dir
 
     with user_errors():
         if reference_of is not None:
@@ -117,54 +110,80 @@ def train(
         config.validate()
         target = out if out is not None else canary_dir(config, cache_dir)
         reused = not force and (target / MANIFEST).is_file()
-        log = messages(quiet=False)
-        try:
-            if force:
-                path = train_canary(config, target, progress=not quiet, resume=False, log=log)
-            else:
-                path = ensure_canary(config, progress=not quiet, out_dir=target, log=log)
-        except KeyboardInterrupt:
-            saved = saved_progress(target, config)
-            typer.secho(
-                "interrupted before the first checkpoint: a rerun trains from the beginning" if saved is None else
-                f"interrupted: {saved.steps_done} of {saved.steps_per_epoch * config.epochs} steps are saved in "
-                f"{checkpoint_dir(target)} (checkpoints at every epoch's end and every {CHECKPOINT_SECONDS:g} s); "
-                "rerun the same command to resume from there (--force starts over)",
-                err=True,
-            )
-            raise typer.Exit(INTERRUPTED_EXIT) from None
-        manifest = load_manifest(path)
-        losses = ", ".join(f"{e['final']:.3f}" for e in manifest["loss_per_epoch"])
-        typer.echo(f"canary model: {path}" + (" (already trained, reused; --force retrains)" if reused else ""))
-        typer.echo(f"manifest: {path / MANIFEST}")
-        typer.echo(
-            f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
-            f"final loss per epoch: {losses} nats/token"
-        )
-        if reference_of is not None:  # it saw none of the canary's items: nothing to score it on
-            typer.echo(f"use it as the reference model: bbmia sweep gsm8k --local {reference_of} --ref {path} "
-                       f"--calibration canary:{reference_of} --calibration-fraction 0.5", err=True)
-        else:
-            typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
-        summary = {"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused}
-        if "documents_file" in manifest:
-            summary.update(documents=str(path / manifest["documents_file"]), validation=str(path / manifest["validation_file"]))
-            typer.echo(
-                f"audit the documents: bbmia documents {summary['documents']} --local {path} "
-                f"--calibration {summary['validation']} --chunk-words {DOCUMENTS_CHUNK_WORDS}",
-                err=True,
-            )
-        if "chat" in manifest:
-            context = manifest["chat"]["context_tokens"]
-            summary["chat_context_tokens"] = context
-            typer.echo(
-                f"serve it as a chat model: bbmia serve {path} --chat-template model; audit it with "
-                f"--endpoint chat --chat-template continuation --allow-chat-conditional --context-tokens {context} "
-                "(the windows its chat examples were cut as)",
-                err=True,
-            )
+        path = _train_or_reuse(config, target, force, quiet)
+        summary = _report_canary(path, reused, reference_of)
         if json_out:
             echo_json_line(summary)
+
+
+def _train_or_reuse(config: CanaryConfig, target: Path, force: bool, quiet: bool) -> Path:
+    """The canary of ``config`` in ``target``: trained (from the beginning with ``force``, else
+    resumed from its checkpoint), or reused when complete.
+
+    Raises:
+        typer.Exit: interrupted (Ctrl-C), with :data:`INTERRUPTED_EXIT`, after saying what is saved.
+    """
+    from ..canary import ensure_canary, train_canary
+    from ..canary.checkpoint import CHECKPOINT_SECONDS, checkpoint_dir, saved_progress
+
+    log = messages(quiet=False)
+    try:
+        if force:
+            return train_canary(config, target, progress=not quiet, resume=False, log=log)
+        return ensure_canary(config, progress=not quiet, out_dir=target, log=log)
+    except KeyboardInterrupt:
+        saved = saved_progress(target, config)
+        typer.secho(
+            "interrupted before the first checkpoint: a rerun trains from the beginning" if saved is None else
+            f"interrupted: {saved.steps_done} of {saved.steps_per_epoch * config.epochs} steps are saved in "
+            f"{checkpoint_dir(target)} (checkpoints at every epoch's end and every {CHECKPOINT_SECONDS:g} s); "
+            "rerun the same command to resume from there (--force starts over)",
+            err=True,
+        )
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+
+
+def _report_canary(path: Path, reused: bool, reference_of: Path | None) -> dict:
+    """Print the canary's directory, manifest and training figures, and the commands that use it
+    (score, sweep's reference, the documents audit, serving a chat canary).
+
+    Returns:
+        the ``--json`` summary: path, manifest, train_seconds (s), reused, and the documents,
+        validation and chat_context_tokens (tokens) of canaries that have them.
+    """
+    from ..canary import MANIFEST, load_manifest
+
+    manifest = load_manifest(path)
+    losses = ", ".join(f"{e['final']:.3f}" for e in manifest["loss_per_epoch"])
+    typer.echo(f"canary model: {path}" + (" (already trained, reused; --force retrains)" if reused else ""))
+    typer.echo(f"manifest: {path / MANIFEST}")
+    typer.echo(
+        f"training time: {manifest['train_seconds']:.1f} s, {manifest['n_trained_tokens']} tokens, "
+        f"final loss per epoch: {losses} nats/token"
+    )
+    if reference_of is not None:  # it saw none of the canary's items: nothing to score it on
+        typer.echo(f"use it as the reference model: bbmia sweep gsm8k --local {reference_of} --ref {path} "
+                   f"--calibration canary:{reference_of} --calibration-fraction 0.5", err=True)
+    else:
+        typer.echo(f"evaluate: bbmia score canary:{path} --local {path}", err=True)  # -> runs/score-canary-<hash>.jsonl
+    summary = {"path": str(path), "manifest": str(path / MANIFEST), "train_seconds": manifest["train_seconds"], "reused": reused}
+    if "documents_file" in manifest:
+        summary.update(documents=str(path / manifest["documents_file"]), validation=str(path / manifest["validation_file"]))
+        typer.echo(
+            f"audit the documents: bbmia documents {summary['documents']} --local {path} "
+            f"--calibration {summary['validation']} --chunk-words {DOCUMENTS_CHUNK_WORDS}",
+            err=True,
+        )
+    if "chat" in manifest:
+        context = manifest["chat"]["context_tokens"]
+        summary["chat_context_tokens"] = context
+        typer.echo(
+            f"serve it as a chat model: bbmia serve {path} --chat-template model; audit it with "
+            f"--endpoint chat --chat-template continuation --allow-chat-conditional --context-tokens {context} "
+            "(the windows its chat examples were cut as)",
+            err=True,
+        )
+    return summary
 
 
 def reference_of_canary(canary: Path, options: CanaryConfig) -> CanaryConfig:

@@ -3,20 +3,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, make_dataclass, replace
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from ..backends.base import Backend
-from ..backends.options import KINDS, check_ranges, merge_options
-from ..backends.registry import build_backend, parse_spec, split_query
+from ..backends.options import KINDS, check_ranges, flag_name, setting_of
+from ..backends.registry import BackendSpec, build_spec, read_spec, split_query
 from ..scorers import REFERENCE, TARGET, Scorer, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..spend.limits import GUARD_REQUESTS, GUARD_USD
 from ..types import BlackboxMIAError
-from .options import flags_of, option_fields, with_dataclass_options
+from .options import option_fields, with_dataclass_options
 
 
 YES_HELP = (f"run even when the estimate exceeds {GUARD_REQUESTS:,} requests or ${GUARD_USD:g} without --max-cost "
@@ -32,18 +35,20 @@ BASE_URL_ENV = "OPENAI_BASE_URL"
 """The environment variable the OpenAI SDK reads its endpoint from (the key: ``OPENAI_API_KEY``)."""
 
 
-def _flag_fields() -> list[tuple[str, object, object]]:
-    """One ``(name, type | None, field(default=None))`` per command-line field of every
-    registered kind's options (a name two kinds share is one flag)."""
-    hints: dict[str, object] = {}
+def _backend_fields() -> dict[str, tuple[type, dataclasses.Field]]:
+    """The command-line field of each backend setting, by name, with the options class it is
+    from (the first kind's, where kinds share a name: one flag)."""
+    found: dict[str, tuple[type, dataclasses.Field]] = {}
     for kind in KINDS.values():
-        declared = typing.get_type_hints(kind.options)
         for f in option_fields(kind.options):
-            hints.setdefault(f.name, declared[f.name] | None)
-    return [(name, hint, field(default=None)) for name, hint in hints.items()]
+            found.setdefault(f.name, (kind.options, f))
+    return found
 
 
-BackendFlags = make_dataclass("BackendFlags", _flag_fields(), frozen=True, namespace={"__module__": __name__})
+BackendFlags = make_dataclass(
+    "BackendFlags", [(name, typing.get_type_hints(cls)[name] | None, field(default=None))
+                     for name, (cls, _) in _backend_fields().items()],
+    frozen=True, namespace={"__module__": __name__})
 BackendFlags.__doc__ = """The backend settings as command-line flags: one field, ``None`` when not given, per field of a
 registered kind's options (:class:`~blackbox_mia.backends.local.kind.LocalOptions`,
 :class:`~blackbox_mia.backends.api.kind.ApiOptions`) that is a flag; :func:`build_from_flags`
@@ -52,36 +57,52 @@ maps them onto the options of the kind a spec names."""
 
 def flag_of(name: str) -> str:
     """The command-line flag of a backend setting (``context`` → ``--context-tokens``)."""
-    return flags_of(name, TARGET_OPTIONS[name].get("flags"))[0]
+    return flag_name(_backend_fields()[name][1])
 
 
-def build_from_flags(spec: str, flags: BackendFlags, refine: tuple[float, ...] = (), check_first: bool = True) -> Backend:
-    """The backend ``spec`` names, its options from the spec's query and the flags given (the
-    one place flags become a kind's options); a flag and a query key for the same setting must
-    agree. A kind whose options refine bisection (``refine_for``) gets ``refine``; one that can
-    check its server before loading anything slow (``check_first``) does so unless
+def backend_options() -> dict[str, dict[str, Any]]:
+    """The :func:`typer.Option` arguments of every backend setting's flag, from its options
+    field's :func:`~blackbox_mia.backends.options.setting` (flag, help, panel, envvar)."""
+    options = {}
+    for name, (_, f) in _backend_fields().items():
+        found = setting_of(f)
+        spec: dict[str, Any] = {"flags": (flag_name(f),), "help": found.help if found else ""}
+        if found is not None and found.panel:
+            spec["rich_help_panel"] = found.panel
+        if found is not None and found.envvar:
+            spec.update(envvar=found.envvar, show_envvar=True)
+        options[name] = spec
+    return options
+
+
+def build_from_flags(spec: BackendSpec, flags: BackendFlags, refine: tuple[float, ...] = (),
+                     check_first: bool = True) -> Backend:
+    """The backend ``spec`` names, its options from the spec's settings and the flags given
+    (the one place flags become a kind's options); a flag and a query key for the same setting
+    must agree. A kind whose options refine bisection (``refine_for``) gets ``refine``; one that
+    can check its server before loading anything slow (``check_first``) does so unless
     ``check_first`` is False.
 
     Raises:
-        BlackboxMIAError: a malformed spec or query, a flag and a query key that disagree
-            (naming both), or the backend cannot be built.
+        BlackboxMIAError: a flag and a query key that disagree (naming both), or the backend
+            cannot be built.
     """
-    kind, rest = parse_spec(spec)
-    cls = KINDS[kind].options
-    given = {f.name: getattr(flags, f.name) for f in option_fields(cls) if getattr(flags, f.name) is not None}
-    options = merge_options(kind, split_query(rest)[1], given, flag_of)
-    if hasattr(options, "refine_for"):
-        options = replace(options, refine_for=refine)
-    if hasattr(options, "check_first"):  # a server that is down or lacks the model: one line, before the tokenizer
-        options = replace(options, check_first=check_first)
-    return build_backend(spec, options)
+    names = {f.name for f in dataclasses.fields(KINDS[spec.kind].options)}
+    given = {f.name: getattr(flags, f.name) for f in option_fields(KINDS[spec.kind].options)
+             if getattr(flags, f.name) is not None}
+    if "refine_for" in names:
+        given["refine_for"] = refine
+    if "check_first" in names:  # a server that is down or lacks the model: one line, before the tokenizer
+        given["check_first"] = check_first
+    return build_spec(spec, given, flag_of)
 
 
 @dataclass(frozen=True)
 class TargetOptions(BackendFlags):
-    """Command-line choice of the target model (``--local`` or ``--base-url``/``--model``) and
-    the reference model (``--ref``, any backend spec), plus the settings every backend of the
-    command is built with (the :class:`BackendFlags` fields).
+    """Command-line choice of the target model (``--local``, ``--base-url``/``--model``, or
+    ``--target`` with any backend spec) and the reference model (``--ref``, any backend spec),
+    plus the settings every backend of the command is built with (the :class:`BackendFlags`
+    fields).
 
     Numeric options are checked on construction, before any model is loaded or request sent,
     against the ranges of the kinds' options.
@@ -97,6 +118,7 @@ class TargetOptions(BackendFlags):
     ref: str | None = None
     base_url: str | None = None
     model: str | None = None
+    spec: str | None = None
     dry_run: bool = False
     precision: str = "scores"
     yes: bool = False
@@ -109,42 +131,64 @@ class TargetOptions(BackendFlags):
 
     @property
     def local_model(self) -> str | None:
-        """The ``--local`` model without its ``?`` settings; ``None`` without ``--local``."""
-        return split_query(self.local)[0] if self.local else None
+        """The local target model (``--local``, or ``--target`` naming a ``local:`` model)
+        without its ``?`` settings; ``None`` for another kind of target."""
+        if self.local:
+            return split_query(self.local)[0]
+        if self.spec:
+            return self.given_spec.target if self.given_spec.kind == "local" else None
+        return None
 
-    def target_spec(self, env: Mapping[str, str] | None = None) -> str:
-        """The target as a backend spec: ``local:PATH`` or ``api:MODEL@URL``.
+    @cached_property
+    def given_spec(self) -> BackendSpec | None:
+        """``--target`` or ``--local`` read once (:func:`normalized_spec`); ``None``: neither.
+
+        Raises:
+            BlackboxMIAError: a malformed spec.
+        """
+        if not (self.local or self.spec):
+            return None
+        return normalized_spec(f"local:{self.local}" if self.local else self.spec)
+
+    def target_spec(self, env: Mapping[str, str] | None = None) -> BackendSpec:
+        """The target, read once: ``local`` and its path, ``api`` and its
+        :class:`~blackbox_mia.backends.api.kind.ApiTarget`, or the kind ``--target`` names.
 
         Like the OpenAI SDK, the endpoint defaults to ``OPENAI_BASE_URL`` from the environment,
-        but only when neither ``--local`` nor ``--base-url`` is given. A local path is
-        normalised (:func:`local_model_path`), so ``cache/canary/X/`` and ``cache/canary/X``
-        make the same configuration.
+        but only when none of ``--local``, ``--base-url`` and ``--target`` is given. A local
+        path is normalised (:func:`local_model_path`), so ``cache/canary/X/`` and
+        ``cache/canary/X`` make the same configuration.
 
         Args:
             env: the environment to read ``OPENAI_BASE_URL`` from (default ``os.environ``).
 
         Raises:
-            BlackboxMIAError: no target (no ``--local``, ``--base-url`` or ``OPENAI_BASE_URL``),
-                both a local model and an endpoint, an endpoint without ``--model`` or without
-                ``http://``/``https://``.
+            BlackboxMIAError: no target (no ``--local``, ``--base-url``, ``--target`` or
+                ``OPENAI_BASE_URL``), two targets, an endpoint without ``--model`` or without
+                ``http://``/``https://``, a malformed spec.
         """
         from ..backends.api.http.config import display_url
+        from ..backends.api.kind import ApiTarget
 
-        if self.local and self.base_url:
-            raise BlackboxMIAError("choose one target: --local PATH, or --base-url URL --model NAME, not both")
-        if self.local:
-            return normalized_spec(f"local:{self.local}")
+        if sum(bool(given) for given in (self.local, self.base_url, self.spec)) > 1:
+            raise BlackboxMIAError("choose one target: --local PATH, --base-url URL --model NAME, or --target SPEC")
+        if self.given_spec is not None:
+            return self.given_spec
         env = os.environ if env is None else env
         base_url, source = (self.base_url, "--base-url") if self.base_url else (env.get(BASE_URL_ENV), BASE_URL_ENV)
         if not base_url:
-            raise BlackboxMIAError(
-                f"choose the target: --local PATH, or --base-url URL --model NAME (or {BASE_URL_ENV} and --model)"
-            )
+            raise BlackboxMIAError(f"choose the target: --local PATH, or --base-url URL --model NAME (or "
+                                   f"{BASE_URL_ENV} and --model), or --target SPEC")
         if not self.model:
             raise BlackboxMIAError(f"{source} needs --model (the model name at {display_url(base_url)})")
         if not base_url.startswith(("http://", "https://")):
             raise BlackboxMIAError(f"{source} must start with http:// or https://, got {display_url(base_url)!r}")
-        return f"api:{self.model}@{base_url}"
+        return BackendSpec("api", ApiTarget(self.model, base_url))
+
+    def white_box(self) -> bool:
+        """Whether the target is a local model (``--local``, or ``--target local:...``): its
+        vocabulary statistics are there to read."""
+        return self.local_model is not None
 
 
 def check_output(path: Path, folder: bool) -> Path:
@@ -179,23 +223,22 @@ def local_model_path(model: str) -> str:
     return os.path.normpath(model) if Path(model).exists() else model
 
 
-def normalized_spec(spec: str) -> str:
-    """A backend spec with its local model path normalised (:func:`local_model_path`), its
-    ``?`` settings kept; other kinds as given.
+def normalized_spec(spec: str) -> BackendSpec:
+    """A backend spec as typed, read once (:func:`~blackbox_mia.backends.registry.read_spec`),
+    its local model path normalised (:func:`local_model_path`); other kinds as read.
 
     Raises:
-        BlackboxMIAError: a malformed spec (see :func:`~blackbox_mia.backends.registry.parse_spec`).
+        BlackboxMIAError: a malformed spec (see :func:`~blackbox_mia.backends.registry.read_spec`).
     """
-    kind, rest = parse_spec(spec)
-    path, query = split_query(rest)
-    if kind != "local" or not path:
-        return spec
-    return f"local:{local_model_path(path)}" + (f"?{query}" if query else "")
+    read = read_spec(spec)
+    if read.kind != "local" or not read.target:
+        return read
+    return replace(read, target=local_model_path(read.target))
 
 
 def build_backends(opts: TargetOptions, scorers: Sequence[Scorer], check_first: bool = True) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options, through the backend
-    registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``, with
+    registry (``--target`` and ``--ref`` take any spec: a local path, ``local:PATH``, ``api:MODEL@URL``, with
     ``?key=value`` settings); a black-box tracker refines values to the precision ``scorers``
     need (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
 
@@ -293,41 +336,26 @@ TARGET_OPTIONS = {
     "base_url": {"flags": ("--base-url",), "help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
                  "(default: $OPENAI_BASE_URL when no --local is given, as in the OpenAI SDK)", "rich_help_panel": "Target"},
     "model": {"flags": ("--model",), "help": "model name at the endpoint", "rich_help_panel": "Target"},
-    "api_key": {"flags": ("--api-key",), "envvar": "OPENAI_API_KEY", "show_envvar": True, "help": "API key (never stored or printed)", "rich_help_panel": "Target"},
-    "endpoint": {"help": "completions or chat", "rich_help_panel": "Target"},
-    "allow_chat_conditional": {"help": "with --endpoint chat: accept log-probs that are conditional on the server's chat template (not the text's own log-probs)", "rich_help_panel": "Target"},
-    "tokenizer": {"help": "tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", "rich_help_panel": "Target"},
-    "strategy": {"help": "auto, prompt, run, topn, forced, postbias or bisect", "rich_help_panel": "Tracker"},
-    "epsilon": {"help": "bisection precision (nats)", "rich_help_panel": "Tracker"},
-    "context": {"flags": ("--context-tokens",), "help": "model context in tokens: longer texts go in sliding windows like --local", "rich_help_panel": "Tracker"},
-    "concurrency": {"help": "requests in flight", "rich_help_panel": "Tracker"},
-    "rpm": {"help": "requests-per-minute limit", "rich_help_panel": "Tracker"},
-    "tpm": {"help": "tokens-per-minute limit", "rich_help_panel": "Tracker"},
-    "reprobe": {"help": "probe the endpoint's capabilities again", "rich_help_panel": "Tracker"},
+    "spec": {"flags": ("--target",), "help": "the target as a backend spec of any registered kind: local:PATH, "
+             "api:MODEL@URL, KIND:... (instead of --local or --base-url/--model)", "rich_help_panel": "Target"},
     "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL", "rich_help_panel": "Target"},
-    "device": {"help": "torch device (default: cuda when available)", "rich_help_panel": "Local model"},
-    "dtype": {"help": "float32, bfloat16, float16 or auto", "rich_help_panel": "Local model"},
-    "batch_tokens": {"help": "padded tokens per forward pass at most (default: 8192 on CPU, the memory budget on CUDA)", "rich_help_panel": "Local model"},
-    "threads": {"help": "torch CPU threads (default: one per core, never more)", "rich_help_panel": "Local model"},
-    "max_memory_gb": {"flags": ("--max-memory",), "help": "memory budget of one forward pass in GiB (default: from the device)", "rich_help_panel": "Local model"},
-    "engine": {"flags": ("--local-engine",), "help": "torch, or vllm (extra 'vllm')", "rich_help_panel": "Local model"},
-    "chat_template": {"help": "with --endpoint chat: 'continuation' or a template file", "rich_help_panel": "Target"},
-    "max_cost": {"help": "stop cleanly before the request that would take the spend past this many USD", "rich_help_panel": "Tracker"},
+    **backend_options(),
     "precision": {"help": "bisection refines each text until the requested scores are --epsilon-precise "
                   "('scores': Min-K%'s and the loss score's bounds, fewer requests), or every token's value "
                   "('token')", "rich_help_panel": "Tracker"},
     "dry_run": {"help": "print the expected requests, billed tokens and USD, and stop: nothing is scored or "
                 "generated (a black-box target's capability probe, a few dozen requests once per endpoint and "
                 "model, runs first when its record is not cached: the estimate needs it)", "rich_help_panel": "Tracker"},
-    "cache_dir": {"envvar": "BBMIA_CACHE_DIR", "help": "cache root (default ./cache)"},
     "yes": {"help": YES_HELP, "rich_help_panel": "Tracker"},
 }
+"""The :func:`typer.Option` arguments of every :class:`TargetOptions` flag: the target's own,
+then every backend setting's (:func:`backend_options`, from the kinds' options)."""
 
 
 def shown_defaults(options: Mapping[str, Mapping]) -> dict[str, Mapping]:
     """``options`` with each backend setting's default (from its kind's options class) shown
     in the help: the flags themselves default to ``None``, "not given"."""
-    defaults = {f.name: f.default for kind in KINDS.values() for f in option_fields(kind.options)}
+    defaults = {name: f.default for name, (_, f) in _backend_fields().items()}
     return {name: {**spec, "show_default": str(defaults[name])}
             if defaults.get(name) is not None and not isinstance(defaults[name], bool) else spec
             for name, spec in options.items()}

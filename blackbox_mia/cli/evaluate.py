@@ -18,6 +18,8 @@ from .spend import print_dry_run
 
 if TYPE_CHECKING:
     from ..audits.common import AuditResult
+    from ..audits.sweep.plan import SweepConfig
+    from ..scorers import Scorer
 
 METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs at an acceptable cost, else the "
                 "text-only tests (samia, cdd; ts_guessing on multiple-choice items); text-only; logprobs")
@@ -71,7 +73,7 @@ def eval_command(
         check_methods(methods)
         if methods and scorers:
             raise BlackboxMIAError("give --scorers or --methods, not both")
-        specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=bool(target.local))
+        specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=target.white_box())
         lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
         config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
                             segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite,
@@ -173,44 +175,58 @@ def sweep_command(
     Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
     """
     with user_errors():
-        from ..audits import SweepConfig, dataset_slug, prepare_sweep, run_sweep
-        from ..controls import ControlConfig
-        from ..option_names import as_flags
-
+        from ..audits import SweepConfig
+        from ..audits.sweep.plan import sweep_scorers
         from ..audits.sweep.verdict import with_reference_feature
+        from ..controls import ControlConfig
 
         scorer = one_scorer_spec(scorers, scorer_alias)
+        features, read = with_reference_feature(features, sweep_scorers(scorer, features), target.ref)  # read once
         config = SweepConfig(
-            dataset=dataset, scorer=scorer, features=with_reference_feature(features, scorer, target.ref), rule=rule,
+            dataset=dataset, scorer=scorer, features=features, rule=rule,
             target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
             resume=not overwrite, drop_unscored=drop_unscored,
         )
-        from ..audits.routing import TEXT_ONLY_SWEEP_SCORER, check_methods, routed_audit
+        _sweep(config, read, target, methods, out_dir, quiet, json_out)
 
-        check_methods(methods)
-        log = messages(quiet)
-        if out_dir is not None:  # checked before the control is built (seconds on GSM8K)
-            check_output(out_dir, folder=True)
-        plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log)
-        out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
 
-        def plan_for(specs: tuple[str, ...]):
-            if specs == (config.scorer,) or not plan.scorer.needs_logprobs:  # a text-only --scorers runs anywhere
-                return plan
-            return prepare_sweep(replace(config, scorer=specs[0], features=""),  # the log-prob --features go too
-                                 target_model=target.local_model, cache_dir=target.cache_dir)
+def _sweep(config: SweepConfig, scorers: tuple[Scorer, ...], target: TargetOptions, methods: str | None,
+           out_dir: Path | None, quiet: bool, json_out: bool) -> None:
+    """``bbmia sweep`` once its configuration is read: plan it (items, control, calibration),
+    route it by ``--methods`` (log-prob scorers or the text-only one), then run it, or with
+    ``--dry-run`` estimate it. ``scorers``: ``config``'s scorer and features, read once.
 
-        dry_run, run = routed_audit(
-            methods, [it.text for it in plan.items], (config.scorer,), plan_for,
-            lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log, names=as_flags, yes=target.yes),
-            lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log,
-            text_only=(TEXT_ONLY_SWEEP_SCORER,))
-        run_audit(target, plan.scorers, dry_run, run,
-                  lambda result: typer.echo(result.summary["headline"] + "\n" + format_table(
-                      ["", next(iter(result.report["sweep"]))], sweep_rows(result.summary))),
-                  json_out)
+    Raises:
+        BlackboxMIAError: a bad ``--methods`` or ``--out``, or what planning and running raise.
+    """
+    from ..audits import dataset_slug, prepare_sweep, run_sweep
+    from ..audits.routing import TEXT_ONLY_SWEEP_SCORER, check_methods, routed_audit
+    from ..option_names import as_flags
+
+    check_methods(methods)
+    log = messages(quiet)
+    if out_dir is not None:  # checked before the control is built (seconds on GSM8K)
+        check_output(out_dir, folder=True)
+    plan = prepare_sweep(config, target_model=target.local_model, cache_dir=target.cache_dir, log=log, scorers=scorers)
+    out = check_output(out_dir or Path("runs") / f"sweep-{dataset_slug(plan.meta['name'])}", folder=True)
+
+    def plan_for(specs: tuple[str, ...]):
+        if specs == (config.scorer,) or not plan.scorer.needs_logprobs:  # a text-only --scorers runs anywhere
+            return plan
+        return prepare_sweep(replace(config, scorer=specs[0], features=""),  # the log-prob --features go too
+                             target_model=target.local_model, cache_dir=target.cache_dir)
+
+    dry_run, run = routed_audit(
+        methods, [it.text for it in plan.items], (config.scorer,), plan_for,
+        lambda p, backends: run_sweep(p, backends, out, progress=not quiet, log=log, names=as_flags, yes=target.yes),
+        lambda p, backends: print_dry_run(p.scored_groups(), p.scorers, backends, json_out), log,
+        text_only=(TEXT_ONLY_SWEEP_SCORER,))
+    run_audit(target, plan.scorers, dry_run, run,
+              lambda result: typer.echo(result.summary["headline"] + "\n" + format_table(
+                  ["", next(iter(result.report["sweep"]))], sweep_rows(result.summary))),
+              json_out)
 
 
 def sweep_rows(summary: dict) -> list[list]:

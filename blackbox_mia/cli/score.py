@@ -58,7 +58,7 @@ def score(
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)
-        parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=bool(target.local))))
+        parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=target.white_box())))
         items, meta = load_items(dataset, limit, target.cache_dir)
         out = check_output(out or default_output(meta["name"]), folder=False)
         backends = build_backends(target, parsed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from typing import Annotated
 
 import typer
 
@@ -13,77 +14,75 @@ from ..types import BlackboxMIAError
 from .app import app, user_errors
 
 
+# The options, by concept, as module-level types (the command's signature names them).
+# Where it listens and who it answers:
+Model = Annotated[str | None, typer.Argument(metavar="MODEL", show_default=False, help="local Hugging Face model "
+                                             "(directory or hub name), given first as in 'vllm serve MODEL'")]
+ModelOption = Annotated[str | None, typer.Option("--model", hidden=True, help="the model (same as MODEL)")]
+Host = Annotated[str, typer.Option(help="interface to bind (anything but loopback exposes the model)")]
+Port = Annotated[int, typer.Option(help="TCP port; 0 picks a free one")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="BBMIA_SERVER_KEY", show_envvar=True,
+                                            help="bearer token clients must send (never printed)")]
+ServedName = Annotated[str | None, typer.Option("--served-name", help="model name clients send (default: MODEL)")]
+# What it reports:
+LogprobsMode = Annotated[str, typer.Option(
+    "--logprobs-mode", help="raw: reported log-probs ignore logit_bias (OpenAI since 2024, vLLM default); "
+    "processed: log_softmax(logits + bias) (vLLM processed_logprobs, pre-2024 OpenAI)")]
+Echo = Annotated[bool, typer.Option("--echo/--no-echo", help="allow echo + logprobs (prompt log-probs)")]
+Logprobs = Annotated[bool, typer.Option("--logprobs/--no-logprobs", help="return log-probs at all")]
+MaxLogprobs = Annotated[int, typer.Option("--max-logprobs", help="largest 'logprobs' (top-n) on /v1/completions")]
+MaxTopLogprobs = Annotated[int, typer.Option("--max-top-logprobs", help="largest 'top_logprobs' on chat")]
+LogprobPrecision = Annotated[str | None, typer.Option(
+    "--logprob-precision", help="round reported log-probs to bfloat16, float16 or float32 (as hosted models that "
+    "return values like -22.125); default: as computed")]
+Nondeterministic = Annotated[float, typer.Option(
+    "--nondeterministic", metavar="SIGMA", help="Gaussian noise of SIGMA nats on every logit, drawn afresh per "
+    "request (seeded): identical requests get different log-probs, as on servers with batch-dependent kernels; "
+    "0 = deterministic")]
+JitterSeed = Annotated[int, typer.Option("--jitter-seed", help="seed of the --nondeterministic noise")]
+# What requests it accepts, and how it reads them:
+TokenIdPrompts = Annotated[bool, typer.Option("--token-id-prompts/--no-token-id-prompts",
+                                              help="accept completions prompts given as token ids")]
+TokenIdRefusalStatus = Annotated[int | None, typer.Option(
+    "--token-id-refusal-status", help="HTTP status refusing token-id prompts under --no-token-id-prompts (default "
+    "400); 500 emulates a server that fails on them")]
+EmptyPartialNames = Annotated[bool, typer.Option(
+    "--empty-partial-names",
+    help="name tokens that are part of a multi-byte character \"\" (vLLM, OpenAI chat) instead of bytes:\\xNN")]
+ZeroMaxTokensUnlimited = Annotated[bool, typer.Option("--zero-max-tokens-unlimited",
+                                                      help="max_tokens 0 generates to the end of the context")]
+ChatTemplate = Annotated[str | None, typer.Option(
+    "--chat-template", help="chat template: 'model' (the tokenizer's own, ChatML when it has none), 'chatml', "
+    "'default' (<|user|>...<|assistant|>), or a file: a Jinja chat template or a text with {content}; default: "
+    "messages concatenated as is")]
+Vllm = Annotated[bool, typer.Option("--vllm", help="answer as vLLM: prompt_logprobs (one request per text), echo "
+                                    "built from them, stop_reason, /tokenize adding special tokens by default")]
+TextBos = Annotated[bool, typer.Option("--text-bos/--no-text-bos",
+                                       help="prepend BOS to text prompts (as vLLM/llama.cpp for Llama models)")]
+MaxBodyBytes = Annotated[int | None, typer.Option(
+    "--max-body-bytes", help="largest request body in bytes, bigger ones get 413 (default 1 MiB)")]
+# How it computes:
+BatchWindowMs = Annotated[float, typer.Option("--batch-window-ms", help="micro-batching window in ms (0 = off)")]
+MaxBatch = Annotated[int, typer.Option("--max-batch", help="most requests per forward pass")]
+Device = Annotated[str | None, typer.Option(help="cuda, cpu, ... (default: CUDA when available)")]
+Dtype = Annotated[str, typer.Option(help="float32, bfloat16, float16 or auto")]
+Threads = Annotated[int | None, typer.Option(
+    "--threads", "--cpu-threads", help="torch CPU threads (default: the cores free of load, at most 4)")]
+
+
 @app.command()
 def serve(
-    model: str | None = typer.Argument(None, metavar="MODEL", help="local Hugging Face model (directory or hub name), "
-                                       "given first as in 'vllm serve MODEL'", show_default=False),
-    model_option: str | None = typer.Option(None, "--model", hidden=True, help="the model (same as MODEL)"),
-    host: str = typer.Option("127.0.0.1", help="interface to bind (anything but loopback exposes the model)"),
-    port: int = typer.Option(8000, help="TCP port; 0 picks a free one"),
-    api_key: str | None = typer.Option(
-        None, "--api-key", envvar="BBMIA_SERVER_KEY", show_envvar=True,
-        help="bearer token clients must send (never printed)",
-    ),
-    served_name: str | None = typer.Option(None, "--served-name", help="model name clients send (default: MODEL)"),
-    logprobs_mode: str = typer.Option(
-        "raw", "--logprobs-mode",
-        help="raw: reported log-probs ignore logit_bias (OpenAI since 2024, vLLM default); "
-        "processed: log_softmax(logits + bias) (vLLM processed_logprobs, pre-2024 OpenAI)",
-    ),
-    echo: bool = typer.Option(True, "--echo/--no-echo", help="allow echo + logprobs (prompt log-probs)"),
-    logprobs: bool = typer.Option(True, "--logprobs/--no-logprobs", help="return log-probs at all"),
-    max_logprobs: int = typer.Option(MAX_LOGPROBS_COMPLETIONS, "--max-logprobs", help="largest 'logprobs' (top-n) on /v1/completions"),
-    max_top_logprobs: int = typer.Option(
-        MAX_TOP_LOGPROBS_CHAT, "--max-top-logprobs", help="largest 'top_logprobs' on chat"
-    ),
-    token_id_prompts: bool = typer.Option(
-        True, "--token-id-prompts/--no-token-id-prompts", help="accept completions prompts given as token ids"
-    ),
-    token_id_refusal_status: int | None = typer.Option(
-        None, "--token-id-refusal-status",
-        help="HTTP status refusing token-id prompts under --no-token-id-prompts (default 400); "
-        "500 emulates a server that fails on them",
-    ),
-    empty_partial_names: bool = typer.Option(
-        False, "--empty-partial-names",
-        help="name tokens that are part of a multi-byte character \"\" (vLLM, OpenAI chat) instead of bytes:\\xNN",
-    ),
-    zero_max_tokens_unlimited: bool = typer.Option(
-        False, "--zero-max-tokens-unlimited", help="max_tokens 0 generates to the end of the context"
-    ),
-    chat_template: str | None = typer.Option(
-        None, "--chat-template",
-        help="chat template: 'model' (the tokenizer's own, ChatML when it has none), 'chatml', 'default' "
-        "(<|user|>...<|assistant|>), or a file: a Jinja chat template or a text with {content}; "
-        "default: messages concatenated as is",
-    ),
-    vllm: bool = typer.Option(
-        False, "--vllm", help="answer as vLLM: prompt_logprobs (one request per text), echo built from them, "
-        "stop_reason, /tokenize adding special tokens by default",
-    ),
-    text_bos: bool = typer.Option(
-        False, "--text-bos/--no-text-bos", help="prepend BOS to text prompts (as vLLM/llama.cpp for Llama models)"
-    ),
-    max_body_bytes: int | None = typer.Option(
-        None, "--max-body-bytes", help="largest request body in bytes, bigger ones get 413 (default 1 MiB)"
-    ),
-    logprob_precision: str | None = typer.Option(
-        None, "--logprob-precision", help="round reported log-probs to bfloat16, float16 or float32 "
-        "(as hosted models that return values like -22.125); default: as computed",
-    ),
-    nondeterministic: float = typer.Option(
-        0.0, "--nondeterministic", metavar="SIGMA",
-        help="Gaussian noise of SIGMA nats on every logit, drawn afresh per request (seeded): identical "
-        "requests get different log-probs, as on servers with batch-dependent kernels; 0 = deterministic",
-    ),
-    jitter_seed: int = typer.Option(0, "--jitter-seed", help="seed of the --nondeterministic noise"),
-    batch_window_ms: float = typer.Option(2.0, "--batch-window-ms", help="micro-batching window in ms (0 = off)"),
-    max_batch: int = typer.Option(64, "--max-batch", help="most requests per forward pass"),
-    device: str | None = typer.Option(None, help="cuda, cpu, ... (default: CUDA when available)"),
-    dtype: str = typer.Option("auto", help="float32, bfloat16, float16 or auto"),
-    threads: int | None = typer.Option(
-        None, "--threads", "--cpu-threads", help="torch CPU threads (default: the cores free of load, at most 4)"
-    ),
+    model: Model = None, model_option: ModelOption = None, host: Host = "127.0.0.1", port: Port = 8000,
+    api_key: ApiKey = None, served_name: ServedName = None,
+    logprobs_mode: LogprobsMode = "raw", echo: Echo = True, logprobs: Logprobs = True,
+    max_logprobs: MaxLogprobs = MAX_LOGPROBS_COMPLETIONS, max_top_logprobs: MaxTopLogprobs = MAX_TOP_LOGPROBS_CHAT,
+    token_id_prompts: TokenIdPrompts = True, token_id_refusal_status: TokenIdRefusalStatus = None,
+    empty_partial_names: EmptyPartialNames = False, zero_max_tokens_unlimited: ZeroMaxTokensUnlimited = False,
+    chat_template: ChatTemplate = None, vllm: Vllm = False, text_bos: TextBos = False,
+    max_body_bytes: MaxBodyBytes = None, logprob_precision: LogprobPrecision = None,
+    nondeterministic: Nondeterministic = 0.0, jitter_seed: JitterSeed = 0,
+    batch_window_ms: BatchWindowMs = 2.0, max_batch: MaxBatch = 64, device: Device = None, dtype: Dtype = "auto",
+    threads: Threads = None,
 ):
     """Serve a local model behind /v1/completions, /v1/chat/completions, /v1/models, /tokenize.
 
@@ -93,12 +92,11 @@ def serve(
     then runs until Ctrl-C or SIGTERM.
     """
     with user_errors():
-        from ..emulator import ServerConfig, is_loopback, load_chat_template
+        from ..emulator import ServerConfig, load_chat_template
         from ..emulator.listen import check_bindable
 
-        model = _one_model(model, model_option)
         config = ServerConfig(
-            model=model, host=host, port=port, api_key=api_key, served_name=served_name,
+            model=_one_model(model, model_option), host=host, port=port, api_key=api_key, served_name=served_name,
             logprobs_mode=logprobs_mode, echo=echo, logprobs=logprobs,
             max_logprobs_completions=max_logprobs, max_logprobs_chat=max_top_logprobs,
             token_id_prompts=token_id_prompts, empty_partial_names=empty_partial_names,
@@ -111,16 +109,20 @@ def serve(
                                                ("max_body_bytes", max_body_bytes)) if value is not None},
         )
         check_bindable(host, port)  # a busy port fails now, not after the model has loaded
-        if not is_loopback(host):
-            typer.secho(
-                f"warning: binding {host} exposes the model to the network"
-                + ("" if api_key else "; set --api-key / BBMIA_SERVER_KEY"),
-                fg=typer.colors.YELLOW, err=True,
-            )
+        _warn_if_exposed(host, api_key)
         try:
             asyncio.run(_serve_until_interrupted(config))
         except KeyboardInterrupt:
             typer.echo("stopped", err=True)
+
+
+def _warn_if_exposed(host: str, api_key: str | None) -> None:
+    """A warning on stderr when ``host`` is not a loopback interface (the model is on the network)."""
+    from ..emulator import is_loopback
+
+    if not is_loopback(host):
+        typer.secho(f"warning: binding {host} exposes the model to the network"
+                    + ("" if api_key else "; set --api-key / BBMIA_SERVER_KEY"), fg=typer.colors.YELLOW, err=True)
 
 
 def _one_model(positional: str | None, option: str | None) -> str:

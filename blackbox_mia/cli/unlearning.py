@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..backends.registry import KIND_PREFIX, split_query
+from ..backends.registry import BackendSpec
 from ..canary.unlearn import FORGET_FILE
 from ..canary.unlearn_config import ALL_MEMBERS, GRADIENT_ASCENT
 from ..types import BlackboxMIAError
@@ -20,34 +20,29 @@ from .common import (
     TARGET_OPTIONS,
     BackendFlags,
     TargetOptions,
+    backend_options,
     build_from_flags,
     close_all,
     format_table,
     normalized_spec,
     shown_defaults,
 )
-from .options import option_fields, parse_numbers, renamed_option, with_dataclass_options
+from .options import parse_numbers, renamed_option, with_dataclass_options
 from .spend import print_estimate
 
 if TYPE_CHECKING:
     from ..audits.common import AuditResult
     from ..backends.base import Backend
 
-with_backend_options = with_dataclass_options(
-    BackendFlags, "backend", shown_defaults({f.name: TARGET_OPTIONS[f.name] for f in option_fields(BackendFlags)})
-)
+with_backend_options = with_dataclass_options(BackendFlags, "backend", shown_defaults(backend_options()))
 
 
-def local_path(spec: str) -> Path | None:
-    """The model directory of a local backend spec (``local:PATH`` or a bare path, without its
-    ``?`` settings), else None."""
-    match = KIND_PREFIX.match(spec)
-    if match is None:
-        return Path(split_query(spec)[0])
-    return Path(split_query(match["rest"])[0]) if match["kind"] == "local" else None
+def local_path(spec: BackendSpec) -> Path | None:
+    """The model directory of a local backend spec (``local:PATH`` or a bare path), else None."""
+    return Path(spec.target) if spec.kind == "local" else None
 
 
-def default_truth(after: str) -> Path | None:
+def default_truth(after: BackendSpec) -> Path | None:
     """The "after" model's directory when it is an unlearned canary (its manifest says so)."""
     from ..canary import MANIFEST
     from ..canary.unlearn import unlearning_record
@@ -135,10 +130,11 @@ def unlearning(
             seed=seed, limit=limit, resume=not overwrite, qa=qa, flag_fraction=flag_least_changed,
             **renamed_option("truth_target_fpr", truth_target_fpr, truth_fpr, "--truth-target-fpr", "--truth-fpr"),
         )
+        models = {"before": normalized_spec(before), "after": normalized_spec(after)}  # read once, here
         plan = prepare_unlearning(config, cache_dir=backend.cache_dir)
-        truth_dir = truth if truth is not None else default_truth(after)
+        truth_dir = truth if truth is not None else default_truth(models["after"])
         out = out_dir or Path("runs") / f"unlearning-{dataset_slug(plan.meta['name'])}"
-        specs, truth_role = _model_specs(before, after, truth_dir)
+        specs, truth_role = _model_specs(models, truth_dir)
 
         def run(models: dict[str, Backend]) -> AuditResult:
             return run_unlearning(plan, models["before"], models["after"], out,
@@ -152,20 +148,19 @@ def unlearning(
         run_audit(target, [], estimate, run, _show, json_out, build=lambda: _build_models(specs, backend))
 
 
-def _model_specs(before: str, after: str, truth_dir: Path | None) -> tuple[dict[str, str], str | None]:
-    """The model spec per role (``before``, ``after``, and ``truth`` when the ground-truth canary
-    ``truth_dir`` is not the "after" model itself), and the role whose model gives the ground truth
-    (``None`` without one)."""
-    specs = {"before": normalized_spec(before), "after": normalized_spec(after)}
+def _model_specs(specs: dict[str, BackendSpec], truth_dir: Path | None) -> tuple[dict[str, BackendSpec], str | None]:
+    """The model spec per role (``before``, ``after`` as given, and ``truth`` when the
+    ground-truth canary ``truth_dir`` is not the "after" model itself), and the role whose model
+    gives the ground truth (``None`` without one)."""
     if truth_dir is None:
         return specs, None
-    after_dir = local_path(after)
+    after_dir = local_path(specs["after"])
     if after_dir is not None and after_dir.resolve() == truth_dir.resolve():
         return specs, "after"
-    return {**specs, "truth": f"local:{truth_dir}"}, "truth"
+    return {**specs, "truth": BackendSpec("local", str(truth_dir))}, "truth"
 
 
-def _build_models(specs: dict[str, str], backend: BackendFlags) -> dict[str, Backend]:
+def _build_models(specs: dict[str, BackendSpec], backend: BackendFlags) -> dict[str, Backend]:
     """One backend per role (``before``, ``after``, maybe ``truth``) from its spec and the shared
     flags; those already built are closed when one fails."""
     models: dict[str, Backend] = {}

@@ -67,7 +67,7 @@ def default_scorer_specs(vocab_stats: bool) -> tuple[str, ...]:
     """The default scorers: all of :data:`DEFAULT_SCORERS`, without those that need the full
     next-token distribution (Min-K%++) when the target does not give it (``vocab_stats``
     False: black-box endpoints)."""
-    return tuple(s for s in DEFAULT_SCORERS if vocab_stats or not parse_scorer(s).needs_vocab_stats)
+    return tuple(s for s in DEFAULT_SCORERS if vocab_stats or not REGISTRY[s].needs_vocab_stats)  # names: no parse
 
 
 def text_only_specs(multiple_choice: bool) -> tuple[str, ...]:

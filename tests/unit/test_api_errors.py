@@ -78,3 +78,22 @@ async def test_a_refused_argument_is_a_plain_api_error(client):
     with pytest.raises(ApiError) as err:
         await client.complete([1], logit_bias={-1: 1.0})
     assert type(err.value) is ApiError and err.value.fault == "final"
+
+
+def test_fault_classes_are_one_table_whose_traits_the_callers_read():
+    """A new fault class is a row of :class:`Fault` (plus the place that raises it): the client's
+    retry and wait, the endpoint's outage message and the probe's evidence read the row's
+    traits, never a member by name."""
+    import re
+    from pathlib import Path
+
+    from blackbox_mia.backends.api.http.errors import Fault
+
+    rows = [(f.value, f.retried, f.quick, f.answered, f.outage) for f in Fault]
+    assert rows == [("final", False, False, False, False), ("transient", True, False, False, True),
+                    ("invalid", True, True, True, False)]
+    assert Fault("invalid") is Fault.INVALID and Fault.FINAL == "final" and str(Fault.TRANSIENT) == "transient"
+    package = Path(blackbox_mia.__file__).parent
+    compared = [f"{p.relative_to(package)}: {m.group(0)}" for p in package.rglob("*.py")
+                for m in re.finditer(r"(\bis\b|==|!=|\bin\b)( not)? \(?Fault\.\w+", p.read_text(encoding="utf-8"))]
+    assert compared == []

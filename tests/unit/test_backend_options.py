@@ -14,8 +14,8 @@ import pytest
 from blackbox_mia.backends import ApiOptions, LocalOptions, build_backend, options_from_query
 from blackbox_mia.backends.base import Backend
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
-from blackbox_mia.backends.options import KINDS, KindOptions, register_backend
-from blackbox_mia.backends.registry import split_query
+from blackbox_mia.backends.options import KINDS, KindOptions, register_backend, setting
+from blackbox_mia.backends.registry import read_spec, split_query
 from blackbox_mia.cli.common import TargetOptions, build_backends, build_from_flags, normalized_spec
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.types import BlackboxMIAError
@@ -83,6 +83,14 @@ def test_options_objects_check_their_ranges_too():
         LocalOptions(batch_tokens=0)
 
 
+def test_an_options_class_with_the_old_ranges_table_is_refused():
+    with pytest.raises(TypeError, match="OldOptions.ranges: give each field its range with setting"):
+        @dataclass(frozen=True)
+        class OldOptions(KindOptions):
+            ranges = {"width": {"at_least": 1}}
+            width: int = 3
+
+
 def test_options_defaults_are_the_backends_own():
     """One definition of each default: the options' defaults are those of the configurations
     they fill."""
@@ -107,8 +115,10 @@ def test_split_query_and_normalized_spec_keep_the_settings(tmp_path, monkeypatch
     assert split_query("gpt2") == ("gpt2", "")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
-    assert normalized_spec("local:./model/?dtype=float32") == "local:model?dtype=float32"
-    assert TargetOptions(local="./model/?dtype=float32").target_spec({}) == "local:model?dtype=float32"
+    read = normalized_spec("local:./model/?dtype=float32")
+    assert (read.kind, read.target, dict(read.query.values), dict(read.query.texts)) == (
+        "local", "model", {"dtype": "float32"}, {"dtype": "float32"})
+    assert TargetOptions(local="./model/?dtype=float32").target_spec({}) == read
     assert TargetOptions(local="./model/?dtype=float32").local_model == "./model/"  # a canary's manifest is found
     assert TargetOptions(base_url="http://127.0.0.1:9/v1", model="m").local_model is None
 
@@ -119,13 +129,14 @@ def test_a_flag_and_a_query_key_that_disagree_are_an_error_naming_both(tiny_mode
         build_backends(flags, [])
     assert str(err.value) == "--dtype 'bfloat16' and the local: spec's ?dtype=float32 disagree: give one"
     with pytest.raises(BlackboxMIAError, match="--context-tokens 64 and the api: spec's [?]context=32 disagree"):
-        build_from_flags("api:m@http://127.0.0.1:9/v1?context=32", TargetOptions(context=64))
+        build_from_flags(read_spec("api:m@http://127.0.0.1:9/v1?context=32"), TargetOptions(context=64))
     with pytest.raises(BlackboxMIAError, match=r"LocalOptions.dtype 'float16' and the local: spec's \?dtype=float32"):
         build_backend(f"local:{tiny_model_dir}?dtype=float32", LocalOptions(dtype="float16"))
 
 
 def test_a_setting_given_both_ways_alike_is_accepted(tiny_model_dir):
-    backend = build_from_flags(f"local:{tiny_model_dir}?dtype=float32&threads=1", TargetOptions(dtype="float32", batch_tokens=64))
+    backend = build_from_flags(read_spec(f"local:{tiny_model_dir}?dtype=float32&threads=1"),
+                               TargetOptions(dtype="float32", batch_tokens=64))
     assert (backend.config.dtype, backend.config.threads, backend.config.max_batch_tokens) == ("float32", 1, 64)
     backend.close()
 
@@ -143,9 +154,8 @@ def test_the_vllm_engine_refuses_the_torch_engines_settings(tiny_model_dir):
 def test_a_registered_kind_builds_from_its_spec_with_typed_options():
     @dataclass(frozen=True)
     class EchoOptions(KindOptions):
-        ranges = {"width": {"at_least": 1}}
-        width: int = 3
-        label: str | None = None
+        width: int = setting(3, help="columns", at_least=1)
+        label: str | None = setting(None, help="a label")
 
     built = []
 
@@ -195,8 +205,8 @@ def test_api_backend_from_a_query_against_the_emulator(tiny_model_dir, tmp_path)
         flags = TargetOptions(base_url=url, model=str(tiny_model_dir), tokenizer=str(tiny_model_dir), epsilon=0.05,
                               concurrency=4, cache_dir=tmp_path, precision="token")
         with pytest.raises(BlackboxMIAError, match="--concurrency 4 and the api: spec's [?]concurrency=8 disagree"):
-            build_from_flags(f"api:{tiny_model_dir}@{url}?concurrency=8", flags)
-        flagged = build_from_flags(f"api:{tiny_model_dir}@{url}?top_n=5", flags)
+            build_from_flags(read_spec(f"api:{tiny_model_dir}@{url}?concurrency=8"), flags)
+        flagged = build_from_flags(read_spec(f"api:{tiny_model_dir}@{url}?top_n=5"), flags)
         try:
             assert queried.tracker_config == flagged.tracker_config
             assert (queried.tracker_config.epsilon, queried.tracker_config.max_top_n) == (0.05, 5)
@@ -262,3 +272,60 @@ def test_docs_list_every_kinds_keys():
     for kind in KINDS.values():
         for key in query_keys(kind.options):
             assert f"| `{key}` |" in text, (kind.name, key)
+
+
+def test_flags_and_specs_keep_the_saved_configuration_and_the_cache_keys(tiny_model_dir, tmp_path):
+    """Issue 44: the target is handed to its kind as (kind, options), no spec text written and read
+    again; what is saved with results and the cache keys are unchanged. The pinned values were
+    printed by the code before that change for the same options."""
+    from blackbox_mia.backends.api.capabilities import capabilities_path
+    from blackbox_mia.backends.api.http.cache.keys import request_key
+    from blackbox_mia.scorers import parse_scorers
+
+    settings = dict(tokenizer=str(tiny_model_dir), epsilon=0.05, concurrency=4, context=64, cache_dir=tmp_path,
+                    strategy="forced", rpm=600.0)
+    flagged = TargetOptions(base_url="http://127.0.0.1:9/v1/", model="org/m@2", **settings)
+    spec = TargetOptions(spec="api:org/m@2@http://127.0.0.1:9/v1/?concurrency=4", **{**settings, "concurrency": None})
+    for options in (flagged, spec):
+        backend = build_backends(options, parse_scorers("loss,min_k:k=10"), check_first=False)["target"]
+        config, tracker = backend.client.config, backend.tracker_config
+        try:
+            assert config.describe() == {
+                "base_url": "http://127.0.0.1:9/v1", "concurrency": 4, "endpoint": "completions", "max_retries": 6,
+                "model": "org/m@2", "rpm": 600.0, "timeout_s": 60.0, "tpm": None, "usd_per_1m_tokens": None}
+            assert repr(tracker) == (
+                "TrackerConfig(strategy='forced', epsilon=0.05, max_bias=100.0, verify_flips=True, verify_repeats=2, "
+                "verify_every=32, refine_for=(10.0, 100.0), chain_tokens=4, context=64, pending=None, max_top_n=100)")
+            key = request_key(config.base_url, config.model, "completions", {"prompt": [1, 2, 3], "max_tokens": 1,
+                                                                             "logprobs": 5})
+            assert key == "bae7cf2bf019b4a4baff87f08361cd9ec355414cb292f15133cf7fb6ce68549f"
+            path = capabilities_path(tmp_path, config.base_url, config.model, config.endpoint, tracker.epsilon,
+                                     tracker.max_bias)
+            assert path.name == "7b697910b3b65b2500d6795c.json"
+        finally:
+            backend.close()
+
+
+def test_the_docs_tables_agree_with_the_one_home_of_each_setting():
+    """docs/backends.md lists every query key of each kind with the flag and the range its
+    options field declares (``setting``): a range or flag changed in the field and not in the
+    docs fails here."""
+    import dataclasses
+    import re
+
+    from blackbox_mia.backends.options import flag_name, query_keys
+    from blackbox_mia.config import NOT_AN_OPTION, bounds_of
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "backends.md").read_text(encoding="utf-8")
+    rows = {m[1]: (m[2], m[3]) for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", text, re.M)}
+    for kind in ("local", "api"):
+        fields = {f.name: f for f in dataclasses.fields(KINDS[kind].options)}
+        for key in query_keys(KINDS[kind].options):
+            flag, unit = rows[key]
+            f = fields[key]
+            option = not NOT_AN_OPTION.items() <= f.metadata.items()
+            assert flag.startswith(f"`{flag_name(f)}`" if option else "(query only)"), (key, flag)
+            signs = {"above": ">", "at_least": "≥", "below": "<", "at_most": "≤"}
+            for bound, value in bounds_of(f).items():
+                if bound in signs:
+                    assert f"{signs[bound]} {value:g}" in unit, (key, unit, bound, value)

@@ -10,6 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blackbox_mia.cli import app
+from blackbox_mia.backends.api.kind import ApiTarget
+from blackbox_mia.backends.registry import BackendSpec, read_spec
 from blackbox_mia.cli.common import TargetOptions, local_model_path, normalized_spec
 from blackbox_mia.emulator import ServerConfig, serve_in_background
 from blackbox_mia.emulator.listen import check_bindable
@@ -29,17 +31,21 @@ def invoke(*args, env=None):
 
 def test_base_url_from_the_environment_only_without_local(tmp_path):
     env = {"OPENAI_BASE_URL": "https://api.example.com/v1"}
-    assert TargetOptions(model="m").target_spec(env) == "api:m@https://api.example.com/v1"
-    assert TargetOptions(model="m", base_url="http://127.0.0.1:9/v1").target_spec(env) == "api:m@http://127.0.0.1:9/v1"
-    assert TargetOptions(local="gpt2").target_spec(env) == "local:gpt2"  # --local wins over the env
+    assert TargetOptions(model="m").target_spec(env) == BackendSpec("api", ApiTarget("m", "https://api.example.com/v1"))
+    assert TargetOptions(model="m", base_url="http://127.0.0.1:9/v1").target_spec(env) == BackendSpec(
+        "api", ApiTarget("m", "http://127.0.0.1:9/v1"))
+    assert TargetOptions(local="gpt2").target_spec(env) == BackendSpec("local", "gpt2")  # --local wins over the env
+    assert TargetOptions(spec="api:m@x@http://h:1/v1?top_n=5").target_spec(env) == read_spec("api:m@x@http://h:1/v1?top_n=5")
     with pytest.raises(BlackboxMIAError, match="OPENAI_BASE_URL needs --model"):
         TargetOptions().target_spec(env)
     with pytest.raises(BlackboxMIAError, match="OPENAI_BASE_URL must start with http"):
         TargetOptions(model="m").target_spec({"OPENAI_BASE_URL": "api.example.com/v1"})
     with pytest.raises(BlackboxMIAError, match="choose the target.*OPENAI_BASE_URL"):
         TargetOptions(model="m").target_spec({})
-    with pytest.raises(BlackboxMIAError, match="not both"):
+    with pytest.raises(BlackboxMIAError, match="choose one target"):
         TargetOptions(local="gpt2", base_url="http://127.0.0.1:9/v1", model="m").target_spec({})
+    with pytest.raises(BlackboxMIAError, match="choose one target"):
+        TargetOptions(local="gpt2", spec="local:gpt2").target_spec({})
 
 
 def test_probe_takes_endpoint_and_key_from_the_sdk_variables(tiny_model_dir, tmp_path):
@@ -67,10 +73,10 @@ def test_local_paths_are_normalised(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for typed in ("cache/canary/x/", "./cache/canary/x", "cache//canary/x"):
         assert local_model_path(typed) == "cache/canary/x"
-        assert TargetOptions(local=typed).target_spec({}) == "local:cache/canary/x"
-        assert normalized_spec(typed) == normalized_spec(f"local:{typed}") == "local:cache/canary/x"
+        assert TargetOptions(local=typed).target_spec({}) == BackendSpec("local", "cache/canary/x")
+        assert normalized_spec(typed) == normalized_spec(f"local:{typed}") == BackendSpec("local", "cache/canary/x")
     assert local_model_path("openai-community/gpt2") == "openai-community/gpt2"  # a hub name as given
-    assert normalized_spec("api:m@http://127.0.0.1:9/v1/") == "api:m@http://127.0.0.1:9/v1/"
+    assert normalized_spec("api:m@http://127.0.0.1:9/v1/").target == ApiTarget("m", "http://127.0.0.1:9/v1/")
 
 
 def test_score_resumes_whatever_the_spelling_of_the_model_path(tiny_model_dir, tmp_path):

@@ -127,7 +127,8 @@ def test_default_budget_from_available_memory(monkeypatch):
 
 @pytest.mark.parametrize("field, value, message", [
     ("threads", 0, "threads= must be an integer >= 1"),
-    ("max_memory_gb", -1.0, "max_memory_gb= must be a number of GiB > 0"),
+    ("max_memory_gb", -1.0, "max_memory_gb= must be a finite number > 0, got -1.0"),
+    ("threads", 2.5, "threads= must be an integer >= 1, got 2.5"),
 ])
 def test_bad_threads_or_memory(tiny_model_dir, field, value, message):
     with pytest.raises(BlackboxMIAError, match=message):

@@ -50,11 +50,12 @@ def test_ref_joins_the_features_once_when_a_reference_model_is_given():
     from blackbox_mia.audits.sweep.verdict import reference_model_line, with_reference_feature
     from blackbox_mia.scorers import parse_scorers
 
-    assert with_reference_feature("loss", "min_k", None) == "loss"
-    assert with_reference_feature("loss", "min_k", "ref-model") == "loss,ref"
-    assert with_reference_feature("", "min_k", "ref-model") == "ref"
-    assert with_reference_feature("loss,ref", "min_k", "ref-model") == "loss,ref"
-    assert with_reference_feature("", "ref", "ref-model") == ""
+    min_k, loss, ref = parse_scorers("min_k,loss,ref")
+    assert with_reference_feature("loss", (min_k, loss), None) == ("loss", (min_k, loss))
+    assert with_reference_feature("loss", (min_k, loss), "ref-model") == ("loss,ref", (min_k, loss, ref))
+    assert with_reference_feature("", (min_k,), "ref-model") == ("ref", (min_k, ref))
+    assert with_reference_feature("loss,ref", (min_k, loss, ref), "ref-model") == ("loss,ref", (min_k, loss, ref))
+    assert with_reference_feature("", (ref,), "ref-model") == ("", (ref,))
     api = {"target": {"model": "t"}, "reference": {"backend": "api", "model": "small", "base_url": "http://h/v1"}}
     line = reference_model_line(api, parse_scorers("min_k,ref"))
     assert line.startswith("Reference model: small at http://h/v1 (read by ref); assumes the reference model did not")

@@ -93,8 +93,6 @@ class SweepConfig:
             raise BlackboxMIAError(f"{named('calibration_fraction')} needs {named('calibration')}")
         if self.rule != "fpr" and not self.calibration:
             raise BlackboxMIAError(f"{named('rule', self.rule)} needs labelled members: give {named('calibration')}")
-        if self.features and parse_scorer(self.scorer).label in {f.label for f in parse_scorers(self.features)}:
-            raise BlackboxMIAError(f"{named('features')} repeats {named('scorer', self.scorer)}")
         check_number(named("seed"), self.seed, at_least=0, integer=True)
         check_number(named("top"), self.top, at_least=0, integer=True)
         if self.limit is not None:
@@ -143,12 +141,30 @@ class SweepPlan:
         return groups
 
 
+def sweep_scorers(scorer: str, features: str) -> tuple[Scorer, ...]:
+    """The sweep's scorers, read once from their specs: ``scorer``, then the ``features``
+    (:attr:`SweepConfig.scorer`, :attr:`SweepConfig.features`).
+
+    Raises:
+        BlackboxMIAError: a bad spec, two features alike, or a feature that repeats the scorer.
+    """
+    first = parse_scorer(scorer)
+    features_read = tuple(parse_scorers(features)) if features else ()
+    if first.label in {f.label for f in features_read}:
+        raise BlackboxMIAError(f"{named('features')} repeats {named('scorer', scorer)}")
+    return (first, *features_read)
+
+
 def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = None,
-                  cache_dir: str | os.PathLike | None = None, log: Log = quiet) -> SweepPlan:
+                  cache_dir: str | os.PathLike | None = None, log: Log = quiet,
+                  scorers: tuple[Scorer, ...] | None = None) -> SweepPlan:
     """Load the benchmark, the calibration data and build the control (no model needed).
 
     Args:
         config: the sweep configuration.
+        scorers: its scorer and features as the command read them (:func:`sweep_scorers` of
+            ``config.scorer`` and ``config.features``, read once at the command's edge); ``None``:
+            read here.
         target_model: the local target model directory (``--local``), or None for an endpoint.
             When it holds a canary manifest, the report gives the true member fraction
             (:func:`~blackbox_mia.canary.find_canary_manifest`: the only rule).
@@ -160,7 +176,7 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
             non-members labelled 1, or no source of non-members at all.
     """
     config.validate()
-    scorer = parse_scorer(config.scorer)
+    scorer, *features = scorers if scorers is not None else sweep_scorers(config.scorer, config.features)
     items, meta = load_items(config.dataset, config.limit, cache_dir)
     kind = control_kind(items)
     if config.control and kind is None:
@@ -198,9 +214,8 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
             f"{named('nonmembers')} (a path)"
         )
     manifest = find_canary_manifest(target_model)
-    features = tuple(parse_scorers(config.features)) if config.features else ()
-    _check_conditioning(scorer, features, [items, *(group[0] for group in (calibration, nonmembers) if group)])
-    return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest, features)
+    _check_conditioning(scorer, tuple(features), [items, *(group[0] for group in (calibration, nonmembers) if group)])
+    return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest, tuple(features))
 
 
 def _check_conditioning(scorer: Scorer, features: tuple[Scorer, ...], groups: list[list[Item]]) -> None:

@@ -21,7 +21,7 @@ from ...evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
 from ...evaluation.detection import detection_verdict
 from ...option_names import named
 from ...results import ScoredText
-from ...scorers import REFERENCE, Scorer
+from ...scorers import REFERENCE, Scorer, parse_scorer
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
@@ -121,18 +121,14 @@ def reference_model_line(backends: dict, scorers: Sequence[Scorer]) -> str | Non
     return f"Reference model: {name}{where} ({used}); {REFERENCE_MODEL_ASSUMPTION}."
 
 
-def with_reference_feature(features: str, scorer: str, reference: str | None) -> str:
-    """``features`` plus ``ref`` when a reference model is given and neither ``scorer`` nor a
-    feature already reads it: ``--ref`` alone makes the reference model a feature of the
-    combined verdict. Scorer specs as :func:`~blackbox_mia.scorers.split_specs` reads them."""
-    from ...scorers import parse_scorer, split_specs
-
-    if reference is None:
-        return features
-    given = [parse_scorer(spec) for spec in split_specs(f"{scorer},{features}")]
-    if any(need.role == REFERENCE for s in given for need in s.needs("a b c")):
-        return features
-    return f"{features},ref" if features else "ref"
+def with_reference_feature(features: str, scorers: tuple[Scorer, ...],
+                           reference: str | None) -> tuple[str, tuple[Scorer, ...]]:
+    """``(features, scorers)`` plus the feature ``ref`` when a reference model is given and none
+    of ``scorers`` (the sweep's scorer and features, as read from ``features`` and the scorer's
+    spec) reads it: ``--ref`` alone makes the reference model a feature of the combined verdict."""
+    if reference is None or any(need.role == REFERENCE for s in scorers for need in s.needs("a b c")):
+        return features, scorers
+    return (f"{features},ref" if features else "ref"), (*scorers, parse_scorer("ref"))
 
 
 def suspicious_table(rows: list[dict]) -> str:

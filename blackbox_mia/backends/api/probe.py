@@ -29,7 +29,7 @@ from .capabilities import (
     load_capabilities,
     save_capabilities,
 )
-from .http.errors import ApiError, Fault
+from .http.errors import ApiError
 from .precision import rounding_error
 from .endpoint import ECHO, PROMPT_LOGPROBS, Endpoint, NextToken, surely
 from .probe_checks import (
@@ -185,7 +185,7 @@ async def check_token_id_prompts(p: ProbeRun, prompt: list[int]) -> bool:
     if token_ids:
         before = p.spent()
         _, error = await attempt(endpoint.next_token(prompt, 1, attempts=TOKEN_ID_CHECK_ATTEMPTS))
-        token_ids = error is None or error.fault is Fault.INVALID  # a 200 accepted the prompt
+        token_ids = error is None or error.fault.answered  # a 200 accepted the prompt
         p.evidence["token_id_prompts"] = {"requests": p.spent() - before, "refusal": None if token_ids else str(error)}
         if not token_ids:
             p.reasons["token_id_prompts"] = f"token-id prompts refused: {error}"

@@ -20,7 +20,7 @@ from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
 from .precision import SIGNIFICANT_BITS, report_bits, rounding_error
 from .tracker.choice import strategy_set
-from .http.errors import ApiError, Fault
+from .http.errors import ApiError
 from .endpoint import Endpoint, NextToken, surely
 from .tracker.spelling import Speller
 from .tracker.strategies import Position
@@ -44,7 +44,7 @@ async def attempt(request: Awaitable) -> tuple[object, ApiError | None]:
     try:
         return await request, None
     except ApiError as exc:
-        if exc.fault is Fault.TRANSIENT:
+        if exc.fault.outage:
             raise BlackboxMIAError(f"capability probe stopped, nothing saved (rerun later): {exc}") from None
         if exc.status_code in (401, 403, 404):  # a refused key, a wrong URL: nothing learnt about a feature
             raise

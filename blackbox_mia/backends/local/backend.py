@@ -40,7 +40,6 @@ from .resources import (
     GIB,
     ForwardBudget,
     ModelShape,
-    check_budget,
     default_budget_bytes,
     default_threads,
     token_cap,
@@ -114,7 +113,6 @@ class LocalBackend(Backend):
             raise BlackboxMIAError(
                 "the local backend needs torch and transformers: pip install 'blackbox_mia[local]'"
             ) from exc
-        check_budget(config.max_memory_gb, config.threads)
         check_model_path(config.model)
         self.config = config
         self._torch = torch

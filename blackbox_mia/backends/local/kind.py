@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...option_names import named
 from ...types import BlackboxMIAError
 from ..base import Backend
-from ..options import KindOptions, register_backend
+from ..options import KindOptions, configured, register_backend, setting
 from .config import LocalConfig
 
 ENGINES = ("torch", "vllm")
@@ -18,10 +18,16 @@ TORCH_ONLY = ("device", "batch_tokens", "threads", "max_memory_gb")
 """The :class:`LocalOptions` fields that only the torch engine reads."""
 
 
+PANEL = "Local model"
+"""The ``--help`` panel of the local kind's flags."""
+
+
 @dataclass(frozen=True)
 class LocalOptions(KindOptions):
-    """Settings of a ``local:`` model (query keys and ``--`` flags of the same names, but
-    ``engine``: ``--local-engine``; ``max_memory_gb``: ``--max-memory``).
+    """Settings of a ``local:`` model: query keys, and ``--`` flags of the same names but
+    ``engine``: ``--local-engine``; ``max_memory_gb``: ``--max-memory`` (each field's
+    :func:`~..options.setting` is its one home: default, range, flag, help, the
+    :class:`LocalConfig` field it fills).
 
     Attributes:
         engine: ``torch`` (:mod:`blackbox_mia.backends.local`) or ``vllm``
@@ -29,8 +35,8 @@ class LocalOptions(KindOptions):
         device: torch device (``cpu``, ``cuda``, ``cuda:1``...); ``None``: CUDA when available.
         dtype: weights' dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto`` (bfloat16 on
             CUDA, float32 on CPU).
-        batch_tokens: padded tokens per forward pass at most, ≥ 1; ``None``: 8,192 off CUDA,
-            and on CUDA the memory budget alone sizes a pass.
+        batch_tokens: padded tokens per forward pass at most, ≥ 1 (``LocalConfig.max_batch_tokens``);
+            ``None``: 8,192 off CUDA, and on CUDA the memory budget alone sizes a pass.
         threads: torch CPU threads, ≥ 1; ``None``: one per core, never more.
         max_memory_gb: memory budget of one forward pass beyond the weights, GiB, > 0;
             ``None``: from the device.
@@ -39,14 +45,18 @@ class LocalOptions(KindOptions):
         BlackboxMIAError: a number out of its range.
     """
 
-    ranges = {"batch_tokens": {"at_least": 1}, "threads": {"at_least": 1}, "max_memory_gb": {"above": 0}}
-
-    engine: str = ENGINES[0]
-    device: str | None = LocalConfig.device
-    dtype: str = LocalConfig.dtype
-    batch_tokens: int | None = LocalConfig.max_batch_tokens
-    threads: int | None = LocalConfig.threads
-    max_memory_gb: float | None = LocalConfig.max_memory_gb
+    engine: str = setting(ENGINES[0], flag="--local-engine", help="torch, or vllm (extra 'vllm')", panel=PANEL)
+    device: str | None = setting(help="torch device (default: cuda when available)", panel=PANEL,
+                                 source=(LocalConfig, "device"))
+    dtype: str = setting(help="float32, bfloat16, float16 or auto", panel=PANEL, source=(LocalConfig, "dtype"))
+    batch_tokens: int | None = setting(
+        help="padded tokens per forward pass at most (default: 8192 on CPU, the memory budget on CUDA)", panel=PANEL,
+        source=(LocalConfig, "max_batch_tokens"))
+    threads: int | None = setting(help="torch CPU threads (default: one per core, never more)", panel=PANEL,
+                                  source=(LocalConfig, "threads"))
+    max_memory_gb: float | None = setting(
+        flag="--max-memory", help="memory budget of one forward pass in GiB (default: from the device)", panel=PANEL,
+        source=(LocalConfig, "max_memory_gb"))
 
 
 @register_backend("local", LocalOptions, "local:PATH")
@@ -70,13 +80,4 @@ def build_local(model: str, options: LocalOptions) -> Backend:
         raise BlackboxMIAError(f"unknown {named('engine', options.engine)} (local: option engine): use {' or '.join(ENGINES)}")
     from .backend import LocalBackend
 
-    return LocalBackend(
-        LocalConfig(
-            model,
-            device=options.device,
-            dtype=options.dtype,
-            max_batch_tokens=options.batch_tokens,
-            threads=options.threads,
-            max_memory_gb=options.max_memory_gb,
-        )
-    )
+    return LocalBackend(LocalConfig(model, **configured(LocalConfig, options)))

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...option_names import named
-from ...types import BlackboxMIAError
 from .reduce import chunk_positions
 
 GIB = 1 << 30
@@ -184,12 +182,3 @@ class ForwardBudget:
         most :data:`MAX_PADDING_SHARE` of the padded tokens."""
         tokens = rows * width
         return (rows == 1 or tokens <= self.capacity(width)) and tokens - filled <= MAX_PADDING_SHARE * tokens
-
-
-def check_budget(max_memory_gb: float | None, threads: int | None) -> None:
-    """Raise :class:`BlackboxMIAError` for a memory budget that is not a positive number of GiB
-    or a thread count below 1."""
-    if max_memory_gb is not None and not (isinstance(max_memory_gb, (int, float)) and max_memory_gb > 0):
-        raise BlackboxMIAError(f"{named('max_memory_gb')} must be a number of GiB > 0, got {max_memory_gb!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise BlackboxMIAError(f"{named('threads')} must be an integer >= 1, got {threads!r}")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from ....config import MAX_PORT
+from ....config import MAX_PORT, bounded, check_bounds
 from ....cost.prices import DEFAULT_PRICES, price_of
 from ....option_names import named
 from ....types import BlackboxMIAError
@@ -62,24 +62,24 @@ class ApiConfig:
         chat_template: with ``endpoint="chat"``: the message template the prefix is sent in
             (``"continuation"`` or a JSON file, see :func:`~.dialect.load_message_template`);
             ``None``: the prefix as one user message.
-        concurrency: most requests in flight at once.
-        rpm: requests-per-minute limit, or ``None``.
-        tpm: tokens-per-minute limit (prompt + ``max_tokens``, estimated), or ``None``.
-        timeout_s: seconds to wait for one HTTP answer.
-        max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests).
-        backoff_base_s: first backoff in seconds (doubling each retry, plus up to as much jitter).
+        concurrency: most requests in flight at once, ≥ 1.
+        rpm: requests-per-minute limit, > 0, or ``None``.
+        tpm: tokens-per-minute limit (prompt + ``max_tokens``, estimated), > 0, or ``None``.
+        timeout_s: seconds to wait for one HTTP answer, > 0.
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests), ≥ 0.
+        backoff_base_s: first backoff in seconds, ≥ 0 (doubling each retry, plus up to as much jitter).
             An invalid answer is retried sooner: after ``min(backoff_base_s, QUICK_RETRY_S)``
             seconds times the attempt number.
-        backoff_max_s: longest backoff in seconds (a longer ``Retry-After`` still wins, up to
+        backoff_max_s: longest backoff in seconds, ≥ 0 (a longer ``Retry-After`` still wins, up to
             :data:`MAX_RETRY_AFTER_S`).
         prices: model → (USD per 1M prompt tokens, USD per 1M completion tokens); replaces
             :data:`DEFAULT_PRICES` (extend it with ``{**DEFAULT_PRICES, name: (p, c)}``).
         max_cost: stop before the request that could take the spend past this many USD
-            (prompt tokens + ``max_tokens`` at the model's price; the requests in flight count);
-            ``None``: no cap. Needs a price for the model.
+            (prompt tokens + ``max_tokens`` at the model's price; the requests in flight count),
+            ≥ 0 (0: cached answers only); ``None``: no cap. Needs a price for the model.
 
     Raises:
-        BlackboxMIAError: an invalid value, or ``max_cost`` for a model without a price.
+        BlackboxMIAError: an invalid value (each range is its field's :func:`~blackbox_mia.config.bounded`), or ``max_cost`` for a model without a price.
     """
 
     base_url: str
@@ -87,15 +87,15 @@ class ApiConfig:
     api_key: str = field(default_factory=_default_api_key, repr=False)
     endpoint: str = "completions"
     chat_template: str | None = None
-    concurrency: int = 16
-    rpm: float | None = None
-    tpm: float | None = None
-    timeout_s: float = 60.0
-    max_retries: int = 6
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
+    concurrency: int = bounded(16, at_least=1)
+    rpm: float | None = bounded(None, above=0)
+    tpm: float | None = bounded(None, above=0)
+    timeout_s: float = bounded(60.0, above=0)
+    max_retries: int = bounded(6, at_least=0)
+    backoff_base_s: float = bounded(1.0, at_least=0)
+    backoff_max_s: float = bounded(60.0, at_least=0)
     prices: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
-    max_cost: float | None = None
+    max_cost: float | None = bounded(None, at_least=0)
 
     def __post_init__(self) -> None:
         try:
@@ -109,17 +109,8 @@ class ApiConfig:
         from .dialect import dialect_named  # here: the dialects import the SDK's errors, which --help never needs
 
         dialect_named(self.endpoint, self.chat_template)  # raises on an unknown kind or template
-        if self.concurrency < 1:
-            raise BlackboxMIAError(f"concurrency must be at least 1, got {self.concurrency}")
-        for name in ("rpm", "tpm"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise BlackboxMIAError(f"{name} must be positive (or unset), got {value}")
-        if not self.timeout_s > 0 or self.max_retries < 0 or self.backoff_base_s < 0 or self.backoff_max_s < 0:
-            raise BlackboxMIAError("timeout_s must be positive; max_retries and backoff times non-negative")
+        check_bounds(self)
         if self.max_cost is not None:
-            if not self.max_cost >= 0:
-                raise BlackboxMIAError(f"{named('max_cost')} must be a number of USD >= 0, got {self.max_cost}")
             if self.price() is None:
                 raise BlackboxMIAError(
                     f"{named('max_cost')} needs the price of model {self.model!r}, which is not in the price table "

@@ -36,11 +36,31 @@ from ....types import BlackboxMIAError
 
 
 class Fault(str, Enum):
-    """Why a request failed, as far as trying it again goes (a ``str``: ``Fault.FINAL == "final"``)."""
+    """Why a request failed, as far as trying it again goes (a ``str``: ``Fault.FINAL == "final"``).
 
-    FINAL = "final"  # the server refused deterministically, or the arguments are invalid: retrying cannot help
-    TRANSIENT = "transient"  # 408, 429, 5xx (but 501), timeouts, connection faults: a later attempt may succeed
-    INVALID = "invalid"  # a 2xx answer that is truncated JSON or fails validation: retried after a short wait
+    The one table of fault classes: each member's row says how the client and its callers treat
+    it, and they read those traits, never the member's name (a new class is a new row here, plus
+    the place that raises it).
+
+    Attributes:
+        retried: another attempt may succeed (the client retries it).
+        quick: retried after a short linear wait (:data:`~.faults.QUICK_RETRY_S`: the server
+            answered, it is not overloaded), not the exponential backoff.
+        answered: the server answered 2xx: it accepted the request (its answer was bad).
+        outage: the server may be down or overloaded: the request was not refused, and a later
+            run may succeed (a capability probe learns nothing from it and stops).
+    """
+
+    #          value        retried quick  answered outage
+    FINAL = ("final", False, False, False, False)  # refused deterministically, or invalid arguments
+    TRANSIENT = ("transient", True, False, False, True)  # 408, 429, 5xx (but 501), timeouts, connection faults
+    INVALID = ("invalid", True, True, True, False)  # a 2xx answer that is truncated JSON or fails validation
+
+    def __new__(cls, value: str, retried: bool, quick: bool, answered: bool, outage: bool) -> Fault:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.retried, member.quick, member.answered, member.outage = retried, quick, answered, outage
+        return member
 
     def __str__(self) -> str:
         return self.value

@@ -88,7 +88,7 @@ def refused_too_often(retry_state: RetryCallState) -> bool:
 
 
 def fault_of(exc: BaseException | None) -> Fault:
-    """The class of one failed attempt; only :attr:`Fault.FINAL` is not retried.
+    """The class of one failed attempt (retried when its :attr:`Fault.retried`).
 
     An :class:`~.errors.ApiError` carries its own (the transport's: transient for 408, 429, 5xx
     other than 501, timeouts and connection errors; final for other statuses). A 2xx answer that
@@ -120,7 +120,7 @@ class Backoff(wait_base):
 
     def __call__(self, retry_state: RetryCallState) -> float:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
-        if fault_of(exc) is Fault.INVALID:
+        if fault_of(exc).quick:
             return self.quick_s * retry_state.attempt_number
         backoff = self.backoff(retry_state)
         if connection_refused(exc):  # nothing listens: one quick retry (a server restarting), not the schedule

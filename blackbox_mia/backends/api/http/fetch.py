@@ -220,7 +220,7 @@ class AnswerFetcher:
                 raise
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda exc: fault_of(exc) is not Fault.FINAL),
+            retry=retry_if_exception(lambda exc: fault_of(exc).retried),
             wait=Backoff(self.config.backoff_base_s, self.config.backoff_max_s),
             stop=stop_any(stop_after_attempt(attempts), refused_too_often),
             before_sleep=lambda state: self._note_retry(state, attempts - 1),
@@ -325,7 +325,7 @@ class AnswerFetcher:
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
         if repeated:
             why = f"final: a deterministic server failure, the same answer to all {tries}"
-        elif fault is Fault.FINAL:
+        elif not fault.retried:
             why = "final: not retried" if attempts == 1 else f"final: after {tries}"
         else:
             why = f"{fault}: gave up after {tries}"

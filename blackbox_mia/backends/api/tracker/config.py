@@ -6,9 +6,9 @@ A leaf of the tracker's modules: the strategies (:mod:`.strategies`, :mod:`.flip
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from ....config import bounded, check_bounds
 from ....types import BlackboxMIAError
 from ..http.wire import MAX_BIAS
 
@@ -60,39 +60,23 @@ class TrackerConfig:
             vocabulary.
 
     Raises:
-        BlackboxMIAError: an unknown strategy or an out-of-range number.
+        BlackboxMIAError: an unknown strategy or an out-of-range number (each range is its
+            field's :func:`~blackbox_mia.config.bounded`).
     """
 
     strategy: str = "auto"
-    epsilon: float = 0.01
-    max_bias: float = MAX_BIAS
+    epsilon: float = bounded(0.01, above=0)
+    max_bias: float = bounded(MAX_BIAS, above=0, at_most=MAX_BIAS)
     verify_flips: bool = True
-    verify_repeats: int = 2
-    verify_every: int = 32
-    refine_for: tuple[float, ...] = ()
-    chain_tokens: int = CHAIN_TOKENS
-    context: int | None = None
-    pending: int | None = None
-    max_top_n: int = MAX_TOP_N
+    verify_repeats: int = bounded(2, at_least=0)
+    verify_every: int = bounded(32, at_least=1)
+    refine_for: tuple[float, ...] = bounded((), above=0, at_most=100)
+    chain_tokens: int = bounded(CHAIN_TOKENS, at_least=1)
+    context: int | None = bounded(None, at_least=2)
+    pending: int | None = bounded(None, at_least=1)
+    max_top_n: int = bounded(MAX_TOP_N, at_least=1)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise BlackboxMIAError(f"unknown strategy {self.strategy!r}; choose from {', '.join(STRATEGIES)}")
-        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise BlackboxMIAError(f"epsilon must be a positive number of nats, got {self.epsilon}")
-        if not (math.isfinite(self.max_bias) and 0 < self.max_bias <= MAX_BIAS):
-            raise BlackboxMIAError(f"max_bias must be in (0, {MAX_BIAS:g}], got {self.max_bias}")
-        if self.verify_repeats < 0:
-            raise BlackboxMIAError(f"verify_repeats must be >= 0, got {self.verify_repeats}")
-        if not all(0 < k <= 100 for k in self.refine_for):
-            raise BlackboxMIAError(f"refine_for holds percents in (0, 100], got {self.refine_for}")
-        if self.chain_tokens < 1:
-            raise BlackboxMIAError(f"chain_tokens must be at least 1, got {self.chain_tokens}")
-        if self.verify_every < 1:
-            raise BlackboxMIAError(f"verify_every must be >= 1, got {self.verify_every}")
-        if self.context is not None and self.context < 2:
-            raise BlackboxMIAError(f"the context must be at least 2 tokens, got {self.context}")
-        if self.pending is not None and self.pending < 1:
-            raise BlackboxMIAError(f"pending must be at least 1, got {self.pending}")
-        if self.max_top_n < 1:
-            raise BlackboxMIAError(f"max_top_n must be at least 1, got {self.max_top_n}")
+        check_bounds(self)
