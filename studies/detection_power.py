@@ -79,7 +79,7 @@ from blackbox_mia.evaluation import clopper_pearson, dataset_level_test, estimat
 from blackbox_mia.evaluation.dataset_inference import dataset_inference
 from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
 
-from .detection_features import FEATURE_SETS, extra_columns, feature_sets, oracle_power
+from .detection_features import FEATURE_SETS, TODAY, extra_columns, feature_sets, oracle_power
 from .prevalence_coverage import cached_scores, held_out_splits, study_canaries
 from .table_format import ci as interval
 from .table_format import figure, num
@@ -167,7 +167,7 @@ def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int)
         hits = sum(r[test] <= ALPHA for r in power)
         alarms = sum(r[test] <= ALPHA for r in clean)
         line = {"canary": canary.name, "dup": manifest["dup"], "seed": manifest["seed"],
-                "n_members_planted": len(manifest["member_ids"]), "reference_canary": s["reference"],
+                "n_members_planted": len(manifest["member_ids"]), "reference_canaries": s["references"],
                 "test": test, "headline": test == HEADLINE, "true_prevalence": power[0]["truth"],
                 "n_swept": power[0]["n_swept"], "n_reference": len(manifest["nonmember_ids"]) // 2,
                 "splits": splits, "power": hits / splits, "power_ci": list(clopper_pearson(hits, splits)),
@@ -320,14 +320,14 @@ def load_features(canary: Path, features: str, cache: Path, extra: bool = True) 
     """``ids``, ``features`` (shape (1319, F), the scorers' order), ``main`` (the first scorer),
     and with ``extra`` the feature sets' columns (:mod:`studies.detection_features`, ``features``
     must hold ``loss``): ``extra`` (name -> shape (1319,)), ``sets`` (name -> shape
-    (1319, F + k)), ``reference`` (the reference canary's name, or None)."""
+    (1319, F')), ``references`` (the reference canaries' names, own seed's first; empty without)."""
     scores = cached_scores(canary, features, cache, with_control=False)
     columns = list(scores["benchmark_columns"].values())
     out = {"canary": canary.name, "ids": scores["ids"], "features": np.column_stack(columns), "main": columns[0],
-           "extra": {}, "sets": {}, "reference": None}
+           "extra": {}, "sets": {}, "references": []}
     if extra:
         found = extra_columns(canary, load_manifest(canary), scores["benchmark_columns"]["loss"], cache)
-        out.update(extra=found["columns"], reference=found["reference"],
+        out.update(extra=found["columns"], references=found["references"],
                    sets=feature_sets(out["features"], found["columns"]))
     return out
 
@@ -410,7 +410,8 @@ def markdown(lines: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-SET_NAMES = {HEADLINE: "today's features", **{f"{HEADLINE}+{name}": "today's + " + " + ".join(f"`{c}`" for c in cols)
+SET_NAMES = {HEADLINE: "today's features", **{f"{HEADLINE}+{name}": " + ".join("today's" if c == TODAY else f"`{c}`"
+                                                                             for c in cols)
                                                 for name, cols in FEATURE_SETS.items()}}
 """How the feature-set table names each headline variant, in this order."""
 
@@ -425,8 +426,10 @@ def feature_set_tables(rows: list[dict]) -> list[str]:
     by = {(r["test"], r["dup"], r["seed"]): r for r in sets}
     oracles = {(r["oracle_feature"], r["dup"], r["seed"]): r["power"] for r in rows if r["test"] == ORACLE}
     header = "| feature set (tail test, combined) | " + " | ".join(f"dup {d}, seed {s}" for d, s in columns) + " |"
-    out = ["", "Power per feature set (the headline test), by dup and training seed; reference canaries: "
-           + ", ".join(sorted({f"`{r['reference_canary']}`" for r in sets if r.get("reference_canary")})) + ":", "",
+    references = sorted({name for r in sets for name in r.get("reference_canaries", [])})
+    out = ["", "Power per feature set (the headline test), by dup and training seed; `ref`: the target's mean log-prob "
+           "minus the mean of the reference canaries' (" + ", ".join(f"`{name}`" for name in references) + "; "
+           "`one_ref`: the canary's own seed's reference only):", "",
            header, "|" + " --- |" * (1 + len(columns))]
     for test, name in SET_NAMES.items():
         cells = [_rate(by[test, d, s]["power"], by[test, d, s]["power_ci"], test == f"{HEADLINE}+ref")

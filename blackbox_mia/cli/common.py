@@ -12,7 +12,7 @@ from pathlib import Path
 from ..backends.base import Backend
 from ..backends.options import KINDS, check_ranges, merge_options
 from ..backends.registry import build_backend, parse_spec, split_query
-from ..scorers import REFERENCE, TARGET, Scorer, refine_for
+from ..scorers import TARGET, Scorer, reference_role, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..spend.limits import GUARD_REQUESTS, GUARD_USD
 from ..types import BlackboxMIAError
@@ -94,7 +94,7 @@ class TargetOptions(BackendFlags):
     """
 
     local: str | None = None
-    ref: str | None = None
+    ref: list[str] | None = None
     base_url: str | None = None
     model: str | None = None
     dry_run: bool = False
@@ -106,6 +106,12 @@ class TargetOptions(BackendFlags):
             raise BlackboxMIAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for kind in KINDS.values():
             check_ranges(kind.options, {f.name: getattr(self, f.name) for f in option_fields(kind.options)}, flag_of)
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The reference models' specs in ``--ref`` order (repeatable; one spec given as a
+        string counts as one); empty without ``--ref``."""
+        return () if not self.ref else (self.ref,) if isinstance(self.ref, str) else tuple(self.ref)
 
     @property
     def local_model(self) -> str | None:
@@ -196,7 +202,8 @@ def normalized_spec(spec: str) -> str:
 def build_backends(opts: TargetOptions, scorers: Sequence[Scorer], check_first: bool = True) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options, through the backend
     registry (``--ref`` takes any spec: a local path, ``local:PATH``, ``api:MODEL@URL``, with
-    ``?key=value`` settings); a black-box tracker refines values to the precision ``scorers``
+    ``?key=value`` settings; repeated, the roles ``reference``, ``reference2``... of
+    :func:`~blackbox_mia.scorers.reference_role`); a black-box tracker refines values to the precision ``scorers``
     need (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
 
     An endpoint is checked first (``GET /models``: the server answers, takes the key, lists the
@@ -209,9 +216,10 @@ def build_backends(opts: TargetOptions, scorers: Sequence[Scorer], check_first: 
     """
     refine = refine_for(scorers) if opts.precision == "scores" else ()
     backends = {TARGET: build_from_flags(opts.target_spec(), opts, refine, check_first)}
-    if opts.ref:
+    if opts.references:
         try:
-            backends[REFERENCE] = build_from_flags(normalized_spec(opts.ref), opts, refine, check_first)
+            for index, spec in enumerate(opts.references):
+                backends[reference_role(index)] = build_from_flags(normalized_spec(spec), opts, refine, check_first)
         except BaseException:
             close_all(backends)
             raise
@@ -304,7 +312,8 @@ TARGET_OPTIONS = {
     "rpm": {"help": "requests-per-minute limit", "rich_help_panel": "Tracker"},
     "tpm": {"help": "tokens-per-minute limit", "rich_help_panel": "Tracker"},
     "reprobe": {"help": "probe the endpoint's capabilities again", "rich_help_panel": "Tracker"},
-    "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL", "rich_help_panel": "Target"},
+    "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL; repeatable "
+            "(several references: 'ref' compares with the mean of their log-likelihoods)", "rich_help_panel": "Target"},
     "device": {"help": "torch device (default: cuda when available)", "rich_help_panel": "Local model"},
     "dtype": {"help": "float32, bfloat16, float16 or auto", "rich_help_panel": "Local model"},
     "batch_tokens": {"help": "padded tokens per forward pass at most (default: 8192 on CPU, the memory budget on CUDA)", "rich_help_panel": "Local model"},

@@ -50,13 +50,18 @@ def test_ref_joins_the_features_once_when_a_reference_model_is_given():
     from blackbox_mia.audits.sweep.verdict import reference_model_line, with_reference_feature
     from blackbox_mia.scorers import parse_scorers
 
-    assert with_reference_feature("loss", "min_k", None) == "loss"
-    assert with_reference_feature("loss", "min_k", "ref-model") == "loss,ref"
-    assert with_reference_feature("", "min_k", "ref-model") == "ref"
-    assert with_reference_feature("loss,ref", "min_k", "ref-model") == "loss,ref"
-    assert with_reference_feature("", "ref", "ref-model") == ""
+    assert with_reference_feature("loss", "min_k", 0) == "loss"
+    assert with_reference_feature("loss", "min_k", 1) == "loss,ref"
+    assert with_reference_feature("", "min_k", 1) == "ref"
+    assert with_reference_feature("loss", "min_k", 2) == "loss,ref:refs=2"
+    assert with_reference_feature("loss,ref", "min_k", 1) == "loss,ref"
+    assert with_reference_feature("loss,ref:refs=2", "min_k", 2) == "loss,ref:refs=2"
+    assert with_reference_feature("", "ref", 1) == ""
     api = {"target": {"model": "t"}, "reference": {"backend": "api", "model": "small", "base_url": "http://h/v1"}}
     line = reference_model_line(api, parse_scorers("min_k,ref"))
     assert line.startswith("Reference model: small at http://h/v1 (read by ref); assumes the reference model did not")
     assert "read by no scorer" in reference_model_line(api, parse_scorers("min_k"))
     assert reference_model_line({"target": {"model": "t"}}, parse_scorers("min_k")) is None
+    two = {**api, "reference2": {"backend": "local", "model": "cache/canary/r2"}}
+    line = reference_model_line(two, parse_scorers("min_k,ref:refs=2"))
+    assert line.startswith("Reference models (2, averaged): small at http://h/v1, cache/canary/r2 (read by ref:refs=2);")
