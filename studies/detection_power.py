@@ -5,10 +5,12 @@ For each trained GSM8K canary with the default architecture (every dup and train
 given), the 1,319 GSM8K test problems are scored ONCE with every scorer of ``--features`` (one
 model pass, cached under ``cache/prevalence_coverage/<canary>/<labels>/``, resumable; the first
 scorer, ``min_k``, is the sweep's), and (issue 43, unless ``--no-extra``) with ``ref`` against
-the reference canary (``bbmia canary train --reference-of``), ReCaLL and DC-PDD
+the mean of the reference canaries (``bbmia canary train --reference-of``; every one in the
+cache), ``one_ref`` against the canary's own seed's alone, ReCaLL and DC-PDD
 (:mod:`studies.detection_features`): the headline test then runs on each feature set (today's
-features; + ``ref``; + ``recall``, ``dc_pdd``; all), and an oracle with the densities of one
-feature known gives the power no test on that feature exceeds (the information limit). Then, on the same held-out splits as
+features; + ``one_ref``; + ``ref``; ``ref`` alone; + ``recall``, ``dc_pdd``; all), and an
+oracle with the densities of one feature known gives the power no test on that feature exceeds
+(the information limit). Then, on the same held-out splits as
 ``prevalence_coverage.py`` (:func:`studies.prevalence_coverage.held_out_splits`: half the
 canary's members and 100 GSM8K non-members calibrate, the rest is swept), each test decides at
 alpha = 0.05 whether the swept items hold members (power), and whether the swept items with
@@ -276,6 +278,7 @@ def summary(lines: list[dict]) -> dict:
         "max_clean_false_alarm_ci": None if worst is None else worst["clean_false_alarm_ci"],
         "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in combined), default=None),
         **ref_power(lines),
+        **ref_power(lines, "ref_alone"),
         "min_coverage": min_coverage,
         "coverage_dups": [line["dup"] for line in intervals],
         "exchangeability_p_canonical": max(canonical, default=None),
@@ -300,20 +303,21 @@ def first_seed(lines: list[dict]) -> list[dict]:
     return [line for line in lines if line.get("seed", 0) == lowest[line["dup"]]]
 
 
-def ref_power(lines: list[dict]) -> dict:
-    """The summary's reference-model keys: ``power_dup<d>_ref`` (the headline test with ``ref``
-    added, the LOWEST power over the training seeds, None where no canary has it; each seed's:
-    the feature-set table) and whether issue 43's target is met (power >= 0.8 at dup 4 and >= 0.5
-    at dup 2 on every seed, at least two seeds)."""
+def ref_power(lines: list[dict], feature_set: str = "ref") -> dict:
+    """The summary's reference-model keys of one feature set (``ref``: today's + ``ref``;
+    ``ref_alone``): ``power_dup<d>_<set>`` (the headline test on that set, the LOWEST power over
+    the training seeds, None where no canary has it; each seed's: the feature-set table) and
+    ``target_<set>_power_met``: issue 43's target (power >= 0.8 at dup 4 and >= 0.5 at dup 2 on
+    every seed, at least two seeds)."""
     by = {}
     for line in lines:
-        if line["test"] == f"{HEADLINE}+ref":
+        if line["test"] == f"{HEADLINE}+{feature_set}":
             by.setdefault(line["dup"], {})[line["seed"]] = line["power"]
-    keys = {f"power_dup{d}_ref": min(by[d].values()) if d in by else None for d in POWER_DUPS}
+    keys = {f"power_dup{d}_{feature_set}": min(by[d].values()) if d in by else None for d in POWER_DUPS}
     seeds = {d: len(by.get(d, {})) for d in (2, 4)}
-    met = (min(seeds.values()) >= 2 and keys["power_dup4_ref"] >= TARGET_REF_POWER[4]
-           and keys["power_dup2_ref"] >= TARGET_REF_POWER[2])
-    return {**keys, "target_ref_power_met": met}
+    met = (min(seeds.values()) >= 2 and keys[f"power_dup4_{feature_set}"] >= TARGET_REF_POWER[4]
+           and keys[f"power_dup2_{feature_set}"] >= TARGET_REF_POWER[2])
+    return {**keys, f"target_{feature_set}_power_met": met}
 
 
 def load_features(canary: Path, features: str, cache: Path, extra: bool = True) -> dict:

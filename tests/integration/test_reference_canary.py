@@ -70,9 +70,14 @@ def test_sweep_with_two_references_compares_with_their_mean(tiny, tmp_path):
     runner = CliRunner()
     target, first, second = tiny / "target", tiny / "reference_a", tiny / "reference_b"
     assert runner.invoke(app, ["canary", "train", "--quiet", "--out", str(first), "--reference-of", str(target)]).exit_code == 0
-    other_seed = tiny / "target_seed1"  # the second reference: that of another training seed's canary (saw no GSM8K test)
-    assert runner.invoke(app, ["canary", "train", "--quiet", "--out", str(other_seed), *TINY_ARGS, "--seed", "1"]).exit_code == 0
-    assert runner.invoke(app, ["canary", "train", "--quiet", "--out", str(second), "--reference-of", str(other_seed)]).exit_code == 0
+    # a second, independent reference: --reference-seed draws its background, weights and batches with seed 1
+    assert runner.invoke(app, ["canary", "train", "--quiet", "--out", str(second), "--reference-of", str(target),
+                               "--reference-seed", "1"]).exit_code == 0
+    one, other = load_manifest(first), load_manifest(second)
+    assert (one["seed"], other["seed"]) == (0, 1) and other["config"]["reference"] and other["member_ids"] == []
+    assert set(other["background_ids"]) != set(one["background_ids"]) and other["config"]["n_background"] == 30
+    alone = runner.invoke(app, ["canary", "train", "--out", str(tiny / "x"), "--reference-seed", "1"])
+    assert alone.exit_code == 2 and "--reference-seed and --reference-size need --reference-of CANARY" in alone.output
     result = runner.invoke(app, ["sweep", "gsm8k", "--local", str(target), "--ref", str(first), "--ref", str(second),
                                  "--limit", "40", "--calibration", f"canary:{target}", "--calibration-fraction", "0.5",
                                  "--out", str(tmp_path / "sweep"), "--quiet", "--json"])
