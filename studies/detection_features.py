@@ -12,8 +12,8 @@ GSM8K test item, each scored once per canary and cached under
   planted, another sample of GSM8K train) with the canary's architecture and recipe, of any
   training seed: none saw GSM8K test, so each is a valid reference (one of another seed has a
   background that overlaps the canary's by chance).
-* ``one_ref``: the same with ONE reference, the canary's own seed's (else the lowest seed's):
-  what averaging several references adds.
+* ``one_ref``: the same with ONE reference, the canary's own seed's of the canaries' size (else
+  the first of the others): what averaging several references adds.
 * ``recall``: ReCaLL (:mod:`blackbox_mia.scorers.recall`) with one shot, the shortest GSM8K
   TRAIN problem outside the canary's background (``recall_prefix.jsonl``): a non-member of
   the canary that is no GSM8K test item, so it is in no split (neither calibration nor swept)
@@ -58,22 +58,18 @@ ORACLE_GRID = 4096  # points the log likelihood ratio is tabulated at (interpola
 
 def find_references(manifest: dict, cache: Path) -> list[Path]:
     """The reference canaries for a canary (see the module docstring): every complete reference of
-    its architecture and recipe in the cache, its own training seed's first, then by seed; empty
-    without any."""
-    found = {}
+    its architecture and recipe in the cache (of any seed and size), its own seed's of the
+    canaries' size first (``one_ref``), then by seed and size; empty without any."""
+    found = []
     for path in sorted(cache.glob("canary/*/manifest.json")):
         other = json.loads(path.read_text())
         config = other.get("config", {})
         same = all(config.get(k) == manifest["config"].get(k) for k in ("corpus", "vocab_size", "n_layer", "n_embd",
                                                                          "n_head", "block_size", "epochs", "lr"))
         if "reference" in other and other.get("complete") and same:
-            found.setdefault(other["seed"], path.parent)
-    return sorted(found.values(), key=lambda p: (found.get(manifest["seed"]) != p, load_seed(p)))
-
-
-def load_seed(canary: Path) -> int:
-    """A canary's training seed (its manifest's)."""
-    return json.loads((canary / "manifest.json").read_text())["seed"]
+            size = config.get("reference_size") or 0  # 0: the canaries' n_background
+            found.append(((other["seed"] != manifest["seed"] or size != 0, other["seed"], size), path.parent))
+    return [path for _, path in sorted(found)]
 
 
 def recall_prefix(canary: Path, manifest: dict, cache: Path) -> Path:

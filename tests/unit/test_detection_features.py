@@ -59,3 +59,19 @@ def test_feature_set_table_has_a_row_per_set_and_oracle_and_a_column_per_canary(
     assert "| today's + `ref` | **0.700 [0.000, 1.000]** | **0.600 [0.000, 1.000]** |" in table
     assert "| oracle, `ref` densities known (no test on `ref` does better) | 0.950 | n/a |" in table
     assert feature_set_tables([line(2, 0, 0.2, "tail_combined")]) == []
+
+
+def test_find_references_takes_every_matching_reference_own_seed_first(tmp_path):
+    import json
+
+    from studies.detection_features import find_references
+
+    arch = {"corpus": "gsm8k", "vocab_size": 4096, "n_layer": 2, "n_embd": 128, "n_head": 4, "block_size": 128,
+            "epochs": 2, "lr": 0.003}
+    for name, seed, extra in (("a", 0, {}), ("b", 1, {}), ("c", 0, {"reference_size": 3500}), ("d", 2, {"n_layer": 4}),
+                              ("e", 3, {})):
+        (tmp_path / "canary" / name).mkdir(parents=True)
+        manifest = {"config": {**arch, **extra, "seed": seed}, "seed": seed, "complete": name != "e", "reference": {}}
+        (tmp_path / "canary" / name / "manifest.json").write_text(json.dumps(manifest))
+    canary = {"config": {**arch, "seed": 1}, "seed": 1}
+    assert [p.name for p in find_references(canary, tmp_path)] == ["b", "a", "c"]  # d: other architecture; e: incomplete
