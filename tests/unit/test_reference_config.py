@@ -57,6 +57,8 @@ def test_ref_joins_the_features_once_when_a_reference_model_is_given():
     assert with_reference_feature("loss,ref", "min_k", 1) == "loss,ref"
     assert with_reference_feature("loss,ref:refs=2", "min_k", 2) == "loss,ref:refs=2"
     assert with_reference_feature("", "ref", 1) == ""
+    with pytest.raises(BlackboxMIAError, match="reads 1 reference model.* given 2 times: use ref:refs=2"):
+        with_reference_feature("loss,ref", "min_k", 2)
     api = {"target": {"model": "t"}, "reference": {"backend": "api", "model": "small", "base_url": "http://h/v1"}}
     line = reference_model_line(api, parse_scorers("min_k,ref"))
     assert line.startswith("Reference model: small at http://h/v1 (read by ref); assumes the reference model did not")

@@ -22,6 +22,7 @@ from ...evaluation.detection import detection_verdict
 from ...option_names import named
 from ...results import ScoredText
 from ...scorers import Scorer, is_reference_role, reference_role
+from ...types import BlackboxMIAError
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
@@ -159,12 +160,21 @@ def with_reference_feature(features: str, scorer: str, references: int) -> str:
 
     Args:
         references: the number of reference models (``--ref`` given that many times; 0: none).
+
+    Raises:
+        BlackboxMIAError: a scorer that reads another number of reference models than given.
     """
     from ...scorers import parse_scorer, split_specs
 
-    if references == 0:
+    if references == 0:  # a scorer reading a reference is refused by the runner (check_compatible)
         return features
-    if any(reads_reference(parse_scorer(spec)) for spec in split_specs(f"{scorer},{features}")):
+    readers = [s for s in map(parse_scorer, split_specs(f"{scorer},{features}")) if reads_reference(s)]
+    for reader in readers:
+        read = len({need.role for need in reader.needs("a b c") if is_reference_role(need.role)})
+        if read != references:
+            raise BlackboxMIAError(f"scorer {reader.label!r} reads {read} reference model(s) but --ref is given "
+                                   f"{references} times: use ref:refs={references}")
+    if readers:
         return features
     ref = "ref" if references == 1 else f"ref:refs={references}"
     return f"{features},{ref}" if features else ref
