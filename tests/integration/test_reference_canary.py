@@ -101,6 +101,14 @@ def test_sweep_with_two_references_compares_with_their_mean(tiny, tmp_path):
         means.append(float(backend.logprobs([text])[0].logprobs.mean()))
         backend.close()
     assert row["scores"]["ref:refs=2"] == pytest.approx(means[0] - (means[1] + means[2]) / 2, abs=1e-5)
+    # ref alone as the sweep's scorer (the study's ref_alone set); a count that disagrees with --ref: one line
+    base = ["sweep", "gsm8k", "--local", str(target), "--ref", str(first), "--ref", str(second), "--limit", "40",
+            "--calibration", f"canary:{target}", "--calibration-fraction", "0.5", "--quiet"]
+    alone = runner.invoke(app, [*base, "--scorer", "ref:refs=2", "--out", str(tmp_path / "alone")])
+    assert alone.exit_code == 0, alone.output
+    assert "Reference models (2, averaged)" in alone.output and "combined features" not in alone.output
+    wrong = runner.invoke(app, [*base, "--scorer", "ref", "--out", str(tmp_path / "wrong")])
+    assert wrong.exit_code == 2 and "reads 1 reference model(s) but --ref is given 2 times: use ref:refs=2" in wrong.output
 
 
 def test_sweep_of_an_api_target_with_a_local_reference(tiny, tmp_path):
