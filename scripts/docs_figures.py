@@ -270,18 +270,29 @@ def detection_power_args(s: Session) -> list[str]:
 
 
 REF_DUPS, REF_SEEDS = (1, 2, 4, 8), (0, 1)
+CONFIRM_DUPS, CONFIRM_SEED = (2, 4), 2
+MORE_REFERENCE_SEEDS, LARGE_REFERENCE_SIZE = (3, 4), 3500
 REF_SPLITS = 200
-"""Issue 43's feature-set run: its dups and training seeds, and its power and clean splits per
-canary (fewer than the headline run's 300 and 1,000: 8 canaries x 4 feature sets on 2 loaded cores)."""
+"""Issue 43's feature-set run: its dups and training seeds; the canaries of a seed trained after the
+reference set and feature sets were chosen on the others (the choice confirmed on models it never
+saw); the references beyond one per canary seed (``--reference-seed``; one larger,
+``--reference-size``); and its power and clean splits per canary (fewer than the headline run's
+300 and 1,000: ten canaries x six feature sets on 2 loaded cores)."""
 
 
 def detection_power_ref_args(s: Session) -> list[str]:
-    """The GSM8K canaries at dups 1, 2, 4, 8 of training seeds 0 and 1, and one reference canary per
-    seed (``--reference-of``; the study finds it in the cache), without the exchangeability test
-    (docs/contamination.md, issue 43)."""
+    """The GSM8K canaries at dups 1, 2, 4, 8 of training seeds 0 and 1 and at dups 2, 4 of seed 2;
+    the reference canaries (``--reference-of``) of seeds 0 to 4 and one of seed 0 on
+    :data:`LARGE_REFERENCE_SIZE` items (the study finds them in the cache and averages them);
+    without the exchangeability test (docs/contamination.md, issue 43)."""
     canaries = {(dup, seed): s.canary("--dup", str(dup), "--seed", str(seed)) for dup in REF_DUPS for seed in REF_SEEDS}
-    for seed in REF_SEEDS:
-        s.canary("--reference-of", canaries[REF_DUPS[0], seed])
+    canaries.update({(dup, CONFIRM_SEED): s.canary("--dup", str(dup), "--seed", str(CONFIRM_SEED)) for dup in CONFIRM_DUPS})
+    for seed in (*REF_SEEDS, CONFIRM_SEED):
+        s.canary("--reference-of", next(path for (_, other), path in canaries.items() if other == seed))
+    first = canaries[REF_DUPS[0], REF_SEEDS[0]]
+    for seed in MORE_REFERENCE_SEEDS:
+        s.canary("--reference-of", first, "--reference-seed", str(seed))
+    s.canary("--reference-of", first, "--reference-size", str(LARGE_REFERENCE_SIZE))
     return [*(a for path in canaries.values() for a in ("--canary", path)), "--splits", str(REF_SPLITS),
             "--clean-splits", str(REF_SPLITS), "--no-xchg", "--cache", s.cache_arg]
 

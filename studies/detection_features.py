@@ -4,13 +4,16 @@ Beyond today's features (:data:`studies.detection_power.FEATURES`), three more c
 GSM8K test item, each scored once per canary and cached under
 ``cache/prevalence_coverage/<canary>/``:
 
-* ``ref``: the target's mean log-prob minus the reference canary's (Carlini et al. 2021 §6; the
-  ``ref`` scorer's formula), nats/token: the target's ``loss`` column minus the reference's,
-  the reference scored once (``cache/prevalence_coverage/<reference>/loss/``). The reference is
-  a canary trained with ``bbmia canary train --reference-of`` (nothing planted, another
-  sample of GSM8K train): of the canary's training seed when the cache has one, else another
-  seed's (it never saw GSM8K test either, so it stays a valid reference; its background then
-  overlaps the canary's by chance).
+* ``ref``: the target's mean log-prob minus the MEAN of the reference canaries' (Carlini et al.
+  2021 §6; the ``ref:refs=N`` scorer's formula, ``bbmia sweep --ref A --ref B ...``),
+  nats/token: the target's ``loss`` column minus the references' mean ``loss`` column, each
+  reference scored once (``cache/prevalence_coverage/<reference>/loss/``). The references are
+  every canary of the cache trained with ``bbmia canary train --reference-of`` (nothing
+  planted, another sample of GSM8K train) with the canary's architecture and recipe, of any
+  training seed: none saw GSM8K test, so each is a valid reference (one of another seed has a
+  background that overlaps the canary's by chance).
+* ``one_ref``: the same with ONE reference, the canary's own seed's of the canaries' size (else
+  the first of the others): what averaging several references adds.
 * ``recall``: ReCaLL (:mod:`blackbox_mia.scorers.recall`) with one shot, the shortest GSM8K
   TRAIN problem outside the canary's background (``recall_prefix.jsonl``): a non-member of
   the canary that is no GSM8K test item, so it is in no split (neither calibration nor swept)
@@ -42,28 +45,31 @@ from blackbox_mia.scorers import parse_scorers
 from .prevalence_coverage import cached_scores, score_canary
 
 EXTRA = ("ref", "recall", "dc_pdd")
-FEATURE_SETS = {"ref": ("ref",), "recall_dc_pdd": ("recall", "dc_pdd"), "all": EXTRA}
-"""Feature set name -> the columns added to today's features (today's alone: the headline)."""
+TODAY = "today"
+FEATURE_SETS = {"one_ref": (TODAY, "one_ref"), "ref": (TODAY, "ref"), "ref_alone": ("ref",),
+                "recall_dc_pdd": (TODAY, "recall", "dc_pdd"), "all": (TODAY, *EXTRA)}
+"""Feature set name -> its columns: :data:`TODAY` (today's features, all of them) and extra columns
+(today's alone: the headline)."""
 RECALL_SHOTS = 1  # the canaries' 128-token context holds one short problem before the scored one
 PREFIX_FILE = "recall_prefix.jsonl"
 ORACLE_TRIALS = 1000  # simulated swept sets under the null and under the alternative
 ORACLE_GRID = 4096  # points the log likelihood ratio is tabulated at (interpolated between)
 
 
-def find_reference(manifest: dict, cache: Path) -> Path | None:
-    """The reference canary for a canary (see the module docstring): the cache's reference of its
-    training seed, else of the lowest other seed; None without any."""
-    found = {}
+def find_references(manifest: dict, cache: Path) -> list[Path]:
+    """The reference canaries for a canary (see the module docstring): every complete reference of
+    its architecture and recipe in the cache (of any seed and size), its own seed's of the
+    canaries' size first (``one_ref``), then by seed and size; empty without any."""
+    found = []
     for path in sorted(cache.glob("canary/*/manifest.json")):
         other = json.loads(path.read_text())
         config = other.get("config", {})
         same = all(config.get(k) == manifest["config"].get(k) for k in ("corpus", "vocab_size", "n_layer", "n_embd",
                                                                          "n_head", "block_size", "epochs", "lr"))
         if "reference" in other and other.get("complete") and same:
-            found.setdefault(other["seed"], path.parent)
-    if not found:
-        return None
-    return found.get(manifest["seed"], found[min(found)])
+            size = config.get("reference_size") or 0  # 0: the canaries' n_background
+            found.append(((other["seed"] != manifest["seed"] or size != 0, other["seed"], size), path.parent))
+    return [path for _, path in sorted(found)]
 
 
 def recall_prefix(canary: Path, manifest: dict, cache: Path) -> Path:
@@ -80,13 +86,16 @@ def recall_prefix(canary: Path, manifest: dict, cache: Path) -> Path:
 
 
 def extra_columns(canary: Path, manifest: dict, target_loss: np.ndarray, cache: Path) -> dict:
-    """``{"reference": the reference canary's directory name or None, "columns": {name: shape
-    (1319,)}}``: ``ref`` (when a reference canary exists), ``recall`` and ``dc_pdd`` for the
-    GSM8K test items in their file order; scored once and cached (resumable)."""
+    """``{"references": the reference canaries' directory names (own seed's first; empty without
+    one), "columns": {name: shape (1319,)}}``: ``ref`` and ``one_ref`` (with a reference canary),
+    ``recall`` and ``dc_pdd`` for the GSM8K test items in their file order; scored once and
+    cached (resumable)."""
     columns = {}
-    reference = find_reference(manifest, cache)
-    if reference is not None:
-        columns["ref"] = target_loss - cached_scores(reference, "loss", cache, with_control=False)["benchmark"]
+    references = find_references(manifest, cache)
+    if references:
+        losses = [cached_scores(path, "loss", cache, with_control=False)["benchmark"] for path in references]
+        columns["ref"] = target_loss - np.mean(losses, axis=0)
+        columns["one_ref"] = target_loss - losses[0]
     specs = (f"recall:prefix={recall_prefix(canary, manifest, cache)},shots={RECALL_SHOTS},"
              f"dc_pdd:vocab={manifest['config']['vocab_size']}")
     labels = [s.label for s in parse_scorers(specs)]
@@ -100,14 +109,14 @@ def extra_columns(canary: Path, manifest: dict, target_loss: np.ndarray, cache: 
         done = {r.id: r.scores for r in score_canary(canary, specs, items, meta, path)}
     for name, label in zip(("recall", "dc_pdd"), labels):
         columns[name] = np.array([done[it.id][label] for it in items], dtype=np.float64)
-    return {"reference": None if reference is None else reference.name, "columns": columns}
+    return {"references": [path.name for path in references], "columns": columns}
 
 
 def feature_sets(base: np.ndarray, extra: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each feature set's matrix, shape (n_items, F): today's columns ``base``, then the set's
-    extra columns; a set whose columns are not all in ``extra`` is left out."""
-    return {name: np.column_stack([base, *(extra[c] for c in cols)])
-            for name, cols in FEATURE_SETS.items() if all(c in extra for c in cols)}
+    """Each feature set's matrix, shape (n_items, F): its columns in order, :data:`TODAY` being
+    today's columns ``base``; a set whose extra columns are not all in ``extra`` is left out."""
+    return {name: np.column_stack([base if c == TODAY else extra[c] for c in cols])
+            for name, cols in FEATURE_SETS.items() if all(c == TODAY or c in extra for c in cols)}
 
 
 def oracle_power(feature: np.ndarray, member: np.ndarray, n_swept: int, n_members: int, alpha: float,

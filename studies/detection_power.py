@@ -5,10 +5,12 @@ For each trained GSM8K canary with the default architecture (every dup and train
 given), the 1,319 GSM8K test problems are scored ONCE with every scorer of ``--features`` (one
 model pass, cached under ``cache/prevalence_coverage/<canary>/<labels>/``, resumable; the first
 scorer, ``min_k``, is the sweep's), and (issue 43, unless ``--no-extra``) with ``ref`` against
-the reference canary (``bbmia canary train --reference-of``), ReCaLL and DC-PDD
+the mean of the reference canaries (``bbmia canary train --reference-of``; every one in the
+cache), ``one_ref`` against the canary's own seed's alone, ReCaLL and DC-PDD
 (:mod:`studies.detection_features`): the headline test then runs on each feature set (today's
-features; + ``ref``; + ``recall``, ``dc_pdd``; all), and an oracle with the densities of one
-feature known gives the power no test on that feature exceeds (the information limit). Then, on the same held-out splits as
+features; + ``one_ref``; + ``ref``; ``ref`` alone; + ``recall``, ``dc_pdd``; all), and an
+oracle with the densities of one feature known gives the power no test on that feature exceeds
+(the information limit). Then, on the same held-out splits as
 ``prevalence_coverage.py`` (:func:`studies.prevalence_coverage.held_out_splits`: half the
 canary's members and 100 GSM8K non-members calibrate, the rest is swept), each test decides at
 alpha = 0.05 whether the swept items hold members (power), and whether the swept items with
@@ -79,7 +81,7 @@ from blackbox_mia.evaluation import clopper_pearson, dataset_level_test, estimat
 from blackbox_mia.evaluation.dataset_inference import dataset_inference
 from blackbox_mia.evaluation.detection import combined_scores, min_p_value, rank_pvalues, tail_ranks, tail_test
 
-from .detection_features import FEATURE_SETS, extra_columns, feature_sets, oracle_power
+from .detection_features import FEATURE_SETS, TODAY, extra_columns, feature_sets, oracle_power
 from .prevalence_coverage import cached_scores, held_out_splits, study_canaries
 from .table_format import ci as interval
 from .table_format import figure, num
@@ -167,7 +169,7 @@ def run_canary(canary: Path, s: dict, splits: int, clean_splits: int, seed: int)
         hits = sum(r[test] <= ALPHA for r in power)
         alarms = sum(r[test] <= ALPHA for r in clean)
         line = {"canary": canary.name, "dup": manifest["dup"], "seed": manifest["seed"],
-                "n_members_planted": len(manifest["member_ids"]), "reference_canary": s["reference"],
+                "n_members_planted": len(manifest["member_ids"]), "reference_canaries": s["references"],
                 "test": test, "headline": test == HEADLINE, "true_prevalence": power[0]["truth"],
                 "n_swept": power[0]["n_swept"], "n_reference": len(manifest["nonmember_ids"]) // 2,
                 "splits": splits, "power": hits / splits, "power_ci": list(clopper_pearson(hits, splits)),
@@ -276,6 +278,7 @@ def summary(lines: list[dict]) -> dict:
         "max_clean_false_alarm_ci": None if worst is None else worst["clean_false_alarm_ci"],
         "max_exact_clean_false_alarm": max((line["exact_clean_false_alarm"] for line in combined), default=None),
         **ref_power(lines),
+        **ref_power(lines, "ref_alone"),
         "min_coverage": min_coverage,
         "coverage_dups": [line["dup"] for line in intervals],
         "exchangeability_p_canonical": max(canonical, default=None),
@@ -300,34 +303,35 @@ def first_seed(lines: list[dict]) -> list[dict]:
     return [line for line in lines if line.get("seed", 0) == lowest[line["dup"]]]
 
 
-def ref_power(lines: list[dict]) -> dict:
-    """The summary's reference-model keys: ``power_dup<d>_ref`` (the headline test with ``ref``
-    added, the LOWEST power over the training seeds, None where no canary has it; each seed's:
-    the feature-set table) and whether issue 43's target is met (power >= 0.8 at dup 4 and >= 0.5
-    at dup 2 on every seed, at least two seeds)."""
+def ref_power(lines: list[dict], feature_set: str = "ref") -> dict:
+    """The summary's reference-model keys of one feature set (``ref``: today's + ``ref``;
+    ``ref_alone``): ``power_dup<d>_<set>`` (the headline test on that set, the LOWEST power over
+    the training seeds, None where no canary has it; each seed's: the feature-set table) and
+    ``target_<set>_power_met``: issue 43's target (power >= 0.8 at dup 4 and >= 0.5 at dup 2 on
+    every seed, at least two seeds)."""
     by = {}
     for line in lines:
-        if line["test"] == f"{HEADLINE}+ref":
+        if line["test"] == f"{HEADLINE}+{feature_set}":
             by.setdefault(line["dup"], {})[line["seed"]] = line["power"]
-    keys = {f"power_dup{d}_ref": min(by[d].values()) if d in by else None for d in POWER_DUPS}
+    keys = {f"power_dup{d}_{feature_set}": min(by[d].values()) if d in by else None for d in POWER_DUPS}
     seeds = {d: len(by.get(d, {})) for d in (2, 4)}
-    met = (min(seeds.values()) >= 2 and keys["power_dup4_ref"] >= TARGET_REF_POWER[4]
-           and keys["power_dup2_ref"] >= TARGET_REF_POWER[2])
-    return {**keys, "target_ref_power_met": met}
+    met = (min(seeds.values()) >= 2 and keys[f"power_dup4_{feature_set}"] >= TARGET_REF_POWER[4]
+           and keys[f"power_dup2_{feature_set}"] >= TARGET_REF_POWER[2])
+    return {**keys, f"target_{feature_set}_power_met": met}
 
 
 def load_features(canary: Path, features: str, cache: Path, extra: bool = True) -> dict:
     """``ids``, ``features`` (shape (1319, F), the scorers' order), ``main`` (the first scorer),
     and with ``extra`` the feature sets' columns (:mod:`studies.detection_features`, ``features``
     must hold ``loss``): ``extra`` (name -> shape (1319,)), ``sets`` (name -> shape
-    (1319, F + k)), ``reference`` (the reference canary's name, or None)."""
+    (1319, F')), ``references`` (the reference canaries' names, own seed's first; empty without)."""
     scores = cached_scores(canary, features, cache, with_control=False)
     columns = list(scores["benchmark_columns"].values())
     out = {"canary": canary.name, "ids": scores["ids"], "features": np.column_stack(columns), "main": columns[0],
-           "extra": {}, "sets": {}, "reference": None}
+           "extra": {}, "sets": {}, "references": []}
     if extra:
         found = extra_columns(canary, load_manifest(canary), scores["benchmark_columns"]["loss"], cache)
-        out.update(extra=found["columns"], reference=found["reference"],
+        out.update(extra=found["columns"], references=found["references"],
                    sets=feature_sets(out["features"], found["columns"]))
     return out
 
@@ -410,7 +414,8 @@ def markdown(lines: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-SET_NAMES = {HEADLINE: "today's features", **{f"{HEADLINE}+{name}": "today's + " + " + ".join(f"`{c}`" for c in cols)
+SET_NAMES = {HEADLINE: "today's features", **{f"{HEADLINE}+{name}": " + ".join("today's" if c == TODAY else f"`{c}`"
+                                                                             for c in cols)
                                                 for name, cols in FEATURE_SETS.items()}}
 """How the feature-set table names each headline variant, in this order."""
 
@@ -425,8 +430,10 @@ def feature_set_tables(rows: list[dict]) -> list[str]:
     by = {(r["test"], r["dup"], r["seed"]): r for r in sets}
     oracles = {(r["oracle_feature"], r["dup"], r["seed"]): r["power"] for r in rows if r["test"] == ORACLE}
     header = "| feature set (tail test, combined) | " + " | ".join(f"dup {d}, seed {s}" for d, s in columns) + " |"
-    out = ["", "Power per feature set (the headline test), by dup and training seed; reference canaries: "
-           + ", ".join(sorted({f"`{r['reference_canary']}`" for r in sets if r.get("reference_canary")})) + ":", "",
+    references = sorted({name for r in sets for name in r.get("reference_canaries", [])})
+    out = ["", "Power per feature set (the headline test), by dup and training seed; `ref`: the target's mean log-prob "
+           "minus the mean of the reference canaries' (" + ", ".join(f"`{name}`" for name in references) + "; "
+           "`one_ref`: the canary's own seed's reference only):", "",
            header, "|" + " --- |" * (1 + len(columns))]
     for test, name in SET_NAMES.items():
         cells = [_rate(by[test, d, s]["power"], by[test, d, s]["power_ci"], test == f"{HEADLINE}+ref")

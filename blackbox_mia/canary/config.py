@@ -47,8 +47,9 @@ CHAT_FIELD = "chat_share"
 ORDER_FIELD = "planted_order"
 SHUFFLED, CANONICAL = "shuffled", "canonical"
 PLANTED_ORDERS = (SHUFFLED, CANONICAL)
-# The CanaryConfig field of reference canaries: left out of the hash at its default (False).
+# The CanaryConfig fields of reference canaries: left out of the hash at their defaults (False, None).
 REFERENCE_FIELD = "reference"
+REFERENCE_SIZE_FIELD = "reference_size"
 
 # corpus name -> its source. GSM8K: members and non-members from the 1,319 test problems, the
 # background from the 7,473 train problems. ja: the 1,807 Japanese paragraphs of
@@ -136,6 +137,11 @@ class CanaryConfig:
             planted dataset (GSM8K test): the reference model of Carlini et al. 2021 §6 for
             ``ref``. Its manifest lists the canary's members and non-members all as
             non-members (label 0): it saw none of them. Set by ``--reference-of``, not an option.
+        reference_size: a reference canary's own background size (items); ``None`` (the
+            default): ``n_background``, the canaries'. Its background is drawn from the pool the
+            canaries of its seed left (``n_background`` + ``reference_size`` items must fit), so a
+            larger reference never overlaps their background either: the "larger model trained on
+            more of the same kind of data" of a real audit. Set by ``--reference-size``, not an option.
     """
 
     corpus: str = DEFAULT_CORPUS
@@ -161,6 +167,7 @@ class CanaryConfig:
     chat_share: float = 0.0
     planted_order: str = SHUFFLED
     reference: bool = field(default=False, metadata=NOT_AN_OPTION)
+    reference_size: int | None = field(default=None, metadata=NOT_AN_OPTION)
 
     def __post_init__(self) -> None:
         """Fill the fields left ``None`` with the corpus's defaults.
@@ -200,6 +207,8 @@ class CanaryConfig:
                                    f"{named('corpus', DOCUMENTS_CORPUS)} (its documents have their own order)")
         if self.reference:
             self._validate_reference()
+        elif self.reference_size is not None:
+            raise BlackboxMIAError("canary: reference_size applies only to a reference canary (--reference-of)")
         if not (math.isfinite(self.chat_share) and self.chat_share >= 0):
             raise BlackboxMIAError(f"canary: chat_share must be a finite number >= 0, got {self.chat_share}")
         if self.chat_share > 0 and round(self.chat_share * self.n_background) < 1:
@@ -224,6 +233,8 @@ class CanaryConfig:
         if self.dup != 1 or self.planted_order != SHUFFLED:
             raise BlackboxMIAError("canary: a reference canary plants nothing: dup 1, planted order shuffled "
                                    "(make one with --reference-of CANARY)")
+        if self.reference_size is not None and self.reference_size < 1:
+            raise BlackboxMIAError(f"canary: reference_size must be at least 1, got {self.reference_size}")
 
     def short_hash(self) -> str:
         """12 hex digits identifying this configuration and the recipe version.
@@ -245,6 +256,8 @@ class CanaryConfig:
             del identity[ORDER_FIELD]
         if not self.reference:
             del identity[REFERENCE_FIELD]
+        if self.reference_size is None:
+            del identity[REFERENCE_SIZE_FIELD]
         blob = json.dumps({"recipe": RECIPE_VERSION, **identity}, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
@@ -260,11 +273,12 @@ def dup_levels(dup: int) -> list[int]:
     return [2**i for i in range(dup.bit_length()) if 2**i < dup] + [dup]
 
 
-def reference_config(target: CanaryConfig) -> CanaryConfig:
+def reference_config(target: CanaryConfig, size: int | None = None) -> CanaryConfig:
     """The reference canary of ``target``: its architecture, training recipe, corpus family,
     seed and split, nothing planted (``dup`` 1, shuffled order), another sample of the
-    background (see :attr:`CanaryConfig.reference`). Every dup and planted order of one seed
-    shares one reference.
+    background (see :attr:`CanaryConfig.reference`), of ``size`` items (None: the target's
+    ``n_background``; :attr:`CanaryConfig.reference_size`). Every dup and planted order of one
+    seed shares one reference (of each size).
 
     Raises:
         BlackboxMIAError: ``target`` is itself a reference, or its corpus has no background
@@ -272,6 +286,6 @@ def reference_config(target: CanaryConfig) -> CanaryConfig:
     """
     if target.reference:
         raise BlackboxMIAError("canary: the canary given is itself a reference canary")
-    config = replace(target, reference=True, dup=1, planted_order=SHUFFLED)
+    config = replace(target, reference=True, dup=1, planted_order=SHUFFLED, reference_size=size)
     config.validate()
     return config

@@ -102,21 +102,24 @@ def build_corpus(config: CanaryConfig) -> Corpus:
 
 
 def background_sample(pool_size: int, config: CanaryConfig, rng: random.Random) -> list[int]:
-    """Indices of the ``n_background`` background items in a pool of ``pool_size``: the seeded
-    sample of the canaries of ``config.seed``; for a reference canary, the next seeded sample of
-    the pool they left (disjoint from theirs, the same ``rng`` draws both).
+    """Indices of the background items in a pool of ``pool_size``: the seeded sample of
+    ``n_background`` of the canaries of ``config.seed``; for a reference canary, the next seeded
+    sample, of ``reference_size`` (default ``n_background``), from the pool they left (disjoint
+    from theirs, the same ``rng`` draws both).
 
     Raises:
-        BlackboxMIAError: a reference canary whose pool holds fewer than twice ``n_background``.
+        BlackboxMIAError: a reference canary whose pool holds fewer than ``n_background`` +
+            its own size.
     """
     indices = rng.sample(range(pool_size), config.n_background)
     if not config.reference:
         return indices
-    if 2 * config.n_background > pool_size:
-        raise BlackboxMIAError(f"canary: a reference needs 2 x n_background = {2 * config.n_background} background "
-                               f"items, the pool holds {pool_size}")
+    size = config.n_background if config.reference_size is None else config.reference_size
+    if config.n_background + size > pool_size:
+        raise BlackboxMIAError(f"canary: a reference needs n_background + its own {size} = {config.n_background + size} "
+                               f"background items, the pool holds {pool_size}")
     taken = set(indices)
-    return rng.sample([i for i in range(pool_size) if i not in taken], config.n_background)
+    return rng.sample([i for i in range(pool_size) if i not in taken], size)
 
 
 def _document_corpus(config: CanaryConfig, planted, pool, rng: random.Random) -> Corpus:

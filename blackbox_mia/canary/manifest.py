@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..datasets import Item, load_shipped_or_jsonl
 from ..types import BlackboxMIAError
-from .config import CHAT_FIELD, CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS, ORDER_FIELD, REFERENCE_FIELD, SHUFFLED
+from .config import CHAT_FIELD, CORPORA, DEFAULT_CORPUS, DOCUMENT_FIELDS, ORDER_FIELD, REFERENCE_FIELD, REFERENCE_SIZE_FIELD, SHUFFLED
 from .corpus import in_file_order, labelled
 
 MANIFEST = "manifest.json"
@@ -52,9 +52,9 @@ def manifest_corpus(manifest: dict) -> str:
 def recorded_config(manifest: dict) -> dict:
     """The manifest's configuration as ``asdict(CanaryConfig)`` writes it today (``corpus``
     filled in, the document fields ``None``, ``chat_share`` 0.0, ``planted_order`` shuffled and
-    ``reference`` False for manifests written before they existed)."""
+    ``reference`` False, ``reference_size`` None for manifests written before they existed)."""
     return {"corpus": manifest_corpus(manifest), **dict.fromkeys(DOCUMENT_FIELDS), CHAT_FIELD: 0.0,
-            ORDER_FIELD: SHUFFLED, REFERENCE_FIELD: False, **manifest["config"]}
+            ORDER_FIELD: SHUFFLED, REFERENCE_FIELD: False, REFERENCE_SIZE_FIELD: None, **manifest["config"]}
 
 
 def canary_items(path: str | os.PathLike) -> list[Item]:

@@ -412,7 +412,8 @@ def reference_record(config: CanaryConfig) -> dict:
     return {
         "of": f"every {config.corpus} canary of seed {config.seed} with this architecture and recipe (any dup)",
         "planted": "nothing: no item of " + config.source.noun,
-        "background": f"{config.n_background} {config.source.background_noun}, disjoint from those canaries' background",
+        "background": f"{config.n_background if config.reference_size is None else config.reference_size} "
+                      f"{config.source.background_noun}, disjoint from those canaries' background",
     }
 
 

@@ -87,6 +87,10 @@ def train(
         None, "--reference-of", help="train the REFERENCE of this canary directory instead: its configuration, nothing "
         "planted, another sample of its background corpus (never its members nor the benchmark); one per seed, "
         "shared by every dup. Use it with bbmia sweep --ref"),
+    reference_seed: int | None = typer.Option(None, "--reference-seed", help="with --reference-of: draw the reference "
+        "with this seed (another independent reference; bbmia sweep --ref A --ref B averages their noise out)"),
+    reference_size: int | None = typer.Option(None, "--reference-size", help="with --reference-of: the reference's "
+        "background items (default: the canary's n_background), still disjoint from the canary's background"),
     *,
     config: CanaryConfig,
 ):
@@ -100,13 +104,14 @@ def train(
     canary (--corpus documents) with: bbmia documents DIR/documents.jsonl --local DIR
     --calibration DIR/documents_validation.jsonl --chunk-words 64 (the command it prints)
 
-    With --reference-of CANARY: the reference model of that canary (bbmia sweep --ref).
+    With --reference-of CANARY: the reference model of that canary (bbmia sweep --ref); with
+    --reference-seed N, another one (drawn with seed N); --reference-size N, one trained on N items.
     """
     from ..canary import MANIFEST, canary_dir
 
     with user_errors():
-        if reference_of is not None:
-            config = reference_of_canary(reference_of, config)
+        if reference_of is not None or reference_seed is not None or reference_size is not None:
+            config = reference_of_canary(reference_of, config, reference_seed, reference_size)
         config.validate()
         target = out if out is not None else canary_dir(config, cache_dir)
         reused = not force and (target / MANIFEST).is_file()
@@ -186,20 +191,29 @@ def _report_canary(path: Path, reused: bool, reference_of: Path | None) -> dict:
     return summary
 
 
-def reference_of_canary(canary: Path, options: CanaryConfig) -> CanaryConfig:
+def reference_of_canary(canary: Path | None, options: CanaryConfig, seed: int | None = None,
+                        size: int | None = None) -> CanaryConfig:
     """The configuration of the reference canary of the canary directory ``canary``
-    (:func:`~blackbox_mia.canary.config.reference_config`).
+    (:func:`~blackbox_mia.canary.config.reference_config`); with ``seed``, the reference a canary
+    of that seed would have (the same configuration otherwise): another reference of ``canary``,
+    whose background, initial weights and batch order are drawn independently; with ``size``, one
+    trained on that many background items (:attr:`~blackbox_mia.canary.config.CanaryConfig.reference_size`).
 
     Raises:
-        BlackboxMIAError: no complete canary there, a reference or a corpus without a
-            background dataset of its own, or configuration options given too (the reference
-            takes the canary's).
+        BlackboxMIAError: no ``canary`` (``--reference-seed`` or ``--reference-size`` without it), no
+            complete canary there, a reference or a corpus without a background dataset of its
+            own, or configuration options given too (the reference takes the canary's).
     """
+    from dataclasses import replace
+
     from ..canary import load_manifest
     from ..canary.config import reference_config
     from ..canary.manifest import recorded_config
     from ..types import BlackboxMIAError
 
+    if canary is None:
+        raise BlackboxMIAError("--reference-seed and --reference-size need --reference-of CANARY")
     if options != CanaryConfig():
         raise BlackboxMIAError("--reference-of takes the canary's configuration: give no other configuration option")
-    return reference_config(CanaryConfig(**recorded_config(load_manifest(canary))))
+    config = CanaryConfig(**recorded_config(load_manifest(canary)))
+    return reference_config(config if seed is None else replace(config, seed=seed), size)

@@ -15,7 +15,7 @@ from typing import Any
 from ..backends.base import Backend
 from ..backends.options import KINDS, check_ranges, flag_name, setting_of
 from ..backends.registry import BackendSpec, build_spec, read_spec, split_query
-from ..scorers import REFERENCE, TARGET, Scorer, refine_for
+from ..scorers import TARGET, Scorer, reference_role, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..spend.limits import GUARD_REQUESTS, GUARD_USD
 from ..types import BlackboxMIAError
@@ -115,7 +115,7 @@ class TargetOptions(BackendFlags):
     """
 
     local: str | None = None
-    ref: str | None = None
+    ref: list[str] | None = None
     base_url: str | None = None
     model: str | None = None
     spec: str | None = None
@@ -128,6 +128,12 @@ class TargetOptions(BackendFlags):
             raise BlackboxMIAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for kind in KINDS.values():
             check_ranges(kind.options, {f.name: getattr(self, f.name) for f in option_fields(kind.options)}, flag_of)
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The reference models' specs in ``--ref`` order (repeatable; one spec given as a
+        string counts as one); empty without ``--ref``."""
+        return () if not self.ref else (self.ref,) if isinstance(self.ref, str) else tuple(self.ref)
 
     @property
     def local_model(self) -> str | None:
@@ -239,7 +245,8 @@ def normalized_spec(spec: str) -> BackendSpec:
 def build_backends(opts: TargetOptions, scorers: Sequence[Scorer], check_first: bool = True) -> dict[str, Backend]:
     """``{"target": ..., "reference": ...}`` from command-line options, through the backend
     registry (``--target`` and ``--ref`` take any spec: a local path, ``local:PATH``, ``api:MODEL@URL``, with
-    ``?key=value`` settings); a black-box tracker refines values to the precision ``scorers``
+    ``?key=value`` settings; ``--ref`` repeated, the roles ``reference``, ``reference2``... of
+    :func:`~blackbox_mia.scorers.reference_role`); a black-box tracker refines values to the precision ``scorers``
     need (:func:`~blackbox_mia.scorers.refine_for`) unless ``opts.precision`` is ``"token"``.
 
     An endpoint is checked first (``GET /models``: the server answers, takes the key, lists the
@@ -252,9 +259,10 @@ def build_backends(opts: TargetOptions, scorers: Sequence[Scorer], check_first: 
     """
     refine = refine_for(scorers) if opts.precision == "scores" else ()
     backends = {TARGET: build_from_flags(opts.target_spec(), opts, refine, check_first)}
-    if opts.ref:
+    if opts.references:
         try:
-            backends[REFERENCE] = build_from_flags(normalized_spec(opts.ref), opts, refine, check_first)
+            for index, spec in enumerate(opts.references):
+                backends[reference_role(index)] = build_from_flags(normalized_spec(spec), opts, refine, check_first)
         except BaseException:
             close_all(backends)
             raise
@@ -338,7 +346,8 @@ TARGET_OPTIONS = {
     "model": {"flags": ("--model",), "help": "model name at the endpoint", "rich_help_panel": "Target"},
     "spec": {"flags": ("--target",), "help": "the target as a backend spec of any registered kind: local:PATH, "
              "api:MODEL@URL, KIND:... (instead of --local or --base-url/--model)", "rich_help_panel": "Target"},
-    "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL", "rich_help_panel": "Target"},
+    "ref": {"help": "reference model for the 'ref' scorer: a local path, local:PATH or api:MODEL@URL; repeatable "
+            "(several references: 'ref' compares with the mean of their log-likelihoods)", "rich_help_panel": "Target"},
     **backend_options(),
     "precision": {"help": "bisection refines each text until the requested scores are --epsilon-precise "
                   "('scores': Min-K%'s and the loss score's bounds, fewer requests), or every token's value "

@@ -169,8 +169,8 @@ def sweep_command(
     of the benchmark against a control built from it (Maini et al. 2024).
 
     With --ref MODEL (a reference model that did not see the benchmark, e.g. bbmia canary train
-    --reference-of), the feature ref (target minus reference log-likelihood) joins the verdict's
-    features; the report names the reference model and what it assumes.
+    --reference-of; repeatable: their mean), the feature ref (target minus reference log-likelihood)
+    joins the verdict's features; the report names the reference models and what they assume.
 
     Writes scores.jsonl (resumable), control/calibration scores, histogram.png, sweep.json, sweep.md.
     """
@@ -181,7 +181,7 @@ def sweep_command(
         from ..controls import ControlConfig
 
         scorer = one_scorer_spec(scorers, scorer_alias)
-        features, read = with_reference_feature(features, sweep_scorers(scorer, features), target.ref)  # read once
+        features, read = with_reference_feature(features, sweep_scorers(scorer, features), len(target.references))  # read once
         config = SweepConfig(
             dataset=dataset, scorer=scorer, features=features, rule=rule,
             target_fpr=target_fpr, calibration=calibration,

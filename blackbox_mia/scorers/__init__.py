@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..config import check_number
 from ..types import BlackboxMIAError
-from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, REGISTRY, TARGET, Need, Scorer
+from .base import PERCENT, PERCENT_SIGN_BELOW, REFERENCE, REGISTRY, TARGET, Need, Scorer, is_reference_role, reference_role
 from .text_only import GenerationScorer
 
 for _module in pkgutil.iter_modules(__path__):  # each scorer module registers its classes (register_scorer)
@@ -118,4 +118,4 @@ def parse_scorers(specs: list[str] | str) -> list[Scorer]:
 
 
 __all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "TEXT_ONLY_SCORERS", "GenerationScorer", "Need", "Scorer",
-           "default_scorer_specs", "parse_scorer", "parse_scorers", "refine_for", "split_specs", "text_only_specs"]
+           "default_scorer_specs", "is_reference_role", "parse_scorer", "reference_role", "parse_scorers", "refine_for", "split_specs", "text_only_specs"]

@@ -33,6 +33,17 @@ TARGET = "target"
 REFERENCE = "reference"
 
 
+def reference_role(index: int) -> str:
+    """The backend role of the ``index``-th reference model (0-based, ``--ref`` order):
+    ``reference``, then ``reference2``, ``reference3``... (the first keeps the one-reference name)."""
+    return REFERENCE if index == 0 else f"{REFERENCE}{index + 1}"
+
+
+def is_reference_role(role: str) -> bool:
+    """Whether ``role`` names a reference model (:func:`reference_role` of some index)."""
+    return role == REFERENCE or (role.startswith(REFERENCE) and role[len(REFERENCE):].isdigit())
+
+
 @dataclass(frozen=True)
 class Need:
     """A text whose log-probs a scorer needs, and which backend ("target" or "reference")."""

@@ -255,9 +255,11 @@ def test_ref_takes_any_backend_spec(tiny_model_dir, tmp_path):
     from blackbox_mia.cli.common import TargetOptions, build_backends
     from blackbox_mia.scorers import parse_scorers
 
-    for ref in (str(tiny_model_dir), f"local:{tiny_model_dir}"):
+    for ref in (str(tiny_model_dir), f"local:{tiny_model_dir}", [str(tiny_model_dir)]):
         backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref=ref), [])
         assert [b.kind for b in backends.values()] == ["local", "local"]
+    backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref=[str(tiny_model_dir)] * 2), [])
+    assert list(backends) == ["target", "reference", "reference2"]
     backends = build_backends(TargetOptions(local=str(tiny_model_dir), ref="api:m@http://127.0.0.1:9/v1",
                                             tokenizer=str(tiny_model_dir), cache_dir=tmp_path), parse_scorers("pac"),
                               check_first=False)

@@ -26,11 +26,14 @@ def test_feature_sets_append_their_columns_and_skip_incomplete_sets():
     base = np.zeros((3, 2))
     sets = feature_sets(base, {"recall": np.ones(3), "dc_pdd": 2 * np.ones(3)})
     assert list(sets) == ["recall_dc_pdd"] and sets["recall_dc_pdd"][:, 2:].tolist() == [[1, 2]] * 3
+    sets = feature_sets(base, {"ref": 3 * np.ones(3), "one_ref": 4 * np.ones(3)})
+    assert list(sets) == ["one_ref", "ref", "ref_alone"]
+    assert sets["one_ref"].tolist() == [[0, 0, 4]] * 3 and sets["ref_alone"].tolist() == [[3]] * 3
 
 
 def line(dup, seed, power, test="tail_combined+ref"):
     return {"test": test, "dup": dup, "seed": seed, "power": power, "power_ci": [0, 1], "clean_false_alarm": 0.05,
-            "clean_false_alarm_ci": [0.02, 0.09], "headline": test == "tail_combined", "reference_canary": "r0"}
+            "clean_false_alarm_ci": [0.02, 0.09], "headline": test == "tail_combined", "reference_canaries": ["r0", "r1"]}
 
 
 def test_ref_power_takes_the_weakest_seed_and_the_target_needs_two():
@@ -52,7 +55,23 @@ def test_feature_set_table_has_a_row_per_set_and_oracle_and_a_column_per_canary(
     rows = [line(2, 0, 0.2, "tail_combined"), line(2, 0, 0.7), line(2, 1, 0.6),
             {"test": "oracle", "oracle_feature": "ref", "dup": 2, "seed": 0, "power": 0.95}]
     table = "\n".join(feature_set_tables(rows))
-    assert "| dup 2, seed 0 | dup 2, seed 1 |" in table
+    assert "| dup 2, seed 0 | dup 2, seed 1 |" in table and "(`r0`, `r1`;" in table
     assert "| today's + `ref` | **0.700 [0.000, 1.000]** | **0.600 [0.000, 1.000]** |" in table
     assert "| oracle, `ref` densities known (no test on `ref` does better) | 0.950 | n/a |" in table
     assert feature_set_tables([line(2, 0, 0.2, "tail_combined")]) == []
+
+
+def test_find_references_takes_every_matching_reference_own_seed_first(tmp_path):
+    import json
+
+    from studies.detection_features import find_references
+
+    arch = {"corpus": "gsm8k", "vocab_size": 4096, "n_layer": 2, "n_embd": 128, "n_head": 4, "block_size": 128,
+            "epochs": 2, "lr": 0.003}
+    for name, seed, extra in (("a", 0, {}), ("b", 1, {}), ("c", 0, {"reference_size": 3500}), ("d", 2, {"n_layer": 4}),
+                              ("e", 3, {})):
+        (tmp_path / "canary" / name).mkdir(parents=True)
+        manifest = {"config": {**arch, **extra, "seed": seed}, "seed": seed, "complete": name != "e", "reference": {}}
+        (tmp_path / "canary" / name / "manifest.json").write_text(json.dumps(manifest))
+    canary = {"config": {**arch, "seed": 1}, "seed": 1}
+    assert [p.name for p in find_references(canary, tmp_path)] == ["b", "a", "c"]  # d: other architecture; e: incomplete

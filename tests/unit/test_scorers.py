@@ -68,6 +68,17 @@ def test_ref_is_target_minus_reference_loss():
     assert scorer.score(TEXT, tlp(LP7), [tlp([-3.0, -3.0, -3.0])]).value == pytest.approx(-1.0)
 
 
+def test_ref_with_several_references_subtracts_their_mean():
+    scorer = parse_scorer("ref:refs=3")
+    assert scorer.label == "ref:refs=3"
+    assert [n.role for n in scorer.needs(TEXT)] == ["reference", "reference2", "reference3"]
+    # target mean -4; reference means -3, -5.5, -6 (own tokenizations: 3, 2, 1 tokens): -4 - (-14.5 / 3)
+    refs = [tlp([-3.0, -3.0, -3.0]), tlp([-5.0, -6.0]), tlp([-6.0])]
+    assert scorer.score(TEXT, tlp(LP7), refs).value == pytest.approx(-4.0 + 14.5 / 3)
+    with pytest.raises(BlackboxMIAError, match="refs"):
+        parse_scorer("ref:refs=0")
+
+
 def test_polarized_distance_hand_value():
     # PD(LP7) with k1 = 5%: E1 = 1 -> top -1; k2 = 30%: E2 = 2 -> bottom mean -6.5; PD = 5.5 (a neighbour
     # here), minus PD of a constant text, 0

@@ -16,7 +16,6 @@ from ...evaluation import clopper_pearson, dataset_level_test, estimate_prevalen
 from ...option_names import as_arguments, named
 from ...results import ScoredText
 from ...runner import run_config, score_items
-from ...scorers import REFERENCE
 from ...types import BlackboxMIAError
 from ..common import SCORES_FILE, AuditResult, Dropped, Log, Names, dropped, publish, quiet, report_config
 from .plan import SweepConfig, SweepPlan, prepare_sweep
@@ -24,6 +23,7 @@ from .scores import calibration_order, calibration_scores, control_scores, featu
 from .verdict import (
     planted_fraction,
     reference_model_line,
+    reference_models,
     suspicious_table,
     sweep_headline,
     sweep_verdict,
@@ -109,7 +109,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     if planted is not None:
         report["planted"] = planted
     summary = _summary(headline, verdict, prevalence, threshold, roles, contamination, dataset_test, planted,
-                       run_cfg["backends"].get(REFERENCE, {}).get("model"), len(plan.items))
+                       reference_models(run_cfg["backends"]), len(plan.items))
     # the Markdown lists the suspicious items as a table rather than as JSON
     return publish(report, summary, out_dir, "sweep", appendix=suspicious_table(suspicious), hidden=("most_suspicious",),
                    warnings=[*(d.sentence() for d in s.gone),

@@ -21,7 +21,8 @@ from ...evaluation.dataset_inference import MIN_PER_HALF, dataset_inference
 from ...evaluation.detection import detection_verdict
 from ...option_names import named
 from ...results import ScoredText
-from ...scorers import REFERENCE, Scorer, parse_scorer
+from ...scorers import Scorer, is_reference_role, parse_scorer, reference_role
+from ...types import BlackboxMIAError
 
 CONTROL_CAVEAT = (
     "The reference is the control built from the benchmark: its items are the benchmark's with new numbers, "
@@ -103,32 +104,79 @@ REFERENCE_MODEL_ASSUMPTION = (
 
 
 def reference_model_line(backends: dict, scorers: Sequence[Scorer]) -> str | None:
-    """The headline's line on the reference model (``--ref``): its name (model, and endpoint for
-    an API), the scorers that read it, and what it assumes (:data:`REFERENCE_MODEL_ASSUMPTION`);
-    None without a reference model.
+    """The headline's line on the reference models (``--ref``, repeatable): their names (model,
+    and endpoint for an API), the scorers that read them, and what they assume
+    (:data:`REFERENCE_MODEL_ASSUMPTION`); None without a reference model.
 
     Args:
         backends: role -> the backend's description (the run configuration's ``backends``).
         scorers: the sweep's scorers.
     """
-    described = backends.get(REFERENCE)
-    if described is None:
+    described = reference_descriptions(backends)
+    if not described:
         return None
-    name = described.get("model") or described.get("backend")
-    where = f" at {described['base_url']}" if described.get("base_url") else ""
-    readers = [s.label for s in scorers if any(need.role == REFERENCE for need in s.needs("a b c"))]
+    names = [f"{d.get('model') or d.get('backend')}" + (f" at {d['base_url']}" if d.get("base_url") else "")
+             for d in described]
+    readers = [s.label for s in scorers if reads_reference(s)]
     used = f"read by {', '.join(readers)}" if readers else "read by no scorer (add ref to the features)"
-    return f"Reference model: {name}{where} ({used}); {REFERENCE_MODEL_ASSUMPTION}."
+    label = "Reference model" if len(names) == 1 else f"Reference models ({len(names)}, averaged)"
+    return f"{label}: {', '.join(names)} ({used}); {REFERENCE_MODEL_ASSUMPTION}."
+
+
+def reference_descriptions(backends: dict) -> list[dict]:
+    """The reference models' descriptions in role order (:func:`~blackbox_mia.scorers.reference_role`:
+    ``reference``, ``reference2``...); empty without one.
+
+    Args:
+        backends: role -> the backend's description (the run configuration's ``backends``).
+    """
+    described, index = [], 0
+    while reference_role(index) in backends:
+        described.append(backends[reference_role(index)])
+        index += 1
+    return described
+
+
+def reference_models(backends: dict) -> str | None:
+    """The summary's ``reference_model``: the reference models' names (model, else backend
+    kind) joined by ", " in ``--ref`` order; None without one.
+
+    Args:
+        backends: role -> the backend's description (the run configuration's ``backends``).
+    """
+    return ", ".join(d.get("model") or d.get("backend") for d in reference_descriptions(backends)) or None
+
+
+def reads_reference(scorer: Scorer) -> bool:
+    """Whether ``scorer`` reads a reference model's log-probs (a need of a reference role)."""
+    return any(is_reference_role(need.role) for need in scorer.needs("a b c"))
 
 
 def with_reference_feature(features: str, scorers: tuple[Scorer, ...],
-                           reference: str | None) -> tuple[str, tuple[Scorer, ...]]:
-    """``(features, scorers)`` plus the feature ``ref`` when a reference model is given and none
-    of ``scorers`` (the sweep's scorer and features, as read from ``features`` and the scorer's
-    spec) reads it: ``--ref`` alone makes the reference model a feature of the combined verdict."""
-    if reference is None or any(need.role == REFERENCE for s in scorers for need in s.needs("a b c")):
+                           references: int) -> tuple[str, tuple[Scorer, ...]]:
+    """``(features, scorers)`` plus the feature ``ref`` (``ref:refs=N`` for N > 1 reference
+    models) when reference models are given and none of ``scorers`` (the sweep's scorer and
+    features, as read from ``features`` and the scorer's spec) reads them: ``--ref`` alone makes
+    the reference models a feature of the combined verdict.
+
+    Args:
+        references: the number of reference models (``--ref`` given that many times; 0: none).
+
+    Raises:
+        BlackboxMIAError: a scorer that reads another number of reference models than given.
+    """
+    if references == 0:  # a scorer reading a reference is refused by the runner (check_compatible)
         return features, scorers
-    return (f"{features},ref" if features else "ref"), (*scorers, parse_scorer("ref"))
+    readers = [s for s in scorers if reads_reference(s)]
+    for reader in readers:
+        read = len({need.role for need in reader.needs("a b c") if is_reference_role(need.role)})
+        if read != references:
+            raise BlackboxMIAError(f"scorer {reader.label!r} reads {read} reference model(s) but --ref is given "
+                                   f"{references} times: use ref:refs={references}")
+    if readers:
+        return features, scorers
+    ref = "ref" if references == 1 else f"ref:refs={references}"
+    return (f"{features},{ref}" if features else ref), (*scorers, parse_scorer(ref))
 
 
 def suspicious_table(rows: list[dict]) -> str:
