@@ -75,3 +75,15 @@ def test_find_references_takes_every_matching_reference_own_seed_first(tmp_path)
         (tmp_path / "canary" / name / "manifest.json").write_text(json.dumps(manifest))
     canary = {"config": {**arch, "seed": 1}, "seed": 1}
     assert [p.name for p in find_references(canary, tmp_path)] == ["b", "a", "c"]  # d: other architecture; e: incomplete
+
+
+def test_familywise_ci_of_the_largest_false_alarm_rate():
+    from studies.detection_power import familywise_ci
+
+    line = {"clean_false_alarm": 18 / 200, "clean_splits": 200}
+    # one line: the per-line 95% Clopper-Pearson CI, whose lower end excludes 0.05
+    lo, hi = familywise_ci(line, 1)
+    assert abs(lo - 0.0542) < 5e-4 and abs(hi - 0.1390) < 5e-4
+    # the largest of 60 lines: level 1 - 0.05/60, wide enough to reach 0.05
+    lo60, hi60 = familywise_ci(line, 60)
+    assert abs(lo60 - 0.0363) < 5e-4 and abs(hi60 - 0.1764) < 5e-4 and lo60 < 0.05 < lo
