@@ -5,6 +5,8 @@ The local backend and the black-box tracker use the same windows, so their value
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..types import BlackboxMIAError
 
 
@@ -30,13 +32,21 @@ def sliding_windows(length: int, context: int) -> list[tuple[int, int, int]]:
     return windows
 
 
-def windows_note(index: int, length: int, context: int | None) -> str | None:
-    """The one-line note for a text of ``length`` tokens (``index``: its 0-based position in the
-    batch) that is split into :func:`sliding_windows` of ``context`` tokens; None when it fits
-    (or there is no context)."""
-    if not context or length <= context:
-        return None
-    count = len(sliding_windows(length, context))
-    return (f"note: text #{index} is {length:,} tokens, longer than the context ({context:,}): "
-            f"scored in {count:,} sliding windows (progress below in tokens)")
+NOTED_TEXTS = 3  # texts longer than the context that get a note of their own; the rest share one line
+
+
+def windows_notes(lengths: Sequence[int], context: int | None) -> list[str]:
+    """The notes for a batch of texts of ``lengths`` tokens scored in :func:`sliding_windows` of
+    ``context`` tokens: one line for each of the first :data:`NOTED_TEXTS` texts longer than the
+    context (its 0-based position, tokens, windows), and one line for all the others (how many,
+    and their windows); none when every text fits (or there is no context)."""
+    if not context:
+        return []
+    long = [(i, n, len(sliding_windows(n, context))) for i, n in enumerate(lengths) if n > context]
+    notes = [f"note: text #{i} is {n:,} tokens, longer than the context ({context:,}): scored in {count:,} "
+             "sliding windows (progress below in tokens)" for i, n, count in long[:NOTED_TEXTS]]
+    if rest := long[NOTED_TEXTS:]:
+        notes.append(f"note: {len(rest):,} more texts of {len(lengths):,} are longer than the context ({context:,}): "
+                     f"scored in {sum(count for *_, count in rest):,} sliding windows in all")
+    return notes
 

@@ -67,7 +67,7 @@ from dataclasses import asdict, replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from ....text.windows import sliding_windows, windows_note
+from ....text.windows import sliding_windows, windows_notes
 from ....tokenizers import TokenCodec
 from ....tokenizers.long import LongEncoder
 from ....types import BlackboxMIAError, Provenance, TokenLogprobs
@@ -184,10 +184,8 @@ class Tracker:
         estimates: list[list[Estimate | None]] = [[None] * (len(s) - 1) for s in sequences]
         remaining = [len(s) - 1 for s in sequences]
         results: list[TokenLogprobs | None] = [None] * len(sequences)
-        for t, seq in enumerate(sequences):
-            note = windows_note(t, len(seq), self.config.context) if progress else None
-            if note is not None:
-                tqdm.write(note, file=sys.stderr)
+        for note in windows_notes([len(seq) for seq in sequences], self.config.context) if progress else ():
+            tqdm.write(note, file=sys.stderr)
         bar = tqdm(total=sum(remaining), unit="tok", disable=not progress, desc="track", leave=False)
 
         async def run(job: tuple[int, int, int, int]) -> None:
