@@ -46,6 +46,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _vllm_venv() -> Path | None:
+    """The venv with vLLM that the real-vLLM tests use (``BBMIA_VLLM_PYTHON``'s, else the
+    repository's ``.venv-vllm``); None without one."""
+    python = os.environ.get("BBMIA_VLLM_PYTHON")
+    venv = Path(python).absolute().parents[1] if python else ROOT / ".venv-vllm"
+    return venv if (venv / "bin" / "python").exists() else None
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> tuple[Path, dict]:
     """A fresh folder whose ``cache`` is the cache root (so the docs' ``cache/canary/...`` paths
@@ -54,6 +62,9 @@ def workdir(tmp_path_factory) -> tuple[Path, dict]:
     cache.mkdir(parents=True, exist_ok=True)
     folder = tmp_path_factory.mktemp("documented")
     (folder / "cache").symlink_to(cache)
+    vllm = _vllm_venv()
+    if vllm is not None:  # docs/scale-out.md serves the canary with .venv-vllm/bin/python, as .ci/run makes it
+        (folder / ".venv-vllm").symlink_to(vllm)
     env = dict(os.environ, BBMIA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return folder, env
