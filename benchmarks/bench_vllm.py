@@ -14,8 +14,9 @@ problems (question and answer: the canary's text format; some longer than the co
 in windows).
 
 One vLLM server (float32, ``--max-logprobs 20``, on two CPUs) serves the model; for each
-client concurrency a fresh cache (no answer reused) and a fresh ``ApiBackend``, whose probe
-runs first (not timed: it stops at ``prompt_logprobs``), then ``logprobs`` of every text is
+client concurrency a fresh cache (no answer reused) and a fresh ``ApiBackend``, whose whole
+probe runs first (not timed; before 2026-11-28 only its part up to ``prompt_logprobs``, the rest
+then timed with the first texts), then ``logprobs`` of every text is
 timed. Then vLLM's offline ``LLM.generate(..., prompt_logprobs=0)`` (the offline engine,
 ``local:PATH?engine=vllm``: one prompt per text or window, one ``generate`` call) scores the
 same texts in the vLLM venv, its engine start-up not timed.
@@ -71,14 +72,16 @@ def gsm8k_texts(n: int) -> list[str]:
 
 def through_server(server, model_dir: Path, texts: list[str], concurrency: int, cache: Path):
     """(seconds, requests, log-probs) of scoring ``texts`` through ``server`` at ``concurrency``
-    with a fresh cache; the probe runs first, untimed."""
+    with a fresh cache; the whole probe runs first, untimed (:meth:`ApiBackend.probe` with
+    ``full``: the checks a stopped probe defers to the first text longer than the context, about
+    a hundred requests, one at a time, once per server and cache)."""
     from blackbox_mia.backends.api import ApiBackend
     from blackbox_mia.backends.api.http.client import ApiConfig
 
     backend = ApiBackend(ApiConfig(base_url=server.url, model=server.model, concurrency=concurrency, timeout_s=600),
                          tokenizer=str(model_dir), cache_dir=cache)  # fmt: skip
     try:
-        backend.probe()
+        backend.probe(full=True)
         before = server.requests("/v1/completions")
         start = time.perf_counter()
         scored = backend.logprobs(texts)

@@ -89,3 +89,17 @@ def test_an_openai_style_server_has_no_prompt_logprobs(local, peaked_model_dir, 
         backend.close()
     assert not caps.prompt_logprobs and "prompt" not in caps.strategies()
     assert "does not return prompt_logprobs" in caps.reasons["prompt_logprobs"]
+
+
+def test_probe_in_full_completes_a_stopped_probe_once(local, peaked_model_dir, tmp_path):
+    with serve_in_background(ServerConfig(str(peaked_model_dir), vllm=True), backend=local) as url:
+        backend = backend_for(url, peaked_model_dir, tmp_path)
+        stopped = backend.probe()
+        asked = backend.usage.requests
+        assert stopped.prompt_logprobs and not stopped.complete and asked <= 10
+        full = backend.probe(full=True)
+        rest = backend.usage.requests - asked
+        # the deferred checks ran now (forced read-out among them), not with the first long text
+        assert full.complete and full.prompt_logprobs and full.forced_readout and rest > 10
+        assert backend.probe(full=True) is full and backend.usage.requests - asked == rest
+        backend.close()

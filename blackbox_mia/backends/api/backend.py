@@ -128,19 +128,25 @@ class ApiBackend(Backend):
 
     # -- the capability probe ---------------------------------------------------------------
 
-    async def aprobe(self) -> Capabilities:
+    async def aprobe(self, full: bool = False) -> Capabilities:
         """The endpoint's capabilities: the cached probe, else the probe runs now (a few dozen
         requests, cached), once per backend however many callers ask at the same time.
+
+        Args:
+            full: also run the checks a probe that stopped at the prompt path left out (about a
+                hundred requests, cached), which scoring a text with a window as long as the
+                context runs anyway before its first window.
 
         Raises:
             BlackboxMIAError: the endpoint is unreachable, refuses the key, does not know the
                 model, or the probe failed (nothing is saved then; the next call probes again).
         """
-        return await self._loop.acall(self._probed())
+        probed = await self._loop.acall(self._probed())
+        return await self._loop.acall(self._probed_in_full()) if full else probed
 
-    def probe(self) -> Capabilities:
+    def probe(self, full: bool = False) -> Capabilities:
         """Blocking form of :meth:`aprobe`."""
-        return self._call(self.aprobe())
+        return self._call(self.aprobe(full))
 
     @property
     def capabilities(self) -> Capabilities:
