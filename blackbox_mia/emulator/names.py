@@ -37,3 +37,12 @@ class TokenNames:
     def text(self, ids: Sequence[int]) -> str:
         """The text of ``ids``: their bytes joined, decoded as UTF-8 (U+FFFD for invalid bytes)."""
         return b"".join(self(i)[1] for i in ids).decode("utf-8", errors="replace")
+
+
+def longest_piece_bytes(tokenizer) -> int:
+    """The UTF-8 length of the longest piece in ``tokenizer``'s vocabulary (at least 1): no token
+    stands for more bytes of text (a byte-level piece has one character per byte, a
+    SentencePiece piece spells its text, a byte-fallback piece ``<0xNN>`` one byte)."""
+    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return max([1, *(len(p.encode("utf-8")) for p in pieces if p is not None)])
+

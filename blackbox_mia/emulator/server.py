@@ -62,7 +62,7 @@ from .batcher import MicroBatcher
 from .config import ServerConfig
 from .errors import HttpError, bad_request, server_error, too_large
 from .listen import listen
-from .names import TokenNames
+from .names import TokenNames, longest_piece_bytes
 from .params import bool_field, chat_messages, int_field, parse_sampling, refuse_foreign
 from .render import chat_entry, envelope, legacy_logprobs
 from .sampling import Continuation, Sampling, choose
@@ -400,7 +400,7 @@ class ValidationServer:
             if self.config.vllm:
                 choice["stop_reason"] = generated.stop_reason
                 choice["token_ids"] = choice["prompt_token_ids"] = None  # vLLM's, with return_token_ids
-                choice["prompt_logprobs"] = self._prompt_logprobs(ranked)
+                choice["prompt_logprobs"] = prompt_logprobs(self._names, ranked)
             return envelope("text_completion", self.config.name, choice, len(prompt), billed)
 
         return await self._respond(build, (len(prompt) if echo or ranked else 0) + len(generated.steps))
@@ -429,14 +429,6 @@ class ValidationServer:
             logprob, listed = self._reporting.position(p.token, p.logprob, p.top, noise)
             reported.append(replace(p, logprob=logprob, top=listed))
         return reported
-
-    def _prompt_logprobs(self, ranked: list[RankedPosition] | None) -> list | None:
-        """The ``prompt_logprobs`` field: ``None`` unless the prompt's log-probs were computed,
-        for the request's ``prompt_logprobs`` or (as real vLLM 0.32 does) for echoed log-probs,
-        whose ``logprobs: n`` then gives the field n entries per position too."""
-        if ranked is None:
-            return None
-        return prompt_logprobs(self._names, ranked)
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await self._body(request, require_model=True)
@@ -467,7 +459,7 @@ class ValidationServer:
             choice["stop_reason"] = generated.stop_reason
         response = envelope("chat.completion", self.config.name, choice, len(prompt), len(generated.steps))
         if self.config.vllm:
-            response["prompt_logprobs"] = self._prompt_logprobs(ranked)
+            response["prompt_logprobs"] = prompt_logprobs(self._names, ranked)
         return await self._respond(lambda: response, len(ranked or ()) + len(generated.steps))
 
     async def _tokenize(self, request: web.Request) -> web.Response:
@@ -501,12 +493,4 @@ class ValidationServer:
             raise bad_request("'tokens' must be a list of token ids", "tokens", "invalid_type")
         ids = self._check_ids(tokens, "tokens") if tokens else []
         return await self._respond(lambda: {"prompt": self._names.text(ids)}, len(ids))
-
-
-def longest_piece_bytes(tokenizer) -> int:
-    """The UTF-8 length of the longest piece in ``tokenizer``'s vocabulary (at least 1): no token
-    stands for more bytes of text (a byte-level piece has one character per byte, a
-    SentencePiece piece spells its text, a byte-fallback piece ``<0xNN>`` one byte)."""
-    pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    return max([1, *(len(p.encode("utf-8")) for p in pieces if p is not None)])
 

@@ -72,10 +72,14 @@ def ranked_positions(backend: LocalBackend, ids: Sequence[int], k: int) -> list[
     return out
 
 
-def prompt_logprobs(names: TokenNames, positions: Sequence[RankedPosition]) -> list[dict | None]:
+def prompt_logprobs(names: TokenNames, positions: Sequence[RankedPosition] | None) -> list[dict | None] | None:
     """vLLM's ``prompt_logprobs`` list: ``None`` for the first prompt token (it has no
     conditional), then per position ``{str(id): {"logprob", "rank", "decoded_token"}}``, the
-    prompt token first."""
+    prompt token first; the field is ``None`` itself when the prompt's log-probs were not
+    computed (``positions`` None: neither the request's ``prompt_logprobs`` nor, as real vLLM
+    0.32 does, echoed log-probs asked for them)."""
+    if positions is None:
+        return None
     entries: list[dict | None] = [None]
     for p in positions:
         listed = {str(p.token): _entry(names, p.token, p.logprob, p.rank)}

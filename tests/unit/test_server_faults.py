@@ -104,7 +104,8 @@ def test_an_over_long_prompt_is_refused_before_it_is_tokenized(backend, name, mo
         assert encoded == []  # not tokenized at all
         status, body = post(url, "/completions", {"model": name, "prompt": "apples " * 40, "max_tokens": 1})
         assert status == 400 and body["error"]["code"] == "context_length_exceeded"  # too long, found by its tokens
-    from blackbox_mia.emulator.server import NORMALIZER_SLACK, longest_piece_bytes
+    from blackbox_mia.emulator.names import longest_piece_bytes
+    from blackbox_mia.emulator.server import NORMALIZER_SLACK
 
     bound = backend.context * longest_piece_bytes(backend.tokenizer) * NORMALIZER_SLACK  # characters tokenized at most
     assert encoded == [280] and 280 <= bound < 900_000
