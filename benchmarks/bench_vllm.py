@@ -1,8 +1,8 @@
 """Audit throughput through a real vLLM server against vLLM's own offline engine on the same texts.
 
 Usage:
-    python -m benchmarks.bench_vllm [--texts 200] [--concurrency 1,4,16,64] [--model-dir DIR]
-        [--workdir DIR] [--json]
+    python -m benchmarks.bench_vllm [--texts 1000] [--concurrency 1,4,16,64] [--model-dir DIR]
+        [--workdir DIR] [--engine-cpus reserve-one|all|LIST] [--json]
 
 Needs vLLM in its own venv (``BBMIA_VLLM_PYTHON``, else ``.venv-vllm``: ``bash .ci/run`` makes
 it; tests/realserver/vllm_server.py has the recipe); the product's venv never gets vLLM.
@@ -13,7 +13,14 @@ GSM8K here; no download) saved under ``--workdir``. Texts: the first ``--texts``
 problems (question and answer: the canary's text format; some longer than the context, scored
 in windows).
 
-One vLLM server (float32, ``--max-logprobs 20``, on two CPUs) serves the model; for each
+CPU layout (``--engine-cpus``): both engines, the server's and the offline one, bind their
+OpenMP threads to the same CPUs, by default all of the first two this process may use but the
+last, which stays for what runs beside an engine (the API server and this client; the offline
+engine's own driver), as vLLM's CPU guide advises ("reserve CPUs for the serving framework",
+``VLLM_CPU_NUM_OF_RESERVED_CPU``). ``--engine-cpus all`` puts the engines on both CPUs,
+sharing them with everything else (the layout before 2026-11-28).
+
+One vLLM server (float32, ``--max-logprobs 20``) serves the model; for each
 client concurrency a fresh cache (no answer reused) and a fresh ``ApiBackend``, whose whole
 probe runs first (not timed; before 2026-11-28 only its part up to ``prompt_logprobs``, the rest
 then timed with the first texts), then ``logprobs`` of every text is
@@ -24,7 +31,7 @@ same texts in the vLLM venv, its engine start-up not timed.
 Output: one JSON object: ``texts``, ``tokens``, ``offline_texts_per_s``, and per concurrency
 (``by_concurrency``: ``"1"``, ``"4"``, ...) ``texts_per_s``, ``requests`` (sent while scoring),
 ``ratio_to_offline`` (texts_per_s / offline_texts_per_s), ``max_abs_diff_vs_offline`` (nats);
-``best_ratio_to_offline``; ``device`` (CPUs, vLLM version).
+``best_ratio_to_offline``; ``device`` (CPUs, the engines' CPUs, vLLM version).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_TEXTS = 200
+DEFAULT_TEXTS = 1000  # 200 before 2026-11-28: runs of 2-3 s, where start-up and noise weighed
 DEFAULT_CONCURRENCY = "1,4,16,64"
 SERVED_NAME = "canary"
 
@@ -109,10 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default=DEFAULT_CONCURRENCY, help="comma-separated client concurrencies")
     parser.add_argument("--model-dir", type=Path, help="a trained canary's model directory")
     parser.add_argument("--workdir", type=Path, help="keep the built model here for later runs")
+    parser.add_argument("--engine-cpus", default="reserve-one",
+                        help="the engines' OpenMP CPUs (VLLM_CPU_OMP_THREADS_BIND): a CPU list, 'all' (the first "
+                             "two), or 'reserve-one' (those but the last; the default)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="the JSON only (no progress lines)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from tests.realserver.vllm_server import VllmServer, cpu_list, find_vllm_python
+
+    engine_cpus = {"all": cpu_list(), "reserve-one": cpu_list(1)}.get(args.engine_cpus, args.engine_cpus)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = engine_cpus  # the server's and the offline engine's
 
     python, why = find_vllm_python()
     if python is None:
@@ -149,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             "offline_seconds": answer["seconds"],
             "by_concurrency": by_concurrency,
             "best_ratio_to_offline": max(r["ratio_to_offline"] for r in by_concurrency.values()),
-            "device": {"cpus": cpu_list(), "vllm": answer["vllm_version"]},
+            "device": {"cpus": cpu_list(), "engine_cpus": engine_cpus, "vllm": answer["vllm_version"]},
         }
     print(json.dumps(result))
     return 0

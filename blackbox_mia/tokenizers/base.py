@@ -95,8 +95,21 @@ class TokenCodec(ABC):
         return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
 
     def token_string(self, token_id: int) -> str:
-        """The name of one token (see :func:`render_token`)."""
-        return render_token(self.token_bytes(token_id))
+        """The name of one token (see :func:`render_token`), computed once per id.
+
+        Raises:
+            KeyError: ``token_id`` names no token.
+        """
+        names = self._names
+        name = names.get(token_id)
+        if name is None:
+            name = names[token_id] = render_token(self.token_bytes(token_id))
+        return name
+
+    @cached_property
+    def _names(self) -> dict[int, str]:
+        """The names :meth:`token_string` has computed, by id (a codec's vocabulary is fixed)."""
+        return {}
 
     @cached_property
     def ids_by_string(self) -> dict[str, list[int]]:

@@ -45,6 +45,7 @@ class HFTokenCodec(TokenCodec):
         self.name = name
         self.bos_id = tokenizer.bos_token_id if bos in (None, True) else None
         self._byte_decoder = _byte_level_decoder(tokenizer)
+        self._special = frozenset(tokenizer.all_special_tokens)  # a property transformers rebuilds per call
         length = getattr(tokenizer, "model_max_length", None)  # transformers' "unset" is about 1e30
         self.max_length = length if isinstance(length, int) and 2 <= length <= MAX_CONFIGURED_LENGTH else None
         if self.max_length is None:
@@ -90,7 +91,7 @@ class HFTokenCodec(TokenCodec):
         piece = self.tokenizer.convert_ids_to_tokens(int(token_id))
         if piece is None:
             raise KeyError(token_id)
-        if piece in self.tokenizer.all_special_tokens:
+        if piece in self._special:
             return piece.encode("utf-8")
         if self._byte_decoder is not None:
             return bytes(self._byte_decoder[c] for c in piece)

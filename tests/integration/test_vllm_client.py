@@ -33,12 +33,23 @@ def test_prompt_logprobs_are_read_by_id():
     assert read_completion(answer(None), PAYLOAD)["prompt_logprobs"] is None  # a server that ignores the field
 
 
+def test_prompt_logprobs_rows_of_every_form_read_as_the_field_by_field_check_reads_them():
+    entry = {"5": {"logprob": -2, "rank": True}, "9": {"logprob": -0.5, "rank": -1}, "11": {"logprob": 0.0, "rank": 0}}
+    rows = [None, entry, {"7": {"logprob": -1e-9}}]  # an int log-prob; bool, negative, absent ranks are not ranks
+    read = read_completion(answer(rows), PAYLOAD)["prompt_logprobs"]
+    assert read == [None, [[5, -2.0, None], [9, -0.5, None], [11, 0.0, 0]], [[7, -1e-9, None]]]
+    assert all(type(v) is float for row in read[1:] for _, v, _ in row)
+
+
 @pytest.mark.parametrize("rows", [
     [None, {"5": {"logprob": -1.0}}],  # 2 entries for 3 prompt tokens
     [None, {"x": {"logprob": -1.0}}, {"7": {"logprob": -1.0}}],  # not a token id
     [None, {"5": {"logprob": None}}, {"7": {"logprob": -1.0}}],  # no value
     [None, {"5": {"logprob": "-1"}}, {"7": {"logprob": -1.0}}],  # not a number
     {"5": -1.0},  # not a list
+    [None, {"5": {"logprob": True}}, {"7": {"logprob": -1.0}}],  # a boolean
+    [None, {"5": [-1.0]}, {"7": {"logprob": -1.0}}],  # an item that is not an object
+    [None, [["5", -1.0]], {"7": {"logprob": -1.0}}],  # an entry that is not an object
 ])
 def test_malformed_prompt_logprobs_are_refused(rows):
     with pytest.raises(Malformed):

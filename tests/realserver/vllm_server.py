@@ -59,6 +59,8 @@ def cpu_list(n: int = 2) -> str:
     """`VLLM_CPU_OMP_THREADS_BIND` for the first `n` CPUs this process may run on (e.g. "0-1"
     or "3,5"): vLLM binds its OpenMP threads to them."""
     cpus = sorted(os.sched_getaffinity(0))[:n] if hasattr(os, "sched_getaffinity") else list(range(n))
+    if len(cpus) == 1:
+        return str(cpus[0])
     return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else ",".join(map(str, cpus))
 
 

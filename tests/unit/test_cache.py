@@ -14,7 +14,7 @@ import pytest
 
 from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 from blackbox_mia.backends.api.http.cache.keys import request_key
-from blackbox_mia.backends.api.http.cache.disk import MIN_FILE_SIZE, BadRow, JsonDisk
+from blackbox_mia.backends.api.http.cache.disk import MIN_FILE_SIZE, BadRow, JsonDisk, JsonText
 from blackbox_mia.types import BlackboxMIAError
 
 KEY = request_key("http://h/v1", "m", "completions", {"prompt": [1, 2], "max_tokens": 1})
@@ -287,3 +287,14 @@ def test_close_writes_every_queued_row_first(tmp_path):
     assert all(f.done() and f.exception() is None for f in futures)
     with ResponseCache(tmp_path) as again:
         assert len(again) == 50
+
+
+def test_an_answer_body_is_stored_byte_for_byte_as_raw_json_never_pickled(tmp_path):
+    body = '\ufeff{"choices": [{"text": "caf\u00e9", "logprobs": [-0.25, -1e-5]}]}'.encode("utf-8")  # BOM, spaces
+    key = request_key("http://h/v1", "m", "completions", {"prompt": [1]})
+    with ResponseCache(tmp_path) as cache:
+        cache.put(key, JsonText(body))
+        assert cache.get(key) == {"choices": [{"text": "café", "logprobs": [-0.25, -1e-05]}]}
+    with sqlite3.connect(tmp_path / "cache.db") as db:
+        mode, value = db.execute("SELECT mode, value FROM Cache WHERE key = ?", (key,)).fetchone()
+    assert mode == diskcache.core.MODE_RAW and bytes(value) == body  # not encoded again, not pickled

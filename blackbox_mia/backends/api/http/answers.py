@@ -28,10 +28,11 @@ def _no_constant(name: str) -> float:
 
 
 def decode_answer(content: bytes) -> dict:
-    """The JSON object in an HTTP body (NaN and infinities refused); ``Malformed`` otherwise, final
+    """The JSON object in an HTTP body, UTF-8 (RFC 8259; a BOM is let through; the cache keeps the body as it came:
+    :class:`~.cache.disk.JsonText`), NaN and infinities refused; ``Malformed`` otherwise, final
     (not retried) when the body does not even start as JSON (an HTML page: a wrong URL)."""
     try:
-        raw = json.loads(content, parse_constant=_no_constant)
+        raw = json.loads(content.decode("utf-8-sig"), parse_constant=_no_constant)
     except ValueError:  # not JSON, truncated JSON, not UTF-8
         text = content.decode("utf-8", "replace")
         if text.strip() and text.lstrip()[0] not in "{[":  # an HTML page, plain text: another server, not a glitch
@@ -241,18 +242,45 @@ def _prompt_logprobs(value: object, payload: dict, usage: dict) -> list[list[lis
         if entry is None and i == 0:
             out.append(None)
             continue
-        listed = _typed(entry, dict, f"{where}[{i}]", "an object of token id -> log-prob")
-        row = []
-        for key, item in listed.items():
-            at = f"{where}[{i}][{key!r}]"
-            if not (isinstance(key, str) and key.isdigit()):
-                raise Malformed(at, "expected a token id as key", key)
-            item = _typed(item, dict, at, "an object")
-            rank = item.get("rank")
-            row.append([int(key), _number(item.get("logprob"), f"{at}.logprob"),
-                        rank if token_count(rank) is not None else None])
-        out.append(row)
+        row = _listed_row(entry) if type(entry) is dict else None
+        out.append(row if row is not None else _checked_row(entry, f"{where}[{i}]"))
     return out
+
+
+def _listed_row(listed: dict) -> list[list] | None:
+    """One ``prompt_logprobs`` entry as :func:`_prompt_logprobs` gives it, when every key is a
+    token id and every item an object with a JSON number ``logprob``; else ``None`` (then
+    :func:`_checked_row` names what is wrong). The fast path: the same rows as
+    :func:`_checked_row`, without its per-item calls (127-token windows: most of the client's
+    validation time)."""
+    row = []
+    for key, item in listed.items():
+        if type(key) is not str or type(item) is not dict or not key.isdigit():
+            return None
+        logprob, rank = item.get("logprob"), item.get("rank")
+        if type(logprob) is not float and type(logprob) is not int:  # bool is neither
+            return None
+        row.append([int(key), float(logprob), rank if type(rank) is int and rank >= 0 else None])
+    return row
+
+
+def _checked_row(entry: object, where: str) -> list[list]:
+    """One ``prompt_logprobs`` entry, each field checked, as :func:`_prompt_logprobs` gives it.
+
+    Raises:
+        Malformed: not an object of token id → ``{"logprob": number, "rank": int, ...}``.
+    """
+    listed = _typed(entry, dict, where, "an object of token id -> log-prob")
+    row = []
+    for key, item in listed.items():
+        at = f"{where}[{key!r}]"
+        if not (isinstance(key, str) and key.isdigit()):
+            raise Malformed(at, "expected a token id as key", key)
+        item = _typed(item, dict, at, "an object")
+        rank = item.get("rank")
+        row.append([int(key), _number(item.get("logprob"), f"{at}.logprob"),
+                    rank if token_count(rank) is not None else None])
+    return row
 
 
 def read_chat(raw: dict, payload: dict) -> dict:

@@ -25,6 +25,7 @@ from tenacity import (
 from .cache.responses import ResponseCache
 from .cache.keys import canonical_json, request_key
 from .cache.claims import CLAIM_REFRESH_S
+from .cache.disk import JsonText
 from ....cost.prices import request_cost
 from ....cost.usage import Budget, Usage
 from ....option_names import named
@@ -264,7 +265,7 @@ class AnswerFetcher:
                     result = dialect.read(raw, payload)
                 except Malformed as exc:
                     return status, exc
-                return status, (raw, result, None if key is None else self.cache.put_soon(key, raw, release=True))
+                return status, (raw, result, None if key is None else self.cache.put_soon(key, JsonText(content), release=True))
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)

@@ -51,6 +51,7 @@ from .disk import (
     SQLITE_FULL_SYNC,
     BadRow,
     JsonDisk,
+    JsonText,
     absent_read_only,
     cannot_write,
     disk_full,
@@ -230,8 +231,9 @@ class ResponseCache:
             raise read_only_error(self.directory, self.read_only)
         return self._cache
 
-    def put(self, key: str, value: dict) -> None:
-        """Store ``value`` under ``key`` (overwriting); on disk when this returns.
+    def put(self, key: str, value: dict | JsonText) -> None:
+        """Store ``value`` under ``key`` (overwriting); on disk when this returns. A
+        :class:`~.disk.JsonText` (an object's JSON text, as an answer arrived) is stored as is.
 
         Raises:
             BlackboxMIAError: ``value`` is not a JSON-serialisable dict (NaN and infinities are
@@ -239,7 +241,7 @@ class ResponseCache:
         """
         self._store([(key, value)])
 
-    def put_many(self, rows: Sequence[tuple[str, dict]]) -> None:
+    def put_many(self, rows: Sequence[tuple[str, dict | JsonText]]) -> None:
         """Store every ``(key, value)`` of ``rows`` in one transaction (one commit, so one fsync);
         all on disk when this returns, or none.
 
@@ -250,17 +252,17 @@ class ResponseCache:
         """
         self._store(rows)
 
-    def _store(self, rows: Sequence[tuple[str, dict]]) -> None:
+    def _store(self, rows: Sequence[tuple[str, dict | JsonText]]) -> None:
         """:meth:`put_many` (also what :meth:`put` and the writer thread's retries use)."""
         for _, value in rows:
-            if not isinstance(value, dict):
+            if not isinstance(value, dict | JsonText):
                 raise BlackboxMIAError(f"cache values must be dicts, got {type(value).__name__}")
         cache = self._writable()
         with self._guard("writing rows", functools.partial(stored_bytes, rows)), cache.transact():
             for key, value in rows:
                 cache.set(key, value)
 
-    def put_soon(self, key: str, value: dict, release: bool = False) -> concurrent.futures.Future:
+    def put_soon(self, key: str, value: dict | JsonText, release: bool = False) -> concurrent.futures.Future:
         """Queue ``value`` under ``key`` for the writer thread; the future completes (``None``)
         once the row is committed to disk, or with the :class:`BlackboxMIAError` :meth:`put`
         would raise. Rows queued together are committed in one transaction; a row that makes
