@@ -2,7 +2,7 @@
 
 Usage:
     python -m benchmarks.bench_vllm [--texts 1000] [--concurrency 1,4,16,64] [--model-dir DIR]
-        [--workdir DIR] [--engine-cpus reserve-one|all|LIST] [--json]
+        [--workdir DIR] [--engine-cpus reserve-one|all|LIST] [--offline-runs 3] [--json]
 
 Needs vLLM in its own venv (``BBMIA_VLLM_PYTHON``, else ``.venv-vllm``: ``bash .ci/run`` makes
 it; tests/realserver/vllm_server.py has the recipe); the product's venv never gets vLLM.
@@ -20,7 +20,14 @@ engine's own driver), as vLLM's CPU guide advises ("reserve CPUs for the serving
 ``VLLM_CPU_NUM_OF_RESERVED_CPU``). ``--engine-cpus all`` puts the engines on both CPUs,
 sharing them with everything else (the layout before 2026-11-28).
 
-One vLLM server (float32, ``--max-logprobs 20``) serves the model; for each
+The auditor runs as in a ``bbmia`` process (:func:`~blackbox_mia.cli.app.apply_process_settings`:
+the garbage collector's youngest generation collected every 10,000 allocations, as ``bbmia score``
+does; before 2026-11-28 this benchmark ran the client with CPython's 700, which cost the client a
+third of its CPU).
+
+One vLLM server (float32, ``--max-logprobs 20``, and the offline engine's scheduler limits:
+:data:`OFFLINE_SCHEDULER`; vLLM gives its API server half of them by default on CPUs) serves
+the model; for each
 client concurrency a fresh cache (no answer reused) and a fresh ``ApiBackend``, whose whole
 probe runs first (not timed; before 2026-11-28 only its part up to ``prompt_logprobs``, the rest
 then timed with the first texts), then ``logprobs`` of every text is
@@ -28,8 +35,14 @@ timed. Then vLLM's offline ``LLM.generate(..., prompt_logprobs=0)`` (the offline
 ``local:PATH?engine=vllm``: one prompt per text or window, one ``generate`` call) scores the
 same texts in the vLLM venv, its engine start-up not timed.
 
-Output: one JSON object: ``texts``, ``tokens``, ``offline_texts_per_s``, and per concurrency
+The offline engine runs ``--offline-runs`` times (3), each in a fresh process after the server
+has stopped; their median is the reference (single runs of 1,000 texts ranged over 119-171
+texts/s on the same machine on 2026-11-28).
+
+Output: one JSON object: ``texts``, ``tokens``, ``offline_texts_per_s`` (the median),
+``offline_runs_texts_per_s``, and per concurrency
 (``by_concurrency``: ``"1"``, ``"4"``, ...) ``texts_per_s``, ``requests`` (sent while scoring),
+``client_cpu_s`` (this process's CPU seconds while scoring, all its threads),
 ``ratio_to_offline`` (texts_per_s / offline_texts_per_s), ``max_abs_diff_vs_offline`` (nats);
 ``best_ratio_to_offline``; ``device`` (CPUs, the engines' CPUs, vLLM version).
 """
@@ -51,6 +64,9 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TEXTS = 1000  # 200 before 2026-11-28: runs of 2-3 s, where start-up and noise weighed
 DEFAULT_CONCURRENCY = "1,4,16,64"
 SERVED_NAME = "canary"
+OFFLINE_SCHEDULER = ("--max-num-batched-tokens", "4096", "--max-num-seqs", "256")
+"""vLLM's defaults for its offline engine on CPUs (vllm/engine/arg_utils.py, per engine process;
+its API server's are 2,048 and 128), given to the server so both engines batch alike."""
 
 
 def canary_shaped_model(path: Path) -> Path:
@@ -78,8 +94,8 @@ def gsm8k_texts(n: int) -> list[str]:
 
 
 def through_server(server, model_dir: Path, texts: list[str], concurrency: int, cache: Path):
-    """(seconds, requests, log-probs) of scoring ``texts`` through ``server`` at ``concurrency``
-    with a fresh cache; the whole probe runs first, untimed (:meth:`ApiBackend.probe` with
+    """(seconds, this process's CPU seconds, requests, log-probs) of scoring ``texts`` through
+    ``server`` at ``concurrency`` with a fresh cache; the whole probe runs first, untimed (:meth:`ApiBackend.probe` with
     ``full``: the checks a stopped probe defers to the first text longer than the context, about
     a hundred requests, one at a time, once per server and cache)."""
     from blackbox_mia.backends.api import ApiBackend
@@ -90,10 +106,10 @@ def through_server(server, model_dir: Path, texts: list[str], concurrency: int, 
     try:
         backend.probe(full=True)
         before = server.requests("/v1/completions")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         scored = backend.logprobs(texts)
-        seconds = time.perf_counter() - start
-        return seconds, server.requests("/v1/completions") - before, scored
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return seconds, cpu, server.requests("/v1/completions") - before, scored
     finally:
         backend.close()
 
@@ -119,11 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine-cpus", default="reserve-one",
                         help="the engines' OpenMP CPUs (VLLM_CPU_OMP_THREADS_BIND): a CPU list, 'all' (the first "
                              "two), or 'reserve-one' (those but the last; the default)")  # fmt: skip
+    parser.add_argument("--offline-runs", type=int, default=3,
+                        help="offline engine runs (fresh processes); their median is the reference")
     parser.add_argument("--json", action="store_true", help="the JSON only (no progress lines)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from tests.realserver.vllm_server import VllmServer, cpu_list, find_vllm_python
 
+    from blackbox_mia.cli.app import apply_process_settings
+
+    apply_process_settings()
     engine_cpus = {"all": cpu_list(), "reserve-one": cpu_list(1)}.get(args.engine_cpus, args.engine_cpus)
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = engine_cpus  # the server's and the offline engine's
 
@@ -137,18 +158,21 @@ def main(argv: list[str] | None = None) -> int:
         texts = gsm8k_texts(args.texts)
         say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
         by_concurrency, runs = {}, {}
-        server = VllmServer(model_dir, python, model=SERVED_NAME, log_path=Path(tmp) / "server.log")
+        server = VllmServer(model_dir, python, model=SERVED_NAME, log_path=Path(tmp) / "server.log",
+                            extra_args=OFFLINE_SCHEDULER)  # fmt: skip
         started = time.perf_counter()
         with server:
             say(f"vLLM up in {time.perf_counter() - started:.0f} s at {server.url}")
             for c in [int(x) for x in args.concurrency.split(",")]:
-                seconds, requests, scored = through_server(server, model_dir, texts, c, Path(tmp) / f"cache-{c}")
+                seconds, cpu, requests, scored = through_server(server, model_dir, texts, c, Path(tmp) / f"cache-{c}")
                 runs[c] = scored
-                by_concurrency[str(c)] = {"texts_per_s": len(texts) / seconds, "requests": requests, "seconds": seconds}
+                by_concurrency[str(c)] = {"texts_per_s": len(texts) / seconds, "requests": requests, "seconds": seconds,
+                                          "client_cpu_s": cpu}  # fmt: skip
                 say(f"concurrency {c}: {len(texts) / seconds:.1f} texts/s, {requests} requests")
-        answer = offline(python, model_dir, texts, Path(tmp))
-        offline_rate = len(texts) / answer["seconds"]
-        say(f"offline: {offline_rate:.1f} texts/s")
+        answers = [offline(python, model_dir, texts, Path(tmp)) for _ in range(args.offline_runs)]
+        rates = [len(texts) / a["seconds"] for a in answers]
+        offline_rate, answer = float(np.median(rates)), answers[0]
+        say(f"offline: {', '.join(f'{r:.1f}' for r in rates)} texts/s (median {offline_rate:.1f})")
         for c, scored in runs.items():
             row = by_concurrency[str(c)]
             row["ratio_to_offline"] = row["texts_per_s"] / offline_rate
@@ -159,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "texts": len(texts),
             "tokens": sum(len(ids) for ids in answer["token_ids"]),
             "offline_texts_per_s": offline_rate,
-            "offline_seconds": answer["seconds"],
+            "offline_runs_texts_per_s": rates,
             "by_concurrency": by_concurrency,
             "best_ratio_to_offline": max(r["ratio_to_offline"] for r in by_concurrency.values()),
             "device": {"cpus": cpu_list(), "engine_cpus": engine_cpus, "vllm": answer["vllm_version"]},

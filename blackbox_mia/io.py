@@ -10,11 +10,30 @@ umask), not the 0600 of a temporary file: a run's reports, rows and figures are 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 
 from .types import BlackboxMIAError
+
+
+def nonfinite_path(value: object) -> str | None:
+    """The path (``.choices[0].logprobs.token_logprobs[3]``) of the first NaN or infinity in a
+    decoded JSON value, or ``None`` when every number is finite."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ""
+    if isinstance(value, dict):
+        items, form = value.items(), ".{}"
+    elif isinstance(value, list):
+        items, form = enumerate(value), "[{}]"
+    else:
+        return None
+    for name, item in items:
+        path = nonfinite_path(item)
+        if path is not None:
+            return form.format(name) + path
+    return None
 
 
 def dumps_strict(obj, what: str, **kwargs) -> str:

@@ -134,7 +134,13 @@ def echo_json_line(obj) -> None:
 
 @app.callback()
 def _process_settings() -> None:
-    """Settings of a ``bbmia`` process, made before its command runs:
+    """:func:`apply_process_settings`, before the command runs."""
+    apply_process_settings()
+
+
+def apply_process_settings() -> None:
+    """Settings of a ``bbmia`` process, made before its command runs (a benchmark of what a
+    command does calls it too):
 
     * stderr is kept for our own progress bars: no weight-loading bars or info logs from
       transformers;

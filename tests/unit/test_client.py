@@ -158,16 +158,20 @@ async def test_answer_is_on_disk_when_the_client_returns_it(client, fake, tmp_pa
     assert raw["choices"][0]["logprobs"]["tokens"] == [" A"] and result["cached"] is False
 
 
-async def test_cached_row_that_fails_validation_is_dropped_and_asked_again(client, fake):
+@pytest.mark.parametrize("bad_value, invalid_cached", [
+    (None, 1),  # fails validation when read: dropped, counted
+    (float("nan"), 0),  # NaN, as an older version could write it: the cache quarantines the row on reading
+])
+async def test_cached_row_that_fails_validation_is_dropped_and_asked_again(client, fake, bad_value, invalid_cached):
     payload = {"prompt": [1, 2], "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
     key = request_key(fake.base_url, MODEL, "completions", payload)
     bad = completion_answer({**payload, "model": MODEL})
-    bad["choices"][0]["logprobs"]["token_logprobs"] = [float("nan")]
+    bad["choices"][0]["logprobs"]["token_logprobs"] = [bad_value]
     with diskcache.Cache(str(client.cache.directory)) as plain:  # the row as an older version wrote it
-        plain.set(key, json.dumps(bad).encode("utf-8"))  # raw JSON bytes holding NaN
+        plain.set(key, json.dumps(bad).encode("utf-8"))  # raw JSON bytes (holding NaN: not JSON)
     result = await client.complete([1, 2], logprobs=1)
     assert result["cached"] is False and result["tokens"][0]["logprob"] == -0.5 and fake.hits == 1
-    assert client.usage.invalid_cached == 1 and client.usage.cache_hits == 0
+    assert client.usage.invalid_cached == invalid_cached and client.usage.cache_hits == 0
     assert client.cache.get(key)["choices"][0]["logprobs"]["token_logprobs"] == [-0.5]  # replaced
     again = await client.complete([1, 2], logprobs=1)
     assert again["cached"] is True and fake.hits == 1

@@ -104,6 +104,25 @@ async def test_nan_and_infinity_anywhere_are_invalid_and_never_cached(client, fa
     assert err.value.fault == "invalid" and len(client.cache) == 0 and fake.hits == 4
 
 
+@pytest.mark.parametrize("number", ["1e999", "-1e400"])
+async def test_numbers_too_large_for_a_double_are_invalid_and_never_cached(client, fake, number):
+    answer = json.dumps(completion_answer({"prompt": [1], "max_tokens": 1, "logprobs": 1}))
+    bad = answer.replace('"token_logprobs": [-0.5]', f'"token_logprobs": [{number}]')
+    assert bad != answer
+    fake.faults = [{"status": 200, "text": bad}] * 4
+    with pytest.raises(ApiError, match=r"token_logprobs\[0\] is not a finite number") as err:
+        await client.complete([1], logprobs=1)
+    assert err.value.fault == "invalid" and len(client.cache) == 0 and fake.hits == 4
+
+
+def test_answers_decode_alike_on_the_fast_path_and_the_named_one():
+    from blackbox_mia.backends.api.http.answers import _decode_named, decode_answer
+
+    body = rb'{"a": [1, -0.5, 1e-300, 12345678901234567], "b": "caf\u00e9 \ud83d\ude00", "c": null, "d": true}'
+    assert decode_answer(body) == _decode_named(body) == json.loads(body)
+    assert decode_answer(b"\xef\xbb\xbf" + body) == json.loads(body)  # a BOM: the named path takes it
+
+
 async def test_a_server_that_always_omits_logprobs_is_detected_within_a_second(make_client, fake):
     client = make_client(max_retries=6, backoff_base_s=1.0, backoff_max_s=60.0)  # the defaults
     fake.faults = [{"status": 200, "json": {"choices": [{"text": " A", "logprobs": None}]}}] * 7

@@ -265,7 +265,8 @@ class AnswerFetcher:
                     result = dialect.read(raw, payload)
                 except Malformed as exc:
                     return status, exc
-                return status, (raw, result, None if key is None else self.cache.put_soon(key, JsonText(content), release=True))
+                kept = None if key is None else self.cache.put_soon(key, JsonText(content), release=True)  # as it came
+                return status, (raw, result, kept)
             finally:
                 if self._budget is not None:
                     self._budget.settle(worst)
