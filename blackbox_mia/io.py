@@ -1,4 +1,5 @@
-"""Writing results safely: strict JSON (no bare NaN/Infinity) and atomic replacement of JSON files.
+"""Writing results safely: strict JSON (no bare NaN/Infinity) and atomic replacement of JSON files;
+and, for JSON read back (answers, cache rows), :func:`nonfinite_path` finds a NaN or infinity.
 
 Every JSON file the runner and the command line write (``<out>.config.json``, summaries) goes
 through :func:`write_json_atomic`: a reader, or a run killed mid-write, sees either the old file
