@@ -1,5 +1,5 @@
 """Writing results safely: strict JSON (no bare NaN/Infinity) and atomic replacement of JSON files;
-and, for JSON read back (answers, cache rows), :func:`nonfinite_path` finds a NaN or infinity.
+and, for JSON read back (answers, cache rows), :func:`loads_finite` (every number finite).
 
 Every JSON file the runner and the command line write (``<out>.config.json``, summaries) goes
 through :func:`write_json_atomic`: a reader, or a run killed mid-write, sees either the old file
@@ -14,9 +14,43 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import orjson
+
 from .types import BlackboxMIAError
+
+
+class NonFiniteNumber(ValueError):
+    """Decoded JSON holds NaN or an infinity at ``path`` (:func:`nonfinite_path`'s form)."""
+
+    def __init__(self, path: str):
+        super().__init__(f"NaN or an infinity at {path or 'the top'}")
+        self.path = path
+
+
+def loads_finite(data: bytes, parse_constant: Callable[[str], object] | None = None) -> object:
+    """JSON text (UTF-8, a BOM allowed) decoded, every number finite: orjson, which refuses NaN,
+    infinities and numbers too large for a double, in a third of the standard library's time;
+    what orjson refuses goes to the standard library (``parse_constant`` for its ``NaN`` and
+    ``Infinity``, which it lets through by default: a BOM, an integer past 64 bits, the precise
+    fault), whose result is then checked.
+
+    Raises:
+        NonFiniteNumber: a number that is NaN or infinite.
+        UnicodeDecodeError, json.JSONDecodeError: not UTF-8 JSON.
+        Exception: what ``parse_constant`` raises.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    value = json.loads(data.decode("utf-8-sig"), **({"parse_constant": parse_constant} if parse_constant else {}))
+    where = nonfinite_path(value)
+    if where is not None:
+        raise NonFiniteNumber(where)
+    return value
 
 
 def nonfinite_path(value: object) -> str | None:

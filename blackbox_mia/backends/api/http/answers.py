@@ -4,8 +4,7 @@ One validation step for every answer, fresh or read back from the cache (:func:`
 :func:`read_chat`): the shape and types the result needs, every field the request asked for
 (log-probs, ``top`` alternatives), and lengths that agree with each other and, with echo, with the
 prompt. Every number is finite already: :func:`decode_answer` and the response cache decode with
-orjson, which refuses NaN, infinities and numbers too large for a double, else check the
-standard library's result (NaN or an infinity anywhere fails). Generated entries past
+:func:`~blackbox_mia.io.loads_finite` (NaN or an infinity anywhere fails). Generated entries past
 ``max_tokens`` are set apart under ``past_max_tokens`` (llama-cpp-python keeps generating while
 its output ends inside a character): ``tokens`` holds at most ``max_tokens``. A failure is a
 :class:`~.errors.Malformed` naming the first field that fails.
@@ -13,11 +12,7 @@ its output ends inside a character): ``tokens`` holds at most ``max_tokens``. A 
 
 from __future__ import annotations
 
-import json
-
-import orjson
-
-from ....io import nonfinite_path
+from ....io import NonFiniteNumber, loads_finite
 from .errors import Malformed
 
 
@@ -33,37 +28,20 @@ def _no_constant(name: str) -> float:
 
 def decode_answer(content: bytes) -> dict:
     """The JSON object in an HTTP body, UTF-8 (RFC 8259; a BOM is let through; the cache keeps the
-    body as it came: :class:`~.cache.disk.JsonText`), every number finite; ``Malformed``
-    otherwise, final (not retried) when the body does not even start as JSON (an HTML page: a
-    wrong URL). orjson decodes it (a third of the standard library's time); what orjson refuses
-    goes to the standard library, which names what is wrong (or decodes a BOM, an integer past 64
-    bits)."""
+    body as it came: :class:`~.cache.disk.JsonText`), every number finite
+    (:func:`~blackbox_mia.io.loads_finite`); ``Malformed`` otherwise, naming the fault, final (not
+    retried) when the body does not even start as JSON (an HTML page: a wrong URL)."""
     try:
-        raw = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        raw = _decode_named(content)
-    return _typed(raw, dict, "the body", "a JSON object")
-
-
-def _decode_named(content: bytes) -> object:
-    """:func:`decode_answer`'s slow path: the standard library's decoder, then every number checked.
-
-    Raises:
-        Malformed: not JSON (final when not JSON at all), NaN or an infinity (``NaN``, a number
-            too large for a double).
-    """
-    try:
-        raw = json.loads(content.decode("utf-8-sig"), parse_constant=_no_constant)
+        raw = loads_finite(content, parse_constant=_no_constant)
+    except NonFiniteNumber as exc:  # a number too large for a double
+        raise Malformed(exc.path.lstrip(".") or "the body", "is not a finite number (NaN or infinity)") from None
     except ValueError:  # not JSON, truncated JSON, not UTF-8
         text = content.decode("utf-8", "replace")
         if text.strip() and text.lstrip()[0] not in "{[":  # an HTML page, plain text: another server, not a glitch
             raise Malformed("the body", "not JSON at all (is the URL the API's, ending in /v1?)", text,
                             final=True) from None
         raise Malformed("the body", "expected a JSON object", text) from None
-    where = nonfinite_path(raw)
-    if where is not None:
-        raise Malformed(where.lstrip(".") or "the body", "is not a finite number (NaN or infinity)")
-    return raw
+    return _typed(raw, dict, "the body", "a JSON object")
 
 
 def _typed(value: object, types: type | tuple[type, ...], where: str, what: str):

@@ -27,10 +27,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import diskcache
-import orjson
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
-from .....io import nonfinite_path
+from .....io import NonFiniteNumber, loads_finite
 from .....option_names import named
 from .....types import BadRow, BlackboxMIAError
 
@@ -240,8 +239,8 @@ class JsonDisk(diskcache.Disk):
         return stored
 
     def fetch(self, mode, filename, value, read):
-        """The JSON value of a row written by :meth:`store`, every number finite: orjson decodes
-        it, else the standard library (a BOM) and every number is checked.
+        """The JSON value of a row written by :meth:`store`, every number finite
+        (:func:`~blackbox_mia.io.loads_finite`).
 
         Raises:
             BadRow: a row not written by :meth:`store` (pickled, text mode, a file outside the
@@ -260,17 +259,11 @@ class JsonDisk(diskcache.Disk):
             raise BadRow(self._directory, f"a row stored in mode {mode!r} with file {filename!r}, not raw or binary "
                                           f"JSON inside the cache (possibly pickled, or planted)")
         try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-        try:
-            decoded = json.loads(data.decode("utf-8-sig"))  # a body kept as it came may start with a BOM
+            return loads_finite(data)  # a body kept as it came may start with a BOM
+        except NonFiniteNumber as exc:
+            raise BadRow(self._directory, f"a value holding {exc}") from exc
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BadRow(self._directory, f"a value that is not UTF-8 JSON ({exc})") from exc
-        where = nonfinite_path(decoded)
-        if where is not None:
-            raise BadRow(self._directory, f"a value holding NaN or an infinity at {where or 'its top'}")
-        return decoded
 
     def remove(self, file_path):
         if self._inside(file_path):
