@@ -1,7 +1,7 @@
 """Audit throughput through a real vLLM server against vLLM's own offline engine on the same texts.
 
 Usage:
-    python -m benchmarks.bench_vllm [--texts 1000] [--concurrency 1,4,16,64] [--model-dir DIR]
+    python -m benchmarks.bench_vllm [--texts 1000] [--concurrency 1,4,16,64,128,256] [--model-dir DIR]
         [--workdir DIR] [--engine-cpus reserve-one|all|LIST] [--offline-runs 3] [--json]
 
 Needs vLLM in its own venv (``BBMIA_VLLM_PYTHON``, else ``.venv-vllm``: ``bash .ci/run`` makes
@@ -62,7 +62,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TEXTS = 1000  # 200 before 2026-11-28: runs of 2-3 s, where start-up and noise weighed
-DEFAULT_CONCURRENCY = "1,4,16,64"
+DEFAULT_CONCURRENCY = "1,4,16,64,128,256"  # 1,4,16,64 before 2026-11-28; 256 = the server's --max-num-seqs
 SERVED_NAME = "canary"
 OFFLINE_SCHEDULER = ("--max-num-batched-tokens", "4096", "--max-num-seqs", "256")
 """vLLM's defaults for its offline engine on CPUs (vllm/engine/arg_utils.py, per engine process;

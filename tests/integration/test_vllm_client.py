@@ -114,3 +114,50 @@ def test_probe_in_full_completes_a_stopped_probe_once(local, peaked_model_dir, t
         assert full.complete and full.prompt_logprobs and full.forced_readout and rest > 10
         assert backend.probe(full=True) is full and backend.usage.requests - asked == rest
         backend.close()
+
+
+@pytest.mark.parametrize("forcing", [True, False])
+def test_windows_ask_for_the_generated_position_s_top_n_only_where_they_read_it(
+        local, peaked_model_dir, tmp_path, monkeypatch, forcing):
+    """A text of several windows: a window whose last target is forced (logit bias on the
+    generated position) or that holds the text's end reads no top-n there, so it asks for the
+    sampled token alone (``logprobs: 0``); a window that reads its last target from the top-n
+    (where forcing is not allowed: a token ending inside a character, here every token) asks for
+    the probe's top-n. Values equal the white-box ones either way."""
+    import json
+
+    from blackbox_mia.backends.api.http.transport import Transport
+    from blackbox_mia.backends.api.tracker.tracker import Tracker
+
+    text = " ".join(gsm8k_questions(2, split="test"))[:150]
+    short = LocalBackend(LocalConfig(str(peaked_model_dir), max_length=16))
+    [white] = short.logprobs([text])
+    bodies = []
+    send = Transport.post
+
+    async def post(self, field, body):
+        bodies.append(json.loads(body))
+        return await send(self, field, body)
+
+    if not forcing:
+        monkeypatch.setattr(Tracker, "_forces_in_window", lambda self, target: False)
+    with serve_in_background(ServerConfig(str(peaked_model_dir), vllm=True), backend=short) as url:
+        config = ApiConfig(base_url=url, model=str(peaked_model_dir), max_retries=1)
+        backend = ApiBackend(config, tokenizer=str(peaked_model_dir), tracker=TrackerConfig(context=16),
+                             cache_dir=tmp_path)
+        top_n = backend.probe(full=True).top_n
+        monkeypatch.setattr(Transport, "post", post)
+        [black] = backend.logprobs([text])
+        backend.close()
+    windows = [b for b in bodies if "prompt_logprobs" in b]
+    forced = [b for b in windows if b.get("logit_bias")]
+    last = windows[-1]  # the text's end: no target after the prompt
+    assert white.n_tokens > 40 and len(windows) >= 4 and top_n > 1
+    assert last["logprobs"] == 0 and not last.get("logit_bias")
+    if forcing:
+        assert len(forced) == len(windows) - 1 and all(b["logprobs"] == 0 for b in forced)
+    else:
+        assert not forced and all(b["logprobs"] == top_n for b in windows[:-1])
+    # unlisted in the top-n: read by forced read-out in a request of its own
+    assert set(black.strategies) == ({"prompt", "forced"} if forcing else {"prompt", "topn", "forced"})
+    np.testing.assert_allclose(black.logprobs, white.logprobs, atol=1e-5)

@@ -371,8 +371,11 @@ class Endpoint:
             raise ApiError(None, f"prompt_logprobs has {len(rows)} entries for {len(ids)} prompt tokens", Fault.INVALID)
         values: list[float | None] = [None]
         for j in range(1, len(ids)):
-            own = [value for token, value, _ in rows[j] or [] if token == ids[j]]
-            if not own:
-                raise ApiError(None, f"prompt_logprobs entry {j} does not list the prompt's token id {ids[j]}", Fault.INVALID)
-            values.append(own[0])
+            want = ids[j]
+            for token, value, _ in rows[j] or ():
+                if token == want:
+                    values.append(value)
+                    break
+            else:
+                raise ApiError(None, f"prompt_logprobs entry {j} does not list the prompt's token id {want}", Fault.INVALID)
         return values

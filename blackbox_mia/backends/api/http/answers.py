@@ -231,13 +231,16 @@ def _listed_row(listed: dict) -> list[list] | None:
     :func:`_checked_row`, without its per-item calls (127-token windows: most of the client's
     validation time)."""
     row = []
-    for key, item in listed.items():
-        if type(key) is not str or type(item) is not dict or not key.isdigit():
+    for key, item in listed.items():  # a decoded JSON object's keys are strings
+        if type(item) is not dict or not key.isdigit():
             return None
-        logprob, rank = item.get("logprob"), item.get("rank")
-        if type(logprob) is not float and type(logprob) is not int:  # bool is neither
-            return None
-        row.append([int(key), float(logprob), rank if type(rank) is int and rank >= 0 else None])
+        logprob = item.get("logprob")
+        if type(logprob) is not float:
+            if type(logprob) is not int:  # bool is neither
+                return None
+            logprob = float(logprob)
+        rank = item.get("rank")
+        row.append([int(key), logprob, rank if type(rank) is int and rank >= 0 else None])
     return row
 
 

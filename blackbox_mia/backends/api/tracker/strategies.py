@@ -277,13 +277,19 @@ class Prompt:
         self.top_n = caps.top_n
         self.form = PROMPT_LOGPROBS if caps.prompt_logprobs else ECHO
 
-    async def resolve(self, ids: Sequence[int], bias: dict[int, float] | None = None) -> tuple[list[Estimate], NextToken]:
+    async def resolve(self, ids: Sequence[int], bias: dict[int, float] | None = None,
+                      listed: bool = True) -> tuple[list[Estimate], NextToken]:
         """``len(ids) - 1`` estimates, for targets ``ids[1:]`` (the first token has no
         conditional), and the answer for the position after ``ids`` (under ``bias``: nats by
-        token id, on that position only).
+        token id, on that position only), with its top-n when ``listed`` (else the sampled
+        token alone in the ``prompt_logprobs`` form: what a caller that reads nothing there, or
+        only the sampled token, needs; the server then decodes and sends top-n entries fewer, and
+        the client reads fewer. Echo's prompt entries come in the ``logprobs`` field, so echo
+        keeps the top-n the probe verified).
 
         Raises:
             BlackboxMIAError: a request failed, or the answer does not match the prompt.
         """
-        values, after = await self.endpoint.prompt_logprobs(ids, self.top_n, self.form, bias)
+        top_n = self.top_n if listed or self.form == ECHO else 0
+        values, after = await self.endpoint.prompt_logprobs(ids, top_n, self.form, bias)
         return [Estimate.exact(v, self.name) for v in values[1:]], after

@@ -337,7 +337,8 @@ class Tracker:
             return [await self._resolve(Position.at(seq, start, j, end, self.config.context)) for j in range(first, end)]
         target = seq[end - 1]
         forcing = not full and self._forces_in_window(target)
-        values, after = await self.prompt.resolve(ids, {target: self.config.max_bias} if forcing else None)
+        values, after = await self.prompt.resolve(ids, {target: self.config.max_bias} if forcing else None,
+                                                  listed=not full and not forcing)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
         if not full:
             listed = after.find(target) if not forcing else (
