@@ -281,11 +281,11 @@ class Prompt:
                       listed: bool = True) -> tuple[list[Estimate], NextToken]:
         """``len(ids) - 1`` estimates, for targets ``ids[1:]`` (the first token has no
         conditional), and the answer for the position after ``ids`` (under ``bias``: nats by
-        token id, on that position only), with its top-n when ``listed`` (else the sampled
-        token alone in the ``prompt_logprobs`` form: what a caller that reads nothing there, or
-        only the sampled token, needs; the server then decodes and sends top-n entries fewer, and
-        the client reads fewer. Echo's prompt entries come in the ``logprobs`` field, so echo
-        keeps the top-n the probe verified).
+        token id, on that position only).
+
+        ``listed`` False: that answer holds the sampled token alone (``logprobs: 0``), for a
+        caller that reads nothing else there; the server then decodes and sends no top-n. Echo
+        keeps the probe's top-n: its prompt entries come in the same ``logprobs`` field.
 
         Raises:
             BlackboxMIAError: a request failed, or the answer does not match the prompt.

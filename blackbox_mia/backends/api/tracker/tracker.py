@@ -329,7 +329,8 @@ class Tracker:
         The request generates one token (``max_tokens = 1``), so a window as long as the context
         sends all but its last token and reads the last target at the generated position: forced
         there in the same request where :meth:`_forces_in_window` allows, else from its top-n;
-        a per-position strategy when neither gives it.
+        a per-position strategy when neither gives it. Only a window that reads its last target
+        from the top-n asks for the top-n (the others: the sampled token alone).
         """
         full = self.config.context is None or end - start < self.config.context
         ids = seq[start:end] if full else seq[start : end - 1]
