@@ -46,7 +46,7 @@ def loads_finite(data: bytes, parse_constant: Callable[[str], object] | None = N
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         pass
-    value = json.loads(data.decode("utf-8-sig"), **({"parse_constant": parse_constant} if parse_constant else {}))
+    value = json.loads(data.decode("utf-8-sig"), parse_constant=parse_constant)  # None: the default
     where = nonfinite_path(value)
     if where is not None:
         raise NonFiniteNumber(where)
