@@ -3,7 +3,7 @@ loop, and the Hugging Face forward alone on dense batches.
 
 Usage:
     python -m benchmarks.bench_local [--json] [--models gpt2-small,canary] [--canary DIR]
-        [--n 64] [--rounds 2] [--device cpu|cuda] [--dtype auto] [--threads N]
+        [--n 64] [--texts gsm8k|long] [--rounds 2] [--device cpu|cuda] [--dtype auto] [--threads N]
         [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
 
 Models: ``canary`` (a trained canary directory, ``--canary``; default: the default canary's
@@ -28,24 +28,36 @@ average) read once here, so that every run gets the same.
 ``--before DIR`` adds the same runs of another source tree (e.g. ``git archive REV
 blackbox_mia | tar -x -C DIR``), labelled ``"code": "before"``.
 
-Output: one JSON line per run with ``model``, ``setting``, ``code``, ``tokens_per_s``,
-``peak_rss_gb`` (and ``peak_gpu_gb`` on CUDA), ``forward_calls`` (passes of the model's base
-network), ``texts``, ``tokens``, ``seconds``, ``threads``, ``load_avg`` (1-minute, at the start
-and end), ``matmul_gflops`` (the rate of the forward pass's matrix products: tokens/s × their
-FLOPs per token), ``max_abs_diff_vs_batched`` (nats, for ``single`` and ``peer``); on CPU one ``"setting":
+Each run times the same call twice: first cold, on shapes the process has not run yet (a
+two-text warm-up before it starts the device and its libraries), which is what a user scoring a
+data set once pays, then warm, the same call again (on a GPU, kernel plans built by the cold call
+are reused). Output: one JSON line per run with ``model``, ``setting``, ``code``,
+``tokens_per_s`` (the cold call), ``warm_tokens_per_s``, ``peak_rss_gb`` (and ``peak_gpu_gb`` on
+CUDA), ``forward_calls`` (passes of the model's base network in the cold call),
+``shapes_per_call`` (distinct input shapes among them), ``padding_share`` (padded tokens that
+are no text, over all padded tokens; batched and single), ``texts``, ``tokens``, ``seconds``,
+``warm_seconds``, ``threads``, ``load_avg`` (1-minute, at the start and end), ``matmul_gflops``
+(the rate of the cold call's matrix products: tokens/s × their FLOPs per token),
+``max_abs_diff_vs_batched`` (nats, for ``single`` and ``peer``); on CPU one ``"setting":
 "peak"`` line per model: this machine's matrix-product GFLOP/s on the model's shapes (body and
 output embedding, same threads and dtype) and ``ceiling_tokens_per_s``, what a pass doing
 nothing but those products could reach; then one ``"setting": "summary"`` line per model and
-code: median tokens/s of each setting (``batched_tokens_per_s``, ``single_tokens_per_s``,
-``peer_tokens_per_s``, ``hf_dense_tokens_per_s``), ``batched_over_single``,
-``batched_over_peer``, ``batched_over_hf_dense``, the largest peak RSS, ``peak_gpu_gb`` (the
+code: median tokens/s of each setting's cold call (``batched_tokens_per_s``,
+``single_tokens_per_s``, ``peer_tokens_per_s``, ``hf_dense_tokens_per_s``) and warm call
+(``batched_warm_tokens_per_s``, ...), ``batched_over_single``, ``batched_over_peer``,
+``batched_over_hf_dense`` (cold over cold), the batched call's ``shapes_per_call`` and
+``padding_share``, the largest peak RSS, ``peak_gpu_gb`` (the
 batched runs' largest; null on CPU), ``mfu`` (the batched pass's matrix FLOPs per second over
 the device's dense bf16 peak, ``peak_tflops``, from :data:`BF16_PEAK_TFLOPS`; null on CPU or an
 unlisted GPU) and ``ceiling_over_single`` (no batching can beat single by more than this; CPU).
 The ``peer`` and ``hf_dense`` settings do not depend on this package's code: they run for the
 code under test only, not for ``--before``.
-Texts: the first ``--n`` GSM8K test problems in the canary's text format. Vocabulary statistics
-(Min-K%++) are off unless ``--vocab-stats`` (as for every scorer but Min-K%++).
+Texts (``--texts``): ``gsm8k``, the first ``--n`` GSM8K test problems in the canary's text
+format (62-400 tokens with r50k_base); ``long``, ``--n`` texts of about :data:`LONG_CHARS`
+characters (570-920 tokens with r50k_base, 770 on average for 119 texts: one window each at
+GPT-2's context of 1,024), GSM8K train problems
+joined by blank lines. Vocabulary statistics (Min-K%++) are off unless ``--vocab-stats`` (as for
+every scorer but Min-K%++).
 """
 
 from __future__ import annotations
@@ -75,6 +87,7 @@ REFERENCE_SETTINGS = ("peer", "hf_dense")
 """Settings that do not depend on this package's code (the code under test only)."""
 
 SETTINGS = CODE_SETTINGS + REFERENCE_SETTINGS
+LONG_CHARS = 3000  # characters of a ``--texts long`` text at most
 PEAK_ROWS = 2048  # rows of the matrix products timed by the ``peak`` worker
 PEAK_SECONDS = 2.0  # time spent on each product
 RANDOM_SEED = 0  # of every random model's weights
@@ -214,6 +227,34 @@ def dense_forward(backend, texts: list[str]) -> int:
     return len(stream) - len(sequences)
 
 
+def bench_texts(kind: str, n: int) -> list[str]:
+    """The ``--texts`` set: ``gsm8k`` (the first ``n`` GSM8K test problems) or ``long`` (``n``
+    texts of GSM8K train problems joined by blank lines, each as many problems as stay within
+    :data:`LONG_CHARS` characters)."""
+    from blackbox_mia.datasets import load_shipped_or_jsonl
+
+    if kind == "gsm8k":
+        return [item.text for item in load_shipped_or_jsonl("gsm8k:test").items[:n]]
+    texts, parts = [], []
+    for item in load_shipped_or_jsonl("gsm8k:train").items:
+        if parts and len("\n\n".join([*parts, item.text])) > LONG_CHARS:
+            texts.append("\n\n".join(parts))
+            parts = []
+            if len(texts) == n:
+                break
+        parts.append(item.text)
+    return texts
+
+
+def padded_positions(backend, texts: list[str]) -> int:
+    """Positions the local backend runs for ``texts`` without padding: the tokens of every window
+    of every text (BOS included)."""
+    from blackbox_mia.backends.local.packing import window_rows
+
+    rows, _ = window_rows([len(backend.full_ids(ids)) for ids in backend.codec.encode_many(texts)], backend.context)
+    return sum(b - a for _, a, b, _ in rows)
+
+
 def worker(args: argparse.Namespace) -> None:
     """One (model, setting) run in this process: prints its JSON line, saves its log-probs
     (``hf_dense``: none)."""
@@ -223,10 +264,9 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from blackbox_mia.backends.local import LocalBackend, LocalConfig
-    from blackbox_mia.datasets import load_shipped_or_jsonl
 
     load_start = os.getloadavg()[0]
-    texts = [item.text for item in load_shipped_or_jsonl("gsm8k:test").items[: args.n]]
+    texts = bench_texts(args.texts, args.n)
     extra = {k: v for k, v in (("threads", args.threads), ("max_memory_gb", args.max_memory)) if v is not None}
     if not any(Path(args.worker).glob("*.safetensors")) and not any(Path(args.worker).glob("*.bin")):
         random_weights(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -240,17 +280,27 @@ def worker(args: argparse.Namespace) -> None:
         "peer": lambda part: peer_loop(backend, part, args.vocab_stats),
         "hf_dense": lambda part: dense_forward(backend, part),
     }[args.setting]
-    run(texts[:2])  # warm-up
-    calls = [0]
-    backend.model.base_model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    run(texts[:2])  # warm-up: the device, its libraries, the first kernels
+    shapes: list[tuple[int, ...]] = []  # input ids (rows, width) of each pass of the base network
+    hook = backend.model.base_model.register_forward_hook(
+        lambda module, inputs, kwargs, out: shapes.append(tuple(kwargs.get("input_ids", *inputs[:1]).shape)),
+        with_kwargs=True,
+    )
     if backend.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(backend.device)
-        torch.cuda.synchronize(backend.device)
-    start = time.perf_counter()
-    results = run(texts)
-    if backend.device.type == "cuda":
-        torch.cuda.synchronize(backend.device)
-    seconds = time.perf_counter() - start
+
+    def timed():
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize(backend.device)
+        start = time.perf_counter()
+        out = run(texts)
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize(backend.device)
+        return out, time.perf_counter() - start
+
+    results, seconds = timed()  # cold: shapes this process has not run yet
+    hook.remove()
+    _, warm_seconds = timed()  # warm: the same call again
     if args.setting == "hf_dense":
         tokens = results
     else:
@@ -262,10 +312,15 @@ def worker(args: argparse.Namespace) -> None:
         "texts": len(texts),
         "tokens": tokens,
         "seconds": round(seconds, 3),
+        "warm_seconds": round(warm_seconds, 3),
         "tokens_per_s": round(tokens / seconds, 1),
+        "warm_tokens_per_s": round(tokens / warm_seconds, 1),
         "matmul_gflops": round(tokens / seconds * flops / 1e9, 1),
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
-        "forward_calls": calls[0],
+        "forward_calls": len(shapes),
+        "shapes_per_call": len(set(shapes)),
+        "padding_share": round(1 - padded_positions(backend, texts) / sum(b * t for b, t in shapes), 4)
+        if args.setting in CODE_SETTINGS else None,
         "device": str(backend.device),
         "dtype": str(backend.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
@@ -288,7 +343,7 @@ def bf16_peak_tflops(gpu: str | None) -> float | None:
 def run_one(args, model_dir: Path, setting: str, source: Path, save: Path) -> dict:
     """Run :func:`worker` in a fresh process (``source`` first on its path) and parse its line."""
     command = [sys.executable, __file__, "--worker", str(model_dir), "--setting", setting, "--save", str(save),
-               "--n", str(args.n), "--dtype", args.dtype]
+               "--n", str(args.n), "--texts", args.texts, "--dtype", args.dtype]
     for flag, value in (("--device", args.device), ("--threads", args.threads), ("--max-memory", args.max_memory)):
         if value is not None:
             command += [flag, str(value)]
@@ -307,6 +362,7 @@ def main() -> None:
     parser.add_argument("--models", default="gpt2-small,canary")
     parser.add_argument("--canary", default=None, help="trained canary directory")
     parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--texts", choices=("gsm8k", "long"), default="gsm8k")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default="auto")
@@ -373,8 +429,12 @@ def main() -> None:
             mine = {s: runs for s, runs in mine.items() if runs}
             speed = {s: round(statistics.median(r["tokens_per_s"] for r in runs), 1) for s, runs in mine.items()}
             summary = {
-                "model": name, "setting": "summary", "code": code,
+                "model": name, "setting": "summary", "code": code, "text_set": args.texts,
                 **{f"{s}_tokens_per_s": speed[s] for s in mine},
+                **{f"{s}_warm_tokens_per_s": round(statistics.median(r["warm_tokens_per_s"] for r in runs), 1)
+                   for s, runs in mine.items()},
+                "shapes_per_call": max(r["shapes_per_call"] for r in mine["batched"]),
+                "padding_share": max(r["padding_share"] for r in mine["batched"]),
                 **{f"batched_over_{s}": round(speed["batched"] / speed[s], 2) for s in mine if s != "batched"},
                 **{f"{s}_peak_rss_gb": max(r["peak_rss_gb"] for r in runs) for s, runs in mine.items()},
                 "load_avg": [min(min(r["load_avg"]) for r in rows), max(max(r["load_avg"]) for r in rows)],

@@ -34,5 +34,13 @@ def test_bench_local_smallest_setting(tmp_path):
     for other in ("single", "peer", "hf_dense"):
         assert summary[f"batched_over_{other}"] == round(speed["batched"] / speed[other], 2)
     assert summary["mfu"] is None and summary["peak_gpu_gb"] is None  # CPU
+    for run in runs.values():  # a cold call, then the same call warm
+        assert run["warm_tokens_per_s"] == pytest.approx(tokens / run["warm_seconds"], rel=1e-2)  # seconds rounded to ms
+    # the two texts are 122 and 75 tokens (BOS included): fewer lengths than widths, one pass each
+    assert runs["batched"]["shapes_per_call"] == runs["batched"]["forward_calls"] == 2
+    assert runs["batched"]["padding_share"] == runs["single"]["padding_share"] == 0
+    assert runs["single"]["shapes_per_call"] == 2 and runs["peer"]["padding_share"] is None
+    assert summary["shapes_per_call"] == 2 and summary["padding_share"] == 0 and summary["text_set"] == "gsm8k"
+    assert summary["batched_warm_tokens_per_s"] == runs["batched"]["warm_tokens_per_s"]
     (peak,) = [r for r in rows if r["setting"] == "peak"]
     assert summary["ceiling_over_single"] == round(peak["ceiling_tokens_per_s"] / speed["single"], 2)

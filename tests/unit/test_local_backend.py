@@ -116,9 +116,9 @@ def test_on_done_reports_each_text_after_its_last_batch(tiny_model_dir):
     forwards = []
     real_forward = small._forward
 
-    def counting_forward(rows, vocab_stats):
+    def counting_forward(rows, width, vocab_stats):
         forwards.append(len(rows))
-        return real_forward(rows, vocab_stats)
+        return real_forward(rows, width, vocab_stats)
 
     small._forward = counting_forward
     reported = []
@@ -189,7 +189,7 @@ def test_pass_in_flight_while_the_last_is_read_same_values(tiny_model_dir):
     small._in_flight = 1
     forwards = []
     real = small._forward
-    small._forward = lambda rows, stats: forwards.append(len(rows)) or real(rows, stats)
+    small._forward = lambda rows, width, stats: forwards.append(len(rows)) or real(rows, width, stats)
     reported = []
     got = small.logprobs(texts, on_done=lambda i, lp: reported.append((i, len(forwards))))
     assert sorted(i for i, _ in reported) == list(range(len(texts))) and len(forwards) > 3

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig, resources
+from blackbox_mia.backends.local.packing import pass_widths
 from blackbox_mia.backends.local.reduce import (
     LOGIT_COPIES,
     chunk_positions,
@@ -71,11 +72,9 @@ def test_budget_hand_values():
     assert budget.chunk == chunk_positions(50257, 2**26) == 2**26 // (LOGIT_COPIES * 4 * 50257) == 111
     # activations: 3/4 of 256 MiB = 201,326,592 bytes; 58,752 bytes per token at width 100
     assert budget.capacity(100) == 201_326_592 // 58_752 == 3426
-    assert budget.fits(34, 100, 3400) and not budget.fits(35, 100, 3500)  # 3,400 tokens fit, 3,500 do not
-    assert not ForwardBudget(2**40, 1000, shape).fits(11, 100, 1100)  # the token cap binds
-    assert ForwardBudget(2**40, 1000, shape).fits(1, 5000, 5000)  # one row always runs
-    # padding: at most 5% of the padded tokens
-    assert budget.fits(2, 100, 190) and not budget.fits(2, 100, 189)
+    assert budget.rows_per_pass(100) == 34  # 3,400 tokens fit, 3,500 do not
+    assert ForwardBudget(2**40, 1000, shape).rows_per_pass(100) == 10  # the token cap binds
+    assert ForwardBudget(2**40, 1000, shape).rows_per_pass(5000) == 1  # one row always runs
     assert chunk_positions(50257, 10) == 1
 
 
@@ -101,7 +100,7 @@ def test_gpu_batches_sized_by_free_memory_not_a_token_cap(monkeypatch):
     # per token at width 1,024: 8·2048 + 2·8192 + 2·16·1024 = 65,536 values · 2 bytes = 128 KiB;
     # activations 3/4 · 40 GiB = 30 GiB: 245,760 padded tokens, 30× the CPU cap
     assert budget.capacity(1024) == 30 * 2**30 // 2**17 == 245_760
-    assert budget.fits(240, 1024, 240 * 1024) and not budget.fits(241, 1024, 241 * 1024)
+    assert budget.rows_per_pass(1024) == 240
     # logits: 10 GiB over 3 float32 copies of 50,257 columns
     assert budget.chunk == 10 * 2**30 // (3 * 4 * 50257) == 17_804
     capped = ForwardBudget(budget_bytes, resources.token_cap(cpu, None), gpt2_1b)
@@ -142,7 +141,7 @@ def test_small_budget_many_passes_same_values(tiny_model_dir, backend):
     assert small._call(_threads_on_backend_thread()) == 1
     passes = []
     real = small._forward
-    small._forward = lambda rows, stats: passes.append(len(rows)) or real(rows, stats)
+    small._forward = lambda rows, width, stats: passes.append(len(rows)) or real(rows, width, stats)
     got = small.logprobs(texts)
     want = backend.logprobs(texts)
     assert len(passes) > 1 and sum(passes) == len(texts)
@@ -152,23 +151,23 @@ def test_small_budget_many_passes_same_values(tiny_model_dir, backend):
         np.testing.assert_allclose(g.sigma, w.sigma, atol=1e-5)
 
 
-def test_batches_pad_at_most_five_percent_and_equal_one_at_a_time(tiny_model_dir, backend):
-    """Ragged texts: every forward pass pads at most MAX_PADDING_SHARE of its tokens, and each
-    text's values equal its own one-text pass within 1e-4 nats (float32)."""
+def test_passes_pad_to_the_call_s_widths_and_equal_one_at_a_time(tiny_model_dir, backend):
+    """Ragged texts: every row is padded to the smallest of the call's :func:`pass_widths` that
+    holds it, and each text's values equal its own one-text pass within 1e-4 nats (float32)."""
     texts = [q[: 15 + 6 * i] for i, q in enumerate(gsm8k_questions(12))]  # within the context
-    widths = []
+    passes = []
     real = backend._forward
-    backend._forward = lambda rows, stats: widths.append([len(r) for r in rows]) or real(rows, stats)
+    backend._forward = lambda rows, width, stats: passes.append(([len(r) for r in rows], width)) or real(rows, width, stats)
     try:
         got = backend.logprobs(texts)
     finally:
         del backend._forward
     lengths = sorted((len(backend.encode(t)) + 1 for t in texts), reverse=True)
-    assert sorted((w for batch in widths for w in batch), reverse=True) == lengths
-    assert any(len(batch) > 1 for batch in widths)
-    for batch in widths:
-        padded = len(batch) * max(batch)
-        assert padded - sum(batch) <= resources.MAX_PADDING_SHARE * padded
+    assert sorted((n for rows, _ in passes for n in rows), reverse=True) == lengths
+    assert any(len(rows) > 1 for rows, _ in passes)
+    widths = pass_widths(lengths)
+    for rows, width in passes:
+        assert width in widths and all(width == min(w for w in widths if w >= n) for n in rows)
     for text, lp in zip(texts, got):
         one = backend.logprobs([text])[0]
         assert np.abs(lp.logprobs - one.logprobs).max() <= 1e-4

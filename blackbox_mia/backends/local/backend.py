@@ -33,6 +33,7 @@ from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
 from ..base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..generation import build_generation, sample_seed, seeded_sampler, strategy_name
 from .config import SPEED_FIELDS, LocalConfig
+from .head import head_row_multiple, scoring_head
 from .packing import pack_rows, window_rows
 from .passes import LaunchedPass, SequenceResult
 from .reduce import reduce_chunks
@@ -47,6 +48,11 @@ from .resources import (
 
 SPLIT_CHECK_TOKENS = 8
 """Tokens of the probe that checks, at load, that logits = output embedding(last hidden state)."""
+
+SCORING_ATTENTION = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+"""The scaled-dot-product attention kernels a scoring pass may use (torch's ``SDPBackend``
+names): all but cuDNN's, which builds a new plan for every new input shape (on an H200, a cold
+gpt2-1b call of 18 shapes ran at 68k tokens/s with it, 116k without; the warm call the same)."""
 
 CUDA_PASSES_IN_FLIGHT = 1
 """On CUDA, forward passes launched after the one whose results the host is reading: the GPU
@@ -145,6 +151,7 @@ class LocalBackend(Backend):
         shape = ModelShape.of(self.model, self.vocab_size, self._head.weight.element_size())
         self.budget = ForwardBudget(budget, token_cap(self.device, config.max_batch_tokens), shape)
         self._split = self._call(self._head_is_last_step())
+        self._scoring_head = scoring_head(torch, self._head, head_row_multiple(self.device)) if self._split else _identity
         self._in_flight = CUDA_PASSES_IN_FLIGHT if self.device.type == "cuda" else 0
 
     async def _on_own_thread(self, fn):
@@ -165,10 +172,10 @@ class LocalBackend(Backend):
         the model's own logits. Checked once on a short probe."""
         torch = self._torch
         ids = torch.arange(min(SPLIT_CHECK_TOKENS, self.context), device=self.device).unsqueeze(0) % self.vocab_size
-        with torch.inference_mode():
-            want = self.model(input_ids=ids).logits
+        with torch.inference_mode(), self._attention():
+            want = self.model(input_ids=ids, use_cache=False).logits
             try:
-                got = self._head(self.model.base_model(input_ids=ids).last_hidden_state)
+                got = self._head(self.model.base_model(input_ids=ids, use_cache=False).last_hidden_state)
             except (AttributeError, TypeError, RuntimeError):
                 return False
         return got.shape == want.shape and torch.allclose(got.float(), want.float(), rtol=1e-4, atol=1e-4)
@@ -269,9 +276,9 @@ class LocalBackend(Backend):
         after storing ``results[s] = (lp, mu, sigma)``, each of shape (L-1,) (``mu``/``sigma``
         ``None`` unless ``vocab_stats``).
 
-        Long sequences are split into windows and packed into batches (:mod:`.packing`)
-        that fit the :attr:`budget`, longest sequence first, each sequence's windows together,
-        so a long text finishes as soon as its own windows ran. On CUDA a batch's results are
+        Long sequences are split into windows and packed into batches (:mod:`.packing`: a few
+        row widths per call) that fit the :attr:`budget`, longest sequence first, each
+        sequence's windows together, so a long text finishes as soon as its own windows ran. On CUDA a batch's results are
         read while the next batch computes (:data:`CUDA_PASSES_IN_FLIGHT`).
         """
         rows, order = window_rows([len(seq) for seq in sequences], self.context)
@@ -285,12 +292,16 @@ class LocalBackend(Backend):
             tqdm.write(note, file=sys.stderr)
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward", leave=False)
         launched: list[tuple[list, LaunchedPass]] = []  # passes not read yet, oldest first
-        batches = pack_rows(order, [b - a for _, a, b, _ in rows], self.budget)
+        # every window of a sequence is padded as its first, widest one: they run together, and a
+        # long text finishes as soon as its own windows ran (its last, narrower window would
+        # otherwise wait for the narrow rows at the call's end)
+        batches = pack_rows(order, [min(len(sequences[s]), self.context) for s, *_ in rows], self.budget)
         try:
             for batch in chain(batches, [None]):  # None: the end, every pass is read
                 if batch is not None:
-                    windows = [rows[r] for r in batch]
-                    launched.append((windows, self._forward([sequences[s][a:b] for s, a, b, _ in windows], vocab_stats)))
+                    windows = [rows[r] for r in batch[0]]
+                    ids = [sequences[s][a:b] for s, a, b, _ in windows]
+                    launched.append((windows, self._forward(ids, batch[1], vocab_stats)))
                 while len(launched) > (self._in_flight if batch is not None else 0):
                     windows, computed = launched.pop(0)
                     finished = []
@@ -310,11 +321,10 @@ class LocalBackend(Backend):
         finally:
             bar.close()
 
-    def _pad(self, rows: Sequence[Sequence[int]]):
-        """Right-padded ids (padding: id 0, never read), shape (B, longest row), on the model's
+    def _pad(self, rows: Sequence[Sequence[int]], width: int):
+        """Right-padded ids (padding: id 0, never read), shape (B, ``width``), on the model's
         device."""
         torch = self._torch
-        width = max(len(r) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.as_tensor(list(r))
@@ -322,25 +332,33 @@ class LocalBackend(Backend):
 
     def _states(self, ids):
         """The tensor the logits of right-padded ``ids`` (B, T) are reduced from, (B, T, ·), and
-        the map from it to logits: the last hidden states and the output embedding when
-        :meth:`_head_is_last_step`, else the model's own logits and the identity.
+        the map from it to logits: the last hidden states and the output embedding (its
+        :func:`~.head.scoring_head`) when :meth:`_head_is_last_step`, else the model's own logits
+        and the identity. No KV cache is built (nothing reads it), and attention runs on
+        :data:`SCORING_ATTENTION`'s kernels.
 
         No attention mask is passed: with right padding a causal model's real positions never
         attend to the padding after them, so their values are those of the unpadded row, and
         the fused causal attention kernel runs instead of the masked one (faster on CPU:
         records/measured-settings.md). Padding positions are never read."""
-        if self._split:
-            return self.model.base_model(input_ids=ids).last_hidden_state, self._head
-        return self.model(input_ids=ids).logits, _identity
+        with self._attention():
+            if self._split:
+                return self.model.base_model(input_ids=ids, use_cache=False).last_hidden_state, self._scoring_head
+            return self.model(input_ids=ids, use_cache=False).logits, _identity
 
-    def _forward(self, rows: list[Sequence[int]], vocab_stats: bool) -> LaunchedPass:
-        """One padded forward pass and its reduction, launched (on CUDA: queued, the results'
-        copy to the host too); :meth:`LaunchedPass.rows` reads them. Padding positions are
-        never reduced; the scored positions are picked by indices computed on the host (a
-        boolean mask would make the host wait for the pass)."""
+    def _attention(self):
+        """A context in which scaled-dot-product attention uses :data:`SCORING_ATTENTION`'s kernels."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([getattr(SDPBackend, name) for name in SCORING_ATTENTION])
+
+    def _forward(self, rows: list[Sequence[int]], width: int, vocab_stats: bool) -> LaunchedPass:
+        """One forward pass of ``rows`` padded to ``width`` tokens and its reduction, launched (on
+        CUDA: queued, the results' copy to the host too); :meth:`LaunchedPass.rows` reads them.
+        Padding positions are never reduced; the scored positions are picked by indices computed
+        on the host (a boolean mask would make the host wait for the pass)."""
         torch = self._torch
-        ids = self._pad(rows)
-        width = ids.shape[1]
+        ids = self._pad(rows, width)
         # position c of row i predicts ids[i, c + 1]: flat index i · width + c, for c < len(row) - 1
         scored = torch.cat([torch.arange(len(r) - 1) + i * width for i, r in enumerate(rows)]).to(self.device)
         targets = torch.as_tensor([t for r in rows for t in r[1:]]).to(self.device)
@@ -366,8 +384,8 @@ class LocalBackend(Backend):
         rows = [list(p)[-self.context :] for p in prefixes]
         out = np.empty((len(rows), self.vocab_size), dtype=np.float32)
         order = sorted(range(len(rows)), key=lambda r: len(rows[r]), reverse=True)
-        for batch in pack_rows(order, [len(r) for r in rows], self.budget):
-            ids = self._pad([rows[r] for r in batch])
+        for batch, width in pack_rows(order, [len(r) for r in rows], self.budget):
+            ids = self._pad([rows[r] for r in batch], width)
             last = torch.as_tensor([len(rows[r]) - 1 for r in batch], device=self.device)
             with torch.inference_mode():
                 states, head = self._states(ids)
@@ -383,9 +401,9 @@ class LocalBackend(Backend):
         """
         self._use_threads()
         torch = self._torch
-        with torch.inference_mode():
+        with torch.inference_mode(), self._attention():
             x = torch.as_tensor([list(ids)], device=self.device)
-            logits = self.model(input_ids=x, attention_mask=torch.ones_like(x)).logits
+            logits = self.model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits
             logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)
             actual = logp.gather(-1, x[0, 1:].unsqueeze(-1)).squeeze(-1).cpu().numpy()
             if n > 0:
@@ -425,7 +443,7 @@ class LocalBackend(Backend):
         found: dict[tuple[int, int], Generation] = {}
         order = sorted(range(len(rows)), key=lambda r: -len(contexts[rows[r][0]]))
         widths = [len(contexts[i]) + max_new_tokens for i, _ in rows]
-        for batch in pack_rows(order, widths, self.budget):
+        for batch, _ in pack_rows(order, widths, self.budget):
             ids, lps = self._generate_batch(
                 [contexts[rows[r][0]] for r in batch], max_new_tokens, temperature, [seeds[r] for r in batch]
             )

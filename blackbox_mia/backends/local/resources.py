@@ -30,12 +30,6 @@ CPU_BUDGET_CAP_GIB = 0.25
 GPU_BUDGET_SHARE = 0.5
 """Default GPU budget: this share of the device memory free once the model is loaded."""
 
-MAX_PADDING_SHARE = 0.05
-"""A batch's padding (padded tokens that are no text) stays within this share of its padded
-tokens: rows run longest first, and a row that would pad its batch past it starts the next one
-(with 64 GSM8K texts, greedy batches to the token cap padded 30% of their tokens; this bound,
-4%)."""
-
 LOGIT_SHARE = 0.25
 """Share of the budget given to the logits of one chunk of positions; the rest to activations."""
 
@@ -100,7 +94,7 @@ CPU_BATCH_TOKENS = 8192  # padded tokens per pass off CUDA when no cap is given 
 def token_cap(device, max_batch_tokens: int | None) -> int | None:
     """The fixed cap on padded tokens per pass on ``device``: ``max_batch_tokens`` when given;
     else :data:`CPU_BATCH_TOKENS` on CPU and other devices, and none on CUDA, where the memory
-    budget alone sizes a pass (:meth:`ForwardBudget.fits`): a fixed 8,192 bound a 139 GB GPU's
+    budget alone sizes a pass (:meth:`ForwardBudget.rows_per_pass`): a fixed 8,192 bound a 139 GB GPU's
     passes long before its memory did."""
     if max_batch_tokens is not None:
         return max_batch_tokens
@@ -176,9 +170,7 @@ class ForwardBudget:
             tokens = min(tokens, self.max_tokens)
         return max(width, tokens)
 
-    def fits(self, rows: int, width: int, filled: int) -> bool:
-        """Whether ``rows`` rows padded to ``width`` tokens, ``filled`` of them text, make one
-        pass: within :meth:`capacity` (a single row always runs, even past it), and padding at
-        most :data:`MAX_PADDING_SHARE` of the padded tokens."""
-        tokens = rows * width
-        return (rows == 1 or tokens <= self.capacity(width)) and tokens - filled <= MAX_PADDING_SHARE * tokens
+    def rows_per_pass(self, width: int) -> int:
+        """Rows ``width`` tokens wide that make one pass: :meth:`capacity` over ``width``, at
+        least 1 (a single row always runs, even past the budget)."""
+        return self.capacity(width) // width
