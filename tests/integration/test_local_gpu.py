@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
+from blackbox_mia.backends.local.head import PaddedHead
 
 from ..conftest import gsm8k_questions
 
@@ -18,6 +19,8 @@ def test_bfloat16_close_to_float32_and_float32_equal_to_cpu(tiny_model_dir):
     fp32 = LocalBackend(LocalConfig(str(tiny_model_dir), device="cuda", dtype="float32")).logprobs(texts)
     half = LocalBackend(LocalConfig(str(tiny_model_dir), device="cuda"))
     assert half.dtype == torch.bfloat16
+    # the output embedding (vocabulary 300) runs padded to 320 rows on CUDA; on CPU it is the model's own
+    assert isinstance(half._scoring_head, PaddedHead) and half._scoring_head.weight.shape[0] == 320
     bf16 = half.logprobs(texts)
     for c, f, b in zip(cpu, fp32, bf16):
         np.testing.assert_allclose(f.logprobs, c.logprobs, atol=1e-4)
