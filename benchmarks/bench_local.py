@@ -458,6 +458,36 @@ def gpu_summary(batched: list[dict]) -> dict:
     }
 
 
+def markdown(lines: list[dict]) -> str:
+    """The docs' table (docs/local-models.md, "On a GPU") from this benchmark's ``--json`` lines of
+    one model and text set: per setting, the cold and warm calls' tokens/s, the cold call's passes,
+    distinct shapes and padding share; then the summary's ratios (cold over cold), MFU, peak GPU
+    memory and the device.
+
+    Raises:
+        ValueError: no summary line in ``lines``.
+    """
+    summaries = [line for line in lines if line.get("setting") == "summary"]
+    if not summaries:
+        raise ValueError("no summary line in the benchmark's output")
+    summary = summaries[-1]
+    runs = [line for line in lines if line.get("setting") in SETTINGS and line.get("model") == summary["model"]]
+    out = ["| setting | cold call, tokens/s | warm call, tokens/s | passes | shapes | padding |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for run in runs:
+        padding = "-" if run.get("padding_share") is None else f"{100 * run['padding_share']:.1f}%"
+        out.append(f"| {run['setting']} | {run['tokens_per_s']:,.0f} | {run['warm_tokens_per_s']:,.0f} | "
+                   f"{run['forward_calls']:,} | {run['shapes_per_call']:,} | {padding} |")
+    first = runs[0]
+    ratios = ", ".join(f"batched / {s} **{summary[f'batched_over_{s}']:.2f}**" for s in ("hf_dense", "peer", "single")
+                       if f"batched_over_{s}" in summary)
+    mfu = f", MFU **{summary['mfu']:.3f}** of {summary['peak_tflops']:,.0f} TFLOP/s" if summary.get("mfu") else ""
+    device = summary.get("gpu") or first["device"]
+    out += ["", f"{summary['model']}, {first['texts']:,} texts ({summary['text_set']}, {first['tokens']:,} tokens), "
+            f"{first['dtype']}, on {device}: {ratios}{mfu}; batched peak GPU memory {summary['peak_gpu_gb']} GB."]
+    return "\n".join(out) + "\n"
+
+
 def _line(row: dict) -> str:
     return "  ".join(f"{k}={v}" for k, v in row.items())
 

@@ -349,6 +349,17 @@ def chat_audit_args(s: Session) -> list[str]:
     return ["--canary", s.canary("--chat-share", "6"), "--work", os.path.relpath(s.work / "chat_audit", ROOT)]
 
 
+def bench_local_gpu_args(model: str, n: int, texts: str = "gsm8k") -> Callable[[Session], list[str]]:
+    """The local backend's GPU figures (docs/local-models.md): ``model`` on ``n`` texts of the
+    ``texts`` set, Min-K%++ statistics on, one round (needs a CUDA GPU)."""
+    return lambda s: ["--device", "cuda", "--rounds", "1", "--vocab-stats", "--models", model, "--n", str(n),
+                      "--texts", texts]
+
+
+BENCH_LOCAL_VOLATILE = frozenset({"seconds", "warm_seconds", "load_avg", "round", "code"})
+"""A speed benchmark's keys that are not figures: its times (its speeds are its figures; no CPU
+reproduces them, and ``--check`` on the same GPU compares them within :data:`REL_TOL`)."""
+
 BENCHMARK_VOLATILE = (VOLATILE_KEYS - {"requests_per_token"}) | {"wall_s", "version"}
 """A tracker benchmark's keys that are not figures: its times and raw request counts (which
 concurrent requests may move by one). Its requests per token, from a fresh response cache, are
@@ -365,7 +376,14 @@ STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power",
                              "chat_audit": Study("studies.chat_audit", chat_audit_args),
                              "real_server_check": Study("benchmarks.real_server_check", real_server_args,
                                                         BENCHMARK_VOLATILE),
-                             "bench_blackbox": Study("benchmarks.bench_blackbox", bench_blackbox_args, BENCHMARK_VOLATILE)}
+                             "bench_blackbox": Study("benchmarks.bench_blackbox", bench_blackbox_args, BENCHMARK_VOLATILE),
+                             "bench_local_gpu": Study("benchmarks.bench_local", bench_local_gpu_args("gpt2-1b", 1024),
+                                                      BENCH_LOCAL_VOLATILE),
+                             "bench_local_gpu_long": Study("benchmarks.bench_local",
+                                                           bench_local_gpu_args("gpt2-1b", 119, "long"),
+                                                           BENCH_LOCAL_VOLATILE),
+                             "bench_local_gpu_7b": Study("benchmarks.bench_local", bench_local_gpu_args("gpt2-7b", 256),
+                                                         BENCH_LOCAL_VOLATILE)}
 
 
 def study_table(name: str, lines: list[dict], command: str) -> str:

@@ -1,4 +1,5 @@
-"""LocalBackend against manual log_softmax gathers, one-at-a-time runs and full-context runs."""
+"""LocalBackend against manual log_softmax gathers, one-at-a-time runs and full-context runs (on the
+CPU, where the hand references run; tests/integration/test_local_gpu.py checks CUDA)."""
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from ..conftest import gsm8k_questions
 
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir):
-    return LocalBackend(LocalConfig(str(tiny_model_dir), max_batch_tokens=512))
+    return LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", max_batch_tokens=512))
 
 
 def manual(backend, ids):
@@ -56,7 +57,7 @@ def test_sliding_windows_cover_every_target_once():
 
 
 def test_sliding_window_equals_full_context_where_both_apply(tiny_model_dir, backend):
-    small = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16, max_batch_tokens=64))
+    small = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", max_length=16, max_batch_tokens=64))
     text = gsm8k_questions(1)[0][:70]
     assert 30 < len(backend.encode(text)) < 63
     full = backend.logprobs([text])[0].logprobs
@@ -82,7 +83,7 @@ def test_next_token_logprobs_match_sequence(backend):
 
 
 def test_no_bos_leaves_first_token_unscored(tiny_model_dir, backend):
-    nobos = LocalBackend(LocalConfig(str(tiny_model_dir), bos=False))
+    nobos = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", bos=False))
     text = "Tom has 3 red apples"
     lp = nobos.logprobs([text])[0]
     ids = backend.encode(text)
@@ -97,14 +98,14 @@ def test_bad_input(tiny_model_dir, backend):
         backend.logprobs(["fine", "   "])
     with pytest.raises(BlackboxMIAError, match="cannot load model"):
         LocalBackend(LocalConfig(str(tiny_model_dir.parent), local_files_only=True))  # a directory, no model
-    nobos = LocalBackend(LocalConfig(str(tiny_model_dir), bos=False))
+    nobos = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", bos=False))
     one_token = next(t for t in ["a", "T", "1"] if len(backend.encode(t)) == 1)
     with pytest.raises(BlackboxMIAError, match="single token"):
         nobos.logprobs([one_token])
 
 
 def test_on_done_reports_each_text_after_its_last_batch(tiny_model_dir):
-    small = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16, max_batch_tokens=48))
+    small = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", max_length=16, max_batch_tokens=48))
     # texts of 3+ windows whose last window is narrower than the context (the shape that
     # packing by window width alone would leave until the very end)
     def wanted(text):
@@ -182,7 +183,7 @@ def test_token_strings_follow_the_codec_convention(backend):
 def test_pass_in_flight_while_the_last_is_read_same_values(tiny_model_dir):
     """With one pass in flight (CUDA's setting, forced here on CPU) each batch's results are
     read after the next pass was launched: the same values, every text reported once."""
-    small = LocalBackend(LocalConfig(str(tiny_model_dir), max_length=16, max_batch_tokens=48))
+    small = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", max_length=16, max_batch_tokens=48))
     texts = [q[: 20 + 9 * i] for i, q in enumerate(gsm8k_questions(8))]
     want = small.logprobs(texts)
     assert small._in_flight == 0  # CPU

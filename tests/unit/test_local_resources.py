@@ -208,6 +208,6 @@ def test_model_logits_path_equals_hidden_state_path(tiny_model_dir, backend):
 
 
 def test_describe_leaves_out_speed_settings(tiny_model_dir):
-    described = LocalBackend(LocalConfig(str(tiny_model_dir), threads=1, max_memory_gb=0.5)).describe()
+    described = LocalBackend(LocalConfig(str(tiny_model_dir), device="cpu", threads=1, max_memory_gb=0.5)).describe()
     assert "threads" not in described and "max_memory_gb" not in described
     assert described["max_batch_tokens"] == 8192 and math.isfinite(described["context_tokens"])
