@@ -163,7 +163,7 @@ def _load_split(name: str, config: str | None, split: str | None, spec: str) -> 
             f"{spec}: not in the local Hugging Face cache ({datasets.config.HF_DATASETS_CACHE}) and the hub cannot be "
             f"reached (HF_DATASETS_OFFLINE={offline}): load it once online, or give a local directory "
             f"({' '.join(str(exc).split())})") from exc
-    except (OSError, ValueError) as exc:  # a config that does not exist, a folder without data files...
+    except (OSError, ValueError, RuntimeError) as exc:  # no such config, no data files, a loading script...
         raise BlackboxMIAError(f"{spec}: cannot load {name}: {' '.join(str(exc).split())}") from exc
     if isinstance(loaded, datasets.Dataset):  # save_to_disk of one split
         if split is not None:

@@ -1,9 +1,10 @@
-"""Datasets: the shipped benchmarks and user JSONL files, as lists of :class:`Item`.
+"""Datasets: the shipped benchmarks and user data files, as lists of :class:`Item`.
 
 A dataset *spec* is one of the shipped names below, ``canary`` / ``canary:PATH`` (a trained
 canary's members and non-members, resolved by :mod:`blackbox_mia.canary.dataset`, whose
-:func:`~blackbox_mia.canary.dataset.load_items` takes every spec), or a path to a JSONL file;
-:func:`load_shipped_or_jsonl` here takes the shipped names and JSONL files.
+:func:`~blackbox_mia.canary.dataset.load_items` takes every spec), a Hugging Face spec
+(:mod:`.huggingface`), or a path to a data file (:mod:`.files`), optionally with its field names
+(:mod:`.fields`); :func:`load_shipped_or_jsonl` here takes the shipped names and data files.
 
 * ``gsm8k`` (= ``gsm8k:test``), ``gsm8k:train``: ``gsm8k/{test,train}.jsonl``, 1,319 / 7,473
   problems, ids ``gsm8k-test-{i}`` / ``gsm8k-train-{i}``.
@@ -26,9 +27,9 @@ canary's members and non-members, resolved by :mod:`blackbox_mia.canary.dataset`
   {correct}"``; ``meta`` = ``{question, options, rationale, correct}``.
 * WikiMIA: the ``input`` field; ``label`` 1 = member (pre-2017 Wikipedia), 0 = non-member;
   the other fields (``hf_index``, ``md5``...) go to ``meta``.
-* A user JSONL file: one object per line with ``text`` (or ``input``), optional ``label``
-  (0/1, or null) and optional ``id`` (default ``{file stem}-{i}``); other fields go to
-  ``meta``. Blank lines are skipped.
+* A user data file: records with ``text`` (or ``input``), optional ``label`` (0/1, or null)
+  and optional ``id`` (default ``{file stem}-{i}``), or the fields :class:`~.fields.Fields`
+  names; other fields go to ``meta``. Blank lines of JSON Lines are skipped.
 
 Sources and licences of the shipped files: ``blackbox_mia/data/README.md``.
 """
@@ -66,7 +67,7 @@ NAMED: dict[str, tuple[str, str, ItemMaker]] = {
 def dataset_not_found(path: Path, names: Sequence[str]) -> BlackboxMIAError:
     """The error for a dataset spec that is neither a named dataset nor a file: a directory is
     said to be one, anything else is not found; the message lists ``names``."""
-    what = "is a directory, not a data file" if path.is_dir() else "not found"
+    what = f"is a directory, not a data file (a Hugging Face data set on disk: hf:{path})" if path.is_dir() else "not found"
     return BlackboxMIAError(f"dataset file {what}: {path} (named datasets: {', '.join(names)}; "
                             f"anything else is a file: {', '.join(f'.{name}' for name in READERS)}, each also .gz)")
 
