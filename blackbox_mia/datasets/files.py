@@ -1,14 +1,10 @@
 """Records of a data file, read by its suffix: JSON Lines, JSON, CSV or Parquet, each also gzip-compressed.
 
-=================  ===========================================================================
-suffix             read as
-=================  ===========================================================================
-``.jsonl``         one JSON object per line (blank lines skipped); any unknown suffix too
-``.json``          an array of objects, or an object of columns (``{"text": [...], ...}``)
-``.csv``           a header line, then one record per row (Python's :mod:`csv`; cells are text)
-``.parquet``       a Parquet table (:mod:`pyarrow`, extra ``datasets``), one record per row
-``.X.gz``          the same, gzip-compressed
-=================  ===========================================================================
+* ``.jsonl``: one JSON object per line (blank lines skipped); any unknown suffix too;
+* ``.json``: an array of objects, or an object of columns (``{"text": [...], ...}``);
+* ``.csv``: a header line, then one record per row (Python's :mod:`csv`; cells are text);
+* ``.parquet``: a Parquet table (:mod:`pyarrow`, extra ``datasets``), one record per row;
+* ``.X.gz``: the same, gzip-compressed.
 
 Each reader yields ``(where, record)``: ``where`` names the file and the line (``data.csv:3``)
 or the record (``data.parquet: row 3``) in error messages; ``record`` maps a column to its value.
