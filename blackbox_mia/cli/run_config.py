@@ -19,7 +19,9 @@ Each key is an option's flag without its dashes, ``-`` written ``_`` (``--n-boot
 read from the command itself (one home per setting: the options declared on the command); the
 file becomes the command line it stands for, so its values are checked, and fail, exactly as
 the flags' do. Options given on the command line after the file override it. A secret (the API
-key) is never written to a run file, nor read from one: it comes from the environment.
+key) is never written to a run file, nor read from one: it comes from the environment. The
+``recorded`` section (the version, commit and machine an audit's ``run.yaml`` adds) is ignored
+when the file is read. The commands of a group (``canary train``, ``cache ...``) take no run file.
 """
 
 from __future__ import annotations
@@ -277,9 +279,10 @@ def run_command(
     ctx: typer.Context,
     config: Path = typer.Argument(..., help="run file (YAML): command, data, target, scorers, out, options"),
 ):
-    """Run the command a run file describes: ``bbmia run RUN.yaml`` is ``bbmia COMMAND --config
-    RUN.yaml``; options after the file override it (``bbmia run RUN.yaml --limit 10``), and
-    ``--print-config`` prints it back."""
+    """Run the command a run file (YAML) describes: bbmia run RUN.yaml is bbmia COMMAND --config
+    RUN.yaml. Options after the file override it (bbmia run RUN.yaml --limit 10); --print-config
+    prints the run file back instead of running it. Write one with --print-config on any command.
+    """
     root = ctx.find_root()
     with user_errors():
         name = str(read_run_file(config).get(COMMAND) or "")

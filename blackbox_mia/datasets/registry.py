@@ -67,7 +67,8 @@ NAMED: dict[str, tuple[str, str, ItemMaker]] = {
 def dataset_not_found(path: Path, names: Sequence[str]) -> BlackboxMIAError:
     """The error for a dataset spec that is neither a named dataset nor a file: a directory is
     said to be one, anything else is not found; the message lists ``names``."""
-    what = f"is a directory, not a data file (a Hugging Face data set on disk: hf:{path})" if path.is_dir() else "not found"
+    what = (f"is a directory, not a data file (a Hugging Face data set on disk: hf:{path})" if path.is_dir()
+            else "not found")
     return BlackboxMIAError(f"dataset file {what}: {path} (named datasets: {', '.join(names)}; "
                             f"anything else is a file: {', '.join(f'.{name}' for name in READERS)}, each also .gz)")
 
@@ -132,8 +133,11 @@ def spec_slug(spec: str) -> str:
     (``mimir:arxiv:ngram_13_0.8`` → ``mimir-arxiv-ngram_13_0.8``), a shipped name with ``-``
     for ``:`` (``gsm8k:test`` → ``gsm8k-test``)."""
     source = split_fields(spec)[0]
-    if is_hf_spec(source):
-        return source.replace("\\", "/").strip("/").replace("/", "-").replace(":", "-")
+    if is_hf_spec(source):  # a local directory by its name, a hub name with - for /
+        prefix, _, rest = source.partition(":")
+        head, *tail = rest.split(":")
+        head = Path(head).name if Path(head).expanduser().is_dir() else head.replace("/", "-")
+        return "-".join([prefix, head, *(part for part in tail if part)])
     if "/" in source or "\\" in source or Path(source).suffix:
         return file_stem(Path(source))
     return source.replace(":", "-")

@@ -219,3 +219,15 @@ def test_wikimia_look_alike_has_the_shipped_ids(tmp_path):
         load_any_dataset(f"wikimia:{tmp_path / 'w'}:48")
     with pytest.raises(BlackboxMIAError, match=r"no split 'WikiMIA_length128'; the splits are WikiMIA_length32, "):
         load_any_dataset(f"wikimia:{tmp_path / 'w'}:128")
+
+
+def test_default_output_names_of_the_new_specs(tmp_path):
+    from blackbox_mia.audits.common import dataset_slug
+    from blackbox_mia.cli.score import default_output
+
+    (tmp_path / "saved").mkdir()
+    assert dataset_slug("data/items.csv.gz?text_field=body") == "items"
+    assert dataset_slug("mimir:wikipedia_(en):ngram_13_0.8") == "mimir-wikipedia_(en)-ngram_13_0.8"
+    assert dataset_slug("hf:iamgroot42/mimir:arxiv") == "hf-iamgroot42-mimir-arxiv"
+    assert dataset_slug(f"hf:{tmp_path / 'saved'}:test") == "hf-saved-test"
+    assert str(default_output("wikimia:32")) == "runs/score-wikimia-32.jsonl"
