@@ -66,7 +66,7 @@ def test_a_run_file_reproduces_its_command_line_byte_for_byte(tiny_model_dir, it
     run_file.write_text(invoke(*eval_args(items, tiny_model_dir, out), "--print-config").output, encoding="utf-8")
     by_file = invoke("run", run_file)
     assert by_file.exit_code == 0, by_file.output
-    assert by_file.output == by_flags.output
+    assert by_file.stdout == by_flags.stdout
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "by-flags").iterdir())
     assert {"scores.jsonl", "eval.json", "eval.md", "run.yaml", "roc_linear.png"} <= set(names)
