@@ -137,12 +137,14 @@ def sweep_command(
                              "max_f1 (these two need --calibration with members)"),
     target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
     calibration: Optional[str] = typer.Option(
-        None, help="labelled calibration set: JSONL with labels, canary, or canary:PATH (known members and "
-        "non-members of a canary model)"),
+        None, help="labelled calibration set: any DATASET spec with labels (a data file, hf:..., mimir:...; its "
+        "fields as SPEC?text_field=...&label_field=...), canary, or canary:PATH (known members and non-members of a "
+        "canary model)"),
     calibration_fraction: float = typer.Option(
         1.0, "--calibration-fraction", help="calibrate on this seeded, label-stratified share of --calibration; "
         "the rest stay in the swept benchmark, unlabelled (a held-out check on a canary)"),
-    nonmembers: Optional[str] = typer.Option(None, help="known non-members only (JSONL); TPR then unknown"),
+    nonmembers: Optional[str] = typer.Option(
+        None, help="known non-members only (any DATASET spec, e.g. a data file); TPR then unknown"),
     assumed_tpr: Optional[float] = typer.Option(
         None, "--assumed-tpr", help="TPR to assume without known members (else the prevalence is reported "
         "as unavailable)"),

@@ -153,7 +153,14 @@ def test_a_csv_row_with_too_many_cells(tmp_path):
 datasets = pytest.importorskip("datasets")
 
 
-def test_hf_save_to_disk_and_a_folder_of_parquet_files(tmp_path):
+@pytest.fixture()
+def hf_cache(tmp_path, monkeypatch):
+    """The Datasets library's cache in the test's folder (a folder of files is prepared there)."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    return tmp_path / "hf-cache"
+
+
+def test_hf_save_to_disk_and_a_folder_of_parquet_files(tmp_path, hf_cache):
     rows = [{"text": t, "label": lab} for _, t, lab in EXPECTED[:2]]
     datasets.DatasetDict({"train": datasets.Dataset.from_list(rows),
                           "test": datasets.Dataset.from_list(rows[::-1])}).save_to_disk(str(tmp_path / "saved"))
@@ -166,6 +173,7 @@ def test_hf_save_to_disk_and_a_folder_of_parquet_files(tmp_path):
     assert [(it.text, it.label) for it in folder.items] == [(t, lab) for _, t, lab in expected]
     assert saved.sha256 != folder.sha256 and saved.format == "hf"  # the ids differ (saved-, folder-)
     assert load_any_dataset(f"hf:{tmp_path / 'saved'}:test").sha256 == saved.sha256
+    assert hf_cache.is_dir()
 
 
 def test_hf_fields_and_a_missing_split(tmp_path):
