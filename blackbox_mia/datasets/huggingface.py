@@ -157,11 +157,14 @@ def _load_split(name: str, config: str | None, split: str | None, spec: str) -> 
             loaded = datasets.load_from_disk(str(local))
         else:
             loaded = datasets.load_dataset(name, config)
-    except (ConnectionError, datasets.exceptions.DatasetNotFoundError) as exc:
-        offline = os.environ.get("HF_DATASETS_OFFLINE") or os.environ.get("HF_HUB_OFFLINE") or "unset"
+    except datasets.exceptions.DatasetNotFoundError as exc:
+        raise BlackboxMIAError(f"{spec}: no data set {name!r} on the hub, or no access to it (a gated one needs a "
+                               f"login: hf auth login) ({' '.join(str(exc).split())})") from exc
+    except ConnectionError as exc:
+        offline = ", ".join(f"{var}={os.environ.get(var, 'unset')}" for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
         raise BlackboxMIAError(
             f"{spec}: not in the local Hugging Face cache ({datasets.config.HF_DATASETS_CACHE}) and the hub cannot be "
-            f"reached (HF_DATASETS_OFFLINE={offline}): load it once online, or give a local directory "
+            f"reached ({offline}): load it once online, or give a local directory "
             f"({' '.join(str(exc).split())})") from exc
     except (OSError, ValueError, RuntimeError) as exc:  # no such config, no data files, a loading script...
         raise BlackboxMIAError(f"{spec}: cannot load {name}: {' '.join(str(exc).split())}") from exc

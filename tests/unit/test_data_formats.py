@@ -187,13 +187,13 @@ def test_hf_fields_and_a_missing_split(tmp_path):
         load_any_dataset(f"hf:{tmp_path / 'd'}")
 
 
-def test_hf_offline_without_the_data_names_the_setting_and_the_cache(monkeypatch):
+def test_hf_offline_without_the_data_names_the_setting_and_the_cache(monkeypatch, hf_cache):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     with pytest.raises(BlackboxMIAError) as info:
         load_any_dataset("hf:no-such-owner/no-such-data:default:train")
     message = str(info.value)
-    assert "HF_DATASETS_OFFLINE=1" in message and str(datasets.config.HF_DATASETS_CACHE) in message
+    assert "HF_DATASETS_OFFLINE=1" in message and str(hf_cache) in message
     assert "\n" not in message
 
 
