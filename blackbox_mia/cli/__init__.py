@@ -9,7 +9,7 @@ from . import (  # noqa: F401  (registers commands)
     exchangeability,
     memorize,
     probe,
-    run_config,
+    run,
     score,
     serve,
     unlearning,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 from ..option_names import for_command_line
 from ..types import BlackboxMIAError
-from .interrupts import INTERRUPTED_EXIT, interrupt_once
+from .errors import user_errors  # noqa: F401  (the commands import it from here)
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
 
@@ -200,26 +199,6 @@ app = typer.Typer(
 def messages(quiet: bool):
     """The ``log`` an audit writes its progress messages to: stderr, or nowhere with ``--quiet``."""
     return (lambda _: None) if quiet else (lambda message: typer.echo(message, err=True))
-
-
-@contextlib.contextmanager
-def user_errors():
-    """Turn toolkit errors, and files that cannot be read or written, into one line on stderr
-    and exit code 2 (never a traceback; settings named by their flags:
-    :func:`~blackbox_mia.option_names.for_command_line`); Ctrl-C into a resume hint and exit code 130 once the
-    answers in flight have landed (a second Ctrl-C exits at once: :func:`~.interrupts.interrupt_once`)."""
-    try:
-        with interrupt_once():
-            yield
-    except BlackboxMIAError as exc:
-        typer.secho(f"error: {for_command_line(exc)}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        typer.secho("interrupted: finished work is saved; rerun the same command to resume", err=True)
-        raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
 def echo_json_line(obj) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import Backend
-from ..datasets.fields import Fields
 from ..backends.options import KINDS, check_ranges, flag_name, setting_of
 from ..backends.registry import BackendSpec, build_spec, read_spec, split_query
+from ..datasets.fields import Fields
 from ..scorers import TARGET, Scorer, reference_role, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..spend.limits import GUARD_REQUESTS, GUARD_USD

@@ -32,7 +32,6 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
 from typer.core import TyperGroup
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -43,7 +42,6 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from ..backends.options import KINDS
 from ..datasets.fields import Fields
 from ..types import BlackboxMIAError
-from .app import app, user_errors
 from .common import TargetOptions
 from .options import option_fields
 
@@ -272,21 +270,3 @@ def provenance() -> dict:
         commit = None
     return {"package": "blackbox_mia", "version": __version__, "commit": commit,
             "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}}
-
-
-@app.command(RUN, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run_command(
-    ctx: typer.Context,
-    config: Path = typer.Argument(..., help="run file (YAML): command, data, target, scorers, out, options"),
-):
-    """Run the command a run file (YAML) describes: bbmia run RUN.yaml is bbmia COMMAND --config
-    RUN.yaml. Options after the file override it (bbmia run RUN.yaml --limit 10); --print-config
-    prints the run file back instead of running it. Write one with --print-config on any command.
-    """
-    root = ctx.find_root()
-    with user_errors():
-        name = str(read_run_file(config).get(COMMAND) or "")
-        if not name:
-            raise BlackboxMIAError(f"{config}: no 'command' (e.g. command: eval)")
-    code = root.command.main([name, CONFIG, str(config), *ctx.args], prog_name=root.info_name, standalone_mode=False)
-    raise typer.Exit(code or 0)
