@@ -74,8 +74,9 @@ def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callabl
 
 def record_run(out_dir: Path) -> Path:
     """Write ``run.yaml`` into the audit's output folder: the run file of the command being run
-    (:func:`~.run_config.command_line_config`; ``bbmia run`` reruns it) and, under ``recorded``,
-    the package version, its git commit and the machine (:func:`~.run_config.provenance`).
+    (:func:`~.run_config.command_line_config`, a secret left out; ``bbmia run`` reruns it) and,
+    under ``recorded``, the package version, its git commit and the machine
+    (:func:`~.run_config.provenance`).
 
     Returns:
         The file's path.
@@ -84,5 +85,6 @@ def record_run(out_dir: Path) -> Path:
     from .run_config import RECORDED, RUN_FILE, command_line_config, dump, provenance
 
     path = Path(out_dir) / RUN_FILE
-    write_text_atomic(path, dump({**command_line_config(get_current_context()), RECORDED: provenance()}))
+    config = command_line_config(get_current_context(), refuse_secrets=False)
+    write_text_atomic(path, dump({**config, RECORDED: provenance()}))
     return path

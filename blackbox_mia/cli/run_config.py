@@ -213,12 +213,18 @@ def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def command_line_config(ctx: Context) -> dict:
+def command_line_config(ctx: Context, refuse_secrets: bool = True) -> dict:
     """The run file of a command's context: every option given on the command line (a default
-    is left out; a secret too), placed by :func:`layout`, ``scorers`` as a list.
+    is left out), placed by :func:`layout`, ``scorers`` as a list.
+
+    Args:
+        ctx: the command's context, its options parsed.
+        refuse_secrets: raise for a secret given on the command line (``--print-config``);
+            ``False``: leave it out (the record of a run that has already run).
 
     Raises:
-        BlackboxMIAError: a secret given on the command line (it is never written).
+        BlackboxMIAError: a secret given on the command line, with ``refuse_secrets`` (it is
+            never written).
     """
     from ..scorers import split_specs
 
@@ -227,6 +233,8 @@ def command_line_config(ctx: Context) -> dict:
         if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
             continue
         if key in secrets():
+            if not refuse_secrets:
+                continue
             raise BlackboxMIAError(f"--{key.replace('_', '-')} is a secret and never written: give it by its "
                                    "environment variable instead")
         value = _plain(ctx.params[param.name])

@@ -122,3 +122,14 @@ def test_the_api_key_is_never_written(items, tmp_path):
     from_env = invoke("score", items, "--target", "api:m@http://127.0.0.1:9/v1", "--print-config",
                       env={"OPENAI_API_KEY": "sk-secret"})
     assert from_env.exit_code == 0 and "sk-secret" not in from_env.output and "api_key:" not in from_env.output
+
+
+def test_the_record_of_a_run_leaves_the_api_key_out(items):
+    import typer
+
+    from blackbox_mia.cli.run_config import command_line_config
+
+    command = typer.main.get_command(app).commands["score"]
+    ctx = command.make_context("score", [str(items), "--target", "api:m@http://127.0.0.1:9/v1", "--api-key", "sk-x"])
+    assert command_line_config(ctx, refuse_secrets=False) == {
+        "command": "score", "data": {"source": str(items)}, "target": {"target": "api:m@http://127.0.0.1:9/v1"}}
