@@ -32,21 +32,23 @@ def scores_of(path):
 
 @pytest.fixture()
 def data(tmp_path):
-    """The same rows as items.jsonl, .json, .csv.gz, .parquet and a saved Hugging Face data set."""
+    """The same rows as items.jsonl, in every other format, and as a saved Hugging Face data set."""
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
-    (folder / "items.json").write_text(json.dumps({k: [r[k] for r in ROWS] for k in ROWS[0]}), encoding="utf-8")
+    (folder / "array.json").write_text(json.dumps(ROWS), encoding="utf-8")
+    (folder / "columns.json").write_text(json.dumps({k: [r[k] for r in ROWS] for k in ROWS[0]}), encoding="utf-8")
     with open(folder / "items.csv", "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([list(ROWS[0])] + [list(r.values()) for r in ROWS])
-    (folder / "items.csv.gz").write_bytes(gzip.compress((folder / "items.csv").read_bytes()))
-    (folder / "items.csv").unlink()
     pq.write_table(pa.Table.from_pylist(ROWS), folder / "items.parquet")
+    for name in ("items.jsonl", "columns.json", "items.csv", "items.parquet"):
+        (folder / f"{name}.gz").write_bytes(gzip.compress((folder / name).read_bytes()))
     datasets.DatasetDict({"test": datasets.Dataset.from_list(ROWS)}).save_to_disk(str(folder / "items"))
     return folder
 
 
-SPECS = ["items.json", "items.csv.gz", "items.parquet", "hf:{folder}/items:test"]
+SPECS = ["array.json", "columns.json", "items.csv", "items.parquet", "items.jsonl.gz", "columns.json.gz",
+         "items.csv.gz", "items.parquet.gz", "hf:{folder}/items:test"]
 
 
 def test_score_reads_every_format_with_the_scores_of_jsonl(tiny_model_dir, data, tmp_path):
