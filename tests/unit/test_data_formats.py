@@ -176,6 +176,16 @@ def test_hf_save_to_disk_and_a_folder_of_parquet_files(tmp_path, hf_cache):
     assert hf_cache.is_dir()
 
 
+def test_hf_a_folder_of_json_lines_files_by_split(tmp_path, hf_cache):
+    (tmp_path / "jf").mkdir()
+    (tmp_path / "jf" / "train.jsonl").write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n')
+    (tmp_path / "jf" / "test.jsonl").write_text('{"text": "c", "label": 1}\n')
+    test = load_any_dataset(f"hf:{tmp_path / 'jf'}:test")
+    assert [(it.id, it.text, it.label) for it in test.items] == [("jf-0", "c", 1)]
+    with pytest.raises(BlackboxMIAError, match=r"hf:.*jf: no split given; the splits are train, test$"):
+        load_any_dataset(f"hf:{tmp_path / 'jf'}")
+
+
 def test_hf_fields_and_a_missing_split(tmp_path):
     datasets.DatasetDict({"member": datasets.Dataset.from_dict({"body": ["x", "y"], "key": ["k1", "k2"]})}).save_to_disk(
         str(tmp_path / "d"))
