@@ -86,19 +86,20 @@ def takes_run_files(name: str, command) -> bool:
 def run_file_options() -> list:
     """The ``--config`` and ``--print-config`` options, as every command's help lists them (the
     group reads them before the command parses its options: :meth:`OneLineErrors.resolve_command`),
-    made as typer makes its own ``--install-completion``; never passed to the command."""
-    from typer.main import _get_param
-    from typer.models import ParamMeta
-
+    made by typer from a signature that declares them; never passed to the command."""
     from .run_config import CONFIG, PRINT_CONFIG
 
-    params = [
-        _get_param(ParamMeta(name="config", annotation=str | None, default=typer.Option(
-            None, CONFIG, metavar="FILE", help="take the options from a run file (YAML, docs/cli.md: run files); "
-            "options given after it override it"))),
-        _get_param(ParamMeta(name="print_config", annotation=bool, default=typer.Option(
-            False, PRINT_CONFIG, help="print the run file of this command line and stop (nothing is run)"))),
-    ]
+    def declared(
+        config: str | None = typer.Option(None, CONFIG, metavar="FILE", help="take the options from a run file "
+                                          "(YAML, docs/cli.md: run files); options given after it override it"),
+        print_config: bool = typer.Option(False, PRINT_CONFIG, help="print the run file of this command line and "
+                                          "stop (nothing is run)"),
+    ) -> None:
+        """The signature typer reads the two options from (never called)."""
+
+    template = typer.Typer()
+    template.command()(declared)
+    params = [p for p in typer.main.get_command(template).params if p.name in ("config", "print_config")]
     for param in params:
         param.expose_value = False
     return params
