@@ -73,8 +73,8 @@ def key_of(param: Parameter) -> str:
 
 
 def secrets() -> frozenset[str]:
-    """The keys of the settings that are secrets (an options field that its kind hides from its
-    repr: the API key), from the registered kinds."""
+    """The parameter names of the settings that are secrets (an options field that its kind hides
+    from its repr: the API key), from the registered kinds."""
     return frozenset(f.name for kind in KINDS.values() for f in option_fields(kind.options) if not f.repr)
 
 
@@ -178,7 +178,7 @@ def run_file_args(path: Path, group: TyperGroup, ctx: Context, name: str | None 
                 elsewhere = [s for (s, k) in places if k == key]
                 where = f"under '{section}'" + (f" (it belongs under '{elsewhere[0]}')" if elsewhere else f" for {name}")
                 raise _unknown(path, key, known or [k for _, k in places], where)
-            if key in secrets():
+            if param.name in secrets():
                 raise BlackboxMIAError(f"{path}: a run file never holds the {key} (a secret): give it by its "
                                        "environment variable")
             (arguments if param.param_type_name == "argument" else options).extend(_as_args(param, value, path, key))
@@ -202,6 +202,8 @@ def _as_args(param: Parameter, value: Any, path: Path, key: str) -> list[str]:
             if not isinstance(one, bool):
                 raise BlackboxMIAError(f"{path}: '{key}' is true or false, got {one!r}")
             flag = param.opts[0] if one else (param.secondary_opts[:1] or [None])[0]
+            if flag is None and param.default:
+                raise BlackboxMIAError(f"{path}: '{key}' is on unless given, and has no option to turn it off")
             words += [flag] if flag else []
         else:
             words += [param.opts[0], _text(one)]
@@ -232,7 +234,7 @@ def command_line_config(ctx: Context, refuse_secrets: bool = True) -> dict:
     for (section, key), param in layout(ctx.command).items():
         if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
             continue
-        if key in secrets():
+        if param.name in secrets():
             if not refuse_secrets:
                 continue
             raise BlackboxMIAError(f"--{key.replace('_', '-')} is a secret and never written: give it by its "
