@@ -133,3 +133,25 @@ def test_the_record_of_a_run_leaves_the_api_key_out(items):
     ctx = command.make_context("score", [str(items), "--target", "api:m@http://127.0.0.1:9/v1", "--api-key", "sk-x"])
     assert command_line_config(ctx, refuse_secrets=False) == {
         "command": "score", "data": {"source": str(items)}, "target": {"target": "api:m@http://127.0.0.1:9/v1"}}
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "{items}", "--local", "m", "--ref", "a", "--ref", "b", "--no-control", "--target-fpr", "0.01",
+     "--scorers", "loss", "--features", "zlib,min_k:k=5", "--json"],
+    ["score", "{items}?label_field=label", "--target", "api:m@http://127.0.0.1:9/v1", "--concurrency", "4",
+     "--limit", "5", "--overwrite"],
+])
+def test_print_config_round_trips_repeated_options_switches_and_numbers(items, tmp_path, args):
+    args = [a.format(items=items) for a in args]
+    printed = invoke(*args, "--print-config")
+    assert printed.exit_code == 0, printed.output
+    run_file = tmp_path / "r.yaml"
+    run_file.write_text(printed.output, encoding="utf-8")
+    assert invoke("run", run_file, "--print-config").output == printed.output
+    config = yaml.safe_load(printed.output)
+    if args[0] == "sweep":
+        assert config["target"] == {"local": "m", "ref": ["a", "b"]}
+        assert config["options"] == {"features": "zlib,min_k:k=5", "target_fpr": 0.01, "control": False, "json": True}
+    else:
+        assert config["target"] == {"target": "api:m@http://127.0.0.1:9/v1", "concurrency": 4}
+        assert config["options"] == {"limit": 5, "overwrite": True}
