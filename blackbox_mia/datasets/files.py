@@ -45,13 +45,8 @@ def describe_format(path: Path) -> str:
 
 
 def file_stem(path: Path) -> str:
-    """The file name without its format and compression suffixes (``items.jsonl.gz`` → ``items``)."""
-    name, compressed = file_format(path)
-    stem = path.name
-    for suffix in ([".gz"] if compressed else []) + [f".{name}"]:
-        if stem.lower().endswith(suffix):
-            stem = stem[: -len(suffix)]
-    return stem
+    """The file name without its last suffix and a ``.gz`` before it (``items.jsonl.gz`` → ``items``)."""
+    return Path(path.name[: -len(".gz")] if file_format(path)[1] else path.name).stem
 
 
 def read_records(path: Path) -> Records:
