@@ -42,6 +42,7 @@ _EXPORTS = {
     "score_items": "blackbox_mia.runner",
     "parse_scorers": "blackbox_mia.scorers",
     "load_any_dataset": "blackbox_mia.canary.dataset",
+    "Fields": "blackbox_mia.datasets.fields",
     "BlackboxMIAError": "blackbox_mia.types",
     "SpendRefused": "blackbox_mia.types",
     "Generation": "blackbox_mia.types",

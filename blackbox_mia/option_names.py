@@ -3,7 +3,7 @@
 
 A message names a setting with :func:`named`, which leaves a marker holding both forms; ``str()``
 of a :class:`~blackbox_mia.types.BlackboxMIAError` shows the Python form
-(:func:`as_arguments`), and the CLI's error boundary (:func:`blackbox_mia.cli.app.user_errors`)
+(:func:`as_arguments`), and the CLI's error boundary (:func:`blackbox_mia.cli.errors.user_errors`)
 shows the flag form (:func:`for_command_line`). One table, :data:`FLAGS`, holds the flags that
 are not the argument's name spelled ``--with-dashes``: the commands' own here, and a backend
 kind's settings added when the kind registers (their one home is the kind's options,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ import numpy as np
 
 from ..canary.dataset import CANARY, is_canary_spec
 from ..datasets import Item
+from ..datasets.registry import spec_slug
 from ..evaluation import render_markdown, to_jsonable, write_report
 from ..io import write_text_atomic
 from ..key_aliases import SUMMARY_KEYS, with_old_keys
@@ -27,12 +27,9 @@ def quiet(_: str) -> None:
 
 
 def dataset_slug(name: str) -> str:
-    """A folder-name-safe short name: a file's stem, ``canary`` for a canary, ``gsm8k-test``..."""
-    if is_canary_spec(name):
-        return CANARY
-    if os.sep in name or "/" in name or name.endswith((".jsonl", ".json")):
-        return Path(name).stem
-    return name.replace(":", "-")
+    """A folder-name-safe short name: ``canary`` for a canary, else
+    :func:`~blackbox_mia.datasets.registry.spec_slug` (a file's stem, ``gsm8k-test``...)."""
+    return CANARY if is_canary_spec(name) else spec_slug(name)
 
 
 def require_labelled(items: Sequence[Item], name: str, what: str = "eval") -> None:

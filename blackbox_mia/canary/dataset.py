@@ -19,6 +19,8 @@ from pathlib import Path
 
 from .. import datasets
 from ..datasets import Dataset, Item, file_sha256, limit_items
+from ..datasets.fields import Fields, split_fields
+from ..datasets.huggingface import is_hf_spec, load_hf
 from ..datasets.registry import dataset_not_found
 from ..types import BlackboxMIAError
 from .config import CanaryConfig, canary_dir
@@ -35,7 +37,8 @@ def dataset_names() -> list[str]:
 
 def dataset_help() -> str:
     """The help of a DATASET argument, from :func:`dataset_names`."""
-    return ", ".join(dataset_names()) + ", or a JSONL path (one JSON object per line)"
+    return (", ".join(dataset_names()) + ", hf:NAME[:CONFIG][:SPLIT] or hf:DIRECTORY[:SPLIT], mimir:DOMAIN[:SPLIT], "
+            "wikimia:LENGTH, or a data file: .jsonl, .json, .csv, .parquet, each also .gz (docs/datasets.md)")
 
 
 def is_canary_spec(spec: str) -> bool:
@@ -79,41 +82,51 @@ def load_canary_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -
     return Dataset(f"{CANARY}:{path}", items, str(path / MANIFEST), file_sha256(path / MANIFEST))
 
 
-def load_any_dataset(spec: str, cache_dir: str | os.PathLike | None = None) -> Dataset:
-    """Load any dataset spec: ``canary`` / ``canary:PATH`` (:func:`load_canary_dataset`), else a
-    named dataset or a JSONL file (:func:`blackbox_mia.datasets.load_shipped_or_jsonl`).
+def load_any_dataset(spec: str, cache_dir: str | os.PathLike | None = None, fields: Fields = Fields()) -> Dataset:
+    """Load any dataset spec: ``canary`` / ``canary:PATH`` (:func:`load_canary_dataset`), a
+    Hugging Face spec (:func:`blackbox_mia.datasets.huggingface.load_hf`), else a named dataset
+    or a data file (:func:`blackbox_mia.datasets.load_shipped_or_jsonl`).
 
     Args:
-        spec: a canary spec, a shipped name or a JSONL path.
+        spec: a canary spec, ``hf:`` / ``mimir:`` / ``wikimia:`` spec, a shipped name or a data
+            file's path; a file or ``hf:`` spec may end in ``?`` and its field names.
         cache_dir: cache root override, used only by ``canary`` (the default canary lives in
             ``<cache root>/canary/<config hash>``); None = ``$BBMIA_CACHE_DIR``, else ``./cache``.
+        fields: the text, label and id fields of a file's or ``hf:`` data set's records.
 
     Raises:
         BlackboxMIAError: no such file nor named dataset (the message lists the names, ``canary``
             among them); see :func:`blackbox_mia.datasets.load_shipped_or_jsonl`; for a canary spec: no
             trained canary there.
     """
-    if is_canary_spec(spec):
-        return load_canary_dataset(spec, cache_dir)
-    if spec not in datasets.NAMED and not Path(spec).expanduser().is_file():
-        raise dataset_not_found(Path(spec).expanduser(), dataset_names())
-    return datasets.load_shipped_or_jsonl(spec)
+    if is_canary_spec(spec) or spec in datasets.NAMED:
+        if fields != Fields() or "?" in spec:
+            raise BlackboxMIAError(f"{spec}: field names are for data files and hf: data sets; {spec} has its own")
+        return load_canary_dataset(spec, cache_dir) if is_canary_spec(spec) else datasets.load_shipped_or_jsonl(spec)
+    if is_hf_spec(spec):
+        return load_hf(spec, fields)
+    source = Path(split_fields(spec)[0]).expanduser()
+    if not source.is_file():
+        raise dataset_not_found(source, dataset_names())
+    return datasets.load_shipped_or_jsonl(spec, fields)
 
 
-def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None) -> tuple[list[Item], dict]:
+def load_items(spec: str, limit: int | None = None, cache_dir: str | os.PathLike | None = None,
+               fields: Fields = Fields()) -> tuple[list[Item], dict]:
     """Items of any dataset spec (the first ``limit``), and the dataset's metadata for the config.
 
     Args:
-        spec: a shipped name, ``canary`` / ``canary:PATH``, or a JSONL path (:mod:`blackbox_mia.datasets`).
+        spec: any spec :func:`load_any_dataset` takes.
         limit: keep only the first ``limit`` items (None = all).
         cache_dir: cache root override for ``canary`` (see :func:`load_any_dataset`).
+        fields: the text, label and id fields of a file's or ``hf:`` data set's records.
 
     Returns:
-        ``(items, {"name", "source", "sha256"})``.
+        ``(items, {"name", "source", "sha256"} and a user file's "format")``.
 
     Raises:
         BlackboxMIAError: an unreadable dataset, no trained canary there, or ``limit`` < 1.
     """
 
-    dataset = load_any_dataset(spec, cache_dir)
+    dataset = load_any_dataset(spec, cache_dir, fields)
     return limit_items(dataset.items, limit), dataset.metadata()

@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registers commands)
     exchangeability,
     memorize,
     probe,
+    run,
     score,
     serve,
     unlearning,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
+from pathlib import Path
 
 import typer
 from typer.core import TyperGroup
@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 from ..option_names import for_command_line
 from ..types import BlackboxMIAError
-from .interrupts import INTERRUPTED_EXIT, interrupt_once
+from .errors import user_errors  # noqa: F401  (the commands import it from here)
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
 
@@ -23,7 +23,18 @@ GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the younge
 class OneLineErrors(TyperGroup):
     """The root command group: a usage error (a missing argument, an unknown option, a value of
     the wrong type) is one line on stderr, ``error: ... (bbmia CMD --help lists the options)``,
-    exit code 2, instead of typer's framed box. ``bbmia`` alone still prints the help."""
+    exit code 2, instead of typer's framed box. ``bbmia`` alone still prints the help.
+
+    Every command but the groups and ``run`` (whose argument is a run file: it hands its options
+    on to the command the file names) also takes ``--config FILE`` (its options from a run file)
+    and ``--print-config`` (write the run file of the command line and stop):
+    :mod:`~.run_config`, applied here before the command parses its options."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, command in self.commands.items():
+            if takes_run_files(name, command):
+                command.params += run_file_options()
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -43,14 +54,105 @@ class OneLineErrors(TyperGroup):
 
     def resolve_command(self, ctx, args):
         """The subcommand and its arguments, once no option of it (or of its subcommand) is given
-        an empty value: ``--scorers ''`` must not mean "the default scorers".
+        an empty value: ``--scorers ''`` must not mean "the default scorers". A run file given
+        with ``--config`` becomes the options it stands for; with ``--print-config``, the run file
+        of the command line is printed and nothing runs.
 
         Raises:
-            click.UsageError: an option given as ``--name ''`` or ``--name=``.
+            click.UsageError: an option given as ``--name ''`` or ``--name=``; a bad run file.
+            typer.Exit: (0) after ``--print-config``.
         """
+        from .run_config import CONFIG, PRINT_CONFIG
+
+        given = options_of(args[1:])
+        if (any(a == CONFIG or a.startswith(CONFIG + "=") for a in given)
+                and takes_run_files(args[0], self.commands.get(args[0]))):
+            args = with_run_file(self, ctx, args)
         name, command, rest = super().resolve_command(ctx, args)
         refuse_empty_values(command, rest, f"{ctx.command_path} {name}")
+        if PRINT_CONFIG in options_of(rest) and takes_run_files(name, command):
+            print_run_file(ctx, name, command, [a for a in rest if a != PRINT_CONFIG])
         return name, command, rest
+
+
+def takes_run_files(name: str, command) -> bool:
+    """True for a command that takes ``--config`` and ``--print-config``: one that is neither a
+    group nor ``run``."""
+    from .run_config import RUN
+
+    return command is not None and not isinstance(command, TyperGroup) and name != RUN
+
+
+def run_file_options() -> list:
+    """The ``--config`` and ``--print-config`` options, as every command's help lists them (the
+    group reads them before the command parses its options: :meth:`OneLineErrors.resolve_command`),
+    made by typer from a signature that declares them; never passed to the command."""
+    from .run_config import CONFIG, PRINT_CONFIG
+
+    def declared(
+        config: str | None = typer.Option(None, CONFIG, metavar="FILE", help="take the options from a run file "
+                                          "(YAML, docs/cli.md: run files); options given after it override it"),
+        print_config: bool = typer.Option(False, PRINT_CONFIG, help="print the run file of this command line and "
+                                          "stop (nothing is run)"),
+    ) -> None:
+        """The signature typer reads the two options from (never called)."""
+
+    template = typer.Typer()
+    template.command()(declared)
+    params = [p for p in typer.main.get_command(template).params if p.name in ("config", "print_config")]
+    for param in params:
+        param.expose_value = False
+    return params
+
+
+def options_of(args: list[str]) -> list[str]:
+    """``args`` up to a ``--`` (after it, every word is an argument)."""
+    return args[: args.index("--")] if "--" in args else args
+
+
+def with_run_file(group, ctx, args: list[str]) -> list[str]:
+    """``[command, --config FILE, *rest]`` as ``[command, *the file's options, *rest]``.
+
+    Raises:
+        click.UsageError: ``--config`` without a file, or given twice; the run file's errors
+            (:func:`~.run_config.run_file_args`), as one line.
+    """
+    from .run_config import CONFIG, run_file_args
+
+    name, rest = args[0], list(args[1:])
+    found = [i for i, a in enumerate(options_of(rest)) if a == CONFIG or a.startswith(CONFIG + "=")]
+    if len(found) > 1:
+        raise click_exceptions.UsageError(f"{CONFIG} is given {len(found)} times: give one run file")
+    at = found[0]
+    if rest[at] == CONFIG:
+        if at + 1 >= len(rest):
+            raise click_exceptions.UsageError(f"{CONFIG} needs a file")
+        path, rest = rest[at + 1], rest[:at] + rest[at + 2:]
+    else:
+        path, rest = rest[at].partition("=")[2], rest[:at] + rest[at + 1:]
+    try:
+        name, words = run_file_args(Path(path), group, ctx, name)
+    except BlackboxMIAError as exc:
+        raise click_exceptions.UsageError(for_command_line(exc)) from None
+    return [name, *words, *rest]
+
+
+def print_run_file(ctx, name: str, command, args: list[str]) -> None:
+    """Write the run file of ``command`` given ``args`` on stdout and stop (exit 0); nothing runs.
+
+    Raises:
+        click.UsageError: what parsing ``args`` raises; a secret given on the command line.
+        typer.Exit: (0) once the file is written.
+    """
+    from .run_config import command_line_config, dump
+
+    with command.make_context(name, args, parent=ctx) as sub:
+        try:
+            config = command_line_config(sub)
+        except BlackboxMIAError as exc:
+            raise click_exceptions.UsageError(for_command_line(exc)) from None
+    sys.stdout.write(dump(config))
+    raise typer.Exit(0)
 
 
 def refuse_empty_values(command, args: list[str], path: str) -> None:
@@ -98,26 +200,6 @@ app = typer.Typer(
 def messages(quiet: bool):
     """The ``log`` an audit writes its progress messages to: stderr, or nowhere with ``--quiet``."""
     return (lambda _: None) if quiet else (lambda message: typer.echo(message, err=True))
-
-
-@contextlib.contextmanager
-def user_errors():
-    """Turn toolkit errors, and files that cannot be read or written, into one line on stderr
-    and exit code 2 (never a traceback; settings named by their flags:
-    :func:`~blackbox_mia.option_names.for_command_line`); Ctrl-C into a resume hint and exit code 130 once the
-    answers in flight have landed (a second Ctrl-C exits at once: :func:`~.interrupts.interrupt_once`)."""
-    try:
-        with interrupt_once():
-            yield
-    except BlackboxMIAError as exc:
-        typer.secho(f"error: {for_command_line(exc)}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        typer.secho("interrupted: finished work is saved; rerun the same command to resume", err=True)
-        raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
 def echo_json_line(obj) -> None:

@@ -2,15 +2,22 @@
 ``unlearning``): once the command has validated its options and loaded its data (the audit's
 ``prepare_*``), build the backends, estimate (``--dry-run``) or run (resuming its files; the audit
 judges the spend guard first), close the backends and print what was spent (also after an error
-or Ctrl-C), then show the summary, every warning of the report (one line
-each on stderr), the report's paths and, with ``--json``, the summary as the last line."""
+or Ctrl-C), write the run file of the command line beside the report (:func:`record_run`), then
+show the summary, every warning of the report (one line each on stderr), the report's paths and,
+with ``--json``, the summary as the last line."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click.globals import get_current_context
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import get_current_context
 
 from ..backends.base import Backend
 from ..scorers import Scorer
@@ -60,6 +67,24 @@ def run_audit(target: TargetOptions, scorers: Sequence[Scorer], dry_run: Callabl
     show(result)
     for warning in result.summary.get("warnings", ()):
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
-    typer.echo(f"report: {result.json_path} and {result.md_path}")
+    typer.echo(f"report: {result.json_path} and {result.md_path}; run file: {record_run(result.out_dir)}")
     if json_out:
         echo_json_line({**result.summary, **({"usage": usage} if usage else {})})
+
+
+def record_run(out_dir: Path) -> Path:
+    """Write ``run.yaml`` into the audit's output folder: the run file of the command being run
+    (:func:`~.run_config.command_line_config`, a secret left out; ``bbmia run`` reruns it) and,
+    under ``recorded``, the package version, its git commit and the machine
+    (:func:`~.run_config.provenance`).
+
+    Returns:
+        The file's path.
+    """
+    from ..io import write_text_atomic
+    from .run_config import RECORDED, RUN_FILE, command_line_config, dump, provenance
+
+    path = Path(out_dir) / RUN_FILE
+    config = command_line_config(get_current_context(), refuse_secrets=False)
+    write_text_atomic(path, dump({**config, RECORDED: provenance()}))
+    return path

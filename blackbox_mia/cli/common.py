@@ -15,6 +15,7 @@ from typing import Any
 from ..backends.base import Backend
 from ..backends.options import KINDS, check_ranges, flag_name, setting_of
 from ..backends.registry import BackendSpec, build_spec, read_spec, split_query
+from ..datasets.fields import Fields
 from ..scorers import TARGET, Scorer, reference_role, refine_for
 from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..spend.limits import GUARD_REQUESTS, GUARD_USD
@@ -373,3 +374,19 @@ def shown_defaults(options: Mapping[str, Mapping]) -> dict[str, Mapping]:
 with_target_options = with_dataclass_options(TargetOptions, "target", shown_defaults(TARGET_OPTIONS))
 """Add the target-model options (``--local`` or ``--base-url``/``--model`` and friends) to a
 typer command; the command receives them as one ``target: TargetOptions`` argument."""
+
+
+FIELD_OPTIONS = {
+    "text_field": {"help": "the column (field) of DATASET's records that holds the text (default: text, else input)",
+                   "rich_help_panel": "Data"},
+    "label_field": {"help": "the column of the membership label, 0, 1 or null (default: label, optional)",
+                    "rich_help_panel": "Data"},
+    "id_field": {"help": "the column of the item ids (default: id, optional: <file stem>-<row>)",
+                 "rich_help_panel": "Data"},
+}
+"""The :func:`typer.Option` arguments of the :class:`~blackbox_mia.datasets.fields.Fields` flags."""
+
+with_field_options = with_dataclass_options(Fields, "fields", FIELD_OPTIONS)
+"""Add ``--text-field``, ``--label-field`` and ``--id-field`` to a typer command that reads a
+DATASET; the command receives them as one ``fields: Fields`` argument and gives them to its
+spec with :func:`~blackbox_mia.datasets.fields.with_fields`."""

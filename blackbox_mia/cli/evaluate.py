@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..canary.dataset import dataset_help
+from ..datasets.fields import Fields, with_fields
 from ..text import DEFAULT_SEGMENTER
 from .app import app, messages, user_errors
 from .audit import run_audit
-from .common import TargetOptions, check_output, format_table, with_target_options
+from .common import TargetOptions, check_output, format_table, with_field_options, with_target_options
 from .options import SINGLE_SCORER_HELP, one_scorer_spec, parse_numbers
 from .spend import print_dry_run
 
@@ -27,6 +28,7 @@ METHODS_HELP = ("auto: log-prob scorers where the target gives usable log-probs 
 
 @app.command("eval")
 @with_target_options
+@with_field_options
 def eval_command(
     dataset: str = typer.Argument(..., help=f"labelled dataset: {dataset_help()}"),
     scorers: Optional[str] = typer.Option(
@@ -52,6 +54,7 @@ def eval_command(
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
     *,
     target: TargetOptions,
+    fields: Fields,
 ):
     """AUC and TPR at 0.1/1/5/10% FPR with bootstrap 95% CIs, per-length results, ROC plots and a
     blind text-only baseline, on a LABELLED dataset (1 = member, 0 = non-member).
@@ -75,9 +78,9 @@ def eval_command(
             raise BlackboxMIAError("give --scorers or --methods, not both")
         specs = tuple(split_specs(scorers)) if scorers else default_scorer_specs(vocab_stats=target.white_box())
         lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
-        config = EvalConfig(dataset=dataset, scorers=specs, n_boot=n_boot, seed=seed, blind_folds=blind_folds,
-                            segmenter=segmenter, truncate_tokens=lengths, limit=limit, resume=not overwrite,
-                            drop_unscored=drop_unscored)
+        config = EvalConfig(dataset=with_fields(dataset, fields), scorers=specs, n_boot=n_boot, seed=seed,
+                            blind_folds=blind_folds, segmenter=segmenter, truncate_tokens=lengths, limit=limit,
+                            resume=not overwrite, drop_unscored=drop_unscored)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = check_output(out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}", folder=True)
         log = messages(quiet)
@@ -122,6 +125,7 @@ def prompt_length_table(summary: dict) -> str:
 
 @app.command("sweep")
 @with_target_options
+@with_field_options
 def sweep_command(
     dataset: str = typer.Argument(..., help=f"benchmark: {dataset_help()}"),
     scorers: str | None = typer.Option(None, "--scorers", help=SINGLE_SCORER_HELP),
@@ -133,12 +137,14 @@ def sweep_command(
                              "max_f1 (these two need --calibration with members)"),
     target_fpr: float = typer.Option(0.05, "--target-fpr", help="FPR the threshold is set for (rule fpr)"),
     calibration: Optional[str] = typer.Option(
-        None, help="labelled calibration set: JSONL with labels, canary, or canary:PATH (known members and "
-        "non-members of a canary model)"),
+        None, help="labelled calibration set: any DATASET spec with labels (a data file, hf:..., mimir:...; its "
+        "fields as SPEC?text_field=...&label_field=...), canary, or canary:PATH (known members and non-members of a "
+        "canary model)"),
     calibration_fraction: float = typer.Option(
         1.0, "--calibration-fraction", help="calibrate on this seeded, label-stratified share of --calibration; "
         "the rest stay in the swept benchmark, unlabelled (a held-out check on a canary)"),
-    nonmembers: Optional[str] = typer.Option(None, help="known non-members only (JSONL); TPR then unknown"),
+    nonmembers: Optional[str] = typer.Option(
+        None, help="known non-members only (any DATASET spec, e.g. a data file); TPR then unknown"),
     assumed_tpr: Optional[float] = typer.Option(
         None, "--assumed-tpr", help="TPR to assume without known members (else the prevalence is reported "
         "as unavailable)"),
@@ -161,6 +167,7 @@ def sweep_command(
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
     *,
     target: TargetOptions,
+    fields: Fields,
 ):
     """Did a benchmark leak into the target, and how much of it? First the verdict: an exact
     test (p-value) of the swept items against the reference non-members (--calibration,
@@ -183,7 +190,7 @@ def sweep_command(
         scorer = one_scorer_spec(scorers, scorer_alias)
         features, read = with_reference_feature(features, sweep_scorers(scorer, features), len(target.references))  # read once
         config = SweepConfig(
-            dataset=dataset, scorer=scorer, features=features, rule=rule,
+            dataset=with_fields(dataset, fields), scorer=scorer, features=features, rule=rule,
             target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,

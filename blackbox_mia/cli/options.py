@@ -13,7 +13,7 @@ import typer
 
 from ..config import NOT_AN_OPTION
 from ..types import BlackboxMIAError
-from .app import user_errors
+from .errors import user_errors
 
 
 def parse_numbers(value: str, option: str, kind: type = int, example: str = "32,64,128",

@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from ..canary.dataset import CANARY, dataset_help, load_items
+from ..datasets.fields import Fields
+from ..datasets.registry import spec_slug
 from ..spend.guard import guard_groups
 from ..scorers import default_scorer_specs, parse_scorers
 from .app import app, echo_json_line, user_errors
@@ -20,26 +22,27 @@ from .common import (
     close_all,
     format_table,
     small_sample_warning,
+    with_field_options,
     with_target_options,
 )
 from .spend import print_dry_run, spending
 
 
 def default_output(name: str) -> Path:
-    """``runs/score-<name>.jsonl`` for the dataset ``name``: a shipped name with ``-`` for ``:``
-    (``gsm8k:test`` -> ``score-gsm8k-test.jsonl``), a file's stem (``data/items.jsonl`` ->
-    ``score-items.jsonl``), ``canary-<directory name>`` for ``canary:PATH``."""
+    """``runs/score-<name>.jsonl`` for the dataset ``name``: ``canary-<directory name>`` for
+    ``canary:PATH``, else :func:`~blackbox_mia.datasets.registry.spec_slug` (a shipped name with
+    ``-`` for ``:``: ``gsm8k:test`` -> ``score-gsm8k-test.jsonl``; a file's stem:
+    ``data/items.jsonl`` -> ``score-items.jsonl``)."""
     if name.startswith(CANARY + ":"):
         stem = f"{CANARY}-{Path(name[len(CANARY) + 1:]).name}"
-    elif "/" in name or "\\" in name or Path(name).suffix:
-        stem = Path(name).stem
     else:
-        stem = name.replace(":", "-")
+        stem = spec_slug(name)
     return Path("runs") / f"score-{stem}.jsonl"
 
 
 @app.command()
 @with_target_options
+@with_field_options
 def score(
     dataset: str = typer.Argument(..., help=dataset_help()),
     scorers: str = typer.Option(None, help="comma-separated scorer specs, e.g. 'loss,min_k:k=10,pac' (default: every "
@@ -50,6 +53,7 @@ def score(
     json_out: bool = typer.Option(False, "--json", help="make the last line of stdout a JSON summary"),
     *,
     target: TargetOptions,
+    fields: Fields,
 ):
     """Score every text of DATASET with each scorer; write one JSONL row per text (higher = member).
 
@@ -59,7 +63,7 @@ def score(
     with user_errors():
         check_number("--limit", limit, at_least=1)
         parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=target.white_box())))
-        items, meta = load_items(dataset, limit, target.cache_dir)
+        items, meta = load_items(dataset, limit, target.cache_dir, fields)
         out = check_output(out or default_output(meta["name"]), folder=False)
         backends = build_backends(target, parsed)
         if target.dry_run:
@@ -80,7 +84,8 @@ def score(
         earlier = resumed[0] if resumed else 0
         typer.echo(f"scored {len(rows) - earlier} texts"
                    + (f" this run, {len(rows)} in all ({earlier} resumed from the earlier run)" if earlier else "")
-                   + f" ({sum(r.n_tokens for r in rows)} tokens) -> {out}", err=True)
+                   + f" ({sum(r.n_tokens for r in rows)} tokens"
+                   + (f"; {meta['source']} read as {meta['format']}" if "format" in meta else "") + f") -> {out}", err=True)
         nonfinite = [r.id for r in rows if r.nonfinite]
         if nonfinite:
             typer.echo(

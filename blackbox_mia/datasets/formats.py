@@ -8,9 +8,11 @@ outside {0, 1, null}.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from ..option_names import named
 from ..types import BlackboxMIAError
+from .fields import Fields
 from .items import Item
 
 ItemMaker = Callable[[int, dict, str], Item]
@@ -84,19 +86,77 @@ def wikimia_item(prefix: str) -> ItemMaker:
     return make
 
 
-def user_item(stem: str) -> ItemMaker:
-    """Builder of user JSONL items: ``text`` (or ``input``), optional ``label`` and ``id`` (default ``{stem}-{i}``)."""
+def mimir_item(prefix: str, n_rows: int) -> ItemMaker:
+    """Builder of MIMIR items from its rows read twice, members first: item ``i < n_rows`` is
+    row ``i``'s ``member`` text (label 1, id ``{prefix}-member-{i}``), item ``n_rows + i`` its
+    ``nonmember`` text (label 0, id ``{prefix}-nonmember-{i}``); meta ``{"row": i}``."""
 
     def make(i: int, obj: dict, where: str) -> Item:
-        key = "text" if "text" in obj else "input" if "input" in obj else None
-        if key is None:
-            raise BlackboxMIAError(f"{where}: no 'text' or 'input' field (keys: {', '.join(obj) or 'none'})")
+        role, label, row = ("member", 1, i) if i < n_rows else ("nonmember", 0, i - n_rows)
+        if role not in obj:
+            raise BlackboxMIAError(f"{where}: no {role!r} field (fields: {', '.join(obj)}); "
+                                   "MIMIR's rows hold a member and a nonmember text")
+        return Item(f"{prefix}-{role}-{row}", _check_text(obj[role], where), label, {"row": row})
+
+    return make
+
+
+def user_item(stem: str, fields: Fields = Fields(), cells_are_text: bool = False) -> ItemMaker:
+    """Builder of user items: the text field (default ``text``, else ``input``), an optional label
+    and id (default ``label`` and ``id``; an id absent is ``{stem}-{i}``); other fields go to meta.
+
+    Args:
+        stem: the file's stem, the prefix of default ids.
+        fields: the field names given (:class:`~.fields.Fields`); a field named there must be
+            in every record.
+        cells_are_text: the records' values are text (a CSV's cells): a label ``"0"`` / ``"1"``
+            is 0 / 1 and an empty cell is null; an empty id cell is absent.
+    """
+
+    def make(i: int, obj: dict, where: str) -> Item:
+        key = fields.text_field or ("text" if "text" in obj else "input" if "input" in obj else None)
+        if key not in obj:
+            wanted = repr(key) if key else "'text' or 'input'"
+            raise BlackboxMIAError(f"{where}: no {wanted} field (fields: {', '.join(map(str, obj)) or 'none'}); "
+                                   f"name the text field with {named('text_field')}")
+        for name, given in (("label", fields.label_field), ("id", fields.id_field)):
+            if given is not None and given not in obj:
+                raise BlackboxMIAError(f"{where}: no {given!r} field for the {name} (fields: {', '.join(map(str, obj))})")
+        label_key, id_key = fields.label_field or "label", fields.id_field or "id"
+        label, item_id = obj.get(label_key), obj.get(id_key)
+        if cells_are_text:
+            label = CELL_LABELS.get(label.strip(), label) if isinstance(label, str) else label
+            item_id = None if item_id == "" else item_id
         text = _check_text(obj[key], where)
-        label = parse_label(obj.get("label"), where)
-        item_id = obj.get("id", f"{stem}-{i}")
+        label = parse_label(label, where)
+        item_id = f"{stem}-{i}" if item_id is None else item_id
         if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
             raise BlackboxMIAError(f"{where}: id must be a string or an integer, got {item_id!r}")
-        meta = {k: v for k, v in obj.items() if k not in (key, "label", "id")}
+        meta = {k: v for k, v in obj.items() if k not in (key, label_key, id_key)}
         return Item(str(item_id), text, label, meta)
 
     return make
+
+
+CELL_LABELS = {"0": 0, "1": 1, "": None, "null": None}
+"""A label cell of a CSV file (text) and the label it is: 0, 1, or null (an empty cell)."""
+
+
+def build_items(records: Iterable[tuple[str, dict]], make: ItemMaker, source: str) -> list[Item]:
+    """The items ``make`` builds from ``records`` (``(where, record)`` pairs), in order.
+
+    Raises:
+        BlackboxMIAError: what ``make`` raises, a duplicate id (naming both places), or no
+            record at all (``source`` named).
+    """
+    items: list[Item] = []
+    seen: dict[str, str] = {}
+    for where, obj in records:
+        item = make(len(items), obj, where)
+        if item.id in seen:
+            raise BlackboxMIAError(f"{where}: duplicate id {item.id!r} (first at {seen[item.id]})")
+        seen[item.id] = where
+        items.append(item)
+    if not items:
+        raise BlackboxMIAError(f"{source}: empty dataset (no record)")
+    return items

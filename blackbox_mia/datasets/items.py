@@ -33,13 +33,17 @@ class Dataset:
         name: the canonical spec (``gsm8k:test``) or the file path for user files.
         items: the items, in file order.
         source: path of the source file.
-        sha256: hex sha256 of the source file's bytes.
+        sha256: hex sha256 of the source file's bytes (a Hugging Face dataset: of its
+            records, :func:`blackbox_mia.datasets.huggingface.load_hf`).
+        format: how a user's data was read (``csv``, ``jsonl (gzip)``, ``hf``...); ``None``
+            for a shipped dataset.
     """
 
     name: str
     items: list[Item]
     source: str
     sha256: str
+    format: str | None = None
 
     @property
     def labelled(self) -> bool:
@@ -50,8 +54,10 @@ class Dataset:
         return len(self.items)
 
     def metadata(self) -> dict:
-        """``{"name", "source", "sha256"}``: what a run's configuration records of its dataset."""
-        return {"name": self.name, "source": self.source, "sha256": self.sha256}
+        """``{"name", "source", "sha256"}`` and the ``format`` of a user's data: what a run's
+        configuration records of its dataset."""
+        return {"name": self.name, "source": self.source, "sha256": self.sha256,
+                **({"format": self.format} if self.format else {})}
 
 
 def file_sha256(path: Path) -> str:

@@ -1,9 +1,10 @@
-"""Datasets: the shipped benchmarks and user JSONL files, as lists of :class:`Item`.
+"""Datasets: the shipped benchmarks and user data files, as lists of :class:`Item`.
 
 A dataset *spec* is one of the shipped names below, ``canary`` / ``canary:PATH`` (a trained
 canary's members and non-members, resolved by :mod:`blackbox_mia.canary.dataset`, whose
-:func:`~blackbox_mia.canary.dataset.load_items` takes every spec), or a path to a JSONL file;
-:func:`load_shipped_or_jsonl` here takes the shipped names and JSONL files.
+:func:`~blackbox_mia.canary.dataset.load_items` takes every spec), a Hugging Face spec
+(:mod:`.huggingface`), or a path to a data file (:mod:`.files`), optionally with its field names
+(:mod:`.fields`); :func:`load_shipped_or_jsonl` here takes the shipped names and data files.
 
 * ``gsm8k`` (= ``gsm8k:test``), ``gsm8k:train``: ``gsm8k/{test,train}.jsonl``, 1,319 / 7,473
   problems, ids ``gsm8k-test-{i}`` / ``gsm8k-train-{i}``.
@@ -26,22 +27,24 @@ canary's members and non-members, resolved by :mod:`blackbox_mia.canary.dataset`
   {correct}"``; ``meta`` = ``{question, options, rationale, correct}``.
 * WikiMIA: the ``input`` field; ``label`` 1 = member (pre-2017 Wikipedia), 0 = non-member;
   the other fields (``hf_index``, ``md5``...) go to ``meta``.
-* A user JSONL file: one object per line with ``text`` (or ``input``), optional ``label``
-  (0/1, or null) and optional ``id`` (default ``{file stem}-{i}``); other fields go to
-  ``meta``. Blank lines are skipped.
+* A user data file: records with ``text`` (or ``input``), optional ``label`` (0/1, or null)
+  and optional ``id`` (default ``{file stem}-{i}``), or the fields :class:`~.fields.Fields`
+  names; other fields go to ``meta``. Blank lines of JSON Lines are skipped.
 
 Sources and licences of the shipped files: ``blackbox_mia/data/README.md``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..option_names import named
 from ..types import BlackboxMIAError
-from .formats import ItemMaker, aqua_item, gsm8k_item, user_item, wikimia_item
+from .fields import Fields, split_fields, with_fields
+from .files import READERS, describe_format, file_format, file_stem, read_lines, read_records
+from .formats import ItemMaker, aqua_item, build_items, gsm8k_item, user_item, wikimia_item
+from .huggingface import is_hf_spec
 from .items import Dataset, Item, file_sha256
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -61,86 +64,83 @@ NAMED: dict[str, tuple[str, str, ItemMaker]] = {
 }
 
 
-LINE_FORMAT = 'each line of a dataset file must be one JSON object, e.g. {"text": "...", "label": 1} (label optional)'
-
-
 def dataset_not_found(path: Path, names: Sequence[str]) -> BlackboxMIAError:
     """The error for a dataset spec that is neither a named dataset nor a file: a directory is
     said to be one, anything else is not found; the message lists ``names``."""
-    what = "is a directory, not a JSONL file" if path.is_dir() else "not found"
+    what = (f"is a directory, not a data file (a Hugging Face data set on disk: hf:{path})" if path.is_dir()
+            else "not found")
     return BlackboxMIAError(f"dataset file {what}: {path} (named datasets: {', '.join(names)}; "
-                            "anything else is a JSONL path)")
+                            f"anything else is a file: {', '.join(f'.{name}' for name in READERS)}, each also .gz)")
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(line number, object)`` for every non-blank line of a JSON Lines file (numbers from 1).
+    """``(line number, object)`` for every non-blank line of a JSON Lines file (numbers from 1),
+    gzip-compressed when its name ends in ``.gz``.
 
     A UTF-8 byte-order mark at the start of the file is skipped.
 
     Raises:
-        BlackboxMIAError: the file is missing/unreadable or a directory, a line is not UTF-8
-            (named by line and column) or not a JSON object (the message says what a line must be).
+        BlackboxMIAError: the file is missing/unreadable or a directory, a truncated gzip file, a
+            line is not UTF-8 (named by line and column) or not a JSON object (the message says
+            what a line must be).
     """
     path = Path(path)
     if not path.is_file():
         raise dataset_not_found(path, list(NAMED))
-    try:
-        with open(path, "rb") as f:  # decoded line by line: a non-UTF-8 byte is named by line
-            for number, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark is accepted
-                except UnicodeDecodeError as exc:
-                    raise BlackboxMIAError(
-                        f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}: "
-                        f"{exc.reason}); save the file as UTF-8") from exc
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise BlackboxMIAError(f"{path}:{number}: malformed JSON ({exc.msg}); {LINE_FORMAT}") from exc
-                if not isinstance(obj, dict):
-                    raise BlackboxMIAError(
-                        f"{path}:{number}: expected a JSON object, got {type(obj).__name__}; {LINE_FORMAT}")
-                yield number, obj
-    except OSError as exc:
-        raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return read_lines(path)
 
 
-def load_shipped_or_jsonl(spec: str) -> Dataset:
-    """Load a named dataset or a JSONL file (canary specs: :func:`blackbox_mia.canary.dataset.load_any_dataset`).
+def load_shipped_or_jsonl(spec: str, fields: Fields = Fields()) -> Dataset:
+    """Load a named dataset or a data file (canary specs: :func:`blackbox_mia.canary.dataset.load_any_dataset`;
+    Hugging Face specs: :func:`blackbox_mia.datasets.huggingface.load_hf`).
 
     Args:
         spec: ``gsm8k``, ``gsm8k:train``, ``gsm8k:test``, ``aqua``, ``aqua:dev``, ``aqua:test``,
             ``wikimia64``, ``wikimia128``, ``wikimia24``, ``ja-debian-docs``, or a path to a
-            JSONL file.
+            data file read by its suffix (:mod:`.files`: ``.jsonl``, ``.json``, ``.csv``,
+            ``.parquet``, each also ``.gz``), optionally followed by ``?`` and its field names
+            (:mod:`.fields`).
+        fields: the field names of a file's records, with those of the spec's ``?`` part.
 
     Returns:
-        A :class:`Dataset` whose ``sha256`` is that of the source file's bytes.
+        A :class:`Dataset` whose ``sha256`` is that of the source file's bytes and, for a user
+        file, whose ``format`` says how it was read (``csv``, ``jsonl (gzip)``...).
 
     Raises:
-        BlackboxMIAError: missing file, malformed JSON line, a line without a text field, an
-            empty text, a label outside {0, 1}, a duplicate id, or no item at all; the message
-            names the file and the line number.
+        BlackboxMIAError: missing file, malformed record, a record without the text field
+            (naming the fields it has), an empty text, a label outside {0, 1, null}, a
+            duplicate id, or no item at all; the message names the file and the line or record.
     """
     if spec in NAMED:
         name, relative, make = NAMED[spec]
-        path = DATA_DIR / relative
+        path, form = DATA_DIR / relative, None
+        records = ((f"{path}:{number}", obj) for number, obj in read_jsonl(path))
     else:
-        path = Path(spec).expanduser()
-        name, make = spec, user_item(path.stem)
-    items: list[Item] = []
-    seen: dict[str, int] = {}
-    for number, obj in read_jsonl(path):
-        where = f"{path}:{number}"
-        item = make(len(items), obj, where)
-        if item.id in seen:
-            raise BlackboxMIAError(f"{where}: duplicate id {item.id!r} (first on line {seen[item.id]})")
-        seen[item.id] = number
-        items.append(item)
-    if not items:
-        raise BlackboxMIAError(f"{path}: empty dataset (no non-blank line)")
-    return Dataset(name=name, items=items, source=str(path), sha256=file_sha256(path))
+        source, own = split_fields(with_fields(spec, fields))
+        path = Path(source).expanduser()
+        name, form = with_fields(source, own), describe_format(path)
+        make = user_item(file_stem(path), own, cells_are_text=file_format(path)[0] == "csv")
+        if not path.is_file():
+            raise dataset_not_found(path, list(NAMED))
+        records = read_records(path)
+    items = build_items(records, make, str(path))
+    return Dataset(name=name, items=items, source=str(path), sha256=file_sha256(path), format=form)
+
+
+def spec_slug(spec: str) -> str:
+    """A folder-name-safe short name of a dataset spec (its field names left out): a file's stem
+    (``data/items.csv.gz`` → ``items``), a Hugging Face spec with ``-`` for ``/`` and ``:``
+    (``mimir:arxiv:ngram_13_0.8`` → ``mimir-arxiv-ngram_13_0.8``), a shipped name with ``-``
+    for ``:`` (``gsm8k:test`` → ``gsm8k-test``)."""
+    source = split_fields(spec)[0]
+    if is_hf_spec(source):  # a local directory by its name, a hub name with - for /
+        prefix, _, rest = source.partition(":")
+        head, *tail = rest.split(":")
+        head = Path(head).name if Path(head).expanduser().is_dir() else head.replace("/", "-")
+        return "-".join([prefix, head, *(part for part in tail if part)])
+    if "/" in source or "\\" in source or Path(source).suffix:
+        return file_stem(Path(source))
+    return source.replace(":", "-")
 
 
 def limit_items(items: Sequence[Item], limit: int | None) -> list[Item]:

@@ -159,7 +159,7 @@ def test_bad_label(tmp_path, label):
 
 def test_duplicate_id(tmp_path):
     path = write(tmp_path, [json.dumps({"text": "a", "id": "x"}), json.dumps({"text": "b", "id": "x"})])
-    with pytest.raises(BlackboxMIAError, match=r":2: duplicate id 'x' \(first on line 1\)"):
+    with pytest.raises(BlackboxMIAError, match=r":2: duplicate id 'x' \(first at .*data.jsonl:1\)"):
         load_any_dataset(str(path))
 
 

@@ -115,7 +115,7 @@ def test_a_text_file_is_told_what_a_line_must_look_like(tmp_path, tiny_model_dir
 
 def test_a_directory_as_the_dataset_is_said_to_be_one(tmp_path, tiny_model_dir):
     result = invoke("score", tmp_path, "--local", tiny_model_dir, "--out", tmp_path / "o.jsonl")
-    assert_one_line_error(result, f"dataset file is a directory, not a JSONL file: {tmp_path}", "canary:PATH")
+    assert_one_line_error(result, f"dataset file is a directory, not a data file (a Hugging Face data set on disk: hf:{tmp_path}): {tmp_path}", "canary:PATH")
 
 
 # -- item 6 and 7: the default output name, the help's dataset list ------------------------------
