@@ -41,8 +41,8 @@ def test_recall_needs_a_prefix_and_enough_shots(prefix_file):
     with pytest.raises(BlackboxMIAError, match="needs prefix=PATH"):
         parse_scorer("recall").needs("x")
     with pytest.raises(BlackboxMIAError, match="holds 2 texts"):
-        prefix_text(str(prefix_file), 3)
-    assert prefix_text(str(prefix_file), 1) == "a b"
+        prefix_text(str(prefix_file), 3, "recall")
+    assert prefix_text(str(prefix_file), 1, "recall") == "a b"
 
 
 def test_dc_pdd_hand_value():
