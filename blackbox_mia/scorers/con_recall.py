@@ -17,9 +17,11 @@ class ConReCaLL(Scorer):
     """score = (LL(x | P_non-member) − γ · LL(x | P_member)) / LL(x), LL = mean lp_i over the
     tokens of x (nats/token, < 0).
 
-    Wang et al. 2024, §3, the membership score s(x, M); the authors' code (``run.py``,
-    ``inference``: ``(ll_nonmember - gamma * ll_member) / ll``) ranks higher = member, as here.
-    ReCaLL (:class:`~.recall.ReCaLL`) is the case γ = 0: a non-member prefix lowers a member's
+    Wang et al. 2024, the membership score s(x, M) = [LL(x | P_non-member) − γ · LL(x | P_member)]
+    / LL(x) of their method section; the authors' code (github.com/WangCheng0116/CON-RECALL,
+    ``run.py``, ``inference``: ``(ll_nonmember - gamma * ll_member) / ll``, ``ll`` = −(mean
+    token loss)) ranks higher = member, as here.
+    γ = 0 would be ReCaLL (:class:`~.recall.ReCaLL`): a non-member prefix lowers a member's
     log-likelihood more than a non-member's; a member prefix barely moves a member's, and
     subtracting it contrasts the two shifts. Each LL(x | P) is read as ReCaLL reads it
     (:func:`~.recall.conditional_mean`: x's own tokens after ``P + "\\n\\n"``, which must be x's
@@ -30,6 +32,10 @@ class ConReCaLL(Scorer):
     and P_member (:func:`~.recall.prefix_text`; an item labelled the other way is refused); both
     must be kept out of the audit's items (:meth:`conditioning_texts`). ``gamma`` > 0: the
     authors' code reports γ in 0.1 ... 1.0 and fixes none; 0.5 is Fast-MIA's default.
+
+    Raises:
+        BlackboxMIAError: a missing, unreadable, empty, too short or wrongly labelled prefix
+            file (:func:`~.recall.prefix_shots`), or x tokenized differently after a prefix.
     """
 
     name = "con_recall"
