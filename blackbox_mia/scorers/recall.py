@@ -14,7 +14,6 @@ from .bounded import Bounded, BoundedValues
 PREFIX_SEPARATOR = "\n\n"
 """Between the prefix's shots, and between the prefix and the scored text."""
 
-
 PREFIXES = {0: ("prefix", "NON-members"), 1: ("member_prefix", "MEMBERS")}
 """By the label of its texts (1 = member): the scorer parameter that names a prefix file, and what
 the file holds."""

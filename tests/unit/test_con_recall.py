@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.cli import app
 from blackbox_mia.runner import score_texts
 from blackbox_mia.scorers import Need, parse_scorer
@@ -60,16 +59,12 @@ def test_con_recall_bounds_follow_the_bounded_log_probs(prefixes):
     assert score.spread == pytest.approx(1.0)
 
 
-def test_con_recall_on_the_tiny_model_is_the_formula_on_its_log_probs(tiny_model_dir, prefixes):
+def test_con_recall_on_the_tiny_model_is_the_formula_on_its_log_probs(backend, prefixes):
     nonmembers, members = prefixes
     text = "Tom has 3 red apples."
     scorer = parse_scorer(f"con_recall:prefix={nonmembers},member_prefix={members},gamma=0.3")
-    backend = LocalBackend(LocalConfig(str(tiny_model_dir)))
-    try:
-        (scores, _), = score_texts([text], [scorer], {"target": backend})
-        plain, after_nonmember, after_member = backend.logprobs([text, f"a b\n\n{text}", f"m n\n\n{text}"])
-    finally:
-        backend.close()
+    (scores, _), = score_texts([text], [scorer], {"target": backend})
+    plain, after_nonmember, after_member = backend.logprobs([text, f"a b\n\n{text}", f"m n\n\n{text}"])
     n = len(plain.token_ids)
     assert n > 3 and all(np.array_equal(lp.token_ids[-n:], plain.token_ids) for lp in (after_nonmember, after_member))
     ll, ll_nm, ll_m = (float(np.mean(lp.logprobs[-n:])) for lp in (plain, after_nonmember, after_member))
