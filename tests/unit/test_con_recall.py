@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from blackbox_mia.cli import app
 from blackbox_mia.runner import score_texts
 from blackbox_mia.scorers import Need, parse_scorer
-from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
+from blackbox_mia.types import Provenance, TokenLogprobs
 
 
 def tlp(ids, values, lower=None):
@@ -95,10 +95,15 @@ def test_con_recall_bad_prefixes_are_one_line_and_exit_2(tiny_model_dir, tmp_pat
     assert not out.exists()
 
 
-def test_a_sweep_refuses_con_recall_member_prefix_texts_among_its_items(prefixes):
-    from blackbox_mia.audits.sweep.plan import _check_conditioning
-    from blackbox_mia.datasets import Item
-
-    scorer = parse_scorer(f"con_recall:prefix={prefixes[0]},member_prefix={prefixes[1]}")
-    with pytest.raises(BlackboxMIAError, match="conditions on 1 text"):
-        _check_conditioning(parse_scorer("loss"), (scorer,), [[Item("1", "m n")]])
+def test_an_eval_refuses_a_con_recall_prefix_text_among_its_items_before_loading_the_model(tmp_path, prefixes):
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps(row) + "\n" for row in [{"id": "1", "text": "x y", "label": 0},
+                                                                 {"id": "2", "text": "m n", "label": 1}]))
+    spec = f"con_recall:prefix={prefixes[0]},member_prefix={prefixes[1]}"
+    result = CliRunner().invoke(app, ["eval", str(items), "--local", str(tmp_path / "no-model"), "--scorers", spec,
+                                      "--out", str(tmp_path / "out")], env={"OPENAI_BASE_URL": None}, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: scorer '{spec}' conditions on 1 text(s) among the evaluated items ('m n'...): "
+        "take its prefix from other known items"]
+    assert not (tmp_path / "out").exists()
