@@ -87,16 +87,16 @@ class Session:
                 text = text.replace(os.path.relpath(folder, ROOT), name)
         return text
 
-    def run(self, args: list[str], *, show: bool = True) -> tuple[str, dict]:
-        """Run ``bbmia ARGS --json``; return its stdout without the JSON line, and the JSON. Shown
-        (``show``): the command, its stdout, then the warnings it printed on stderr (its summary's
-        ``warnings``), as a terminal shows them.
+    def run(self, args: list[str], *, show: bool = True, cwd: Path = ROOT) -> tuple[str, dict]:
+        """Run ``bbmia ARGS --json`` in the folder ``cwd``; return its stdout without the JSON
+        line, and the JSON. Shown (``show``): the command, its stdout, then the warnings it
+        printed on stderr (its summary's ``warnings``), as a terminal shows them.
 
         Raises:
             RuntimeError: the command failed (its stderr's last lines in the message).
         """
         env = dict(os.environ, BBMIA_CACHE_DIR=str(self.cache))
-        proc = subprocess.run([self.bbmia, *args, "--json"], capture_output=True, text=True, env=env, cwd=ROOT)
+        proc = subprocess.run([self.bbmia, *args, "--json"], capture_output=True, text=True, env=env, cwd=cwd)
         if proc.returncode != 0:
             raise RuntimeError(f"bbmia {shlex.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
         lines = proc.stdout.rstrip("\n").split("\n")
@@ -244,10 +244,31 @@ def eval_wikimia64(s: Session) -> dict:
     return summary
 
 
+def eval_recall(s: Session) -> dict:
+    """``bbmia eval`` of ReCaLL and Con-ReCall beside loss and Min-K% on the default canary
+    (docs/contamination.md): one shot each, the canary's shortest non-member (P, and P_non-member)
+    and shortest member (P_member; ties: the first), both left out of the evaluated items and
+    written with them to ``runs/eval-recall/``, where the command runs (short scorer labels)."""
+    canary = Path(s.canary())
+    items = [json.loads(line) for line in (canary / "canary_items.jsonl").read_text().splitlines()]
+    shots = {label: min((it for it in items if it["label"] == label), key=lambda it: len(it["text"])) for label in (0, 1)}
+    folder = s.work / "eval-recall"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("nonmembers.jsonl", [shots[0]]), ("members.jsonl", [shots[1]]),
+                       ("items.jsonl", [it for it in items if it not in shots.values()])):
+        (folder / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    s.transcript.append(f"$ cd {s.shown(str(folder))}")
+    _, summary = s.run(["eval", "items.jsonl", "--local", str(canary), "--scorers",
+                        "loss,min_k,recall:prefix=nonmembers.jsonl,"
+                        "con_recall:prefix=nonmembers.jsonl,member_prefix=members.jsonl", "--quiet", "--out", "eval"],
+                       cwd=folder)
+    return summary
+
+
 BLOCKS: dict[str, Callable[[Session], dict]] = {"demo": demo, "sweep": sweep, "unlearning": unlearning,
                                                  "documents": documents, "memorize": memorize, "japanese": japanese,
                                                  "sweep_control": sweep_control, "exchangeability": exchangeability,
-                                                 "eval_wikimia64": eval_wikimia64}
+                                                 "eval_wikimia64": eval_wikimia64, "eval_recall": eval_recall}
 
 
 @dataclass(frozen=True)

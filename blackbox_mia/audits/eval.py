@@ -34,7 +34,7 @@ from ..evaluation import (
 from ..evaluation.blind import BlindBaseline
 from ..option_names import named
 from ..runner import run_config, score_items
-from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, parse_scorers
+from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, check_conditioning, parse_scorers
 from ..text import DEFAULT_SEGMENTER, get_segmenter
 from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
@@ -152,12 +152,14 @@ def prepare_eval(config: EvalConfig, cache_dir: str | os.PathLike | None = None)
 
     Raises:
         BlackboxMIAError: bad configuration, unreadable or unlabelled dataset, bad scorer spec,
-            a segmenter whose extra is not installed (``japanese``: ``ja``).
+            a segmenter whose extra is not installed (``japanese``: ``ja``), a scorer's prefix
+            file that is unreadable or holds evaluated items (:func:`~blackbox_mia.scorers.check_conditioning`).
     """
     config.validate()
     scorers = parse_scorers(list(config.scorers))
     items, meta = load_items(config.dataset, config.limit, cache_dir)
     require_labelled(items, meta["name"])
+    check_conditioning(scorers, (it.text for it in items), "the evaluated items")
     segmenter = get_segmenter(config.segmenter)  # a missing extra (japanese) fails before any scoring
     return EvalPlan(config, items, meta, scorers, [len(segmenter.segment(it.text).words) for it in items])
 

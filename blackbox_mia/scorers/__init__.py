@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..config import check_number
 from ..types import BlackboxMIAError
@@ -86,6 +86,24 @@ def refine_for(scorers: Sequence[Scorer]) -> tuple[float, ...]:
     return tuple(sorted(set(percents)))
 
 
+def check_conditioning(scorers: Sequence[Scorer], texts: Iterable[str], where: str) -> None:
+    """Refuse a scorer's conditioning texts (ReCaLL's and Con-ReCall's prefixes:
+    :meth:`Scorer.conditioning_texts`) among an audit's own ``texts``: a text scored with itself
+    in its prefix is no longer exchangeable with the others (a sweep's level would not hold, an
+    evaluation's AUC would be biased).
+
+    Raises:
+        BlackboxMIAError: such a text (the message names the scorer and ``where``); or a
+            scorer's unreadable prefix file (:func:`.recall.prefix_shots`).
+    """
+    own = set(texts)
+    for scorer in scorers:
+        clash = [t for t in scorer.conditioning_texts() if t in own]
+        if clash:
+            raise BlackboxMIAError(f"scorer {scorer.label!r} conditions on {len(clash)} text(s) among {where} "
+                                   f"({clash[0][:40]!r}...): take its prefix from other known items")
+
+
 def split_specs(text: str) -> list[str]:
     """Split ``"loss,min_k:k=10,pac:k1=5,k2=20"`` into ``["loss", "min_k:k=10", "pac:k1=5,k2=20"]``.
 
@@ -118,4 +136,4 @@ def parse_scorers(specs: list[str] | str) -> list[Scorer]:
 
 
 __all__ = ["REGISTRY", "DEFAULT_SCORERS", "REFERENCE", "TARGET", "TEXT_ONLY_SCORERS", "GenerationScorer", "Need", "Scorer",
-           "default_scorer_specs", "is_reference_role", "parse_scorer", "reference_role", "parse_scorers", "refine_for", "split_specs", "text_only_specs"]
+           "check_conditioning", "default_scorer_specs", "is_reference_role", "parse_scorer", "reference_role", "parse_scorers", "refine_for", "split_specs", "text_only_specs"]

@@ -67,6 +67,12 @@ class Bounded:
         o = _lift(other)
         return Bounded(self.value - o.value, self.lower - o.upper, self.upper - o.lower, max(self.spread, o.spread))
 
+    def __mul__(self, factor: float) -> Bounded:
+        """Scaling by a real ``factor`` > 0 (Con-ReCall's gamma): the ends scale with the value."""
+        return Bounded(self.value * factor, self.lower * factor, self.upper * factor, self.spread)
+
+    __rmul__ = __mul__
+
     def __truediv__(self, other: Bounded | float) -> Bounded:
         """Interval quotient; the value follows IEEE division (``x / 0`` is ±inf or NaN)."""
         o = _lift(other)

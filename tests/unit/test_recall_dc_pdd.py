@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from blackbox_mia.scorers import Need, parse_scorer
+from blackbox_mia.scorers import Need, check_conditioning, parse_scorer
 from blackbox_mia.scorers.recall import prefix_text
 from blackbox_mia.types import BlackboxMIAError, Provenance, TokenLogprobs
 
@@ -41,8 +41,8 @@ def test_recall_needs_a_prefix_and_enough_shots(prefix_file):
     with pytest.raises(BlackboxMIAError, match="needs prefix=PATH"):
         parse_scorer("recall").needs("x")
     with pytest.raises(BlackboxMIAError, match="holds 2 texts"):
-        prefix_text(str(prefix_file), 3)
-    assert prefix_text(str(prefix_file), 1) == "a b"
+        prefix_text(str(prefix_file), 3, "recall")
+    assert prefix_text(str(prefix_file), 1, "recall") == "a b"
 
 
 def test_dc_pdd_hand_value():
@@ -77,12 +77,9 @@ def test_dc_pdd_needs_the_first_corpus_texts_of_gsm8k_train_by_default():
     assert len(needs) == 3 and needs[0].text.startswith("Question: Natalia sold clips")
 
 
-def test_a_sweep_refuses_recall_prefix_texts_among_its_items(prefix_file):
-    from blackbox_mia.audits.sweep.plan import _check_conditioning
-    from blackbox_mia.datasets import Item
-
+def test_recall_prefix_texts_are_refused_among_an_audits_items(prefix_file):
     scorer, loss = parse_scorer(f"recall:prefix={prefix_file},shots=2"), parse_scorer("loss")
     assert scorer.conditioning_texts() == ("a b", "c d") and loss.conditioning_texts() == ()
-    _check_conditioning(loss, (scorer,), [[Item("1", "x y")], [Item("2", "a b c", 0)]])  # no clash
+    check_conditioning((loss, scorer), ["x y", "a b c"], "the sweep's own items")  # no clash
     with pytest.raises(BlackboxMIAError, match="conditions on 1 text"):
-        _check_conditioning(loss, (scorer,), [[Item("1", "x y")], [Item("2", "c d", 0)]])
+        check_conditioning((loss, scorer), ["x y", "c d"], "the sweep's own items")

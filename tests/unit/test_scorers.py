@@ -177,7 +177,7 @@ def test_parse_specs_and_labels():
     scorers = parse_scorers("loss,min_k:k=10,min_k")
     assert [s.label for s in scorers] == ["loss", "min_k:k=10", "min_k"]
     assert scorers[1].k == 10.0
-    assert set(REGISTRY) == {"loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac", "ref", "recall", "dc_pdd", "samia", "cdd", "ts_guessing",
+    assert set(REGISTRY) == {"loss", "zlib", "lowercase", "min_k", "min_k_pp", "pac", "ref", "recall", "con_recall", "dc_pdd", "samia", "cdd", "ts_guessing",
                              "ts_guessing_keyword", "guided", "decop"}
 
 

@@ -18,7 +18,7 @@ from ...controls import ControlConfig, ControlSet, build_control, control_kind
 from ...datasets import Item
 from ...evaluation import RULES, min_nonmembers
 from ...option_names import named
-from ...scorers import Scorer, parse_scorer, parse_scorers
+from ...scorers import Scorer, check_conditioning, parse_scorer, parse_scorers
 from ...types import BlackboxMIAError
 from ..common import Log, quiet, require_labelled
 
@@ -214,24 +214,9 @@ def prepare_sweep(config: SweepConfig, target_model: str | os.PathLike | None = 
             f"{named('nonmembers')} (a path)"
         )
     manifest = find_canary_manifest(target_model)
-    _check_conditioning(scorer, tuple(features), [items, *(group[0] for group in (calibration, nonmembers) if group)])
+    groups = [items, *(group[0] for group in (calibration, nonmembers) if group)]
+    check_conditioning((scorer, *features), (it.text for group in groups for it in group), "the sweep's own items")
     return SweepPlan(config, items, meta, scorer, calibration, nonmembers, control, manifest, tuple(features))
-
-
-def _check_conditioning(scorer: Scorer, features: tuple[Scorer, ...], groups: list[list[Item]]) -> None:
-    """Refuse a scorer's conditioning texts (ReCaLL's prefix) among the swept, calibration or
-    non-member items: a text scored with itself in its prefix is no longer exchangeable with the
-    others, and the verdict's level would not hold.
-
-    Raises:
-        BlackboxMIAError: such a text among the items.
-    """
-    texts = {it.text for group in groups for it in group}
-    for s in (scorer, *features):
-        clash = [t for t in s.conditioning_texts() if t in texts]
-        if clash:
-            raise BlackboxMIAError(f"scorer {s.label!r} conditions on {len(clash)} text(s) among the sweep's own items "
-                                   f"({clash[0][:40]!r}...): take its prefix from other known non-members")
 
 
 def _stratified_share(items: list[Item], fraction: float, seed: int) -> list[Item]:
