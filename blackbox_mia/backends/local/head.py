@@ -17,7 +17,7 @@ HEAD_ROW_MULTIPLE = 64
 
 
 def head_row_multiple(device) -> int:
-    """Rows of the scoring head are padded to a multiple of this on ``device``: 
+    """Rows of the scoring head are padded to a multiple of this on ``device``:
     :data:`HEAD_ROW_MULTIPLE` on CUDA, 1 (no padding, no copy) elsewhere, where the CPU's
     matrix products run odd widths at full speed."""
     return HEAD_ROW_MULTIPLE if device.type == "cuda" else 1
