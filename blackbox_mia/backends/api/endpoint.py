@@ -365,7 +365,7 @@ class Endpoint:
         """Each prompt token's own log-prob from normalised ``prompt_logprobs`` rows (see
         :func:`~.answers.read_completion`), found by its id."""
         if rows is None:
-            raise ApiError(None, f"{self.client.config.base_url} does not return prompt_logprobs "
+            raise ApiError(None, f"{self.client.url} does not return prompt_logprobs "
                                  "(not a vLLM server, or an old one)", Fault.FINAL)
         if len(rows) != len(ids):
             raise ApiError(None, f"prompt_logprobs has {len(rows)} entries for {len(ids)} prompt tokens", Fault.INVALID)

@@ -78,6 +78,8 @@ class ApiClient(AnswerFetcher):
 
     Attributes:
         config, cache: as given.
+        url: ``config.base_url`` without user info, query or fragment (:func:`display_url`): the
+            form every message and record shows (the raw one may hold a credential).
         usage: requests, retries, cache hits, tokens and cost so far (:class:`Usage`).
     """
 
@@ -239,9 +241,9 @@ class ApiClient(AnswerFetcher):
         await self._model_entries()
         failure = self._models_failure
         if connection_refused(failure):
-            raise BlackboxMIAError(refused_message(self._url))
+            raise BlackboxMIAError(refused_message(self.url))
         if isinstance(failure, APIStatusError) and failure.status_code in (401, 403):
-            raise BlackboxMIAError(key_refused_message(f"{self._url} (GET /models)", failure.status_code))
+            raise BlackboxMIAError(key_refused_message(f"{self.url} (GET /models)", failure.status_code))
         await self.check_model()
 
     async def check_model(self) -> None:
@@ -263,7 +265,7 @@ class ApiClient(AnswerFetcher):
             shown = ", ".join(repr(self._masked(m, MESSAGE_CHARS)) for m in models[:SHOWN_MODELS])
             more = f" and {len(models) - SHOWN_MODELS} more" if len(models) > SHOWN_MODELS else ""
             raise BlackboxMIAError(
-                f"unknown model {model!r} at {self._url}: the server lists {shown}{more} (GET /models); "
+                f"unknown model {model!r} at {self.url}: the server lists {shown}{more} (GET /models); "
                 f"pass one of them with {named('model')}"
             )
         self._model_checked = True
@@ -275,7 +277,7 @@ class ApiClient(AnswerFetcher):
             data = json.loads(content).get("data")
         except (ApiError, ValueError, AttributeError) as exc:
             self._models_failure = exc
-            LOG.debug("%s: no model list (%s)", self._url, type(exc).__name__)
+            LOG.debug("%s: no model list (%s)", self.url, type(exc).__name__)
             return None
         if not isinstance(data, list):
             return None
@@ -293,7 +295,7 @@ class ApiClient(AnswerFetcher):
         """
         in_flight = self._senders.in_progress
         if in_flight:
-            LOG.warning("%s: waiting up to %g s for %d answer%s in flight (Ctrl-C again to exit at once)", self._url,
+            LOG.warning("%s: waiting up to %g s for %d answer%s in flight (Ctrl-C again to exit at once)", self.url,
                         grace_s, in_flight, "s" if in_flight != 1 else "")
         return await self._senders.drain(grace_s)
 

@@ -59,7 +59,7 @@ class AnswerFetcher:
         self.config = config
         self.cache = cache
         self.usage = Usage(unpriced=config.price() is None)
-        self._url = display_url(config.base_url)
+        self.url = display_url(config.base_url)
         self._model_json = canonical_json(config.model)  # the body's first field, serialised once
         self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
         self._senders = Senders(config.concurrency)
@@ -122,7 +122,7 @@ class AnswerFetcher:
         except Malformed as exc:
             self.usage.invalid_cached += 1
             LOG.warning("%s: dropping a cached answer that fails validation (%s); asking again",
-                        self._url, exc.describe(self._masked))
+                        self.url, exc.describe(self._masked))
             self.cache.delete(key)
             return None
 
@@ -302,7 +302,7 @@ class AnswerFetcher:
         else:
             what = type(exc).__name__
         wait = state.next_action.sleep if state.next_action else 0.0
-        LOG.warning("%s: %s (%s); retry %d of %d in %.2f s", self._url, what, fault_of(exc), state.attempt_number,
+        LOG.warning("%s: %s (%s); retry %d of %d in %.2f s", self.url, what, fault_of(exc), state.attempt_number,
                     retries, wait)
 
     def _scrub(self, text: str) -> str:
@@ -337,7 +337,7 @@ class AnswerFetcher:
 
     def _describe(self, exc: ApiError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
         """(HTTP status or ``None``, what went wrong) for one failed attempt."""
-        url = self._url
+        url = self.url
         if isinstance(exc, Malformed):
             return exc.status, f"invalid {dialect.name} answer from {url}: {exc.describe(self._masked)}"
         if isinstance(exc, APITimeoutError):
