@@ -62,6 +62,11 @@ class SpendRefused(BlackboxMIAError):
         self.usd = usd
 
 
+class NoLogprobs(BlackboxMIAError):
+    """The target gives no log-probs usable for absolute values (its capability probe found
+    none, and saved that verdict): the log-prob scorers cannot run, the text-only tests can."""
+
+
 class ExpressionError(BlackboxMIAError):
     """An expression that :func:`~blackbox_mia.controls.arith.safe_eval` refuses (not plain
     arithmetic) or cannot evaluate."""

@@ -96,7 +96,7 @@ async def test_429_until_retries_run_out_is_transient(client, fake):
 
 
 def test_api_error_interface():
-    assert [f.value for f in Fault] == ["final", "transient", "invalid"] and Fault("final") is Fault.FINAL
+    assert [f.value for f in Fault] == ["final", "transient", "invalid", "corrupt"] and Fault("final") is Fault.FINAL
     error = ApiError(None, "refused")
     assert (error.status_code, error.fault, str(error)) == (None, "final", "refused")
     assert isinstance(error, BlackboxMIAError)

@@ -33,6 +33,7 @@ from ...types import (
     FINISH_REASONS,
     BlackboxMIAError,
     Generation,
+    NoLogprobs,
     Provenance,
     TokenLogprobs,
 )
@@ -43,7 +44,7 @@ from .capabilities import Capabilities
 from .http.client import ApiClient, ApiConfig
 from .tracker.costs import estimate
 from .endpoint import Endpoint
-from .probe import load_or_probe
+from .probe import load_or_probe, record_path
 from .tracker.tracker import Tracker
 from .tracker.config import TrackerConfig
 
@@ -185,12 +186,19 @@ class ApiBackend(Backend):
         """The tracker, built once after the probe.
 
         Raises:
-            BlackboxMIAError: the endpoint cannot give absolute log-probs, or the requested
-                strategy is not available on it.
+            NoLogprobs: the endpoint cannot give absolute log-probs (the message names the cached
+                verdict and how to probe again: the endpoint may have recovered since).
+            BlackboxMIAError: the requested strategy is not available on it.
         """
         capabilities = await self._probed()
         if self._tracker is None:
-            self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config, complete=self._probed_in_full)
+            try:
+                self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config,
+                                        complete=self._probed_in_full)
+            except NoLogprobs as exc:
+                where = record_path(self.endpoint, self._root, self.tracker_config)
+                raise NoLogprobs(f"{exc} (the probe's verdict, cached in {where}: {named('reprobe', True)} "
+                                 "probes again)") from None
         return self._tracker
 
     async def _probed_in_full(self) -> Capabilities:

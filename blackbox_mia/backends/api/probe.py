@@ -81,9 +81,7 @@ async def load_or_probe(
     Raises:
         BlackboxMIAError: a corrupt record, or the probe failed (nothing is saved then).
     """
-    client = endpoint.client.config
-    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.dialect.key, config.epsilon,
-                             config.max_bias)
+    path = record_path(endpoint, cache_dir, config)
     full = full or config.strategy not in PROMPT_ONLY
     caps = None if refresh else load_capabilities(path)
     if caps is None or (full and not caps.complete):
@@ -92,6 +90,14 @@ async def load_or_probe(
     endpoint.token_id_prompts = caps.token_id_prompts
     endpoint.exact_names, endpoint.open_bias, endpoint.grammar = caps.exact_names, caps.open_bias, caps.grammar
     return caps
+
+
+def record_path(endpoint: Endpoint, cache_dir: Path, config: TrackerConfig) -> Path:
+    """Where :func:`load_or_probe` keeps the record of ``endpoint`` probed with ``config``
+    (:func:`~.capabilities.capabilities_path`)."""
+    client = endpoint.client.config
+    return capabilities_path(cache_dir, client.base_url, client.model, endpoint.dialect.key, config.epsilon,
+                             config.max_bias)
 
 
 async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), full: bool = True) -> Capabilities:

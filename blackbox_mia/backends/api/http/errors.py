@@ -47,14 +47,16 @@ class Fault(str, Enum):
         quick: retried after a short linear wait (:data:`~.faults.QUICK_RETRY_S`: the server
             answered, it is not overloaded), not the exponential backoff.
         answered: the server answered 2xx: it accepted the request (its answer was bad).
-        outage: the server may be down or overloaded: the request was not refused, and a later
-            run may succeed (a capability probe learns nothing from it and stops).
+        outage: the server may be down, overloaded or garbling its answers: the request was not
+            refused, and a later run may succeed (a capability probe learns nothing from it and
+            stops, saving nothing).
     """
 
     #          value        retried quick  answered outage
     FINAL = ("final", False, False, False, False)  # refused deterministically, or invalid arguments
     TRANSIENT = ("transient", True, False, False, True)  # 408, 429, 5xx (but 501), timeouts, connection faults
-    INVALID = ("invalid", True, True, True, False)  # a 2xx answer that is truncated JSON or fails validation
+    INVALID = ("invalid", True, True, True, False)  # a 2xx answer that fails validation (a field missing...)
+    CORRUPT = ("corrupt", True, True, True, True)  # a 2xx body that is not whole JSON (cut short, NaN): a glitch
 
     def __new__(cls, value: str, retried: bool, quick: bool, answered: bool, outage: bool) -> Fault:
         member = str.__new__(cls, value)
@@ -83,14 +85,17 @@ class Malformed(Exception):
             before cutting the value short).
         final: retrying cannot help (a body that is not JSON at all, such as an HTML page: the
             URL is not an API's); by default an invalid answer is retried.
+        corrupt: the body is not whole JSON (cut short, ``NaN``, a number past a double): a
+            glitch on the way, which says nothing about what the server offers (fault
+            ``"corrupt"``, an outage); otherwise the body parsed but fails validation.
 
     Attributes:
         status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
     """
 
-    def __init__(self, where: str, problem: str, value: object = _ABSENT, final: bool = False):
+    def __init__(self, where: str, problem: str, value: object = _ABSENT, final: bool = False, corrupt: bool = False):
         super().__init__(where)
-        self.where, self.problem, self.value, self.final = where, problem, value, final
+        self.where, self.problem, self.value, self.final, self.corrupt = where, problem, value, final, corrupt
         self.status: int | None = None
 
     def describe(self, masked: Callable[[str, int], str]) -> str:
@@ -117,8 +122,10 @@ class ApiError(BlackboxMIAError):
               invalid; retrying cannot help;
             * ``transient``: 408, 429, 5xx, timeouts or connection faults (outlasted every retry,
               when given up); a later run may succeed;
-            * ``invalid``: every attempt got a 2xx answer that was not JSON or failed
-              validation; the message names the field (``choices[0].logprobs is missing``).
+            * ``invalid``: every attempt got a 2xx answer that failed validation; the message
+              names the field (``choices[0].logprobs is missing``);
+            * ``corrupt``: every attempt got a 2xx body that was not whole JSON (cut short,
+              ``NaN``); a later run may succeed.
 
         detail: the server's own error message (given up: the key masked, cut short), ``None``
             when the server gave none (no answer, an invalid 200).
@@ -193,7 +200,8 @@ class InternalServerError(APIStatusError):
 
 
 class InvalidAnswerError(ApiError):
-    """Every attempt got a 2xx answer that was not JSON or failed validation; fault ``"invalid"``."""
+    """Every attempt got a 2xx answer that was not JSON (fault ``"corrupt"``, or ``"final"`` for an
+    HTML page) or failed validation (``"invalid"``)."""
 
 
 STATUS_ERRORS: dict[int, type[APIStatusError]] = {

@@ -92,13 +92,13 @@ def fault_of(exc: BaseException | None) -> Fault:
 
     An :class:`~.errors.ApiError` carries its own (the transport's: transient for 408, 429, 5xx
     other than 501, timeouts and connection errors; final for other statuses). A 2xx answer that
-    is truncated JSON or fails validation is invalid; one that is not JSON at all (an HTML page),
-    and any other exception, final.
+    is truncated JSON or holds a NaN is corrupt, one that fails validation invalid; one that is not
+    JSON at all (an HTML page), and any other exception, final.
     """
     if isinstance(exc, ApiError):
         return exc.fault
     if isinstance(exc, Malformed):
-        return Fault.FINAL if exc.final else Fault.INVALID
+        return Fault.FINAL if exc.final else Fault.CORRUPT if exc.corrupt else Fault.INVALID
     return Fault.FINAL
 
 

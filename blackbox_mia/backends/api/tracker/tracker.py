@@ -70,7 +70,7 @@ from tqdm.auto import tqdm
 from ....text.windows import sliding_windows, windows_notes
 from ....tokenizers import TokenCodec
 from ....tokenizers.long import LongEncoder
-from ....types import BlackboxMIAError, Provenance, TokenLogprobs
+from ....types import BlackboxMIAError, NoLogprobs, Provenance, TokenLogprobs
 from ...loop import in_daemon_thread
 from .bisection import TextBisection
 from ..capabilities import Capabilities
@@ -97,8 +97,8 @@ class Tracker:
             position, else per position), and the tracker adopts the full record.
 
     Raises:
-        BlackboxMIAError: the endpoint cannot give absolute log-probs, or the requested strategy
-            is not available on it (the message gives the probe's reason).
+        NoLogprobs: the endpoint cannot give absolute log-probs (the message gives the probe's reason).
+        BlackboxMIAError: the requested strategy is not available on it (the same).
     """
 
     def __init__(self, endpoint: Endpoint, capabilities: Capabilities, config: TrackerConfig = TrackerConfig(),
@@ -119,7 +119,7 @@ class Tracker:
         endpoint, config = self.endpoint, self.config
         available = capabilities.strategies()
         if not available:
-            raise BlackboxMIAError(
+            raise NoLogprobs(
                 "this endpoint does not return log-probs usable for absolute values: " + capabilities.reason("topn")
             )
         if config.strategy != "auto" and config.strategy not in available:

@@ -1,0 +1,64 @@
+"""A short outage during the capability probe (every answer invalid: NaN log-probs, through the
+fault proxy in front of ``bbmia serve``) is not saved as the endpoint's verdict: the run stops
+with one line that names no text-only way out, nothing is cached, and once the endpoint has
+recovered the same command probes again and scores."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from typer.testing import CliRunner
+
+from blackbox_mia.cli import app
+from blackbox_mia.emulator import ServerConfig, serve_in_background
+from tests.tools.fault_proxy import FaultConfig, proxy_in_background
+
+runner = CliRunner()
+
+
+def test_a_probe_whose_answers_are_all_invalid_saves_nothing_and_reruns(tiny_model_dir, tmp_path):
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("Tom has 3 apples.", "Ivy walks 4 miles.")))
+    cache = tmp_path / "cache"
+    with serve_in_background(ServerConfig(str(tiny_model_dir))) as upstream:
+        with proxy_in_background(FaultConfig(upstream=upstream, rate=1.0, classes=("nan",))) as proxy:
+            args = ["score", str(texts), "--target", f"api:{tiny_model_dir}@{proxy.base_url}?max_retries=1",
+                    "--tokenizer", str(tiny_model_dir), "--scorers", "loss", "--cache-dir", str(cache),
+                    "--out", str(tmp_path / "scores.jsonl")]
+            failed = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            assert not list(cache.glob("capabilities/*.json"))  # no verdict saved
+            proxy.config = dataclasses.replace(proxy.config, rate=0.0)  # the endpoint recovers
+            sent_before = proxy.stats.requests
+            recovered = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            sent = proxy.stats.requests - sent_before
+    assert failed.exit_code == 2 and "Traceback" not in failed.output, failed.output
+    assert "nothing saved" in failed.output and "--methods" not in failed.output, failed.output
+    assert recovered.exit_code == 0, recovered.output
+    assert sent > 0 and list(cache.glob("capabilities/*.json"))
+    rows = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(row["scores"]["loss"] is not None for row in rows)
+
+
+def test_a_cached_no_logprobs_verdict_names_its_record_and_reprobe(tiny_model_dir, tmp_path):
+    """Answers without log-probs look like a server that has none: that verdict is saved, and the
+    error names where, and ``--reprobe``, which probes the recovered endpoint again."""
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text(json.dumps({"text": "Tom has 3 apples."}) + "\n")
+    cache = tmp_path / "cache"
+    with serve_in_background(ServerConfig(str(tiny_model_dir))) as upstream:
+        with proxy_in_background(FaultConfig(upstream=upstream, rate=1.0, classes=("no_logprobs",))) as proxy:
+            args = ["score", str(texts), "--target", f"api:{tiny_model_dir}@{proxy.base_url}?max_retries=0",
+                    "--tokenizer", str(tiny_model_dir), "--scorers", "loss", "--cache-dir", str(cache),
+                    "--out", str(tmp_path / "scores.jsonl")]
+            failed = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            proxy.config = dataclasses.replace(proxy.config, rate=0.0)
+            sent_before = proxy.stats.requests
+            cached = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            assert proxy.stats.requests == sent_before  # the saved verdict: nothing sent
+            reprobed = runner.invoke(app, [*args, "--reprobe"], env={"OPENAI_BASE_URL": None})
+    (record,) = cache.glob("capabilities/*.json")
+    for result in (failed, cached):
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert "absolute" in result.output and str(record) in result.output and "--reprobe" in result.output
+    assert reprobed.exit_code == 0, reprobed.output
