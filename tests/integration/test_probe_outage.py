@@ -17,20 +17,26 @@ from tests.tools.fault_proxy import FaultConfig, proxy_in_background
 runner = CliRunner()
 
 
+def score(tmp_path, model, url: str, retries: int, *more: str, command: str = "score"):
+    """``bbmia score`` (or ``command``) of ``tmp_path/texts.jsonl`` through ``url``, caching in
+    ``tmp_path/cache``."""
+    args = [command, str(tmp_path / "texts.jsonl"), "--target", f"api:{model}@{url}?max_retries={retries}",
+            "--tokenizer", str(model), "--scorers", "loss", "--cache-dir", str(tmp_path / "cache"),
+            "--out", str(tmp_path / "scores.jsonl"), *more]
+    return runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+
+
 def test_a_probe_whose_answers_are_all_invalid_saves_nothing_and_reruns(tiny_model_dir, tmp_path):
-    texts = tmp_path / "texts.jsonl"
-    texts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("Tom has 3 apples.", "Ivy walks 4 miles.")))
+    (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"text": t, "label": label}) + "\n"
+                                                  for label, t in enumerate(("Tom has 3 apples.", "Ivy walks 4 miles."))))
     cache = tmp_path / "cache"
     with serve_in_background(ServerConfig(str(tiny_model_dir))) as upstream:
         with proxy_in_background(FaultConfig(upstream=upstream, rate=1.0, classes=("nan",))) as proxy:
-            args = ["score", str(texts), "--target", f"api:{tiny_model_dir}@{proxy.base_url}?max_retries=1",
-                    "--tokenizer", str(tiny_model_dir), "--scorers", "loss", "--cache-dir", str(cache),
-                    "--out", str(tmp_path / "scores.jsonl")]
-            failed = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            failed = score(tmp_path, tiny_model_dir, proxy.base_url, 1, command="eval")  # offers --methods when it may
             assert not list(cache.glob("capabilities/*.json"))  # no verdict saved
             proxy.config = dataclasses.replace(proxy.config, rate=0.0)  # the endpoint recovers
             sent_before = proxy.stats.requests
-            recovered = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            recovered = score(tmp_path, tiny_model_dir, proxy.base_url, 1)
             sent = proxy.stats.requests - sent_before
     assert failed.exit_code == 2 and "Traceback" not in failed.output, failed.output
     assert "nothing saved" in failed.output and "--methods" not in failed.output, failed.output
@@ -43,20 +49,16 @@ def test_a_probe_whose_answers_are_all_invalid_saves_nothing_and_reruns(tiny_mod
 def test_a_cached_no_logprobs_verdict_names_its_record_and_reprobe(tiny_model_dir, tmp_path):
     """Answers without log-probs look like a server that has none: that verdict is saved, and the
     error names where, and ``--reprobe``, which probes the recovered endpoint again."""
-    texts = tmp_path / "texts.jsonl"
-    texts.write_text(json.dumps({"text": "Tom has 3 apples."}) + "\n")
+    (tmp_path / "texts.jsonl").write_text(json.dumps({"text": "Tom has 3 apples."}) + "\n")
     cache = tmp_path / "cache"
     with serve_in_background(ServerConfig(str(tiny_model_dir))) as upstream:
         with proxy_in_background(FaultConfig(upstream=upstream, rate=1.0, classes=("no_logprobs",))) as proxy:
-            args = ["score", str(texts), "--target", f"api:{tiny_model_dir}@{proxy.base_url}?max_retries=0",
-                    "--tokenizer", str(tiny_model_dir), "--scorers", "loss", "--cache-dir", str(cache),
-                    "--out", str(tmp_path / "scores.jsonl")]
-            failed = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            failed = score(tmp_path, tiny_model_dir, proxy.base_url, 0)
             proxy.config = dataclasses.replace(proxy.config, rate=0.0)
             sent_before = proxy.stats.requests
-            cached = runner.invoke(app, args, env={"OPENAI_BASE_URL": None})
+            cached = score(tmp_path, tiny_model_dir, proxy.base_url, 0)
             assert proxy.stats.requests == sent_before  # the saved verdict: nothing sent
-            reprobed = runner.invoke(app, [*args, "--reprobe"], env={"OPENAI_BASE_URL": None})
+            reprobed = score(tmp_path, tiny_model_dir, proxy.base_url, 0, "--reprobe")
     (record,) = cache.glob("capabilities/*.json")
     for result in (failed, cached):
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
