@@ -327,9 +327,10 @@ class ApiBackend(Backend):
         return self.client.usage
 
     @property
-    def max_cost(self) -> float | None:
-        """The spending cap in USD (``ApiConfig.max_cost``), or ``None``."""
-        return self.client.config.max_cost
+    def capped(self) -> bool:
+        """Whether ``ApiConfig.max_cost`` or ``ApiConfig.max_requests`` caps the spend."""
+        config = self.client.config
+        return config.max_cost is not None or config.max_requests is not None
 
     def describe(self) -> dict:
         """Endpoint, model, tokenizer, the probed ``capabilities`` and the tracker's

@@ -69,7 +69,8 @@ class AnswerFetcher:
         self._claims = ClaimBatcher(cache) if cache is not None else None
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
-        self._budget = Budget(config.max_cost) if config.max_cost is not None else None
+        capped = config.max_cost is not None or config.max_requests is not None
+        self._budget = Budget(config.max_cost, config.max_requests) if capped else None
 
     async def _answer(self, dialect: Dialect, payload: dict, attempts: int) -> dict:
         """A valid cached answer, else a fresh one in at most ``attempts`` requests (identical
@@ -247,7 +248,7 @@ class AnswerFetcher:
         Raises:
             APIStatusError, APIConnectionError: the request failed (the transport's errors).
             Malformed: the answer is not a JSON object or fails validation.
-            BudgetExceeded: sending it could take the spend past ``max_cost``.
+            BudgetExceeded: sending it could take the spend past ``max_cost`` or ``max_requests``.
         """
         if self._rpm is not None:
             await self._rpm.acquire(1)
@@ -282,13 +283,14 @@ class AnswerFetcher:
         """Reserve the worst-case cost (USD) of one request under the budget (0 without one).
 
         Raises:
-            BudgetExceeded: the request could take the spend past ``max_cost``.
+            BudgetExceeded: the request could take the spend past ``max_cost``, or the requests
+                sent past ``max_requests``.
         """
         if self._budget is None:
             return 0.0
         completion = int(payload.get("max_tokens") or 0)
         worst = request_cost(tokens - completion, completion, self.config.price())
-        self._budget.reserve(self.usage.cost_usd, worst)
+        self._budget.reserve(self.usage.cost_usd, worst, self.usage.requests)
         return worst
 
     def _note_retry(self, state: RetryCallState, retries: int) -> None:
