@@ -28,7 +28,7 @@ from ..helpers_client import config
 def test_the_hierarchy_mirrors_openai_and_stays_under_api_error():
     for name in ("APIConnectionError", "APITimeoutError", "APIStatusError", "BadRequestError", "AuthenticationError",
                  "PermissionDeniedError", "NotFoundError", "ConflictError", "UnprocessableEntityError",
-                 "RateLimitError", "InternalServerError", "InvalidAnswerError"):
+                 "RateLimitError", "InternalServerError", "InvalidAnswerError", "NotAnApiError"):
         cls = getattr(errors, name)
         assert issubclass(cls, ApiError) and issubclass(cls, BlackboxMIAError)
         assert getattr(blackbox_mia, name) is cls  # exported from the top level, as openai does

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from blackbox_mia.backends.api.http.errors import NotAnApiError
 from blackbox_mia.backends.api.http.faults import ApiError
 
 from ..helpers_client import completion_answer
@@ -39,9 +40,11 @@ async def test_garbage_answers_are_retried_never_cached_then_fail_as_invalid(cli
 
 async def test_a_200_that_is_not_json_at_all_fails_at_once(client, fake):
     fake.faults = [{"status": 200, "text": "<html>oops</html>"}] * 4  # a web page: another server, not a glitch
-    with pytest.raises(ApiError, match=r"the body is '<html>oops</html>', not JSON at all \(is the URL") as err:
+    with pytest.raises(NotAnApiError, match=r"does not look like an OpenAI-compatible API: POST .* answered HTTP 200 "
+                                            r"with an HTML page, not JSON \(is the URL the API's, ending in /v1\?\)") as err:
         await client.complete([1], logprobs=1)
     assert err.value.fault == "final" and str(err.value).endswith("(final: not retried)")
+    assert "oops" not in str(err.value)  # the page itself is not repeated
     assert fake.hits == 1 and client.usage.retries == 0 and len(client.cache) == 0
 
 

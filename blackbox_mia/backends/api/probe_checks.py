@@ -20,7 +20,7 @@ from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
 from .precision import SIGNIFICANT_BITS, report_bits, rounding_error
 from .tracker.choice import strategy_set
-from .http.errors import ApiError
+from .http.errors import ApiError, NotAnApiError
 from .endpoint import Endpoint, NextToken, surely
 from .tracker.spelling import Speller
 from .tracker.strategies import Position
@@ -38,16 +38,17 @@ async def attempt(request: Awaitable) -> tuple[object, ApiError | None]:
 
     Raises:
         BlackboxMIAError: a transient failure that outlasted the retries, a 401/403 (the key
-            was refused) or a 404 (a wrong base URL or an unknown model): no evidence about a
-            feature; the probe stops, nothing saved.
+            was refused), a 404 (a wrong base URL or an unknown model) or a page instead of JSON
+            (:class:`~.http.errors.NotAnApiError`: not the API): no evidence about a feature;
+            the probe stops, nothing saved.
     """
     try:
         return await request, None
     except ApiError as exc:
         if exc.fault.outage:
             raise BlackboxMIAError(f"capability probe stopped, nothing saved (rerun later): {exc}") from None
-        if exc.status_code in (401, 403, 404):  # a refused key, a wrong URL: nothing learnt about a feature
-            raise
+        if exc.status_code in (401, 403, 404) or isinstance(exc, NotAnApiError):  # a refused key, a wrong URL:
+            raise  # nothing learnt about a feature
         return None, exc
 
 

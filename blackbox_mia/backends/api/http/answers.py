@@ -13,7 +13,7 @@ its output ends inside a character): ``tokens`` holds at most ``max_tokens``. A 
 from __future__ import annotations
 
 from ....io import NonFiniteNumber, loads_finite
-from .errors import Malformed
+from .errors import Malformed, page_kind
 
 
 def clip(text: str, limit: int) -> str:
@@ -38,11 +38,11 @@ def decode_answer(content: bytes) -> dict:
         raise Malformed(exc.path.lstrip(".") or "the body", "is not a finite number (NaN or infinity)",
                         corrupt=True) from None
     except ValueError:  # not JSON, truncated JSON, not UTF-8
-        text = content.decode("utf-8", "replace")
-        if text.strip() and text.lstrip()[0] not in "{[":  # an HTML page, plain text: another server, not a glitch
-            raise Malformed("the body", "not JSON at all (is the URL the API's, ending in /v1?)", text,
-                            final=True) from None
-        raise Malformed("the body", "expected a JSON object", text, corrupt=True) from None
+        page = page_kind(content)
+        if page is not None:  # an HTML page, plain text: another server, not a glitch
+            raise Malformed("the body", page, final=True) from None
+        raise Malformed("the body", "expected a JSON object", content.decode("utf-8", "replace"),
+                        corrupt=True) from None
     return _typed(raw, dict, "the body", "a JSON object")
 
 

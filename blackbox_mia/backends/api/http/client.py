@@ -54,8 +54,8 @@ from ....option_names import named
 from ....types import BlackboxMIAError, BudgetExceeded
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
-from .errors import MESSAGE_CHARS, ApiError, APIStatusError
-from .faults import connection_refused, key_refused_message, refused_message
+from .errors import MESSAGE_CHARS, ApiError, APIStatusError, Fault, NotAnApiError, page_kind
+from .faults import connection_refused, key_refused_message, not_an_api_message, refused_message
 from .fetch import AnswerFetcher
 from .transport import MODELS_PATH
 
@@ -236,12 +236,16 @@ class ApiClient(AnswerFetcher):
 
         Raises:
             BlackboxMIAError: the connection was refused (nothing listens at the base URL), the
-                server refused the API key, or it lists models and not this one.
+                answer is a page, not JSON (the URL is not the API's), the server refused the
+                API key, or it lists models and not this one.
         """
         await self._model_entries()
         failure = self._models_failure
         if connection_refused(failure):
             raise BlackboxMIAError(refused_message(self.url))
+        if isinstance(failure, NotAnApiError):
+            request = f"GET {display_url(self._transport.path_url(MODELS_PATH))}"
+            raise BlackboxMIAError(not_an_api_message(self.url, request, failure.status_code, failure.detail))
         if isinstance(failure, APIStatusError) and failure.status_code in (401, 403):
             raise BlackboxMIAError(key_refused_message(f"{self.url} (GET /models)", failure.status_code))
         await self.check_model()
@@ -273,7 +277,10 @@ class ApiClient(AnswerFetcher):
     async def _list_models(self) -> dict[str, dict] | None:
         """The entries of ``GET /models`` by id, or ``None`` (see :meth:`served_models`)."""
         try:
-            _, content = await self._transport.get(MODELS_PATH)
+            status, content = await self._transport.get(MODELS_PATH)
+            page = page_kind(content)
+            if page is not None:  # a 200 page: a web server, not the API
+                raise NotAnApiError(status, f"HTTP {status}", Fault.FINAL, page)
             data = json.loads(content).get("data")
         except (ApiError, ValueError, AttributeError) as exc:
             self._models_failure = exc

@@ -78,6 +78,16 @@ def key_refused_message(url: str, status: int) -> str:
     return f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or {named('api_key')}"
 
 
+NOT_AN_API_HINT = "is the URL the API's, ending in /v1?"
+
+
+def not_an_api_message(url: str, request: str, status: int | None, page: str) -> str:
+    """What a page (``page``: :func:`~.errors.page_kind`) in answer to ``request`` (``"GET
+    http://.../v1/models"``) means, in one clause: ``url`` is not the API's (no retry can help)."""
+    return (f"{url} does not look like an OpenAI-compatible API: {request} answered HTTP {status} with {page}, "
+            f"not JSON ({NOT_AN_API_HINT})")
+
+
 def refused_too_often(retry_state: RetryCallState) -> bool:
     """A tenacity stop condition: the last attempt's connection was refused and
     :data:`REFUSED_ATTEMPTS` attempts were made (a wrong port fails in seconds, not after the

@@ -35,8 +35,26 @@ from .answers import billed_tokens, clip, decode_answer
 from .cache.claim_batcher import ClaimBatcher
 from .config import PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
-from .errors import MESSAGE_CHARS, APIConnectionError, ApiError, APIStatusError, APITimeoutError, Fault, Malformed, error_type
-from .faults import Backoff, connection_refused, fault_of, key_refused_message, refused_message, refused_too_often
+from .errors import (
+    MESSAGE_CHARS,
+    APIConnectionError,
+    ApiError,
+    APIStatusError,
+    APITimeoutError,
+    Fault,
+    Malformed,
+    NotAnApiError,
+    error_type,
+)
+from .faults import (
+    Backoff,
+    connection_refused,
+    fault_of,
+    key_refused_message,
+    not_an_api_message,
+    refused_message,
+    refused_too_often,
+)
 from .limits import RateLimiter
 from .senders import Senders
 from .transport import Transport
@@ -275,6 +293,8 @@ class AnswerFetcher:
         status, answer = await self._senders.run(post)
         if isinstance(answer, Malformed):
             self.usage.invalid_answers += 1
+            if answer.final:  # a page: not the API
+                raise NotAnApiError(status, f"HTTP {status}", Fault.FINAL, answer.problem)
             answer.status = status
             raise answer
         return answer
@@ -340,6 +360,9 @@ class AnswerFetcher:
     def _describe(self, exc: ApiError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
         """(HTTP status or ``None``, what went wrong) for one failed attempt."""
         url = self.url
+        if isinstance(exc, NotAnApiError):
+            where = display_url(self._transport.url(dialect.prompt_field))
+            return exc.status_code, not_an_api_message(url, f"POST {where}", exc.status_code, exc.detail)
         if isinstance(exc, Malformed):
             return exc.status, f"invalid {dialect.name} answer from {url}: {exc.describe(self._masked)}"
         if isinstance(exc, APITimeoutError):
