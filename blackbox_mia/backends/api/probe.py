@@ -38,6 +38,7 @@ from .probe_checks import (
     check_chains,
     check_grammar,
     check_open_stop,
+    check_echo_bias,
     check_partial_tokens,
     check_prompt,
     check_runs,
@@ -60,7 +61,7 @@ TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal n
 # strategies that need no check beyond the prompt path: a probe for them may stop once it verified it
 PROMPT_ONLY = ("auto", "prompt")
 # what a probe that stopped at the prompt path leaves unchecked (each gets the reason NOT_PROBED)
-UNCHECKED = (ECHO, "run", "bias", "forced", "postbias", "bisect", "grammar")
+UNCHECKED = (ECHO, "echo_bias", "run", "bias", "forced", "postbias", "bisect", "grammar")
 
 
 async def load_or_probe(
@@ -165,11 +166,13 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
             "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter}
     enabled = await trial_strategies(p, non_argmax, base, agree)
+    echo_bias_free = echo and enabled["forced"] and await check_echo_bias(p, path, top_n, agree, non_argmax)
     chains = enabled["bisect"] and await check_chains(p, path, base, agree)
     reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
                     and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
-                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains)
+                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains,
+                  echo_bias_free=echo_bias_free)
     open_bias = await check_open_stop(p, seq, top_n)
     if enabled["forced"]:
         grammar = await check_grammar(p, checks, agree)

@@ -328,7 +328,7 @@ class Tracker:
 
         The request generates one token (``max_tokens = 1``), so a window as long as the context
         sends all but its last token and reads the last target at the generated position: forced
-        there in the same request where :meth:`_forces_in_window` allows, else from its top-n;
+        there in the same request where :meth:`forces_in_window` allows, else from its top-n;
         a per-position strategy when neither gives it. Only a window that reads its last target
         from the top-n asks for the top-n (the others: the sampled token alone).
         """
@@ -337,7 +337,7 @@ class Tracker:
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
             return [await self._resolve(Position.at(seq, start, j, end, self.config.context)) for j in range(first, end)]
         target = seq[end - 1]
-        forcing = not full and self._forces_in_window(target)
+        forcing = not full and self.forces_in_window(target)
         values, after = await self.prompt.resolve(ids, {target: self.config.max_bias} if forcing else None,
                                                   listed=not full and not forcing)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
@@ -350,12 +350,12 @@ class Tracker:
             )
         return found
 
-    def _forces_in_window(self, target: int) -> bool:
+    def forces_in_window(self, target: int) -> bool:
         """Whether a full window's request also forces its last target (one request, as the
         offline engine does): forced read-out holds, the strategy would use it, and the prompt's
-        values come from vLLM's ``prompt_logprobs`` (computed before any logit processing; an
-        echo's values under a bias are not checked anywhere, so echo windows never force)."""
-        return (self.caps.forced_readout and self.caps.prompt_logprobs
+        values stay the same under the bias (vLLM's ``prompt_logprobs``, computed before any
+        logit processing, or echo where the probe checked it: ``echo_bias_free``)."""
+        return (self.caps.forced_readout and (self.caps.prompt_logprobs or self.caps.echo_bias_free)
                 and self.config.strategy in ("auto", "forced") and self.endpoint.may_bias(target))
 
     # -- one position ---------------------------------------------------------------------------
