@@ -39,8 +39,9 @@ def test_a_request_cap_counts_requests_sent_and_zero_allows_cached_answers_only(
         with pytest.raises(BudgetExceeded, match=match) as refused:
             cap.reserve(spent=0.0, cost=3e-6, sent=0)
         assert "spent" not in str(refused.value)  # no "$0.0000 spent ... up to $0.0000" against a $0 cap
-    with pytest.raises(BudgetExceeded, match=r"\$0\.0000030 spent, \$0\.0000 in flight, this request up to \$0\.0000050"):
-        Budget(5e-6).reserve(spent=3e-6, cost=5e-6)  # below a cent: two significant digits, never "$0.0000"
+    below_a_cent = r"\$0\.0000030 spent, \$0\.0000 in flight, this request up to \$0\.0000050"
+    with pytest.raises(BudgetExceeded, match=below_a_cent):  # two significant digits, never "$0.0000"
+        Budget(5e-6).reserve(spent=3e-6, cost=5e-6)
 
 
 async def test_max_requests_stops_before_the_request_past_it_and_a_rerun_resumes(make_client, fake):

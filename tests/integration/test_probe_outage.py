@@ -27,8 +27,8 @@ def score(tmp_path, model, url: str, retries: int, *more: str, command: str = "s
 
 
 def test_a_probe_whose_answers_are_all_invalid_saves_nothing_and_reruns(tiny_model_dir, tmp_path):
-    (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"text": t, "label": label}) + "\n"
-                                                  for label, t in enumerate(("Tom has 3 apples.", "Ivy walks 4 miles."))))
+    rows = [{"text": "Tom has 3 apples.", "label": 0}, {"text": "Ivy walks 4 miles.", "label": 1}]
+    (tmp_path / "texts.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     cache = tmp_path / "cache"
     with serve_in_background(ServerConfig(str(tiny_model_dir))) as upstream:
         with proxy_in_background(FaultConfig(upstream=upstream, rate=1.0, classes=("nan",))) as proxy:

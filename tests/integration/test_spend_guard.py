@@ -157,7 +157,8 @@ def test_the_library_audits_raise_the_typed_error_unless_yes(proxy, tiny_model_d
         }
         for name, audit in audits.items():
             before = proxy.stats.requests
-            with pytest.raises(SpendRefused, match=r"pass max_requests= N to cap the requests \(max_cost= needs a price: .*\), or yes=True") as refused:
+            unpriced = r"pass max_requests= N to cap the requests \(max_cost= needs a price: .*\), or yes=True"
+            with pytest.raises(SpendRefused, match=unpriced) as refused:
                 audit(False)
             assert proxy.stats.requests == before, name
             assert refused.value.requests > 0 and refused.value.usd is None  # an unpriced model

@@ -40,8 +40,8 @@ async def test_garbage_answers_are_retried_never_cached_then_fail_as_invalid(cli
 
 async def test_a_200_that_is_not_json_at_all_fails_at_once(client, fake):
     fake.faults = [{"status": 200, "text": "<html>oops</html>"}] * 4  # a web page: another server, not a glitch
-    with pytest.raises(NotAnApiError, match=r"does not look like an OpenAI-compatible API: POST .* answered HTTP 200 "
-                                            r"with an HTML page, not JSON \(is the URL the API's, ending in /v1\?\)") as err:
+    named = r"does not look like an OpenAI-compatible API: POST .* answered HTTP 200 with an HTML page, not JSON"
+    with pytest.raises(NotAnApiError, match=named + r" \(is the URL the API's, ending in /v1\?\)") as err:
         await client.complete([1], logprobs=1)
     assert err.value.fault == "final" and str(err.value).endswith("(final: not retried)")
     assert "oops" not in str(err.value)  # the page itself is not repeated

@@ -196,8 +196,8 @@ class Capabilities:
             "reported": str, "forced_readout": bool, "postbias_solve": bool, "bisect": bool,
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
-            "prompt_logprobs": bool, "echo_bias_free": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
-            "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
+            "prompt_logprobs": bool, "echo_bias_free": bool, "chained_flips": bool, "exact_names": bool,
+            "open_bias": bool, "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
             "complete": bool,
         }
         values = {}

@@ -265,7 +265,7 @@ class Endpoint:
         try:
             answer = await self.client.request(self.dialect, self._prompt(prompt), **options)
         except ApiError as exc:
-            if not exc.fault.outage or exc.fault.answered or not self.answered:  # it answered, or never did: did not stop
+            if not exc.fault.outage or exc.fault.answered or not self.answered:  # answering, or never did
                 raise
             bias = options.get("bias") or {}
             upward = [t for t, b in bias.items() if b > 0]

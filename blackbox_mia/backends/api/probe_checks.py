@@ -205,7 +205,8 @@ async def check_echo_bias(p: ProbeRun, path, top_n: int, agree: float, non_argma
     before = p.spent()
     plain, error = await attempt(p.endpoint.prompt_logprobs(full, top_n, ECHO))
     if error is None:
-        biased, error = await attempt(p.endpoint.prompt_logprobs(full, top_n, ECHO, {non_argmax[0][1]: p.config.max_bias}))
+        bias = {non_argmax[0][1]: p.config.max_bias}
+        biased, error = await attempt(p.endpoint.prompt_logprobs(full, top_n, ECHO, bias))
     if error is not None:
         p.reasons["echo_bias"] = f"echo under a logit_bias unavailable: {error}"
         return False
