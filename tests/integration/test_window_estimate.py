@@ -42,8 +42,7 @@ def test_the_estimate_of_windowed_texts_holds_against_what_is_sent(server, exact
         with proxy_in_background(FaultConfig(upstream=url, rate=0.0)) as counting:
             config = ApiConfig(base_url=counting.base_url, model=model, api_key="none")
             with ApiBackend(config, model, TrackerConfig(context=CONTEXT), tmp_path) as backend:
-                backend.probe(full=True)  # counted apart
-                estimate = backend.estimate_cost(texts)
+                estimate = backend.estimate_cost(texts)  # the probe first (in full where windows need it): apart
                 before = counting.stats.requests
                 backend.logprobs(texts)
                 sent = counting.stats.requests - before

@@ -224,8 +224,11 @@ class ApiBackend(Backend):
     async def _aestimate_cost(self, texts: list[str]) -> CostEstimate:
         """Requests, billed tokens and USD of scoring ``texts`` (:mod:`.costs`: exact for echo and
         forced read-out, measured rates for postbias and bisection), from the capability probe
-        (run now when it is not cached) and the tokenizer; no request for the texts."""
+        (run now when it is not cached, in full where the texts' windows need it) and the
+        tokenizer; no request for the texts."""
         tracker, price = await self._tracking(), self.client.config.price()
+        if not tracker.caps.complete:  # where windows may need them, the probe's other checks first, as scoring does
+            await tracker.complete_for(await tracker.sequences(texts))
         return await in_daemon_thread(lambda _: estimate(tracker, texts, price), "bbmia-estimate")  # tokenizes
 
     def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int],

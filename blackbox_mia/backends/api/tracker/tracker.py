@@ -179,8 +179,7 @@ class Tracker:
         for i, seq in enumerate(sequences):
             if len(seq) < 2:
                 raise BlackboxMIAError(f"text #{i} has fewer than 2 tokens (no BOS): nothing to score")
-        if not self.caps.complete and self._complete is not None and self._needs_positions(sequences):
-            self._adopt(await self._complete())
+        await self.complete_for(sequences)
         estimates: list[list[Estimate | None]] = [[None] * (len(s) - 1) for s in sequences]
         remaining = [len(s) - 1 for s in sequences]
         results: list[TokenLogprobs | None] = [None] * len(sequences)
@@ -213,6 +212,14 @@ class Tracker:
         finally:
             bar.close()
         return results
+
+    async def complete_for(self, sequences: list[list[int]]) -> None:
+        """Adopt the rest of a probe that stopped at the prompt path (the constructor's
+        ``complete``, run once) where scoring ``sequences`` may need a per-position strategy:
+        before tracking them, and before estimating them (a full window forces its last target
+        only where the full probe verified forced read-out)."""
+        if not self.caps.complete and self._complete is not None and self._needs_positions(sequences):
+            self._adopt(await self._complete())
 
     def describe(self) -> dict:
         return {"tracker": asdict(self.config), "available_strategies": self.available}
