@@ -45,6 +45,7 @@ _EXPORTS = {
     "Fields": "blackbox_mia.datasets.fields",
     "BlackboxMIAError": "blackbox_mia.types",
     "SpendRefused": "blackbox_mia.types",
+    "NoLogprobs": "blackbox_mia.types",
     "Generation": "blackbox_mia.types",
     "Provenance": "blackbox_mia.types",
     "TokenLogprobs": "blackbox_mia.types",
@@ -61,6 +62,7 @@ _EXPORTS = {
     "RateLimitError": "blackbox_mia.backends.api.http.errors",
     "InternalServerError": "blackbox_mia.backends.api.http.errors",
     "InvalidAnswerError": "blackbox_mia.backends.api.http.errors",
+    "NotAnApiError": "blackbox_mia.backends.api.http.errors",
 }
 
 __all__ = ["__version__"] + list(_EXPORTS)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .cost.prices import PRICE_HINT
 from .option_names import as_arguments, named
 
 
@@ -42,8 +43,9 @@ class BudgetExceeded(BlackboxMIAError):
 class SpendRefused(BlackboxMIAError):
     """A run estimated above the spend guard (:mod:`blackbox_mia.spend.guard`: more than
     ``limit_requests`` requests, or ``limit_usd`` USD at a known price) was neither confirmed
-    (``yes=True``, ``--yes``) nor capped (``max_cost=``, ``--max-cost``): nothing was sent but the
-    capability probe.
+    (``yes=True``, ``--yes``) nor capped (``max_cost=``, ``--max-cost``, or ``max_requests=``,
+    ``--max-requests``: the cap for a model without a price): nothing was sent but the capability
+    probe.
 
     Attributes:
         requests: the estimated requests of the whole run.
@@ -52,14 +54,20 @@ class SpendRefused(BlackboxMIAError):
 
     def __init__(self, requests: int, usd: float | None, limit_requests: int, limit_usd: float):
         cost = "unpriced model" if usd is None else f"about ${usd:,.2f}"
+        cap = (f"{named('max_requests')} N to cap the requests ({named('max_cost')} needs a price: {PRICE_HINT})"
+               if usd is None else f"{named('max_cost')} USD or {named('max_requests')} N to cap the spend")
         super().__init__(
             f"refusing to start: this run is estimated at {requests:,} requests ({cost}), over the "
-            f"{limit_requests:,} requests / ${limit_usd:g} that run without confirmation; pass "
-            f"{named('max_cost')} USD to cap the spend, or {named('yes', True)} to run it as it is "
-            "(--dry-run prints the estimate)"
+            f"{limit_requests:,} requests / ${limit_usd:g} that run without confirmation; pass {cap}, or "
+            f"{named('yes', True)} to run it as it is (--dry-run prints the estimate)"
         )
         self.requests = requests
         self.usd = usd
+
+
+class NoLogprobs(BlackboxMIAError):
+    """The target gives no log-probs usable for absolute values (its capability probe found
+    none, and saved that verdict): the log-prob scorers cannot run, the text-only tests can."""
 
 
 class ExpressionError(BlackboxMIAError):

@@ -18,7 +18,7 @@ from ..backends.base import GENERATE, LOGPROBS, Backend
 from ..option_names import as_flags, named
 from ..scorers import TARGET, Scorer, text_only_specs
 from ..scorers.ts_guessing import parse_multiple_choice
-from ..types import BlackboxMIAError
+from ..types import BlackboxMIAError, NoLogprobs
 
 if TYPE_CHECKING:
     from .common import AuditResult, Log
@@ -72,8 +72,8 @@ def route(target: Backend, texts: Sequence[str]) -> Route:
     sample = list(texts[:ROUTING_SAMPLE])
     try:
         estimate = target.estimate_cost(sample)
-    except BlackboxMIAError as exc:
-        if GENERATE not in target.features or "log-probs" not in str(exc):
+    except NoLogprobs as exc:
+        if GENERATE not in target.features:
             raise
         return Route(TEXT_ONLY_ROUTE, f"no usable log-probs: {exc}")
     if not estimate.requests:

@@ -214,10 +214,10 @@ class Backend(ABC):
         return None
 
     @property
-    def max_cost(self) -> float | None:
-        """The spending cap in USD this backend stops at (``max_cost=``), or ``None``: uncapped,
-        or a backend that sends no requests."""
-        return None
+    def capped(self) -> bool:
+        """Whether a spending cap bounds what this backend sends (``max_cost=`` in USD,
+        ``max_requests=`` in requests); ``False``: uncapped, or a backend that sends no requests."""
+        return False
 
     @abstractmethod
     def describe(self) -> dict:

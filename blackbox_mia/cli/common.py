@@ -23,8 +23,8 @@ from ..types import BlackboxMIAError
 from .options import option_fields, with_dataclass_options
 
 
-YES_HELP = (f"run even when the estimate exceeds {GUARD_REQUESTS:,} requests or ${GUARD_USD:g} without --max-cost "
-            "(the spend guard, judged before the first request)")
+YES_HELP = (f"run even when the estimate exceeds {GUARD_REQUESTS:,} requests or ${GUARD_USD:g} without --max-cost or "
+            "--max-requests (the spend guard, judged before the first request)")
 
 AUC_CI_RESAMPLES = 1000  # bootstrap resamples of the AUC intervals the console prints (score, demo)
 

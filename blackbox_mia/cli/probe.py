@@ -82,7 +82,7 @@ def probe(
 
     Every value carries [lower, upper] bounds in nats and the strategy that produced it. With
     --dry-run: the expected requests, billed tokens and USD of probing the texts, nothing scored.
-    A run estimated above 10,000 requests or $1 needs --max-cost or --yes.
+    A run estimated above 10,000 requests or $1 needs --max-cost, --max-requests or --yes.
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)

@@ -58,7 +58,7 @@ def score(
     """Score every text of DATASET with each scorer; write one JSONL row per text (higher = member).
 
     Resumable: rerunning the same command skips the texts already in --out. A black-box run
-    estimated above 10,000 requests or $1 needs --max-cost or --yes.
+    estimated above 10,000 requests or $1 needs --max-cost, --max-requests or --yes.
     """
     with user_errors():
         check_number("--limit", limit, at_least=1)

@@ -19,6 +19,9 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1-nano": (0.10, 0.40),
 }
+PRICE_HINT = ("give the model's price in a target spec, api:MODEL@URL?price=PROMPT,COMPLETION "
+              "(USD per 1M tokens, see docs/backends.md)")
+"""How a message tells the user to price a model the table lacks (the ``price`` key of ``api:``)."""
 _SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4})$")  # gpt-4o-2024-08-06, gpt-3.5-turbo-0125
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from ..option_names import named
@@ -48,31 +49,52 @@ class Usage:
         self.cost_usd += request_cost(prompt, completion, price)
 
 
+def usd(value: float) -> str:
+    """``value`` USD as a message shows it: 4 decimals, or 2 significant digits below a cent
+    (``$0.0000030``: a request to a cheap model must not read as free)."""
+    digits = 4 if value == 0 or value >= 0.01 else 1 - math.floor(math.log10(value))
+    return f"${value:,.{digits}f}"
+
+
 class Budget:
-    """A spending cap in USD: a request reserves its worst-case cost before it is sent, and the
-    reservation is replaced by the billed cost when its answer comes.
+    """A spending cap in USD, in requests sent, or both. In USD a request reserves its
+    worst-case cost before it is sent, and the reservation is replaced by the billed cost when
+    its answer comes; in requests every request sent counts (retries and those in flight too).
+    A cap of 0 allows cached answers only.
 
     Args:
-        max_usd: the cap (USD, >= 0).
+        max_usd: the cap in USD (>= 0), or ``None``.
+        max_requests: the most requests sent (>= 0), or ``None``.
     """
 
-    def __init__(self, max_usd: float):
-        self.max_usd = float(max_usd)
+    def __init__(self, max_usd: float | None, max_requests: int | None = None):
+        self.max_usd = None if max_usd is None else float(max_usd)
+        self.max_requests = max_requests
         self.reserved = 0.0  # worst-case USD of the requests in flight
 
-    def reserve(self, spent: float, cost: float) -> None:
-        """Reserve ``cost`` USD for a request about to be sent, ``spent`` USD being billed already.
+    def reserve(self, spent: float, cost: float, sent: int = 0) -> None:
+        """Reserve ``cost`` USD for a request about to be sent, ``spent`` USD being billed and
+        ``sent`` requests sent already (those in flight included).
 
         Raises:
-            BudgetExceeded: ``spent`` + the requests in flight + ``cost`` would pass the cap.
+            BudgetExceeded: ``sent`` + 1 would pass the request cap, or ``spent`` + the requests
+                in flight + ``cost`` the USD cap.
         """
-        if spent + self.reserved + cost > self.max_usd:
-            raise BudgetExceeded(
-                f"stopped before a request that could take the spend past {named('max_cost')} ${self.max_usd:g}: "
-                f"${spent:.4f} spent, ${self.reserved:.4f} in flight, this request up to ${cost:.4f}. "
-                f"Every answer paid for is cached: rerun with a higher {named('max_cost')} to continue"
-            )
+        if self.max_requests is not None and sent + 1 > self.max_requests:
+            raise BudgetExceeded(self._stopped("max_requests", f"{self.max_requests:,}", self.max_requests == 0,
+                                               f"{sent:,} requests sent (retries and those in flight included)"))
+        if self.max_usd is not None and spent + self.reserved + cost > self.max_usd:
+            raise BudgetExceeded(self._stopped("max_cost", f"${self.max_usd:g}", self.max_usd == 0,
+                                               f"{usd(spent)} spent, {usd(self.reserved)} in flight, this request up "
+                                               f"to {usd(cost)}"))
         self.reserved += cost
+
+    @staticmethod
+    def _stopped(setting: str, cap: str, cached_only: bool, account: str) -> str:
+        """The message of a refused request under the cap ``setting`` (shown as ``cap``)."""
+        why = (f"{named(setting)} {cap} allows cached answers only, and this request is not cached" if cached_only
+               else f"stopped before a request that could take the spend past {named(setting)} {cap}: {account}")
+        return f"{why}. Every answer paid for is cached: rerun with a higher {named(setting)} to continue"
 
     def settle(self, cost: float) -> None:
         """Release the reservation of a request that ended (its billed cost is in the usage)."""

@@ -4,7 +4,8 @@ request, the same rule for every command and for the library's audits.
 A run estimated at more than :data:`GUARD_REQUESTS` requests, or more than :data:`GUARD_USD` USD
 against a priced model, is refused (:class:`~blackbox_mia.types.SpendRefused`, importable from
 here too) unless it is confirmed (``yes=True``, ``--yes``) or every backend that sends requests
-has a spending cap (``max_cost=``, ``--max-cost``: the cap then bounds the spend). The estimate is the one ``--dry-run`` prints
+has a spending cap (``max_cost=``, ``--max-cost``, or ``max_requests=``, ``--max-requests`` for a
+model without a price: the cap then bounds the spend). The estimate is the one ``--dry-run`` prints
 (:func:`~blackbox_mia.spend.plan.estimate_groups`, or an audit's own estimate of the same shape);
 computing it may run the target's capability probe (a few dozen requests, once per endpoint and
 model, cached), nothing else. Local models send nothing and are never judged.
@@ -31,9 +32,9 @@ Estimate = Callable[[], Mapping[str, Mapping[str, dict]]]
 
 def uncapped(backends: Mapping[str, Backend]) -> bool:
     """Whether some backend sends requests (:attr:`~blackbox_mia.backends.base.Backend.usage` not
-    ``None``) without a spending cap (:attr:`~blackbox_mia.backends.base.Backend.max_cost`
-    ``None``): only then is a run judged."""
-    return any(b.usage is not None and b.max_cost is None for b in backends.values())
+    ``None``) without a spending cap (:attr:`~blackbox_mia.backends.base.Backend.capped`):
+    only then is a run judged."""
+    return any(b.usage is not None and not b.capped for b in backends.values())
 
 
 def guard_spend(estimate: Estimate, backends: Mapping[str, Backend], yes: bool = False) -> None:

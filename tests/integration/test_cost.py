@@ -29,9 +29,43 @@ def test_request_cost_and_budget_reservations():
     assert budget.reserved == 4.0
 
 
+def test_a_request_cap_counts_requests_sent_and_zero_allows_cached_answers_only():
+    budget = Budget(None, max_requests=3)
+    budget.reserve(spent=0.0, cost=0.0, sent=2)  # the third request
+    with pytest.raises(BudgetExceeded, match=r"past max_requests= 3: 3 requests sent .*higher max_requests= to"):
+        budget.reserve(spent=0.0, cost=0.0, sent=3)
+    for cap, match in ((Budget(0.0), r"^max_cost= \$0 allows cached answers only"),
+                       (Budget(None, 0), r"^max_requests= 0 allows cached answers only")):
+        with pytest.raises(BudgetExceeded, match=match) as refused:
+            cap.reserve(spent=0.0, cost=3e-6, sent=0)
+        assert "spent" not in str(refused.value)  # no "$0.0000 spent ... up to $0.0000" against a $0 cap
+    below_a_cent = r"\$0\.0000030 spent, \$0\.0000 in flight, this request up to \$0\.0000050"
+    with pytest.raises(BudgetExceeded, match=below_a_cent):  # two significant digits, never "$0.0000"
+        Budget(5e-6).reserve(spent=3e-6, cost=5e-6)
+
+
+async def test_max_requests_stops_before_the_request_past_it_and_a_rerun_resumes(make_client, fake):
+    client = make_client(max_requests=2)  # an unpriced model: the cap is in requests
+    await client.complete([1, 1, 1])
+    await client.complete([2, 2, 2])
+    with pytest.raises(BudgetExceeded, match="past max_requests= 2: 2 requests sent"):
+        await client.complete([3, 3, 3])
+    assert fake.hits == 2 and client.usage.requests == 2
+    rerun = make_client(max_requests=1)  # the paid answers come from the cache, free
+    for i in (1, 2, 3):
+        await rerun.complete([i, i, i])
+    assert fake.hits == 3 and rerun.usage.requests == 1 and rerun.usage.cache_hits == 2
+
+
+def test_max_requests_needs_a_sane_value():
+    with pytest.raises(BlackboxMIAError, match="max_requests= must be"):
+        config("http://127.0.0.1:9/v1", max_requests=-1)
+
+
 def test_max_cost_needs_a_price_and_a_sane_value(fake):
-    with pytest.raises(BlackboxMIAError, match="needs the price of model 'fake-model'"):
+    with pytest.raises(BlackboxMIAError, match="needs the price of model 'fake-model'") as unpriced:
         config("http://127.0.0.1:9/v1", max_cost=1.0)
+    assert "api:MODEL@URL?price=PROMPT,COMPLETION" in str(unpriced.value) and "max_requests= N" in str(unpriced.value)
     with pytest.raises(BlackboxMIAError, match="max_cost= must be"):
         config("http://127.0.0.1:9/v1", max_cost=-1.0, prices=DOLLAR_A_TOKEN)
     assert "max_cost" not in config("http://127.0.0.1:9/v1", max_cost=1.0, prices=DOLLAR_A_TOKEN).describe()

@@ -157,7 +157,8 @@ def test_the_library_audits_raise_the_typed_error_unless_yes(proxy, tiny_model_d
         }
         for name, audit in audits.items():
             before = proxy.stats.requests
-            with pytest.raises(SpendRefused, match="pass max_cost= USD to cap the spend, or yes=True") as refused:
+            unpriced = r"pass max_requests= N to cap the requests \(max_cost= needs a price: .*\), or yes=True"
+            with pytest.raises(SpendRefused, match=unpriced) as refused:
                 audit(False)
             assert proxy.stats.requests == before, name
             assert refused.value.requests > 0 and refused.value.usd is None  # an unpriced model
@@ -168,7 +169,7 @@ def test_the_library_audits_raise_the_typed_error_unless_yes(proxy, tiny_model_d
 def test_the_guard_judges_only_backends_that_send_requests_without_a_cap():
     class Fake:
         def __init__(self, usage, max_cost):
-            self.usage, self.max_cost = usage, max_cost
+            self.usage, self.capped = usage, max_cost is not None
 
     def estimate(requests, usd=0.0, unpriced=True):
         return lambda: {"total": {"all": {"requests": requests, "usd": usd, "unpriced": unpriced}}}
@@ -188,3 +189,24 @@ def test_the_guard_judges_only_backends_that_send_requests_without_a_cap():
     with pytest.raises(SpendRefused, match=r"estimated at 10 requests \(about \$1\.50\)"):
         guard.guard_spend(estimate(10, usd=1.5, unpriced=False), {"target": Fake(object(), None)})
     guard.guard_spend(estimate(10, usd=99.0, unpriced=True), {"target": Fake(object(), None)})  # USD unknown
+
+
+def test_an_unpriced_model_is_shown_a_way_on_and_runs_under_a_request_cap(proxy, tiny_model_dir, files, tmp_path,
+                                                                          monkeypatch):  # noqa: F811
+    """The served model has no price: the refusal offers ``--max-requests`` (and how to give a
+    price), ``--max-cost`` is refused with the same two ways, and ``--max-requests`` runs,
+    stopping before the request past it."""
+    cache = tmp_path / "cache"
+    score = ["score", files["labelled"], "--scorers", "loss", "--out", tmp_path / "s.jsonl"]
+    probe_requests(proxy, tiny_model_dir, cache)  # cached: what follows counts scoring requests only
+    monkeypatch.setattr(guard, "GUARD_REQUESTS", 0)  # this small run counts as a big one
+    refused, sent = bbmia(proxy, tiny_model_dir, cache, *score)
+    assert refused.exit_code == 2 and sent == 0, refused.output
+    assert "pass --max-requests N to cap the requests" in refused.output and "?price=" in refused.output
+    priced, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--max-cost", "5")
+    assert priced.exit_code == 2 and sent == 0, priced.output
+    assert "?price=" in priced.output and "--max-requests N" in priced.output
+    stopped, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--max-requests", "3")
+    assert stopped.exit_code == 2 and sent == 3 and "--max-requests 3: 3 requests sent" in stopped.output, stopped.output
+    finished, sent = bbmia(proxy, tiny_model_dir, cache, *score, "--max-requests", "100000")
+    assert finished.exit_code == 0 and sent > 0, finished.output

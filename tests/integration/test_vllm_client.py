@@ -140,7 +140,7 @@ def test_windows_ask_for_the_generated_position_s_top_n_only_where_they_read_it(
         return await send(self, field, body)
 
     if not forcing:
-        monkeypatch.setattr(Tracker, "_forces_in_window", lambda self, target: False)
+        monkeypatch.setattr(Tracker, "forces_in_window", lambda self, target: False)
     with serve_in_background(ServerConfig(str(peaked_model_dir), vllm=True), backend=short) as url:
         config = ApiConfig(base_url=url, model=str(peaked_model_dir), max_retries=1)
         backend = ApiBackend(config, tokenizer=str(peaked_model_dir), tracker=TrackerConfig(context=16),

@@ -28,7 +28,7 @@ from ..helpers_client import config
 def test_the_hierarchy_mirrors_openai_and_stays_under_api_error():
     for name in ("APIConnectionError", "APITimeoutError", "APIStatusError", "BadRequestError", "AuthenticationError",
                  "PermissionDeniedError", "NotFoundError", "ConflictError", "UnprocessableEntityError",
-                 "RateLimitError", "InternalServerError", "InvalidAnswerError"):
+                 "RateLimitError", "InternalServerError", "InvalidAnswerError", "NotAnApiError"):
         cls = getattr(errors, name)
         assert issubclass(cls, ApiError) and issubclass(cls, BlackboxMIAError)
         assert getattr(blackbox_mia, name) is cls  # exported from the top level, as openai does
@@ -61,7 +61,7 @@ async def test_an_invalid_answer_raises_invalid_answer_error(make_client, fake):
     fake.faults = [{"status": 200, "text": '{"not json'}] * 2
     with pytest.raises(InvalidAnswerError) as err:
         await client.complete([1])
-    assert err.value.fault == "invalid"
+    assert err.value.fault == "corrupt"  # JSON cut short: a glitch, not the server's shape
 
 
 async def test_nothing_listening_raises_api_connection_error(tmp_path):
@@ -91,7 +91,7 @@ def test_fault_classes_are_one_table_whose_traits_the_callers_read():
 
     rows = [(f.value, f.retried, f.quick, f.answered, f.outage) for f in Fault]
     assert rows == [("final", False, False, False, False), ("transient", True, False, False, True),
-                    ("invalid", True, True, True, False)]
+                    ("invalid", True, True, True, False), ("corrupt", True, True, True, True)]
     assert Fault("invalid") is Fault.INVALID and Fault.FINAL == "final" and str(Fault.TRANSIENT) == "transient"
     package = Path(blackbox_mia.__file__).parent
     compared = [f"{p.relative_to(package)}: {m.group(0)}" for p in package.rglob("*.py")

@@ -116,6 +116,27 @@ def test_probe_json_against_served_model_never_leaks_the_key(tiny_model_dir, tmp
             assert key.encode() not in path.read_bytes(), path
 
 
+def test_a_credential_in_the_base_url_is_never_written(tiny_model_dir, labelled_jsonl, tmp_path):
+    """User info in --base-url (``http://user:SECRET@host/v1``) stays out of the output, the
+    capability record (which names the URL: the server ignores prompt_logprobs) and .config.json."""
+    secret = "pw-SECRET-77"
+    with serve_in_background(ServerConfig(str(tiny_model_dir), echo=False)) as url:
+        url = url.replace("http://", f"http://auditor:{secret}@")
+        target = ["--base-url", url, "--model", tiny_model_dir, "--tokenizer", tiny_model_dir,
+                  "--cache-dir", tmp_path / "cache"]
+        probed = invoke("probe", "Tom has 3 red apples.", *target, "--json")
+        scored = invoke("score", labelled_jsonl, *target, "--scorers", "loss", "--out", tmp_path / "out" / "s.jsonl")
+    assert probed.exit_code == 0 and scored.exit_code == 0, probed.output + scored.output
+    reasons = json.loads(probed.stdout.strip().splitlines()[-1])["capabilities"]["reasons"]
+    assert "does not return prompt_logprobs" in json.dumps(reasons)  # the message that names the URL
+    assert secret not in probed.output + scored.output
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert any(path.name.endswith(".config.json") for path in files)
+    assert any(path.parent.name == "capabilities" for path in files)
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+
+
 def assert_one_line_error(result, *fragments):
     """Exit code 2, no traceback, exactly one line of output, naming every fragment."""
     assert result.exit_code == 2, result.output

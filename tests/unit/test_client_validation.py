@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from blackbox_mia.backends.api.http.errors import NotAnApiError
 from blackbox_mia.backends.api.http.faults import ApiError
 
 from ..helpers_client import completion_answer
@@ -29,8 +30,9 @@ async def test_garbage_answers_are_retried_never_cached_then_fail_as_invalid(cli
     fake.faults = [fault] * 4  # every attempt (max_retries=3)
     with pytest.raises(ApiError, match=match) as err:
         await client.complete([1], logprobs=1)
-    assert err.value.fault == "invalid" and err.value.status_code == 200
-    assert str(err.value).endswith("(invalid: gave up after 4 attempts)")
+    cut_short = fault.get("text", "").startswith("{")  # JSON cut short: corrupt, the others parse
+    assert err.value.fault == ("corrupt" if cut_short else "invalid") and err.value.status_code == 200
+    assert str(err.value).endswith(f"({err.value.fault}: gave up after 4 attempts)")
     assert len(client.cache) == 0 and client.usage.retries == 3 and client.usage.invalid_answers == 4
     result = await client.complete([1], logprobs=1)  # the next call asks again
     assert result["cached"] is False and fake.hits == 5
@@ -38,9 +40,11 @@ async def test_garbage_answers_are_retried_never_cached_then_fail_as_invalid(cli
 
 async def test_a_200_that_is_not_json_at_all_fails_at_once(client, fake):
     fake.faults = [{"status": 200, "text": "<html>oops</html>"}] * 4  # a web page: another server, not a glitch
-    with pytest.raises(ApiError, match=r"the body is '<html>oops</html>', not JSON at all \(is the URL") as err:
+    named = r"does not look like an OpenAI-compatible API: POST .* answered HTTP 200 with an HTML page, not JSON"
+    with pytest.raises(NotAnApiError, match=named + r" \(is the URL the API's, ending in /v1\?\)") as err:
         await client.complete([1], logprobs=1)
     assert err.value.fault == "final" and str(err.value).endswith("(final: not retried)")
+    assert "oops" not in str(err.value)  # the page itself is not repeated
     assert fake.hits == 1 and client.usage.retries == 0 and len(client.cache) == 0
 
 
@@ -101,7 +105,7 @@ async def test_nan_and_infinity_anywhere_are_invalid_and_never_cached(client, fa
     fake.faults = [{"status": 200, "text": bad}] * 4
     with pytest.raises(ApiError, match=f"holds {constant}, which is not JSON") as err:
         await client.complete([1], logprobs=1)
-    assert err.value.fault == "invalid" and len(client.cache) == 0 and fake.hits == 4
+    assert err.value.fault == "corrupt" and len(client.cache) == 0 and fake.hits == 4
 
 
 @pytest.mark.parametrize("number", ["1e999", "-1e400"])
@@ -112,7 +116,7 @@ async def test_numbers_too_large_for_a_double_are_invalid_and_never_cached(clien
     fake.faults = [{"status": 200, "text": bad}] * 4
     with pytest.raises(ApiError, match=r"token_logprobs\[0\] is not a finite number") as err:
         await client.complete([1], logprobs=1)
-    assert err.value.fault == "invalid" and len(client.cache) == 0 and fake.hits == 4
+    assert err.value.fault == "corrupt" and len(client.cache) == 0 and fake.hits == 4
 
 
 def test_answers_decode_alike_on_the_fast_path_and_the_named_one():

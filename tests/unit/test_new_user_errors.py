@@ -215,7 +215,8 @@ def test_an_html_page_answered_with_200_is_not_retried(tmp_path):
 
     error = asyncio.run(main())
     assert len(posts) == 1, posts  # final: one request, not 7
-    assert error.fault == "final" and "not JSON at all" in str(error) and "<!doctype html>" in str(error)
+    assert error.fault == "final" and "answered HTTP 200 with an HTML page, not JSON" in str(error)
+    assert "<!doctype html>" not in str(error)  # named, not repeated
 
 
 # -- item 5: small samples ------------------------------------------------------------------------

@@ -62,8 +62,9 @@ def test_auto_reads_runs_where_the_probe_verified_them():
 
 def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
     """``auto`` = runs over bisection: the estimate is bisection's position by position, one
-    unbiased request each, plus RUN_OVERHEAD (runs that lose: an upper bound), with both notes."""
-    from blackbox_mia.backends.api.tracker.costs import RUN_OVERHEAD, estimate
+    unbiased request each, plus RUN_WINDOW_REQUESTS for its one window (a run that loses: an
+    upper bound), with both notes."""
+    from blackbox_mia.backends.api.tracker.costs import RUN_WINDOW_REQUESTS, estimate
 
     caps = Capabilities("completions", 2, True, False, True, "pre-bias", False, False, True, run_reading=True)
     tracker = Tracker(SyntheticEndpoint(row), caps, TrackerConfig(strategy="auto"))
@@ -74,7 +75,8 @@ def test_the_estimate_of_run_reading_is_its_per_position_strategy_s_figure():
     runs, per_position = estimate(tracker, ["x"], None), estimate(bisecting, ["x"], None)
     assert tracker.mode() == "run" and runs.strategy == "run+bisect" and per_position.strategy == "bisect"
     assert per_position.requests > 4  # 4 targets, more than one request each
-    assert runs.requests == round(per_position.requests * (1 + RUN_OVERHEAD)) > per_position.requests
+    assert runs.requests == pytest.approx(per_position.requests + RUN_WINDOW_REQUESTS, abs=1)
+    assert runs.requests > per_position.requests
     assert any(n.startswith("bisection:") for n in runs.notes) and any(n.startswith("run reading:") for n in runs.notes)
 
 

@@ -33,6 +33,7 @@ from ...types import (
     FINISH_REASONS,
     BlackboxMIAError,
     Generation,
+    NoLogprobs,
     Provenance,
     TokenLogprobs,
 )
@@ -43,7 +44,7 @@ from .capabilities import Capabilities
 from .http.client import ApiClient, ApiConfig
 from .tracker.costs import estimate
 from .endpoint import Endpoint
-from .probe import load_or_probe
+from .probe import load_or_probe, record_path
 from .tracker.tracker import Tracker
 from .tracker.config import TrackerConfig
 
@@ -185,12 +186,19 @@ class ApiBackend(Backend):
         """The tracker, built once after the probe.
 
         Raises:
-            BlackboxMIAError: the endpoint cannot give absolute log-probs, or the requested
-                strategy is not available on it.
+            NoLogprobs: the endpoint cannot give absolute log-probs (the message names the cached
+                verdict and how to probe again: the endpoint may have recovered since).
+            BlackboxMIAError: the requested strategy is not available on it.
         """
         capabilities = await self._probed()
         if self._tracker is None:
-            self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config, complete=self._probed_in_full)
+            try:
+                self._tracker = Tracker(self.endpoint, capabilities, self.tracker_config,
+                                        complete=self._probed_in_full)
+            except NoLogprobs as exc:
+                where = record_path(self.endpoint, self._root, self.tracker_config)
+                raise NoLogprobs(f"{exc} (the probe's verdict, cached in {where}: {named('reprobe', True)} "
+                                 "probes again)") from None
         return self._tracker
 
     async def _probed_in_full(self) -> Capabilities:
@@ -216,8 +224,11 @@ class ApiBackend(Backend):
     async def _aestimate_cost(self, texts: list[str]) -> CostEstimate:
         """Requests, billed tokens and USD of scoring ``texts`` (:mod:`.costs`: exact for echo and
         forced read-out, measured rates for postbias and bisection), from the capability probe
-        (run now when it is not cached) and the tokenizer; no request for the texts."""
+        (run now when it is not cached, in full where the texts' windows need it) and the
+        tokenizer; no request for the texts."""
         tracker, price = await self._tracking(), self.client.config.price()
+        if not tracker.caps.complete:  # where windows may need them, the probe's other checks first, as scoring does
+            await tracker.complete_for(await tracker.sequences(texts))
         return await in_daemon_thread(lambda _: estimate(tracker, texts, price), "bbmia-estimate")  # tokenizes
 
     def estimate_generation(self, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int],
@@ -319,9 +330,10 @@ class ApiBackend(Backend):
         return self.client.usage
 
     @property
-    def max_cost(self) -> float | None:
-        """The spending cap in USD (``ApiConfig.max_cost``), or ``None``."""
-        return self.client.config.max_cost
+    def capped(self) -> bool:
+        """Whether ``ApiConfig.max_cost`` or ``ApiConfig.max_requests`` caps the spend."""
+        config = self.client.config
+        return config.max_cost is not None or config.max_requests is not None
 
     def describe(self) -> dict:
         """Endpoint, model, tokenizer, the probed ``capabilities`` and the tracker's

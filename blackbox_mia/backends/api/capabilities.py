@@ -20,7 +20,7 @@ from ...option_names import named
 from ...types import BlackboxMIAError
 from .precision import computation_error, rounding_error
 
-PROBE_VERSION = 11  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 12  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 NOT_PROBED = "not probed: the probe stopped at the cheapest exact path (prompt_logprobs); it runs in full when a command needs more"
@@ -66,6 +66,10 @@ class Capabilities:
         prompt_logprobs: vLLM's ``prompt_logprobs`` request field returns every prompt token's
             log-prob by token id, agreeing with per-prefix values (one request per text, like
             ``echo``; preferred to it).
+        echo_bias_free: echo's prompt log-probs stay the same under a logit_bias on the
+            generated position (checked where forced read-out holds), so a window as long as the
+            context forces its last target in its own echo request, as with ``prompt_logprobs``
+            (whose values come before any logit processing).
         exact_names: the server names tokens that are part of a character exactly (``bytes:``
             names seen), so a name denotes the ids this package gives it; otherwise lossy namings
             are presumed (:attr:`~blackbox_mia.tokenizers.TokenCodec.lossy_names`).
@@ -111,6 +115,7 @@ class Capabilities:
     flips_reproducible: bool = True
     run_reading: bool = False
     prompt_logprobs: bool = False
+    echo_bias_free: bool = False
     chained_flips: bool = False
     exact_names: bool = False
     open_bias: bool = False
@@ -191,8 +196,8 @@ class Capabilities:
             "reported": str, "forced_readout": bool, "postbias_solve": bool, "bisect": bool,
             "notes": list, "condition": (str, type(None)), "reasons": dict, "evidence": dict,
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
-            "prompt_logprobs": bool, "chained_flips": bool, "exact_names": bool, "open_bias": bool,
-            "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
+            "prompt_logprobs": bool, "echo_bias_free": bool, "chained_flips": bool, "exact_names": bool,
+            "open_bias": bool, "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
             "complete": bool,
         }
         values = {}

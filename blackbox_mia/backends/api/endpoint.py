@@ -265,7 +265,7 @@ class Endpoint:
         try:
             answer = await self.client.request(self.dialect, self._prompt(prompt), **options)
         except ApiError as exc:
-            if not exc.fault.outage or not self.answered:  # a server that never answered did not stop
+            if not exc.fault.outage or exc.fault.answered or not self.answered:  # answering, or never did
                 raise
             bias = options.get("bias") or {}
             upward = [t for t, b in bias.items() if b > 0]
@@ -365,7 +365,7 @@ class Endpoint:
         """Each prompt token's own log-prob from normalised ``prompt_logprobs`` rows (see
         :func:`~.answers.read_completion`), found by its id."""
         if rows is None:
-            raise ApiError(None, f"{self.client.config.base_url} does not return prompt_logprobs "
+            raise ApiError(None, f"{self.client.url} does not return prompt_logprobs "
                                  "(not a vLLM server, or an old one)", Fault.FINAL)
         if len(rows) != len(ids):
             raise ApiError(None, f"prompt_logprobs has {len(rows)} entries for {len(ids)} prompt tokens", Fault.INVALID)

@@ -70,6 +70,9 @@ class ApiOptions(KindOptions):
         rpm, tpm: requests and tokens per minute, > 0; ``None``: no limit.
         max_cost: stop before the request that would take the spend past this many USD, ≥ 0
             (0: cached answers only).
+        max_requests: stop before the request that would take the requests sent (retries
+            included) past this many, ≥ 0 (0: cached answers only): the cap for a model
+            without a price.
         price: (USD per 1M prompt tokens, USD per 1M completion tokens) of this model, each
             ≥ 0, added to the list prices; ``None``: the list price (:data:`DEFAULT_PRICES`).
         timeout_s: seconds to wait for one HTTP answer, > 0.
@@ -109,6 +112,9 @@ class ApiOptions(KindOptions):
     max_cost: float | None = setting(
         help="stop cleanly before the request that would take the spend past this many USD", panel=TRACKER,
         source=(ApiConfig, "max_cost"))
+    max_requests: int | None = setting(
+        help="stop cleanly before the request that would take the requests sent (retries included) past this "
+        "many: the cap for a model without a price", panel=TRACKER, source=(ApiConfig, "max_requests"))
     price: tuple[float, float] | None = setting(
         None, help="USD per 1M prompt tokens, USD per 1M completion tokens", option=False, at_least=0)
     timeout_s: float = setting(help="seconds to wait for one HTTP answer", option=False, source=(ApiConfig, "timeout_s"))

@@ -36,6 +36,7 @@ from .probe_checks import (
     ProbeRun,
     attempt,
     check_chains,
+    check_echo_bias,
     check_grammar,
     check_open_stop,
     check_partial_tokens,
@@ -60,7 +61,7 @@ TOP_N_TRIES = (100, 20, 5, 1)  # top-n asked after a refused one whose refusal n
 # strategies that need no check beyond the prompt path: a probe for them may stop once it verified it
 PROMPT_ONLY = ("auto", "prompt")
 # what a probe that stopped at the prompt path leaves unchecked (each gets the reason NOT_PROBED)
-UNCHECKED = (ECHO, "run", "bias", "forced", "postbias", "bisect", "grammar")
+UNCHECKED = (ECHO, "echo_bias", "run", "bias", "forced", "postbias", "bisect", "grammar")
 
 
 async def load_or_probe(
@@ -81,9 +82,7 @@ async def load_or_probe(
     Raises:
         BlackboxMIAError: a corrupt record, or the probe failed (nothing is saved then).
     """
-    client = endpoint.client.config
-    path = capabilities_path(cache_dir, client.base_url, client.model, endpoint.dialect.key, config.epsilon,
-                             config.max_bias)
+    path = record_path(endpoint, cache_dir, config)
     full = full or config.strategy not in PROMPT_ONLY
     caps = None if refresh else load_capabilities(path)
     if caps is None or (full and not caps.complete):
@@ -92,6 +91,14 @@ async def load_or_probe(
     endpoint.token_id_prompts = caps.token_id_prompts
     endpoint.exact_names, endpoint.open_bias, endpoint.grammar = caps.exact_names, caps.open_bias, caps.grammar
     return caps
+
+
+def record_path(endpoint: Endpoint, cache_dir: Path, config: TrackerConfig) -> Path:
+    """Where :func:`load_or_probe` keeps the record of ``endpoint`` probed with ``config``
+    (:func:`~.capabilities.capabilities_path`)."""
+    client = endpoint.client.config
+    return capabilities_path(cache_dir, client.base_url, client.model, endpoint.dialect.key, config.epsilon,
+                             config.max_bias)
 
 
 async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), full: bool = True) -> Capabilities:
@@ -159,11 +166,13 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
             "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter}
     enabled = await trial_strategies(p, non_argmax, base, agree)
+    echo_bias_free = echo and enabled["forced"] and await check_echo_bias(p, path, top_n, agree, non_argmax)
     chains = enabled["bisect"] and await check_chains(p, path, base, agree)
     reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
                     and p.evidence.get("bisect", {}).get("unreproduced_flips", 0) == 0)
     caps = p.caps(**base, forced_readout=enabled["forced"], postbias_solve=enabled["postbias"], bisect=enabled["bisect"],
-                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains)
+                  flips_reproducible=reproducible, run_reading=runs, prompt_logprobs=vllm, chained_flips=chains,
+                  echo_bias_free=echo_bias_free)
     open_bias = await check_open_stop(p, seq, top_n)
     if enabled["forced"]:
         grammar = await check_grammar(p, checks, agree)

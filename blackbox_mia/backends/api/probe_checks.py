@@ -20,8 +20,8 @@ from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
 from .precision import SIGNIFICANT_BITS, report_bits, rounding_error
 from .tracker.choice import strategy_set
-from .http.errors import ApiError
-from .endpoint import Endpoint, NextToken, surely
+from .http.errors import ApiError, NotAnApiError
+from .endpoint import ECHO, Endpoint, NextToken, surely
 from .tracker.spelling import Speller
 from .tracker.strategies import Position
 from .tracker.config import TrackerConfig
@@ -38,16 +38,17 @@ async def attempt(request: Awaitable) -> tuple[object, ApiError | None]:
 
     Raises:
         BlackboxMIAError: a transient failure that outlasted the retries, a 401/403 (the key
-            was refused) or a 404 (a wrong base URL or an unknown model): no evidence about a
-            feature; the probe stops, nothing saved.
+            was refused), a 404 (a wrong base URL or an unknown model) or a page instead of JSON
+            (:class:`~.http.errors.NotAnApiError`: not the API): no evidence about a feature;
+            the probe stops, nothing saved.
     """
     try:
         return await request, None
     except ApiError as exc:
         if exc.fault.outage:
             raise BlackboxMIAError(f"capability probe stopped, nothing saved (rerun later): {exc}") from None
-        if exc.status_code in (401, 403, 404):  # a refused key, a wrong URL: nothing learnt about a feature
-            raise
+        if exc.status_code in (401, 403, 404) or isinstance(exc, NotAnApiError):  # a refused key, a wrong URL:
+            raise  # nothing learnt about a feature
         return None, exc
 
 
@@ -186,6 +187,33 @@ async def check_prompt(p: ProbeRun, path, top_n: int, agree: float, form: str) -
     p.evidence[form] = {"requests": p.spent() - before, "positions": compared, "max_abs_diff": worst}
     if compared == 0 or worst > agree:
         p.reasons[form] = f"{form} log-probs disagree with per-prefix top-n values by {worst:.3g} nats ({compared} positions)"
+        return False
+    return True
+
+
+async def check_echo_bias(p: ProbeRun, path, top_n: int, agree: float, non_argmax: list) -> bool:
+    """Whether echo's prompt log-probs stay the same (within ``agree`` nats) when the request
+    biases a token (``non_argmax``'s first target, +``max_bias``) at the generated position:
+    what lets a full echo window force its last target in the same request (the tracker's
+    :meth:`~.tracker.tracker.Tracker.forces_in_window`). The unbiased request is
+    :func:`check_prompt`'s (cached); evidence and the reason (when not) under ``echo_bias``."""
+    if not path or not non_argmax:
+        p.reasons["echo_bias"] = "no probe path or no biasable target to check echo under a bias"
+        return False
+    prefix, answer = path[-1]
+    full = prefix + [next_known(answer)] if next_known(answer) is not None else prefix
+    before = p.spent()
+    plain, error = await attempt(p.endpoint.prompt_logprobs(full, top_n, ECHO))
+    if error is None:
+        bias = {non_argmax[0][1]: p.config.max_bias}
+        biased, error = await attempt(p.endpoint.prompt_logprobs(full, top_n, ECHO, bias))
+    if error is not None:
+        p.reasons["echo_bias"] = f"echo under a logit_bias unavailable: {error}"
+        return False
+    worst = max(abs(a - b) for a, b in zip(plain[0][1:], biased[0][1:]))
+    p.evidence["echo_bias"] = {"requests": p.spent() - before, "max_abs_diff": worst}
+    if worst > agree:
+        p.reasons["echo_bias"] = f"echo log-probs move by {worst:.3g} nats under a logit_bias on the generated position"
         return False
     return True
 

@@ -13,7 +13,7 @@ its output ends inside a character): ``tokens`` holds at most ``max_tokens``. A 
 from __future__ import annotations
 
 from ....io import NonFiniteNumber, loads_finite
-from .errors import Malformed
+from .errors import Malformed, page_kind
 
 
 def clip(text: str, limit: int) -> str:
@@ -23,24 +23,26 @@ def clip(text: str, limit: int) -> str:
 
 def _no_constant(name: str) -> float:
     """``parse_constant`` for :func:`json.loads`: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON."""
-    raise Malformed("the body", f"holds {name}, which is not JSON")
+    raise Malformed("the body", f"holds {name}, which is not JSON", corrupt=True)
 
 
 def decode_answer(content: bytes) -> dict:
     """The JSON object in an HTTP body, UTF-8 (RFC 8259; a BOM is let through; the cache keeps the
     body as it came: :class:`~.cache.disk.JsonText`), every number finite
-    (:func:`~blackbox_mia.io.loads_finite`); ``Malformed`` otherwise, naming the fault, final (not
-    retried) when the body does not even start as JSON (an HTML page: a wrong URL)."""
+    (:func:`~blackbox_mia.io.loads_finite`); ``Malformed`` otherwise, naming the fault: final (not
+    retried) when the body does not even start as JSON (an HTML page: a wrong URL), else corrupt
+    (JSON cut short, a NaN)."""
     try:
         raw = loads_finite(content, parse_constant=_no_constant)
     except NonFiniteNumber as exc:  # a number too large for a double
-        raise Malformed(exc.path.lstrip(".") or "the body", "is not a finite number (NaN or infinity)") from None
+        raise Malformed(exc.path.lstrip(".") or "the body", "is not a finite number (NaN or infinity)",
+                        corrupt=True) from None
     except ValueError:  # not JSON, truncated JSON, not UTF-8
-        text = content.decode("utf-8", "replace")
-        if text.strip() and text.lstrip()[0] not in "{[":  # an HTML page, plain text: another server, not a glitch
-            raise Malformed("the body", "not JSON at all (is the URL the API's, ending in /v1?)", text,
-                            final=True) from None
-        raise Malformed("the body", "expected a JSON object", text) from None
+        page = page_kind(content)
+        if page is not None:  # an HTML page, plain text: another server, not a glitch
+            raise Malformed("the body", page, final=True) from None
+        raise Malformed("the body", "expected a JSON object", content.decode("utf-8", "replace"),
+                        corrupt=True) from None
     return _typed(raw, dict, "the body", "a JSON object")
 
 

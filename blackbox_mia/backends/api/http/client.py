@@ -54,8 +54,8 @@ from ....option_names import named
 from ....types import BlackboxMIAError, BudgetExceeded
 from .config import ApiConfig, display_url
 from .dialect import CHAT, COMPLETIONS, Dialect
-from .errors import MESSAGE_CHARS, ApiError, APIStatusError
-from .faults import connection_refused, key_refused_message, refused_message
+from .errors import MESSAGE_CHARS, ApiError, APIStatusError, Fault, NotAnApiError, page_kind
+from .faults import connection_refused, key_refused_message, not_an_api_message, refused_message
 from .fetch import AnswerFetcher
 from .transport import MODELS_PATH
 
@@ -78,6 +78,8 @@ class ApiClient(AnswerFetcher):
 
     Attributes:
         config, cache: as given.
+        url: ``config.base_url`` without user info, query or fragment (:func:`display_url`): the
+            form every message and record shows (the raw one may hold a credential).
         usage: requests, retries, cache hits, tokens and cost so far (:class:`Usage`).
     """
 
@@ -234,14 +236,18 @@ class ApiClient(AnswerFetcher):
 
         Raises:
             BlackboxMIAError: the connection was refused (nothing listens at the base URL), the
-                server refused the API key, or it lists models and not this one.
+                answer is a page, not JSON (the URL is not the API's), the server refused the
+                API key, or it lists models and not this one.
         """
         await self._model_entries()
         failure = self._models_failure
         if connection_refused(failure):
-            raise BlackboxMIAError(refused_message(self._url))
+            raise BlackboxMIAError(refused_message(self.url))
+        if isinstance(failure, NotAnApiError):
+            request = f"GET {display_url(self._transport.path_url(MODELS_PATH))}"
+            raise BlackboxMIAError(not_an_api_message(self.url, request, failure.status_code, failure.detail))
         if isinstance(failure, APIStatusError) and failure.status_code in (401, 403):
-            raise BlackboxMIAError(key_refused_message(f"{self._url} (GET /models)", failure.status_code))
+            raise BlackboxMIAError(key_refused_message(f"{self.url} (GET /models)", failure.status_code))
         await self.check_model()
 
     async def check_model(self) -> None:
@@ -263,7 +269,7 @@ class ApiClient(AnswerFetcher):
             shown = ", ".join(repr(self._masked(m, MESSAGE_CHARS)) for m in models[:SHOWN_MODELS])
             more = f" and {len(models) - SHOWN_MODELS} more" if len(models) > SHOWN_MODELS else ""
             raise BlackboxMIAError(
-                f"unknown model {model!r} at {self._url}: the server lists {shown}{more} (GET /models); "
+                f"unknown model {model!r} at {self.url}: the server lists {shown}{more} (GET /models); "
                 f"pass one of them with {named('model')}"
             )
         self._model_checked = True
@@ -271,11 +277,14 @@ class ApiClient(AnswerFetcher):
     async def _list_models(self) -> dict[str, dict] | None:
         """The entries of ``GET /models`` by id, or ``None`` (see :meth:`served_models`)."""
         try:
-            _, content = await self._transport.get(MODELS_PATH)
+            status, content = await self._transport.get(MODELS_PATH)
+            page = page_kind(content)
+            if page is not None:  # a 200 page: a web server, not the API
+                raise NotAnApiError(status, f"HTTP {status}", Fault.FINAL, page)
             data = json.loads(content).get("data")
         except (ApiError, ValueError, AttributeError) as exc:
             self._models_failure = exc
-            LOG.debug("%s: no model list (%s)", self._url, type(exc).__name__)
+            LOG.debug("%s: no model list (%s)", self.url, type(exc).__name__)
             return None
         if not isinstance(data, list):
             return None
@@ -293,7 +302,7 @@ class ApiClient(AnswerFetcher):
         """
         in_flight = self._senders.in_progress
         if in_flight:
-            LOG.warning("%s: waiting up to %g s for %d answer%s in flight (Ctrl-C again to exit at once)", self._url,
+            LOG.warning("%s: waiting up to %g s for %d answer%s in flight (Ctrl-C again to exit at once)", self.url,
                         grace_s, in_flight, "s" if in_flight != 1 else "")
         return await self._senders.drain(grace_s)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from ....config import MAX_PORT, bounded, check_bounds
-from ....cost.prices import DEFAULT_PRICES, price_of
+from ....cost.prices import DEFAULT_PRICES, PRICE_HINT, price_of
 from ....option_names import named
 from ....types import BlackboxMIAError
 
@@ -77,6 +77,9 @@ class ApiConfig:
         max_cost: stop before the request that could take the spend past this many USD
             (prompt tokens + ``max_tokens`` at the model's price; the requests in flight count),
             ≥ 0 (0: cached answers only); ``None``: no cap. Needs a price for the model.
+        max_requests: stop before the request that would take the requests sent (retries
+            included; cached answers are free) past this many, ≥ 0 (0: cached answers only);
+            ``None``: no cap. The cap for a model without a price.
 
     Raises:
         BlackboxMIAError: an invalid value (each range is its field's :func:`~blackbox_mia.config.bounded`), or ``max_cost`` for a model without a price.
@@ -96,6 +99,7 @@ class ApiConfig:
     backoff_max_s: float = bounded(60.0, at_least=0)
     prices: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     max_cost: float | None = bounded(None, at_least=0)
+    max_requests: int | None = bounded(None, at_least=0)
 
     def __post_init__(self) -> None:
         try:
@@ -114,7 +118,8 @@ class ApiConfig:
             if self.price() is None:
                 raise BlackboxMIAError(
                     f"{named('max_cost')} needs the price of model {self.model!r}, which is not in the price table "
-                    f"(known: {', '.join(sorted(self.prices))})"
+                    f"(known: {', '.join(sorted(self.prices))}): {PRICE_HINT}, or cap the requests instead "
+                    f"with {named('max_requests')} N"
                 )
 
     def price(self) -> tuple[float, float] | None:

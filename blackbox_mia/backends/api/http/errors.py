@@ -47,14 +47,16 @@ class Fault(str, Enum):
         quick: retried after a short linear wait (:data:`~.faults.QUICK_RETRY_S`: the server
             answered, it is not overloaded), not the exponential backoff.
         answered: the server answered 2xx: it accepted the request (its answer was bad).
-        outage: the server may be down or overloaded: the request was not refused, and a later
-            run may succeed (a capability probe learns nothing from it and stops).
+        outage: the server may be down, overloaded or garbling its answers: the request was not
+            refused, and a later run may succeed (a capability probe learns nothing from it and
+            stops, saving nothing).
     """
 
     #          value        retried quick  answered outage
     FINAL = ("final", False, False, False, False)  # refused deterministically, or invalid arguments
     TRANSIENT = ("transient", True, False, False, True)  # 408, 429, 5xx (but 501), timeouts, connection faults
-    INVALID = ("invalid", True, True, True, False)  # a 2xx answer that is truncated JSON or fails validation
+    INVALID = ("invalid", True, True, True, False)  # a 2xx answer that fails validation (a field missing...)
+    CORRUPT = ("corrupt", True, True, True, True)  # a 2xx body that is not whole JSON (cut short, NaN): a glitch
 
     def __new__(cls, value: str, retried: bool, quick: bool, answered: bool, outage: bool) -> Fault:
         member = str.__new__(cls, value)
@@ -72,6 +74,19 @@ VALUE_CHARS = 80  # an offending value in an invalid answer (or a body that is n
 _ABSENT = object()  # Malformed without an offending value
 
 
+HTML_PAGE, PLAIN_TEXT = "an HTML page", "plain text"  # the kinds of body that are not JSON at all
+
+
+def page_kind(content: bytes) -> str | None:
+    """What a body that is not JSON at all is, where an OpenAI-compatible API answers JSON:
+    :data:`HTML_PAGE` or :data:`PLAIN_TEXT`; ``None`` for an empty body or one that starts as
+    JSON (``{`` or ``[``, whole or not)."""
+    text = content.decode("utf-8", "replace").lstrip()
+    if not text or text[0] in "{[":
+        return None
+    return HTML_PAGE if text[0] == "<" else PLAIN_TEXT
+
+
 class Malformed(Exception):
     """An answer is not valid: wrong shape or type, a requested field missing, a number that is
     null, NaN or infinite, or lengths that disagree.
@@ -82,15 +97,19 @@ class Malformed(Exception):
         value: the offending value, shown only through :meth:`describe` (which masks the API key
             before cutting the value short).
         final: retrying cannot help (a body that is not JSON at all, such as an HTML page: the
-            URL is not an API's); by default an invalid answer is retried.
+            URL is not an API's; ``problem`` is then its :func:`page_kind`); by default an
+            invalid answer is retried.
+        corrupt: the body is not whole JSON (cut short, ``NaN``, a number past a double): a
+            glitch on the way, which says nothing about what the server offers (fault
+            ``"corrupt"``, an outage); otherwise the body parsed but fails validation.
 
     Attributes:
         status: the HTTP status of the answer (set by the client; ``None`` for a cached row).
     """
 
-    def __init__(self, where: str, problem: str, value: object = _ABSENT, final: bool = False):
+    def __init__(self, where: str, problem: str, value: object = _ABSENT, final: bool = False, corrupt: bool = False):
         super().__init__(where)
-        self.where, self.problem, self.value, self.final = where, problem, value, final
+        self.where, self.problem, self.value, self.final, self.corrupt = where, problem, value, final, corrupt
         self.status: int | None = None
 
     def describe(self, masked: Callable[[str, int], str]) -> str:
@@ -117,8 +136,10 @@ class ApiError(BlackboxMIAError):
               invalid; retrying cannot help;
             * ``transient``: 408, 429, 5xx, timeouts or connection faults (outlasted every retry,
               when given up); a later run may succeed;
-            * ``invalid``: every attempt got a 2xx answer that was not JSON or failed
-              validation; the message names the field (``choices[0].logprobs is missing``).
+            * ``invalid``: every attempt got a 2xx answer that failed validation; the message
+              names the field (``choices[0].logprobs is missing``);
+            * ``corrupt``: every attempt got a 2xx body that was not whole JSON (cut short,
+              ``NaN``); a later run may succeed.
 
         detail: the server's own error message (given up: the key masked, cut short), ``None``
             when the server gave none (no answer, an invalid 200).
@@ -193,7 +214,15 @@ class InternalServerError(APIStatusError):
 
 
 class InvalidAnswerError(ApiError):
-    """Every attempt got a 2xx answer that was not JSON or failed validation; fault ``"invalid"``."""
+    """Every attempt got a 2xx answer that was not whole JSON (fault ``"corrupt"``) or failed
+    validation (``"invalid"``)."""
+
+
+class NotAnApiError(APIStatusError):
+    """The server answered what no OpenAI-compatible API answers: a 2xx that is not JSON at
+    all (:func:`page_kind`, its :attr:`detail`), or an HTML page with a final status (a web
+    server's 404 or 501): the base URL is not the API's; final. (A page with a transient
+    status, a proxy's 502, stays a server error; a plain-text error keeps its message.)"""
 
 
 STATUS_ERRORS: dict[int, type[APIStatusError]] = {
@@ -216,7 +245,8 @@ def status_fault(status: int) -> Fault:
 
 
 def status_error(status: int, headers: Mapping[str, str], content: bytes) -> APIStatusError:
-    """One attempt's error for a non-2xx answer: the class of ``status`` (:data:`STATUS_ERRORS`),
+    """One attempt's error for a non-2xx answer: :class:`NotAnApiError` for an HTML page with a
+    final status, else the class of ``status`` (:data:`STATUS_ERRORS`),
     its fault (:func:`status_fault`), the message of the JSON body's ``error`` object (or its
     ``detail``, or the body text) as ``detail``, its ``code``, and the raw ``headers`` and ``content``."""
     text = content.decode("utf-8", "replace").strip()
@@ -231,6 +261,8 @@ def status_error(status: int, headers: Mapping[str, str], content: bytes) -> API
         message = data.get("message") or data.get("detail") or json.dumps(data)
     else:
         message = data
+    if page_kind(content) == HTML_PAGE and not status_fault(status).retried:  # a web server's page, not an API's error
+        return NotAnApiError(status, f"HTTP {status}", Fault.FINAL, HTML_PAGE, headers=headers, body=content)
     kind = STATUS_ERRORS.get(status, InternalServerError if status >= 500 else APIStatusError)
     return kind(status, f"HTTP {status}", status_fault(status), str(message), headers=headers, body=content,
                 code=code if isinstance(code, str) else None)

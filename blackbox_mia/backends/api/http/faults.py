@@ -78,6 +78,16 @@ def key_refused_message(url: str, status: int) -> str:
     return f"the API key was refused by {url} (HTTP {status}); check ${API_KEY_ENV} or {named('api_key')}"
 
 
+NOT_AN_API_HINT = "is the URL the API's, ending in /v1?"
+
+
+def not_an_api_message(url: str, request: str, status: int | None, page: str) -> str:
+    """What a page (``page``: :func:`~.errors.page_kind`) in answer to ``request`` (``"GET
+    http://.../v1/models"``) means, in one clause: ``url`` is not the API's (no retry can help)."""
+    return (f"{url} does not look like an OpenAI-compatible API: {request} answered HTTP {status} with {page}, "
+            f"not JSON ({NOT_AN_API_HINT})")
+
+
 def refused_too_often(retry_state: RetryCallState) -> bool:
     """A tenacity stop condition: the last attempt's connection was refused and
     :data:`REFUSED_ATTEMPTS` attempts were made (a wrong port fails in seconds, not after the
@@ -92,13 +102,13 @@ def fault_of(exc: BaseException | None) -> Fault:
 
     An :class:`~.errors.ApiError` carries its own (the transport's: transient for 408, 429, 5xx
     other than 501, timeouts and connection errors; final for other statuses). A 2xx answer that
-    is truncated JSON or fails validation is invalid; one that is not JSON at all (an HTML page),
-    and any other exception, final.
+    is truncated JSON or holds a NaN is corrupt, one that fails validation invalid; one that is not
+    JSON at all (an HTML page), and any other exception, final.
     """
     if isinstance(exc, ApiError):
         return exc.fault
     if isinstance(exc, Malformed):
-        return Fault.FINAL if exc.final else Fault.INVALID
+        return Fault.FINAL if exc.final else Fault.CORRUPT if exc.corrupt else Fault.INVALID
     return Fault.FINAL
 
 

@@ -35,8 +35,26 @@ from .answers import billed_tokens, clip, decode_answer
 from .cache.claim_batcher import ClaimBatcher
 from .config import PLACEHOLDER_API_KEY, ApiConfig, display_url
 from .dialect import Dialect, estimate_tokens
-from .errors import MESSAGE_CHARS, APIConnectionError, ApiError, APIStatusError, APITimeoutError, Fault, Malformed, error_type
-from .faults import Backoff, connection_refused, fault_of, key_refused_message, refused_message, refused_too_often
+from .errors import (
+    MESSAGE_CHARS,
+    APIConnectionError,
+    ApiError,
+    APIStatusError,
+    APITimeoutError,
+    Fault,
+    Malformed,
+    NotAnApiError,
+    error_type,
+)
+from .faults import (
+    Backoff,
+    connection_refused,
+    fault_of,
+    key_refused_message,
+    not_an_api_message,
+    refused_message,
+    refused_too_often,
+)
 from .limits import RateLimiter
 from .senders import Senders
 from .transport import Transport
@@ -59,7 +77,7 @@ class AnswerFetcher:
         self.config = config
         self.cache = cache
         self.usage = Usage(unpriced=config.price() is None)
-        self._url = display_url(config.base_url)
+        self.url = display_url(config.base_url)
         self._model_json = canonical_json(config.model)  # the body's first field, serialised once
         self._transport = Transport(config.base_url, config.api_key, config.timeout_s)
         self._senders = Senders(config.concurrency)
@@ -69,7 +87,8 @@ class AnswerFetcher:
         self._claims = ClaimBatcher(cache) if cache is not None else None
         self._rpm = RateLimiter(config.rpm) if config.rpm else None
         self._tpm = RateLimiter(config.tpm) if config.tpm else None
-        self._budget = Budget(config.max_cost) if config.max_cost is not None else None
+        capped = config.max_cost is not None or config.max_requests is not None
+        self._budget = Budget(config.max_cost, config.max_requests) if capped else None
 
     async def _answer(self, dialect: Dialect, payload: dict, attempts: int) -> dict:
         """A valid cached answer, else a fresh one in at most ``attempts`` requests (identical
@@ -122,7 +141,7 @@ class AnswerFetcher:
         except Malformed as exc:
             self.usage.invalid_cached += 1
             LOG.warning("%s: dropping a cached answer that fails validation (%s); asking again",
-                        self._url, exc.describe(self._masked))
+                        self.url, exc.describe(self._masked))
             self.cache.delete(key)
             return None
 
@@ -247,7 +266,7 @@ class AnswerFetcher:
         Raises:
             APIStatusError, APIConnectionError: the request failed (the transport's errors).
             Malformed: the answer is not a JSON object or fails validation.
-            BudgetExceeded: sending it could take the spend past ``max_cost``.
+            BudgetExceeded: sending it could take the spend past ``max_cost`` or ``max_requests``.
         """
         if self._rpm is not None:
             await self._rpm.acquire(1)
@@ -274,6 +293,8 @@ class AnswerFetcher:
         status, answer = await self._senders.run(post)
         if isinstance(answer, Malformed):
             self.usage.invalid_answers += 1
+            if answer.final:  # a page: not the API
+                raise NotAnApiError(status, f"HTTP {status}", Fault.FINAL, answer.problem)
             answer.status = status
             raise answer
         return answer
@@ -282,13 +303,14 @@ class AnswerFetcher:
         """Reserve the worst-case cost (USD) of one request under the budget (0 without one).
 
         Raises:
-            BudgetExceeded: the request could take the spend past ``max_cost``.
+            BudgetExceeded: the request could take the spend past ``max_cost``, or the requests
+                sent past ``max_requests``.
         """
         if self._budget is None:
             return 0.0
         completion = int(payload.get("max_tokens") or 0)
         worst = request_cost(tokens - completion, completion, self.config.price())
-        self._budget.reserve(self.usage.cost_usd, worst)
+        self._budget.reserve(self.usage.cost_usd, worst, self.usage.requests)
         return worst
 
     def _note_retry(self, state: RetryCallState, retries: int) -> None:
@@ -302,7 +324,7 @@ class AnswerFetcher:
         else:
             what = type(exc).__name__
         wait = state.next_action.sleep if state.next_action else 0.0
-        LOG.warning("%s: %s (%s); retry %d of %d in %.2f s", self._url, what, fault_of(exc), state.attempt_number,
+        LOG.warning("%s: %s (%s); retry %d of %d in %.2f s", self.url, what, fault_of(exc), state.attempt_number,
                     retries, wait)
 
     def _scrub(self, text: str) -> str:
@@ -337,7 +359,10 @@ class AnswerFetcher:
 
     def _describe(self, exc: ApiError | Malformed, dialect: Dialect) -> tuple[int | None, str]:
         """(HTTP status or ``None``, what went wrong) for one failed attempt."""
-        url = self._url
+        url = self.url
+        if isinstance(exc, NotAnApiError):
+            where = display_url(self._transport.url(dialect.prompt_field))
+            return exc.status_code, not_an_api_message(url, f"POST {where}", exc.status_code, exc.detail)
         if isinstance(exc, Malformed):
             return exc.status, f"invalid {dialect.name} answer from {url}: {exc.describe(self._masked)}"
         if isinstance(exc, APITimeoutError):

@@ -2,6 +2,11 @@
 
 Exact where the request count depends only on the texts: ``prompt`` (echo: one request per window,
 the window as prompt), ``forced`` and ``topn`` (one request per position, its prefix as prompt).
+A window as long as the context sends all but its last token and reads that target at the
+generated position: forced there in the same request where the tracker may
+(:meth:`~.tracker.Tracker.forces_in_window`: exact), else from the top-n, and where it is not
+listed there (:data:`LISTED_SHARE` assumed listed; anywhere from none to all, in the stated
+uncertainty) by the per-position strategy in requests of its own.
 A request's prompt is billed in full, so per-position strategies bill Σ prefix lengths: N(N−1)/2
 prompt tokens for a text of N tokens (BOS included). Measured rates, with a stated uncertainty,
 for strategies whose request count depends on the model's answers:
@@ -15,9 +20,10 @@ for strategies whose request count depends on the model's answers:
               ``benchmarks/bench_blackbox.py``), ± :data:`RATE_UNCERTAINTY`; with chained
               questions, fewer requests, each billing more completion tokens, and with the
               unbiased answers read by runs, fewer unbiased requests (measured rates).
-``run``       about forced read-out's figure or fewer: up to :data:`RUN_OVERHEAD` more on texts the
-              model does not reproduce (runs that lose), far fewer on memorized ones; the forced
-              figure plus that overhead, an upper bound.
+``run``       about forced read-out's figure or fewer: each window starts with a run, which on text
+              the model does not reproduce loses (:data:`RUN_WINDOW_REQUESTS` more requests a
+              window, ± :data:`RUN_WINDOW_SPREAD`), far fewer on memorized ones; the forced figure
+              plus that, an upper bound.
 """
 
 from __future__ import annotations
@@ -39,10 +45,13 @@ RATE_UNCERTAINTY = 0.3  # relative uncertainty of the measured rates (bisect)
 # below the top-n (a peaked model) take one more request per ~13 nats
 POSTBIAS_REQUESTS = 1.0
 POSTBIAS_UNCERTAINTY = 0.1
-# run reading (runs.py) on texts the model does not reproduce: 1,596 requests against forced read-out's
-# 1,570 on 10 non-member GSM8K questions through the dup-16 canary (+1.7%; its replay: +0.9% on 10,
-# -1.6% on 40 non-members); members take half as many
-RUN_OVERHEAD = 0.03
+# run reading (runs.py) on texts the model does not reproduce, above forced read-out's figure, per
+# window (each window starts with a run): 2.6 (1,596 requests against 1,570 on 10 non-member GSM8K
+# questions, one window each, through the dup-16 canary), 0.71 (12 GSM8K test texts in 299 windows
+# of 32 tokens through the memorizing test canary), 1.02 (6 in 164 windows of 24 through the tiny
+# random test model); members take half as many in all
+RUN_WINDOW_REQUESTS = 1.5
+RUN_WINDOW_SPREAD = 1.1  # per window: the measured 0.71-2.6 within 1.5 ± 1.1
 # chained bisection (Capabilities.chained_flips, chains of 4), measured on 8 GSM8K train questions
 # through the dup-16 canary: flip requests per flip question (4.60 per token chained, 5.26 alone),
 # and completion tokens per flip request (7.53 generated tokens per token over those 4.60 requests)
@@ -55,18 +64,25 @@ RUN_UNBIASED_REQUESTS = 0.789
 RUN_UNBIASED_COMPLETION = 2.89
 
 
-def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int]]:
-    """Per window of every text: ``(prompt lengths of per-position requests, echo prompt lengths)``,
-    in tokens: the prefix length of every target, and the prompt an echo request sends per window."""
-    prefixes, windows = [], []
+def positions(tracker: Tracker, texts: list[str]) -> tuple[list[int], list[int], list[int]]:
+    """Per window of every text: ``(prompt lengths of per-position requests, echo prompt lengths,
+    prompt lengths of the windows whose last target may need a request of its own)``, in tokens:
+    the prefix length of every target, the prompt an echo request sends per window, and that
+    prompt for each window as long as the context that does not force its last target in that
+    request (:meth:`~.tracker.Tracker.forces_in_window`)."""
+    prefixes, windows, unforced = [], [], []
     context = tracker.config.context
     for text in texts:
         seq = tracker.sequence(text)
         for start, end, first in sliding_windows(len(seq), context) if context else [(0, len(seq), 1)]:
             prefixes.extend(j - start for j in range(first, end))
-            full = context is None or end - start < context
-            windows.append(end - start if full else end - start - 1)
-    return prefixes, windows
+            if context is None or end - start < context:
+                windows.append(end - start)
+            else:  # all but the last token: that target is read at the generated position
+                windows.append(end - start - 1)
+                if not tracker.forces_in_window(seq[end - 1]):
+                    unforced.append(end - start - 1)
+    return prefixes, windows, unforced
 
 
 def chained(tracker: Tracker) -> bool:
@@ -107,18 +123,32 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
         texts: the texts to score.
         price: USD per 1M prompt / completion tokens; ``None``: unpriced (USD 0).
     """
-    prefixes, windows = positions(tracker, texts)
+    prefixes, windows, unforced = positions(tracker, texts)
     mode = tracker.mode()
     notes = ["answers already in the response cache are counted as if paid",
              "the capability probe's requests (once per endpoint and model) are not counted"]
     if mode == "prompt":
-        requests, prompt, completion, spread = len(windows), sum(windows), len(windows), 0.0
+        rate, per_position, rate_spread = per_position_rate(tracker, tracker.per_position_strategy())
+        extra = (1 - LISTED_SHARE) * rate  # per unforced full window: its last target when not listed
+        requests = round(len(windows) + extra * len(unforced))
+        prompt = round(sum(windows) + extra * sum(unforced))
+        completion = round(len(windows) + (1 - LISTED_SHARE) * per_position * len(unforced))
+        # the listed share of those targets may be anything from none to all, the rate off by its own spread
+        worst = max(LISTED_SHARE, 1 - LISTED_SHARE) * rate * (1 + rate_spread) * len(unforced)
+        spread = worst / requests if requests else 0.0
         strategy = "prompt"
+        if unforced:
+            notes.append(f"{len(unforced):,} windows as long as the context read their last target from the top-n: "
+                         f"{LISTED_SHARE:.0%} assumed listed there, the others read by "
+                         f"{tracker.per_position_strategy()} in requests of their own")
     else:
         strategy = mode if mode not in ("auto", "run") else tracker.per_position_strategy()
         rate, per_position, spread = per_position_rate(tracker, strategy)
-        bound = 1 + RUN_OVERHEAD if mode == "run" else 1.0  # run reading: at most a little above forced read-out
+        windows_extra = RUN_WINDOW_REQUESTS * len(windows) if mode == "run" else 0.0  # runs that lose
+        bound = 1 + windows_extra / (rate * len(prefixes)) if prefixes else 1.0  # each such request a mean prefix
         requests = round(rate * bound * len(prefixes))
+        if mode == "run" and requests:
+            spread = max(spread, RUN_WINDOW_SPREAD * len(windows) / requests)
         prompt, completion = round(rate * bound * sum(prefixes)), round(per_position * len(prefixes))
         if strategy == "bisect":
             notes.append(f"bisection: {LISTED_SHARE:.0%} of targets assumed listed in the top-n; the first "
@@ -134,8 +164,9 @@ def estimate(tracker: Tracker, texts: list[str], price: tuple[float, float] | No
                          f"{', '.join(f'{k:g}%' for k in tracker.config.refine_for)}): at most about this figure "
                          "(values that cannot change a score keep coarse bounds)")
         if mode == "run":
-            notes.append(f"run reading: at most about {strategy}'s figure per position plus {RUN_OVERHEAD:.0%}, given "
-                         "here (runs that lose on text the model does not reproduce; far fewer requests where it does)")
+            notes.append(f"run reading: at most about {strategy}'s figure per position plus {RUN_WINDOW_REQUESTS:g} "
+                         "requests a window, given here (a window starts with a run, which loses on text the model "
+                         "does not reproduce; far fewer requests where it does)")
             strategy = f"run+{strategy}"
     usd = request_cost(prompt, completion, price)
     return CostEstimate(requests=requests, prompt_tokens=prompt, completion_tokens=completion, usd=usd,

@@ -70,7 +70,7 @@ from tqdm.auto import tqdm
 from ....text.windows import sliding_windows, windows_notes
 from ....tokenizers import TokenCodec
 from ....tokenizers.long import LongEncoder
-from ....types import BlackboxMIAError, Provenance, TokenLogprobs
+from ....types import BlackboxMIAError, NoLogprobs, Provenance, TokenLogprobs
 from ...loop import in_daemon_thread
 from .bisection import TextBisection
 from ..capabilities import Capabilities
@@ -97,8 +97,8 @@ class Tracker:
             position, else per position), and the tracker adopts the full record.
 
     Raises:
-        BlackboxMIAError: the endpoint cannot give absolute log-probs, or the requested strategy
-            is not available on it (the message gives the probe's reason).
+        NoLogprobs: the endpoint cannot give absolute log-probs (the message gives the probe's reason).
+        BlackboxMIAError: the requested strategy is not available on it (the same).
     """
 
     def __init__(self, endpoint: Endpoint, capabilities: Capabilities, config: TrackerConfig = TrackerConfig(),
@@ -119,7 +119,7 @@ class Tracker:
         endpoint, config = self.endpoint, self.config
         available = capabilities.strategies()
         if not available:
-            raise BlackboxMIAError(
+            raise NoLogprobs(
                 "this endpoint does not return log-probs usable for absolute values: " + capabilities.reason("topn")
             )
         if config.strategy != "auto" and config.strategy not in available:
@@ -179,8 +179,7 @@ class Tracker:
         for i, seq in enumerate(sequences):
             if len(seq) < 2:
                 raise BlackboxMIAError(f"text #{i} has fewer than 2 tokens (no BOS): nothing to score")
-        if not self.caps.complete and self._complete is not None and self._needs_positions(sequences):
-            self._adopt(await self._complete())
+        await self.complete_for(sequences)
         estimates: list[list[Estimate | None]] = [[None] * (len(s) - 1) for s in sequences]
         remaining = [len(s) - 1 for s in sequences]
         results: list[TokenLogprobs | None] = [None] * len(sequences)
@@ -213,6 +212,14 @@ class Tracker:
         finally:
             bar.close()
         return results
+
+    async def complete_for(self, sequences: list[list[int]]) -> None:
+        """Adopt the rest of a probe that stopped at the prompt path (the constructor's
+        ``complete``, run once) where scoring ``sequences`` may need a per-position strategy:
+        before tracking them, and before estimating them (a full window forces its last target
+        only where the full probe verified forced read-out)."""
+        if not self.caps.complete and self._complete is not None and self._needs_positions(sequences):
+            self._adopt(await self._complete())
 
     def describe(self) -> dict:
         return {"tracker": asdict(self.config), "available_strategies": self.available}
@@ -328,7 +335,7 @@ class Tracker:
 
         The request generates one token (``max_tokens = 1``), so a window as long as the context
         sends all but its last token and reads the last target at the generated position: forced
-        there in the same request where :meth:`_forces_in_window` allows, else from its top-n;
+        there in the same request where :meth:`forces_in_window` allows, else from its top-n;
         a per-position strategy when neither gives it. Only a window that reads its last target
         from the top-n asks for the top-n (the others: the sampled token alone).
         """
@@ -337,7 +344,7 @@ class Tracker:
         if not self.endpoint.sendable(ids):  # text prompts that do not round-trip: position by position
             return [await self._resolve(Position.at(seq, start, j, end, self.config.context)) for j in range(first, end)]
         target = seq[end - 1]
-        forcing = not full and self._forces_in_window(target)
+        forcing = not full and self.forces_in_window(target)
         values, after = await self.prompt.resolve(ids, {target: self.config.max_bias} if forcing else None,
                                                   listed=not full and not forcing)
         found = values[first - start - 1 :]  # values[k] is the target ids[k + 1]
@@ -350,12 +357,12 @@ class Tracker:
             )
         return found
 
-    def _forces_in_window(self, target: int) -> bool:
+    def forces_in_window(self, target: int) -> bool:
         """Whether a full window's request also forces its last target (one request, as the
         offline engine does): forced read-out holds, the strategy would use it, and the prompt's
-        values come from vLLM's ``prompt_logprobs`` (computed before any logit processing; an
-        echo's values under a bias are not checked anywhere, so echo windows never force)."""
-        return (self.caps.forced_readout and self.caps.prompt_logprobs
+        values stay the same under the bias (vLLM's ``prompt_logprobs``, computed before any
+        logit processing, or echo where the probe checked it: ``echo_bias_free``)."""
+        return (self.caps.forced_readout and (self.caps.prompt_logprobs or self.caps.echo_bias_free)
                 and self.config.strategy in ("auto", "forced") and self.endpoint.may_bias(target))
 
     # -- one position ---------------------------------------------------------------------------
