@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import warnings
 
 import pytest
@@ -85,10 +84,8 @@ def test_an_uncached_hub_name_fails_at_once_offline_or_unreachable(monkeypatch, 
     monkeypatch.setenv("HF_HUB_OFFLINE", offline)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once
     load = FakeHub(cached=False)
-    started = time.monotonic()
     with pytest.raises(BlackboxMIAError) as err:
         load_pretrained(load, "org/model", "model")
-    assert time.monotonic() - started < 5
     assert load.calls == [True]  # never the download, never a retry
     why = "HF_HUB_OFFLINE" if offline else "the hub does not answer"
     assert str(err.value).startswith("cannot load model 'org/model': not in the local Hugging Face cache")
