@@ -88,6 +88,17 @@ def score(
                 f"under 'nonfinite'; AUC not computed for those scorers), first: {nonfinite[0]}",
                 err=True,
             )
+        unscored = [r for r in rows if r.unscored]
+        if unscored:
+            first = unscored[0]
+            label, why = next(iter(first.unscored.items()))
+            typer.echo(
+                f"warning: {len(unscored)} of {len(rows)} texts have null scores "
+                f"({', '.join(sorted({k for r in unscored for k in r.unscored}))}): their tokens are known only by "
+                f"bounds too wide for a score (reasons under 'unscored' in the rows, intervals under 'score_bounds'), "
+                f"first: {first.id}, {label}: {why}",
+                err=True,
+            )
         if aucs:
             typer.echo(format_table(["scorer", "AUC [95% CI]"], list(auc_cells(rows, parsed).items())))
             warning = small_sample_warning(rows)
