@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from . import __version__
 from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refuse_one_str
@@ -30,6 +33,7 @@ from .results import ScoredText
 from .results_file import RowSink, prepare_output
 from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
+from .text.windows import windows_notes
 from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
@@ -213,6 +217,8 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     text_only = score_generated(texts, generative, backends[TARGET]) if generative else [{} for _ in texts]
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     wanted = _wanted(texts, needs, backends)
+    if progress:
+        _windows_notes(texts, wanted, backends)
     computed: dict[str, dict[str, TokenLogprobs]] = {role: {} for role in backends}
     for role, unique in wanted.items():
         if role != TARGET and unique:
@@ -250,6 +256,20 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
         vocab_stats = any(s.needs_vocab_stats for s in scorers)
         logprobs_reporting(backends[TARGET], targets, done, progress=progress, vocab_stats=vocab_stats)
     return out  # type: ignore[return-value]  (every text was scored in done())
+
+
+def _windows_notes(texts: Sequence[str], wanted: dict[str, dict[str, None]], backends: dict[str, Backend]) -> None:
+    """On stderr, before the progress bars: which of the caller's ``texts`` each backend scores
+    in sliding windows (:func:`~blackbox_mia.text.windows.windows_notes`, numbered as in
+    ``texts``). The texts the scorers add (lowercased forms, PAC neighbours) are not counted.
+    A backend without a known context (an API not probed yet) gets none."""
+    for role, unique in wanted.items():
+        backend = backends[role]
+        mine = [text for text in dict.fromkeys(texts) if text in unique]
+        if mine and backend.context is not None:
+            length = dict(zip(mine, backend.sequence_lengths(mine)))
+            for note in windows_notes([length.get(text, 0) for text in texts], backend.context):
+                tqdm.write(note, file=sys.stderr)
 
 
 def _wanted(texts: Sequence[str], needs: dict[str, list], backends: dict[str, Backend]) -> dict[str, dict[str, None]]:
