@@ -132,8 +132,20 @@ def echo_json_line(obj) -> None:
     sys.stdout.flush()
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: ``bbmia VERSION`` on stdout, then exit 0."""
+    if value:
+        from .. import __version__
+
+        typer.echo(f"bbmia {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _process_settings() -> None:
+def _process_settings(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="print the version and exit"),
+) -> None:
     """:func:`apply_process_settings`, before the command runs."""
     apply_process_settings()
 
