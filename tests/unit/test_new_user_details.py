@@ -15,3 +15,16 @@ def test_version_prints_the_packages_version_and_exits_0():
     assert result.exit_code == 0 and result.output == f"bbmia {__version__}\n"
     declared = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[1]
     assert __version__ == declared
+
+
+def test_loading_a_local_model_through_the_python_api_prints_no_loading_bar(tiny_model_dir, capfd):
+    from transformers.utils import logging as hf_logging
+
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+
+    hf_logging.enable_progress_bar()  # as in a fresh Python session (the CLI's settings may have run before)
+    capfd.readouterr()
+    with LocalBackend(LocalConfig(str(tiny_model_dir))) as local:
+        assert local.context == 64
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # the library's setting is the caller's again
