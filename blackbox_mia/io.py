@@ -53,6 +53,19 @@ def loads_finite(data: bytes, parse_constant: Callable[[str], object] | None = N
     return value
 
 
+JSON_TYPES = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"), (list, "an array"),
+              (dict, "an object"))
+
+
+def json_type(value: object) -> str:
+    """What a parsed JSON value is, as a message says it to someone who wrote the JSON:
+    ``"null"``, ``"a boolean"``, ``"a number"``, ``"a string"``, ``"an array"``, ``"an object"``
+    (else the Python type's name)."""
+    if value is None:
+        return "null"
+    return next((name for kind, name in JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
 def nonfinite_path(value: object) -> str | None:
     """The path (``.choices[0].logprobs.token_logprobs[3]``) of the first NaN or infinity in a
     decoded JSON value, or ``None`` when every number is finite."""
@@ -189,7 +202,7 @@ def read_json_object(path: str | Path, what: str) -> dict:
     except json.JSONDecodeError as exc:
         raise BlackboxMIAError(f"{path}:{exc.lineno}: malformed JSON in {what} ({exc.msg})") from exc
     if not isinstance(obj, dict):
-        raise BlackboxMIAError(f"{path}: {what} must be a JSON object, got {type(obj).__name__}")
+        raise BlackboxMIAError(f"{path}: {what} must be a JSON object, got {json_type(obj)}")
     return obj
 
 

@@ -39,6 +39,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..io import json_type
 from ..option_names import named
 from ..types import BlackboxMIAError
 from .formats import ItemMaker, aqua_item, gsm8k_item, user_item, wikimia_item
@@ -101,7 +102,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                     raise BlackboxMIAError(f"{path}:{number}: malformed JSON ({exc.msg}); {LINE_FORMAT}") from exc
                 if not isinstance(obj, dict):
                     raise BlackboxMIAError(
-                        f"{path}:{number}: expected a JSON object, got {type(obj).__name__}; {LINE_FORMAT}")
+                        f"{path}:{number}: expected a JSON object, got {json_type(obj)}; {LINE_FORMAT}")
                 yield number, obj
     except OSError as exc:
         raise BlackboxMIAError(f"cannot read {path}: {exc.strerror or exc}") from exc

@@ -28,3 +28,15 @@ def test_loading_a_local_model_through_the_python_api_prints_no_loading_bar(tiny
         assert local.context == 64
     assert "Loading weights" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()  # the library's setting is the caller's again
+
+
+def test_messages_name_json_types_not_python_ones(tmp_path):
+    from blackbox_mia.io import json_type
+
+    assert [json_type(v) for v in (None, True, 3, 2.5, "x", [1], {"a": 1})] == [
+        "null", "a boolean", "a number", "a number", "a string", "an array", "an object"]
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "a", "text": null}\n')
+    result = invoke("score", items, "--local", "/nonexistent/model", "--cache-dir", tmp_path)
+    assert result.exit_code == 2 and "items.jsonl:1: text must be a string, got null" in result.output
+    assert "NoneType" not in result.output
