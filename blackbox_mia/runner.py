@@ -29,6 +29,7 @@ from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refus
 from .datasets import Item
 from .text_only_runner import score_generated
 from .io import json_line, write_text_atomic
+from .option_names import spelled
 from .results import ScoredText
 from .results_file import RowSink, prepare_output
 from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
@@ -60,12 +61,12 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
         missing = roles - set(backends)
         if missing:
             role = "/".join(sorted(missing))
-            raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {role} model: pass one as backends[{role!r}] "
-                                   "(--ref on the command line)")
+            raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {role} model: pass one as "
+                                   f"{spelled(f'backends[{role!r}]', '--ref')}")
         if scorer.needs_vocab_stats and FULL_DISTRIBUTION not in backends[TARGET].features:
             raise BlackboxMIAError(
                 f"scorer {scorer.label!r} needs the full next-token distribution, which this backend "
-                "does not expose (black-box APIs return top-n only): use a local model (local:PATH; --local on the command line)"
+                f"does not expose (black-box APIs return top-n only): use a local model ({spelled('local:PATH', '--local')})"
             )
 
 

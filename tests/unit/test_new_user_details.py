@@ -40,3 +40,11 @@ def test_messages_name_json_types_not_python_ones(tmp_path):
     result = invoke("score", items, "--local", "/nonexistent/model", "--cache-dir", tmp_path)
     assert result.exit_code == 2 and "items.jsonl:1: text must be a string, got null" in result.output
     assert "NoneType" not in result.output
+
+
+def test_the_ref_scorer_without_ref_names_the_option(tmp_path, tiny_model_dir):
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "a", "text": "Tom has 3 apples."}\n')
+    result = invoke("score", items, "--local", tiny_model_dir, "--scorers", "ref", "--out", tmp_path / "s.jsonl")
+    assert result.exit_code == 2 and "error: scorer 'ref' needs a reference model: pass one as --ref" in result.output
+    assert "backends[" not in result.output

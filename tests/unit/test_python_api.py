@@ -51,7 +51,8 @@ def test_one_str_of_texts_is_a_type_error_in_both_forms(tiny_model_dir):
 def test_messages_name_the_python_argument_as_well_as_the_flag(tiny_model_dir):
     with pytest.raises(BlackboxMIAError) as err:
         score_texts(TEXTS, "ref", {"target": f"local:{tiny_model_dir}"})
-    assert "backends['reference']" in str(err.value) and "--ref on the command line" in str(err.value)
+    assert str(err.value) == "scorer 'ref' needs a reference model: pass one as backends['reference']"
+    assert for_command_line(err.value) == "scorer 'ref' needs a reference model: pass one as --ref"  # issue 51
     with pytest.raises(BlackboxMIAError) as err:
         TiktokenCodec.for_model("my-own-model")
     assert "(tokenizer=, or ?tokenizer= in an api: spec)" in str(err.value)
