@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from blackbox_mia import __version__
+from blackbox_mia.types import BlackboxMIAError
 from tests.tools.doc_commands import ROOT
 
 from .test_cli import invoke
@@ -48,3 +51,28 @@ def test_the_ref_scorer_without_ref_names_the_option(tmp_path, tiny_model_dir):
     result = invoke("score", items, "--local", tiny_model_dir, "--scorers", "ref", "--out", tmp_path / "s.jsonl")
     assert result.exit_code == 2 and "error: scorer 'ref' needs a reference model: pass one as --ref" in result.output
     assert "backends[" not in result.output
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_a_read_only_empty_cache_names_the_folder_to_make_writable(tmp_path, monkeypatch, made):
+    """Issue 51: a cache directory that does not exist under a read-only root was the folder the
+    message said to make writable."""
+    import sqlite3
+
+    from blackbox_mia.backends.api.http.cache.responses import ResponseCache
+
+    def read_only_file_system(*args, **kwargs):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr("blackbox_mia.backends.api.http.cache.responses.open_store", read_only_file_system)
+    directory = tmp_path / "root" / "responses"
+    directory.mkdir(parents=True) if made else directory.parent.mkdir()
+    with pytest.raises(BlackboxMIAError) as caught:
+        ResponseCache(directory)
+    message = str(caught.value)
+    assert f"the response cache {directory} holds no cache yet (cache.db is absent)" in message
+    if made:
+        assert "the directory is read-only" in message and message.endswith(f"make {directory} writable")
+    else:
+        assert f"it does not exist and {directory.parent} is read-only" in message
+        assert message.endswith(f"make {directory.parent} writable")
