@@ -253,9 +253,10 @@ def _first_difference(old, new, where: str) -> str | None:
     return None if old == new else f"{where or 'configuration'}: {old!r} before, {new!r} now"
 
 
-def check_saved_config(config_path: Path, config, what: str, results: Path, hint: str) -> None:
+def check_saved_config(config_path: Path, config, what: str, results: Path, hint: str, partial: bool = False) -> None:
     """Refuse to resume ``results`` unless the configuration saved at ``config_path`` equals
-    ``config`` (as :func:`config_mismatch` compares them).
+    ``config`` (as :func:`config_mismatch` compares them; ``partial``: only in the top-level
+    keys ``config`` has, a part of the configuration known early).
 
     Args:
         config_path: the JSON configuration saved beside ``results``.
@@ -270,6 +271,7 @@ def check_saved_config(config_path: Path, config, what: str, results: Path, hint
     """
     if not config_path.exists():
         raise BlackboxMIAError(f"{results} holds rows but no {config_path.name} says how they were made; {hint}")
-    difference = config_mismatch(read_json_object(config_path, what), config)
+    saved = read_json_object(config_path, what)
+    difference = config_mismatch({key: saved.get(key) for key in config} if partial else saved, config)
     if difference is not None:
         raise BlackboxMIAError(f"{results} was written with another configuration ({difference}; see {config_path}); {hint}")

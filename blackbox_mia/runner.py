@@ -313,11 +313,20 @@ def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset:
     an endpoint without log-probs fails)."""
     logprobs = any(s.needs_logprobs for s in scorers)
     return {
+        **run_settings(scorers, dataset, tolerance),
+        "backends": {role: b.describe() if logprobs else b.describe_generation() for role, b in backends.items()},
+    }
+
+
+def run_settings(scorers: Sequence[Scorer], dataset: dict, tolerance: float = DEFAULT_TOLERANCE_NATS) -> dict:
+    """The part of :func:`run_config` known before any backend is built (package, version,
+    scorers, score tolerance, dataset): what :func:`~blackbox_mia.results_file.check_resumable`
+    compares before a model loads."""
+    return {
         "package": "blackbox_mia",
         "version": __version__,
         "scorers": {s.label: {"name": s.name, **s.params()} for s in scorers},
         "score_tolerance_nats": tolerance,
-        "backends": {role: b.describe() if logprobs else b.describe_generation() for role, b in backends.items()},
         "dataset": dataset,
     }
 

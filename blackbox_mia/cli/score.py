@@ -61,6 +61,11 @@ def score(
         parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=target.white_box())))
         items, meta = load_items(dataset, limit, target.cache_dir)
         out = check_output(out or default_output(meta["name"]), folder=False)
+        if not target.dry_run:
+            from ..results_file import check_resumable
+            from ..runner import run_settings
+
+            check_resumable(out, run_settings(parsed, meta), resume=not overwrite)  # before a model loads
         backends = build_backends(target, parsed)
         if target.dry_run:
             try:

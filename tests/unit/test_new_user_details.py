@@ -76,3 +76,16 @@ def test_a_read_only_empty_cache_names_the_folder_to_make_writable(tmp_path, mon
     else:
         assert f"it does not exist and {directory.parent} is read-only" in message
         assert message.endswith(f"make {directory.parent} writable")
+
+
+def test_resuming_an_out_of_another_data_set_is_refused_before_the_model_loads(tiny_model_dir, tmp_path):
+    first, second, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "scores.jsonl"
+    first.write_text('{"id": "a", "text": "Tom has 3 apples."}\n')
+    second.write_text('{"id": "b", "text": "Ann has 5 pears."}\n')
+    assert invoke("score", first, "--local", tiny_model_dir, "--scorers", "loss", "--out", out).exit_code == 0
+    # a model that does not exist: were it loaded first, the error would be that it cannot be
+    result = invoke("score", second, "--local", "/nonexistent/model", "--scorers", "loss", "--out", out)
+    assert result.exit_code == 2 and f"{out} was written with another configuration (dataset." in result.output
+    assert "--overwrite" in result.output and "nonexistent" not in result.output
+    again = invoke("score", first, "--local", "/nonexistent/model", "--scorers", "loss", "--out", out)
+    assert again.exit_code == 2 and "/nonexistent/model" in again.output  # same data set: no early refusal
