@@ -89,3 +89,43 @@ def test_resuming_an_out_of_another_data_set_is_refused_before_the_model_loads(t
     assert "--overwrite" in result.output and "nonexistent" not in result.output
     again = invoke("score", first, "--local", "/nonexistent/model", "--scorers", "loss", "--out", out)
     assert again.exit_code == 2 and "/nonexistent/model" in again.output  # same data set: no early refusal
+
+
+def _last_json_line(stdout: str) -> dict:
+    import json
+
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_with_json_a_refused_run_still_ends_stdout_with_one_json_line(tiny_model_dir, tmp_path, monkeypatch):
+    from blackbox_mia.emulator import ServerConfig, serve_in_background
+    from blackbox_mia.spend import guard
+
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "a", "text": "Tom has 3 apples."}\n{"id": "b", "text": "Ann has 5 pears."}\n')
+    bad = invoke("score", items, "--local", "/nonexistent/model", "--json")
+    assert bad.exit_code == 2 and _last_json_line(bad.stdout) == {
+        "error": "local model path '/nonexistent/model' does not exist", "exit_code": 2}
+    monkeypatch.setattr(guard, "GUARD_REQUESTS", 0)  # any run is a big one
+    with serve_in_background(ServerConfig(str(tiny_model_dir), echo=False)) as url:
+        refused = invoke("score", items, "--base-url", url, "--model", tiny_model_dir, "--tokenizer", tiny_model_dir,
+                         "--scorers", "loss", "--out", tmp_path / "s.jsonl", "--cache-dir", tmp_path / "cache", "--json")
+    line = _last_json_line(refused.stdout)
+    assert refused.exit_code == 2 and line["exit_code"] == 2 and line["error"].startswith("refusing to start")
+    assert len(refused.stdout.strip().splitlines()) == 1
+
+
+def test_with_json_an_interrupted_run_still_ends_stdout_with_one_json_line(tiny_model_dir, tmp_path, monkeypatch):
+    from blackbox_mia import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "score_items", interrupted)
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"id": "a", "text": "Tom has 3 apples."}\n')
+    result = invoke("score", items, "--local", tiny_model_dir, "--out", tmp_path / "s.jsonl", "--json")
+    assert result.exit_code == 130 and _last_json_line(result.stdout) == {
+        "error": "interrupted: finished work is saved; rerun the same command to resume", "exit_code": 130}
+    plain = invoke("score", items, "--local", tiny_model_dir, "--out", tmp_path / "s.jsonl")
+    assert plain.exit_code == 130 and plain.stdout == ""  # without --json, nothing on stdout
