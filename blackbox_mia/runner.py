@@ -262,15 +262,17 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
 def _windows_notes(texts: Sequence[str], wanted: dict[str, dict[str, None]], backends: dict[str, Backend]) -> None:
     """On stderr, before the progress bars: which of the caller's ``texts`` each backend scores
     in sliding windows (:func:`~blackbox_mia.text.windows.windows_notes`, numbered as in
-    ``texts``). The texts the scorers add (lowercased forms, PAC neighbours) are not counted.
-    A backend without a known context (an API not probed yet) gets none."""
+    ``texts``; another role's than the target's says so). The texts the scorers add (lowercased
+    forms, PAC neighbours) are not counted. A backend without a known context (an API not probed
+    yet) gets none."""
     for role, unique in wanted.items():
         backend = backends[role]
         mine = [text for text in dict.fromkeys(texts) if text in unique]
         if mine and backend.context is not None:
             length = dict(zip(mine, backend.sequence_lengths(mine)))
             for note in windows_notes([length.get(text, 0) for text in texts], backend.context):
-                tqdm.write(note, file=sys.stderr)
+                tqdm.write(note if role == TARGET else note.replace("note: ", f"note ({role} model): ", 1),
+                           file=sys.stderr)
 
 
 def _wanted(texts: Sequence[str], needs: dict[str, list], backends: dict[str, Backend]) -> dict[str, dict[str, None]]:

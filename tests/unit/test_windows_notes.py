@@ -63,3 +63,19 @@ def test_the_api_backend_counts_the_tokens_it_sends(tiny_model_dir, tmp_path):
         finally:
             api.close()
     assert lengths == [n + bos for n in tokens]
+
+
+def test_a_reference_models_notes_say_whose_they_are(tiny_model_dir, capsys):
+    from blackbox_mia import score_texts
+    from blackbox_mia.backends.local import LocalBackend, LocalConfig
+
+    texts = ["Tom has 3 apples.", "Tom has 3 apples and Ann has 5 more than Tom has. " * 12]
+    with LocalBackend(LocalConfig(str(tiny_model_dir))) as target, LocalBackend(LocalConfig(str(tiny_model_dir))) as ref:
+        n = target.sequence_lengths(texts)[1]
+        score_texts(texts, "loss,ref", {"target": target, "reference": ref}, progress=True)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note")]
+    windows = len(sliding_windows(n, 64))
+    assert notes == [f"note: text #1 is {n} tokens, longer than the context (64): scored in {windows} sliding windows "
+                     "(progress below in tokens)",
+                     f"note (reference model): text #1 is {n} tokens, longer than the context (64): scored in {windows} "
+                     "sliding windows (progress below in tokens)"]
