@@ -416,12 +416,11 @@ def skeleton(text: str) -> str:
     return NUMBER.sub("#", text)
 
 
-def block_drift(name: str, block: str) -> list[str]:
-    """The lines of the console block ``name`` that differ, numbers aside, from the committed
-    ``docs/generated/<name>.md``, as ``name.md: committed -> printed``."""
-    path = GENERATED / f"{name}.md"
-    old = path.read_text().splitlines() if path.is_file() else []
-    return [f"{name}.md: {a!r} -> {b!r}" for a, b in itertools.zip_longest(old, block.splitlines(), fillvalue="")
+def block_drift(name: str, committed: str, printed: str) -> list[str]:
+    """The lines of the console block ``name`` as ``printed`` that differ, numbers aside, from
+    the ``committed`` one (``docs/generated/<name>.md``), as ``name.md: committed -> printed``."""
+    return [f"{name}.md: {a!r} -> {b!r}"
+            for a, b in itertools.zip_longest(committed.splitlines(), printed.splitlines(), fillvalue="")
             if skeleton(a) != skeleton(b)]
 
 
@@ -494,7 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         value = figures_of(BLOCKS[name](session), session.shown)
         block = session.block()
         if args.check:
-            drift += differences(recorded.get(name), value, name) + block_drift(name, block)
+            committed = GENERATED / f"{name}.md"
+            drift += differences(recorded.get(name), value, name) + block_drift(
+                name, committed.read_text() if committed.is_file() else "", block)
         else:
             figures[name] = value
             GENERATED.mkdir(parents=True, exist_ok=True)
