@@ -94,14 +94,16 @@ def load_pretrained(load: Callable[..., T], name: str, what: str, local_files_on
 @contextlib.contextmanager
 def library_warnings_logged() -> Iterator[None]:
     """Within: Python warnings (transformers' and torch's deprecations, generation-config notes)
-    are logged at DEBUG on this module's logger instead of printed, and transformers' own logger
-    shows errors only; both settings are restored on exit."""
-    verbosity = None
+    are logged at DEBUG on this module's logger instead of printed, transformers' own logger
+    shows errors only, and its progress bars (the "Loading weights" bar) are off; every setting
+    is restored on exit."""
+    verbosity = bars = None
     with contextlib.suppress(ImportError):
         from transformers.utils import logging as hf_logging
 
-        verbosity = hf_logging.get_verbosity()
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -111,6 +113,8 @@ def library_warnings_logged() -> Iterator[None]:
     finally:
         if verbosity is not None:
             hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 UNMASKED_PADDING_NOTE = "We strongly recommend passing in an `attention_mask`"

@@ -53,6 +53,19 @@ def loads_finite(data: bytes, parse_constant: Callable[[str], object] | None = N
     return value
 
 
+JSON_TYPES = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"), (list, "an array"),
+              (dict, "an object"))
+
+
+def json_type(value: object) -> str:
+    """What a parsed JSON value is, as a message says it to someone who wrote the JSON:
+    ``"null"``, ``"a boolean"``, ``"a number"``, ``"a string"``, ``"an array"``, ``"an object"``
+    (else the Python type's name)."""
+    if value is None:
+        return "null"
+    return next((name for kind, name in JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
 def nonfinite_path(value: object) -> str | None:
     """The path (``.choices[0].logprobs.token_logprobs[3]``) of the first NaN or infinity in a
     decoded JSON value, or ``None`` when every number is finite."""
@@ -189,7 +202,7 @@ def read_json_object(path: str | Path, what: str) -> dict:
     except json.JSONDecodeError as exc:
         raise BlackboxMIAError(f"{path}:{exc.lineno}: malformed JSON in {what} ({exc.msg})") from exc
     if not isinstance(obj, dict):
-        raise BlackboxMIAError(f"{path}: {what} must be a JSON object, got {type(obj).__name__}")
+        raise BlackboxMIAError(f"{path}: {what} must be a JSON object, got {json_type(obj)}")
     return obj
 
 
@@ -240,9 +253,10 @@ def _first_difference(old, new, where: str) -> str | None:
     return None if old == new else f"{where or 'configuration'}: {old!r} before, {new!r} now"
 
 
-def check_saved_config(config_path: Path, config, what: str, results: Path, hint: str) -> None:
+def check_saved_config(config_path: Path, config, what: str, results: Path, hint: str, partial: bool = False) -> None:
     """Refuse to resume ``results`` unless the configuration saved at ``config_path`` equals
-    ``config`` (as :func:`config_mismatch` compares them).
+    ``config`` (as :func:`config_mismatch` compares them; ``partial``: only in the top-level
+    keys ``config`` has, a part of the configuration known early).
 
     Args:
         config_path: the JSON configuration saved beside ``results``.
@@ -257,6 +271,7 @@ def check_saved_config(config_path: Path, config, what: str, results: Path, hint
     """
     if not config_path.exists():
         raise BlackboxMIAError(f"{results} holds rows but no {config_path.name} says how they were made; {hint}")
-    difference = config_mismatch(read_json_object(config_path, what), config)
+    saved = read_json_object(config_path, what)
+    difference = config_mismatch({key: saved.get(key) for key in config} if partial else saved, config)
     if difference is not None:
         raise BlackboxMIAError(f"{results} was written with another configuration ({difference}; see {config_path}); {hint}")

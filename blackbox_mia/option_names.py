@@ -76,7 +76,12 @@ def named(argument: str, *value: object) -> str:
     negated = argument in NEGATED
     python = f"{argument}=False" if negated else f"{argument}=" + (repr(value[0]) if value else "")
     switch = negated or (value and value[0] is True)  # a flag without a value
-    command_line = flag(argument) + (f" {value[0]}" if value and not switch else "")
+    return spelled(python, flag(argument) + (f" {value[0]}" if value and not switch else ""))
+
+
+def spelled(python: str, command_line: str) -> str:
+    """Something a message names one way to a Python caller and another on the command line
+    (``backends['reference']`` / ``--ref``): a marker read as :func:`named`'s is."""
     return f"{_MARK}{command_line}{_SPLIT}{python}{_END}"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .datasets import read_jsonl
+from .io import json_type
 from .option_names import named
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
 from .types import BlackboxMIAError, TokenLogprobs
@@ -109,7 +110,7 @@ def _row(obj: dict, labels: Sequence[str] | None) -> ScoredText:
     if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 0:
         raise ValueError(f"'n_tokens' must be a non-negative integer, got {n_tokens!r}")
     if not isinstance(scores, dict):
-        raise ValueError(f"'scores' must be an object, got {type(scores).__name__}")
+        raise ValueError(f"'scores' must be an object, got {json_type(scores)}")
     clean: dict[str, float | None] = {}
     for key, value in scores.items():
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):

@@ -76,6 +76,21 @@ def repair_tail(path: Path) -> bool:
         raise BlackboxMIAError(f"cannot repair {path}: {exc.strerror or exc}") from exc
 
 
+def check_resumable(out_path: Path, settings: dict, resume: bool) -> None:
+    """Before any backend is built (a model can take a minute to load): refuse to resume
+    ``out_path`` when its saved configuration differs in one of ``settings``, a part of the run
+    configuration (:func:`~blackbox_mia.runner.run_settings`: rows of another data set or other
+    scorers); :func:`prepare_output` checks the whole configuration later.
+
+    Raises:
+        BlackboxMIAError: the existing rows were made with other ``settings``, or with no
+            configuration saved; an unreadable configuration file.
+    """
+    if resume and out_path.is_file() and (config_path_for(out_path).exists() or out_path.stat().st_size > 0):
+        check_saved_config(config_path_for(out_path), settings, "run configuration", out_path, OVERWRITE_HINT,
+                           partial=True)
+
+
 def prepare_output(out_path: Path, config: dict | None, resume: bool, labels: Sequence[str]) -> dict[str, ScoredText]:
     """Rows already in ``out_path`` when resuming (after :func:`repair_tail`), else an empty,
     freshly created file; ``<out>.config.json`` holds ``config`` afterwards (when given).

@@ -18,18 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from . import __version__
 from .backends.base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, refuse_one_str
 from .datasets import Item
 from .text_only_runner import score_generated
 from .io import json_line, write_text_atomic
+from .option_names import spelled
 from .results import ScoredText
 from .results_file import RowSink, prepare_output
 from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
 from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
+from .text.windows import windows_notes
 from .types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_CHUNK_SIZE = 4096  # items per backend stream: bounds the log-probs held; most datasets are one stream
@@ -56,12 +61,12 @@ def check_compatible(scorers: Sequence[Scorer], backends: dict[str, Backend]) ->
         missing = roles - set(backends)
         if missing:
             role = "/".join(sorted(missing))
-            raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {role} model: pass one as backends[{role!r}] "
-                                   "(--ref on the command line)")
+            raise BlackboxMIAError(f"scorer {scorer.label!r} needs a {role} model: pass one as "
+                                   f"{spelled(f'backends[{role!r}]', '--ref')}")
         if scorer.needs_vocab_stats and FULL_DISTRIBUTION not in backends[TARGET].features:
             raise BlackboxMIAError(
                 f"scorer {scorer.label!r} needs the full next-token distribution, which this backend "
-                "does not expose (black-box APIs return top-n only): use a local model (local:PATH; --local on the command line)"
+                f"does not expose (black-box APIs return top-n only): use a local model ({spelled('local:PATH', '--local')})"
             )
 
 
@@ -213,6 +218,8 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
     text_only = score_generated(texts, generative, backends[TARGET]) if generative else [{} for _ in texts]
     needs = {s.label: [s.needs(t) for t in texts] for s in scorers}
     wanted = _wanted(texts, needs, backends)
+    if progress:
+        _windows_notes(texts, wanted, backends)
     computed: dict[str, dict[str, TokenLogprobs]] = {role: {} for role in backends}
     for role, unique in wanted.items():
         if role != TARGET and unique:
@@ -250,6 +257,22 @@ def _score_texts(texts: Sequence[str], scorers: Sequence[Scorer], backends: dict
         vocab_stats = any(s.needs_vocab_stats for s in scorers)
         logprobs_reporting(backends[TARGET], targets, done, progress=progress, vocab_stats=vocab_stats)
     return out  # type: ignore[return-value]  (every text was scored in done())
+
+
+def _windows_notes(texts: Sequence[str], wanted: dict[str, dict[str, None]], backends: dict[str, Backend]) -> None:
+    """On stderr, before the progress bars: which of the caller's ``texts`` each backend scores
+    in sliding windows (:func:`~blackbox_mia.text.windows.windows_notes`, numbered as in
+    ``texts``; another role's than the target's says so). The texts the scorers add (lowercased
+    forms, PAC neighbours) are not counted. A backend without a known context (an API not probed
+    yet) gets none."""
+    for role, unique in wanted.items():
+        backend = backends[role]
+        mine = [text for text in dict.fromkeys(texts) if text in unique]
+        if mine and backend.context is not None:
+            length = dict(zip(mine, backend.sequence_lengths(mine)))
+            for note in windows_notes([length.get(text, 0) for text in texts], backend.context):
+                tqdm.write(note if role == TARGET else note.replace("note: ", f"note ({role} model): ", 1),
+                           file=sys.stderr)
 
 
 def _wanted(texts: Sequence[str], needs: dict[str, list], backends: dict[str, Backend]) -> dict[str, dict[str, None]]:
@@ -292,11 +315,20 @@ def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset:
     an endpoint without log-probs fails)."""
     logprobs = any(s.needs_logprobs for s in scorers)
     return {
+        **run_settings(scorers, dataset, tolerance),
+        "backends": {role: b.describe() if logprobs else b.describe_generation() for role, b in backends.items()},
+    }
+
+
+def run_settings(scorers: Sequence[Scorer], dataset: dict, tolerance: float = DEFAULT_TOLERANCE_NATS) -> dict:
+    """The part of :func:`run_config` known before any backend is built (package, version,
+    scorers, score tolerance, dataset): what :func:`~blackbox_mia.results_file.check_resumable`
+    compares before a model loads."""
+    return {
         "package": "blackbox_mia",
         "version": __version__,
         "scorers": {s.label: {"name": s.name, **s.params()} for s in scorers},
         "score_tolerance_nats": tolerance,
-        "backends": {role: b.describe() if logprobs else b.describe_generation() for role, b in backends.items()},
         "dataset": dataset,
     }
 

@@ -23,9 +23,12 @@ exactly that rendering).
 
 ``--check`` runs the commands again, writes nothing, and exits 1 when a number differs from
 ``figures.json`` (a study: its saved lines) beyond the tolerance (:data:`ABS_TOL` absolute,
-:data:`REL_TOL` relative for p-values and thresholds; integer counts exactly). Times, request
+:data:`REL_TOL` relative beyond ±1: thresholds, nats, rates per token; integer counts exactly), or when a console
+block's text, its numbers aside (:func:`skeleton`), differs from the committed one (a new
+column, a reworded line, the strategies counted in another order). Times, request
 rates of commands that answer from a cache and paths are not figures and are never compared
-(a study's own volatile keys: :attr:`Study.volatile`). Sampled continuations are seeded per
+(a study's own volatile keys: :attr:`Study.volatile`). CI (``.ci/run``) runs ``--check --only
+demo``: the README's block, on the default canary it trains first. Sampled continuations are seeded per
 request, through ``bbmia serve`` too, so the ``audit_canaries*`` studies reproduce like the
 others. ``--only NAME`` limits either mode to some blocks.
 
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import math
 import os
@@ -58,11 +62,15 @@ FIGURES_FILE = GENERATED / "figures.json"
 README = ROOT / "README.md"
 STUDY_LINES = GENERATED / "studies"
 ABS_TOL = 0.002
-"""Largest absolute difference accepted by ``--check`` for a float (AUCs, rates, bounds: the
-docs print three decimals)."""
+"""Largest absolute difference accepted by ``--check`` for a float of magnitude at most 1 (AUCs,
+rates, shares, p-values, bounds: the docs print three decimals; one pair of 20 texts ordered
+otherwise moves an AUC by 0.01)."""
 REL_TOL = 0.05
-"""Largest relative difference accepted by ``--check`` for a float (p-values, thresholds)."""
+"""Largest relative difference accepted by ``--check`` for a float beyond ±1 (thresholds and
+scores in nats, requests or tokens per token or text), besides :data:`ABS_TOL`."""
 GENERATED_BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?")
+"""A number as a console block prints it (``1,985``, ``0.910``, ``5.25e-06``, ``9.3`` seconds)."""
 VOLATILE_KEYS = frozenset({"seconds", "elapsed_s", "wall_seconds", "requests_per_token", "path", "model", "manifest",
                            "json_path", "md_path", "out", "usage", "train_seconds", "reused", "requests", "cache_hits",
                            "load_avg"})
@@ -384,7 +392,7 @@ reproduces them, and ``--check`` on the same GPU compares them within :data:`REL
 BENCHMARK_VOLATILE = (VOLATILE_KEYS - {"requests_per_token"}) | {"wall_s", "version"}
 """A tracker benchmark's keys that are not figures: its times and raw request counts (which
 concurrent requests may move by one). Its requests per token, from a fresh response cache, are
-figures (compared within :data:`REL_TOL`)."""
+figures (compared within :data:`ABS_TOL` or :data:`REL_TOL`)."""
 
 STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power", detection_power_args),
                              "detection_power_ref": Study("studies.detection_power", detection_power_ref_args),
@@ -432,11 +440,27 @@ def differences(old: object, new: object, where: str = "") -> list[str]:
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{where}[{i}]")]
     both_float = isinstance(old, float) and isinstance(new, (int, float)) or isinstance(new, float) and isinstance(old, int)
     if both_float and not isinstance(old, bool) and not isinstance(new, bool):
-        if math.isclose(old, new, rel_tol=REL_TOL, abs_tol=ABS_TOL):
+        if abs(new - old) <= ABS_TOL * (1 + 1e-9) or max(abs(old), abs(new)) > 1 and math.isclose(
+                old, new, rel_tol=REL_TOL):
             return []
     elif old == new:
         return []
     return [f"{where or '.'}: {old!r} -> {new!r}"]
+
+
+def skeleton(text: str) -> str:
+    """``text`` with every number written ``#``: what ``--check`` compares of a console block
+    exactly (its figures are compared within the tolerance through ``figures.json``; its times,
+    printed only there, never)."""
+    return NUMBER.sub("#", text)
+
+
+def block_drift(name: str, committed: str, printed: str) -> list[str]:
+    """The lines of the console block ``name`` as ``printed`` that differ, numbers aside, from
+    the ``committed`` one (``docs/generated/<name>.md``), as ``name.md: committed -> printed``."""
+    return [f"{name}.md: {a!r} -> {b!r}"
+            for a, b in itertools.zip_longest(committed.splitlines(), printed.splitlines(), fillvalue="")
+            if skeleton(a) != skeleton(b)]
 
 
 def sync_readme() -> list[str]:
@@ -508,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
         value = figures_of(BLOCKS[name](session), session.shown)
         block = session.block()
         if args.check:
-            drift += differences(recorded.get(name), value, name)
+            committed = GENERATED / f"{name}.md"
+            drift += differences(recorded.get(name), value, name) + block_drift(
+                name, committed.read_text() if committed.is_file() else "", block)
         else:
             figures[name] = value
             GENERATED.mkdir(parents=True, exist_ok=True)

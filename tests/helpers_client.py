@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 from aiohttp import web
@@ -118,3 +119,9 @@ def config(base_url: str, **overrides) -> ApiConfig:
     settings = dict(base_url=base_url, model=MODEL, api_key=KEY, backoff_base_s=0.01, backoff_max_s=0.05,
                     max_retries=3, timeout_s=5.0)
     return ApiConfig(**{**settings, **overrides})
+
+
+def retry_waits(log_text: str) -> list[float]:
+    """The waits (seconds) the client asked for before each retry, read from its log lines
+    ("retry K of N in X s"): what a test checks instead of timing the retries."""
+    return [float(wait) for wait in re.findall(r"; retry \d+ of \d+ in ([\d.]+) s", log_text)]

@@ -38,7 +38,7 @@ from ..evaluation.documents import (
     plot_document_rates,
     rank_documents,
 )
-from ..io import json_line, write_text_atomic
+from ..io import json_line, json_type, write_text_atomic
 from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer
@@ -168,7 +168,7 @@ def load_documents(spec: str) -> tuple[list[Document], dict]:
             if not isinstance(doc_id, str) or not doc_id:
                 raise BlackboxMIAError(f"{where}: 'doc_id' must be a non-empty string, got {doc_id!r}")
             if not isinstance(text, str):
-                raise BlackboxMIAError(f"{where}: 'text' must be a string, got {type(text).__name__}")
+                raise BlackboxMIAError(f"{where}: 'text' must be a string, got {json_type(text)}")
             docs.append(Document(doc_id, text, parse_label(obj.get("label"), where)))
         digest.update(path.read_bytes())
         if not docs:

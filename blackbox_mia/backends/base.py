@@ -147,6 +147,17 @@ class Backend(ABC):
         """Blocking form of :meth:`alogprobs` (works inside a running event loop too)."""
         return self._call(self.alogprobs(texts, progress=progress, on_done=on_done, vocab_stats=vocab_stats))
 
+    async def asequence_lengths(self, texts: Sequence[str]) -> list[int]:
+        """How many tokens each text is as :meth:`alogprobs` scores it (a BOS the backend
+        prepends included): what decides whether it fits :attr:`context` or goes in sliding
+        windows (:mod:`~blackbox_mia.text.windows`). An API backend probes its endpoint first
+        (its context may come from the server)."""
+        return await self._loop.acall(self._asequence_lengths(list(texts)))
+
+    def sequence_lengths(self, texts: Sequence[str]) -> list[int]:
+        """Blocking form of :meth:`asequence_lengths`."""
+        return self._call(self.asequence_lengths(texts))
+
     def generate(
         self,
         prompts: Sequence[Prompt],
@@ -256,6 +267,12 @@ class Backend(ABC):
     ) -> list[Generation]:
         """The ``generate`` feature, on the backend's loop (arguments already checked)."""
         raise NotImplementedError
+
+    async def _asequence_lengths(self, texts: list[str]) -> list[int]:
+        """:meth:`asequence_lengths` on the backend's loop: the codec's tokens, plus its BOS when
+        it has one (a backend that sends sequences otherwise says so here)."""
+        bos = int(self.codec.bos_id is not None)
+        return [len(self.codec.encode(text)) + bos for text in texts]
 
     async def _aestimate_cost(self, texts: list[str]) -> CostEstimate:
         """:meth:`aestimate_cost` on the backend's loop (texts already checked): zeros."""

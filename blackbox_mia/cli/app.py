@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from ..option_names import for_command_line
 from ..types import BlackboxMIAError
 from .errors import user_errors  # noqa: F401  (the commands import it from here)
+from .output import echo_json_line  # noqa: F401  (the commands import it from here)
 
 GC_YOUNG_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (CPython: 700)
 
@@ -202,20 +203,20 @@ def messages(quiet: bool):
     return (lambda _: None) if quiet else (lambda message: typer.echo(message, err=True))
 
 
-def echo_json_line(obj) -> None:
-    """Print ``obj`` as one JSON line on stdout (the machine-readable last line).
+def _print_version(value: bool) -> None:
+    """``--version``: ``bbmia VERSION`` on stdout, then exit 0."""
+    if value:
+        from .. import __version__
 
-    Raises:
-        BlackboxMIAError: ``obj`` holds NaN or ±Infinity (JSON has no such numbers).
-    """
-    from ..io import dumps_strict
-
-    sys.stdout.write(dumps_strict(obj, "JSON output", sort_keys=True) + "\n")
-    sys.stdout.flush()
+        typer.echo(f"bbmia {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _process_settings() -> None:
+def _process_settings(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="print the version and exit"),
+) -> None:
     """:func:`apply_process_settings`, before the command runs."""
     apply_process_settings()
 

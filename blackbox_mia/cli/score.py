@@ -65,6 +65,11 @@ def score(
         parsed = parse_scorers(scorers or ",".join(default_scorer_specs(vocab_stats=target.white_box())))
         items, meta = load_items(dataset, limit, target.cache_dir, fields)
         out = check_output(out or default_output(meta["name"]), folder=False)
+        if not target.dry_run:
+            from ..results_file import check_resumable
+            from ..runner import run_settings
+
+            check_resumable(out, run_settings(parsed, meta), resume=not overwrite)  # before a model loads
         backends = build_backends(target, parsed)
         if target.dry_run:
             try:
@@ -91,6 +96,17 @@ def score(
             typer.echo(
                 f"warning: {len(nonfinite)} texts have a NaN/infinite score (null in the rows, scorers listed "
                 f"under 'nonfinite'; AUC not computed for those scorers), first: {nonfinite[0]}",
+                err=True,
+            )
+        unscored = [r for r in rows if r.unscored]
+        if unscored:
+            first = unscored[0]
+            label, why = next(iter(first.unscored.items()))
+            typer.echo(
+                f"warning: {len(unscored)} of {len(rows)} texts have null scores "
+                f"({', '.join(sorted({k for r in unscored for k in r.unscored}))}): their tokens are known only by "
+                f"bounds too wide for a score (reasons under 'unscored' in the rows, intervals under 'score_bounds'), "
+                f"first: {first.id}, {label}: {why}",
                 err=True,
             )
         if aucs:

@@ -61,6 +61,8 @@ TextBos = Annotated[bool, typer.Option("--text-bos/--no-text-bos",
                                        help="prepend BOS to text prompts (as vLLM/llama.cpp for Llama models)")]
 MaxBodyBytes = Annotated[int | None, typer.Option(
     "--max-body-bytes", help="largest request body in bytes, bigger ones get 413 (default 1 MiB)")]
+MaxTokenizeChars = Annotated[int | None, typer.Option(
+    "--max-tokenize-chars", help="longest text /tokenize tokenizes, in characters; longer ones get 400 (default 1 Mi)")]
 # How it computes:
 BatchWindowMs = Annotated[float, typer.Option("--batch-window-ms", help="micro-batching window in ms (0 = off)")]
 MaxBatch = Annotated[int, typer.Option("--max-batch", help="most requests per forward pass")]
@@ -79,7 +81,8 @@ def serve(
     token_id_prompts: TokenIdPrompts = True, token_id_refusal_status: TokenIdRefusalStatus = None,
     empty_partial_names: EmptyPartialNames = False, zero_max_tokens_unlimited: ZeroMaxTokensUnlimited = False,
     chat_template: ChatTemplate = None, vllm: Vllm = False, text_bos: TextBos = False,
-    max_body_bytes: MaxBodyBytes = None, logprob_precision: LogprobPrecision = None,
+    max_body_bytes: MaxBodyBytes = None, max_tokenize_chars: MaxTokenizeChars = None,
+    logprob_precision: LogprobPrecision = None,
     nondeterministic: Nondeterministic = 0.0, jitter_seed: JitterSeed = 0,
     batch_window_ms: BatchWindowMs = 2.0, max_batch: MaxBatch = 64, device: Device = None, dtype: Dtype = "auto",
     threads: Threads = None,
@@ -106,7 +109,8 @@ def serve(
             jitter_seed=jitter_seed, batch_window_ms=batch_window_ms, max_batch=max_batch,
             device=device, dtype=dtype, threads=threads,
             **{name: value for name, value in (("token_id_refusal_status", token_id_refusal_status),
-                                               ("max_body_bytes", max_body_bytes)) if value is not None},
+                                               ("max_body_bytes", max_body_bytes),
+                                               ("max_tokenize_chars", max_tokenize_chars)) if value is not None},
         )
         check_bindable(host, port)  # a busy port fails now, not after the model has loaded
         _warn_if_exposed(host, api_key)

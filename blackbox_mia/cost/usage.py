@@ -20,7 +20,8 @@ class Usage:
         cache_hits: answers served from the disk cache (no request), including answers another
             process sharing the cache directory paid for while this one waited.
         invalid_answers: answers that arrived but failed validation (never cached; retried).
-        invalid_cached: cached answers that failed validation when read (dropped, asked again).
+        invalid_cached: cached answers that failed validation when read, or rows the cache
+            quarantined as it read them (dropped, asked again).
         prompt_tokens, completion_tokens: tokens the server reported in ``usage`` (invalid
             answers included: they are billed too).
         cost_usd: estimated cost in USD from the model's price (0 when unpriced).

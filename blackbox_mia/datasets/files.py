@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from ..io import json_type
 from ..types import BlackboxMIAError
 
 Records = Iterator[tuple[str, dict]]
@@ -114,7 +115,7 @@ def _jsonl_lines(path: Path, compressed: bool) -> Iterator[tuple[int, dict]]:
             except json.JSONDecodeError as exc:
                 raise BlackboxMIAError(f"{path}:{number}: malformed JSON ({exc.msg}); {LINE_FORMAT}") from exc
             if not isinstance(obj, dict):
-                raise BlackboxMIAError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}; {LINE_FORMAT}")
+                raise BlackboxMIAError(f"{path}:{number}: expected a JSON object, got {json_type(obj)}; {LINE_FORMAT}")
             yield number, obj
 
 
@@ -129,10 +130,10 @@ def _json(path: Path, compressed: bool) -> Records:
         yield from _columns(data, path)
         return
     if not isinstance(data, list):
-        raise BlackboxMIAError(f"{path}: expected an array of objects or an object of columns, got {type(data).__name__}")
+        raise BlackboxMIAError(f"{path}: expected an array of objects or an object of columns, got {json_type(data)}")
     for i, obj in enumerate(data):
         if not isinstance(obj, dict):
-            raise BlackboxMIAError(f"{path}: record {i}: expected a JSON object, got {type(obj).__name__}")
+            raise BlackboxMIAError(f"{path}: record {i}: expected a JSON object, got {json_type(obj)}")
         yield f"{path}: record {i}", obj
 
 

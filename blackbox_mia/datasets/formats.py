@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ..io import json_type
 from ..option_names import named
 from ..types import BlackboxMIAError
 from .fields import Fields
@@ -40,7 +41,7 @@ def parse_label(value, where: str) -> int | None:
 def _check_text(text, where: str) -> str:
     """``text`` if it is a non-blank string; raises at ``where`` otherwise."""
     if not isinstance(text, str):
-        raise BlackboxMIAError(f"{where}: text must be a string, got {type(text).__name__}")
+        raise BlackboxMIAError(f"{where}: text must be a string, got {json_type(text)}")
     if not text.strip():
         raise BlackboxMIAError(f"{where}: empty text")
     return text

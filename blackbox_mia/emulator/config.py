@@ -15,6 +15,7 @@ from .templates import check_chat_template
 
 LOGPROBS_MODES = ("raw", "processed")
 MAX_BODY_BYTES = 2**20  # default request-body limit (1 MiB)
+MAX_TOKENIZE_CHARS = 2**20  # default /tokenize text limit (characters): what the default body limit can carry
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class ServerConfig:
             chat prompts, as vLLM / llama.cpp for Llama-family models); ``usage.prompt_tokens``
             counts it. False: no BOS. Token-id prompts are never changed.
         max_body_bytes: largest request body accepted (bytes); a bigger one gets 413.
+        max_tokenize_chars: longest text ``/tokenize`` tokenizes (characters, after a chat
+            template); a longer one gets 400 before it is tokenized, whatever ``max_body_bytes``
+            lets in (completions and chat refuse what cannot fit the context the same way).
         logprob_precision: round every reported log-prob to ``"bfloat16"``, ``"float16"`` or
             ``"float32"`` (to nearest, as hosted models that return values like −22.125 do);
             ``None``: as computed. Sampling is unaffected.
@@ -101,6 +105,7 @@ class ServerConfig:
     vllm: bool = False
     text_bos: bool = False
     max_body_bytes: int = MAX_BODY_BYTES
+    max_tokenize_chars: int = MAX_TOKENIZE_CHARS
     logprob_precision: str | None = None
     nondeterministic: float = 0.0
     jitter_seed: int = 0
@@ -121,6 +126,7 @@ class ServerConfig:
         check_number(named("max_logprobs_chat"), self.max_logprobs_chat, at_least=0)
         check_number(named("token_id_refusal_status"), self.token_id_refusal_status, at_least=400, at_most=599)
         check_number(named("max_body_bytes"), self.max_body_bytes, at_least=1)
+        check_number(named("max_tokenize_chars"), self.max_tokenize_chars, at_least=1)
         check_number(named("nondeterministic"), self.nondeterministic, at_least=0)
         if self.logprob_precision is not None and self.logprob_precision not in SIGNIFICANT_BITS:
             raise BlackboxMIAError(f"{named('logprob_precision')} must be one of {', '.join(SIGNIFICANT_BITS)}, "

@@ -465,7 +465,8 @@ class ValidationServer:
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM's ``/tokenize``: ids of ``prompt`` (or of ``messages``, templated as chat prompts
         are); ``add_special_tokens`` prepends BOS exactly when the server does (``text_bos``). Its
-        default is vLLM's in vLLM mode (True for a prompt, False for messages), else False."""
+        default is vLLM's in vLLM mode (True for a prompt, False for messages), else False. A
+        text longer than ``max_tokenize_chars`` gets 400 (``string_above_max_length``) untokenized."""
         body = await self._body(request, require_model=False)
         if "messages" in body:
             text = self._chat_prompt(chat_messages(body["messages"]))
@@ -473,6 +474,11 @@ class ValidationServer:
             text = body["prompt"]
         else:
             raise bad_request("'prompt' must be a string (or give 'messages')", "prompt", "invalid_type")
+        limit = self.config.max_tokenize_chars
+        if len(text) > limit:  # refused before it is tokenized: time and memory grow with the text
+            param = "messages" if "messages" in body else "prompt"
+            raise bad_request(f"the {param} text is {len(text)} characters; /tokenize takes at most {limit} "
+                              "(the server's max_tokenize_chars)", param, "string_above_max_length")
         # vLLM adds special tokens to a text prompt unless told not to (never to chat messages)
         special = bool_field(body, "add_special_tokens", self.config.vllm and "messages" not in body)
         strs = bool_field(body, "return_token_strs", False)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..option_names import spelled
 from ..types import BlackboxMIAError, TokenLogprobs
 from .base import PERCENT, Scorer, register_scorer
 from .bounded import Bounded, BoundedValues
@@ -32,7 +33,8 @@ class MinKPlusPlus(Scorer):
         if not lp.has_vocab_stats:
             raise BlackboxMIAError(
                 "min_k_pp needs the full next-token distribution (mu, sigma) at every position; "
-                f"the {lp.provenance.backend!r} backend does not provide it: use a local model (local:PATH; --local on the command line)."
+                f"the {lp.provenance.backend!r} backend does not provide it: use a local model "
+                f"({spelled('local:PATH', '--local')})."
             )
         sigma = np.maximum(lp.sigma, 1e-12)
         return BoundedValues.of(lp).map(lambda v: (v - lp.mu) / sigma).smallest(self.k)

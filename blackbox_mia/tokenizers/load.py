@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .base import TokenCodec
 from .hf import HFTokenCodec, check_tokenizer_path
-from .tiktoken_codec import TIKTOKEN_SHIPPED, TiktokenCodec
+from .tiktoken_codec import TIKTOKEN_NAMES, TiktokenCodec
 
 
 def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
@@ -12,8 +14,9 @@ def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
 
     Args:
         tokenizer: ``None`` (tiktoken's encoding for an OpenAI model name), a tiktoken encoding
-            (``cl100k_base`` or ``tiktoken:cl100k_base``), or a Hugging Face tokenizer
-            directory / hub name.
+            (``cl100k_base`` or ``tiktoken:cl100k_base``; ``gpt2`` is tiktoken's unless a
+            directory of that name exists: the hub's is ``openai-community/gpt2``), or a Hugging
+            Face tokenizer directory / hub name.
         model: the API model name.
 
     Raises:
@@ -21,10 +24,16 @@ def load_codec(tokenizer: str | None, model: str) -> TokenCodec:
     """
     if tokenizer is None:
         return TiktokenCodec.for_model(model)
-    name = tokenizer.removeprefix("tiktoken:")
-    if name in TIKTOKEN_SHIPPED:
-        return TiktokenCodec(name)
+    if is_tiktoken(tokenizer):
+        return TiktokenCodec(tokenizer.removeprefix("tiktoken:"))
     return HFTokenCodec.load(tokenizer)
+
+
+def is_tiktoken(tokenizer: str) -> bool:
+    """Whether the ``--tokenizer`` spec names a tiktoken encoding (:data:`TIKTOKEN_NAMES`, with
+    or without ``tiktoken:``) rather than a directory of that name."""
+    name = tokenizer.removeprefix("tiktoken:")
+    return name in TIKTOKEN_NAMES and (name != tokenizer or not Path(tokenizer).expanduser().exists())
 
 
 def check_codec_spec(tokenizer: str | None) -> None:
@@ -34,6 +43,6 @@ def check_codec_spec(tokenizer: str | None) -> None:
     Raises:
         BlackboxMIAError: ``tokenizer`` names a directory that does not exist.
     """
-    if tokenizer is not None and tokenizer.removeprefix("tiktoken:") not in TIKTOKEN_SHIPPED:
+    if tokenizer is not None and not is_tiktoken(tokenizer):
         check_tokenizer_path(tokenizer)
 

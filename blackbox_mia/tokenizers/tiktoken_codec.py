@@ -21,13 +21,19 @@ from .base import TokenCodec
 TIKTOKEN_DATA = Path(__file__).resolve().parent.parent / "data" / "tiktoken"
 TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 TIKTOKEN_SHIPPED = ("r50k_base", "p50k_base", "cl100k_base", "o200k_base")
+TIKTOKEN_ALIASES = {"gpt2": "r50k_base"}
+"""tiktoken encodings that are a shipped one under another name: tiktoken's ``gpt2`` has
+``r50k_base``'s ranks, split pattern and ``<|endoftext|>`` (50256), so it is read from that file."""
+TIKTOKEN_NAMES = (*TIKTOKEN_SHIPPED, *TIKTOKEN_ALIASES)
+"""Every encoding :class:`TiktokenCodec` loads (offline)."""
 
 
 class TiktokenCodec(TokenCodec):
     """A tiktoken encoding loaded from the shipped BPE rank files (no network).
 
     Args:
-        encoding: ``"cl100k_base"``, ``"o200k_base"``, ``"p50k_base"`` or ``"r50k_base"``.
+        encoding: ``"cl100k_base"``, ``"o200k_base"``, ``"p50k_base"``, ``"r50k_base"`` or
+            ``"gpt2"`` (:data:`TIKTOKEN_NAMES`).
         cache_dir: where the rank files are laid out under tiktoken's cache names.
 
     Raises:
@@ -38,8 +44,8 @@ class TiktokenCodec(TokenCodec):
         import tiktoken
         from tiktoken_ext import openai_public
 
-        if encoding not in TIKTOKEN_SHIPPED:
-            raise BlackboxMIAError(f"unknown tiktoken encoding {encoding!r}; shipped: {', '.join(TIKTOKEN_SHIPPED)}")
+        if encoding not in TIKTOKEN_NAMES:
+            raise BlackboxMIAError(f"unknown tiktoken encoding {encoding!r}; shipped: {', '.join(TIKTOKEN_NAMES)}")
         directory = Path(cache_dir or cache_root() / "tiktoken")
         directory.mkdir(parents=True, exist_ok=True)
         for name in TIKTOKEN_SHIPPED:
@@ -47,9 +53,9 @@ class TiktokenCodec(TokenCodec):
             if not target.exists():
                 shutil.copyfile(TIKTOKEN_DATA / f"{name}.tiktoken", target)
         with _environ("TIKTOKEN_CACHE_DIR", str(directory)):
-            spec = openai_public.ENCODING_CONSTRUCTORS[encoding]()
+            spec = openai_public.ENCODING_CONSTRUCTORS[TIKTOKEN_ALIASES.get(encoding, encoding)]()
         self.encoding = tiktoken.Encoding(
-            name=spec["name"],
+            name=encoding,
             pat_str=spec["pat_str"],
             mergeable_ranks=spec["mergeable_ranks"],
             special_tokens=spec["special_tokens"],

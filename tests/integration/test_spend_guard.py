@@ -7,7 +7,6 @@ a fault-free proxy (``bbmia serve`` behind it, as in ``test_dry_run``)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -20,7 +19,6 @@ from blackbox_mia.spend.guard import SpendRefused
 
 from .test_dry_run import bbmia, files, probe_requests, proxy  # noqa: F401  (fixtures)
 
-REFUSED_WITHIN_S = 30  # seconds: a refused command ends this fast (the issue's bound)
 HONEST = 0.9  # a confirmed run sends at least this share of the requests its estimate counted
 
 
@@ -73,9 +71,7 @@ def test_a_run_above_the_guard_is_refused_before_its_first_request_and_its_estim
     requests = json.loads(estimated.stdout.strip().splitlines()[-1])["estimate"]["total"]["all"]["requests"]
     assert requests > 0
     monkeypatch.setattr(guard, "GUARD_REQUESTS", requests - 1)  # this small run now counts as a big one
-    start = time.monotonic()
     refused, sent = run(name, proxy, tiny_model_dir, cache, args)
-    assert time.monotonic() - start < REFUSED_WITHIN_S
     assert refused.exit_code == 2 and sent == 0, refused.output
     assert f"refusing to start: this run is estimated at {requests:,} requests (unpriced model)" in refused.output
     assert "--max-cost" in refused.output and "--yes" in refused.output and "Traceback" not in refused.output
@@ -106,17 +102,14 @@ def test_a_refused_run_on_an_empty_cache_sends_only_the_capability_probe(proxy, 
 
 def test_the_real_limit_refuses_an_exchangeability_test_of_400_items(proxy, tiny_model_dir, tmp_path):  # noqa: F811
     """No patched limit: 400 distinct items, each scored by the tracker (about 30 requests an
-    item on this model), are estimated above 10,000 requests: refused in seconds, nothing sent."""
+    item on this model), are estimated above 10,000 requests: refused before the first request, nothing sent."""
     items = tmp_path / "items.jsonl"
     items.write_text("".join(json.dumps({"id": f"q{i}", "text": f"Item {i} has {i + 2} red apples and {i} pears."})
                              + "\n" for i in range(400)))
     cache = tmp_path / "cache"
     probe_requests(proxy, tiny_model_dir, cache)
-    start = time.monotonic()
     refused, sent = bbmia(proxy, tiny_model_dir, cache, "exchangeability", items, "--out", tmp_path / "out")
-    elapsed = time.monotonic() - start
     assert refused.exit_code == 2 and sent == 0, refused.output[-2000:]
-    assert elapsed < REFUSED_WITHIN_S
     line = next(line for line in refused.output.splitlines() if "refusing to start" in line)
     requests = int(line.split("estimated at ")[1].split(" requests")[0].replace(",", ""))
     assert requests > guard.GUARD_REQUESTS == 10_000

@@ -299,7 +299,7 @@ def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, t
     config = out.with_name("scores.jsonl.config.json")
     saved = config.read_text()
     config.write_text("[1, 2]")
-    assert_one_line_error(invoke(*base), "scores.jsonl.config.json", "must be a JSON object, got list")
+    assert_one_line_error(invoke(*base), "scores.jsonl.config.json", "must be a JSON object, got an array")
     config.write_text(saved)
     lines = good.splitlines()
     out.write_text("\n".join([lines[0], '{"id": "m2", "n_tokens": "many", "scores": {"loss": -1}}', *lines[2:]]) + "\n")
@@ -315,7 +315,7 @@ def test_bad_result_and_config_files_on_resume(tiny_model_dir, labelled_jsonl, t
     "content, message",
     [
         ('{"text": 5}\n', "text must be a string"),
-        ("[1, 2]\n", "expected a JSON object, got list"),
+        ("[1, 2]\n", "expected a JSON object, got an array"),
         ('{"text": "fine", "id": [1]}\n', "id must be a string or an integer"),
         (b"\xff\xfe{}\n", "bad.jsonl:1: not UTF-8 (byte 0xff at column 1"),
     ],

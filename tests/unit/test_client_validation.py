@@ -4,14 +4,15 @@ invalid 200 answers are retried, never cached, and fail naming the field."""
 from __future__ import annotations
 
 import json
-import time
+import logging
 
 import pytest
 
+import blackbox_mia.backends.api.http.fetch as fetch
 from blackbox_mia.backends.api.http.errors import NotAnApiError
-from blackbox_mia.backends.api.http.faults import ApiError
+from blackbox_mia.backends.api.http.faults import QUICK_RETRY_S, ApiError
 
-from ..helpers_client import completion_answer
+from ..helpers_client import completion_answer, retry_waits
 
 
 @pytest.mark.parametrize("fault, match", [
@@ -127,13 +128,16 @@ def test_answers_decode_alike_on_the_fast_path_and_the_named_one():
     assert decode_answer(b"\xef\xbb\xbf" + body) == json.loads(body)  # a BOM: orjson refuses, the standard library decodes
 
 
-async def test_a_server_that_always_omits_logprobs_is_detected_within_a_second(make_client, fake):
+async def test_a_server_that_always_omits_logprobs_is_detected_within_a_second(make_client, fake, caplog):
+    caplog.set_level(logging.WARNING, logger=fetch.__name__)
     client = make_client(max_retries=6, backoff_base_s=1.0, backoff_max_s=60.0)  # the defaults
     fake.faults = [{"status": 200, "json": {"choices": [{"text": " A", "logprobs": None}]}}] * 7
-    start = time.monotonic()
     with pytest.raises(ApiError, match=r"choices\[0\]\.logprobs is missing \(invalid: gave up after 7 attempts\)"):
         await client.complete([1], logprobs=5)
-    assert time.monotonic() - start < 1.0 and fake.hits == 7 and len(client.cache) == 0
+    assert fake.hits == 7 and len(client.cache) == 0
+    # the waits asked for between the attempts (each retry logs it): short linear ones, not the backoff (1 s, 2 s, ...)
+    waits = retry_waits(caplog.text)
+    assert waits == pytest.approx([QUICK_RETRY_S * k for k in range(1, 7)]) and sum(waits) < 1.0
 
 
 async def test_invalid_then_valid_answer_is_cached(client, fake):

@@ -46,6 +46,14 @@ def test_readme_is_a_short_guide_whose_test_command_ci_runs_word_for_word():
     assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text().split("\n")
 
 
+def test_ci_checks_that_the_readmes_generated_block_is_what_its_command_prints():
+    figures = _figures_script()
+    readme = README.read_text(encoding="utf-8")
+    names = {m["name"].removesuffix(".md") for m in figures.GENERATED_BLOCK.finditer(readme)}
+    assert names == {"demo"}
+    assert "python scripts/docs_figures.py --check --only demo" in (ROOT / ".ci" / "run").read_text().split("\n")
+
+
 def test_generated_blocks_are_the_generated_files_unchanged():
     figures = _figures_script()
     readme = README.read_text(encoding="utf-8")
@@ -128,6 +136,9 @@ def test_study_tables_hold_the_headline_figures():
     [
         ({"auc": {"loss": 0.941}}, {"auc": {"loss": 0.942}}, False),  # the README's drift: within 0.002
         ({"auc": 0.869}, {"auc": 0.750}, True),  # 512-word chunks vs the documented 64
+        ({"auc": 0.900}, {"auc": 0.910}, True),  # issue 51: one pair of 20 texts ordered otherwise (5% relative)
+        ({"threshold": -3.30}, {"threshold": -3.35}, False),  # beyond ±1: 5% relative
+        ({"threshold": -3.30}, {"threshold": -3.60}, True),
         ({"n_flagged": 14}, {"n_flagged": 18}, True),  # counts exactly
         ({"p": 0.017}, {"p": 0.0175}, False),  # 3% relative
         ({"p": 0.017}, {"p": 0.031}, True),
@@ -153,3 +164,42 @@ def test_every_page_is_in_the_site_navigation():
     pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")
              if "generated" not in p.parts}
     assert sorted(pages - listed) == []
+
+
+STALE_DEMO = """```console
+$ bbmia demo
+scorer      AUC white-box [95% CI] (n=400)  AUC black-box [95% CI] (n=20)
+loss        0.941 [0.917, 0.964]            1.000 [1.000, 1.000]
+zlib        0.826 [0.788, 0.864]            0.900 [0.740, 1.000]
+min_k:k=10  0.975 [0.960, 0.990]            1.000 [1.000, 1.000]
+black-box vs white-box: 2920 tokens, max |diff| 5.25e-06 nats (0 upper-bound only), 100.0% within bounds; \
+1.00 requests/token, 9.3 s; strategies {'forced': 2447, 'run': 473}
+```
+"""
+"""The demo block as committed before run reading by expected cost (shortened), issue 51."""
+
+
+def test_check_finds_the_stale_demo_block_of_issue_51_and_passes_batching_noise():
+    """What a fresh ``bbmia demo`` printed after run reading by expected cost landed: zlib's
+    black-box AUC 0.910 [0.760, 1.000] and strategies {'run': 886, 'forced': 2034} against the
+    committed 0.900 [0.740, 1.000] and {'forced': 2447, 'run': 473}. ``--check`` compares the
+    figures within the tolerance (0.002 absolute on AUCs and bounds, counts exactly) and the
+    block's text with its numbers masked; times and values ~5e-7 apart are not drift."""
+    figures = _figures_script()
+    recorded = {"auc": {"loss": 0.94125}, "blackbox": {"auc": {"zlib": 0.9}, "max_abs_diff_nats": 5.245e-06,
+                                                      "strategies": {"forced": 2447, "run": 473}}}
+    noise = json.loads(json.dumps(recorded))
+    noise["blackbox"]["max_abs_diff_nats"] += 5e-7
+    noise["auc"]["loss"] += 5e-7
+    retimed = STALE_DEMO.replace("9.3 s;", "1561.0 s;").replace("5.25e-06", "5.72e-06")
+    assert figures.differences(recorded, noise) == [] and figures.block_drift("demo", STALE_DEMO, retimed) == []
+    fresh = json.loads(json.dumps(recorded))
+    fresh["blackbox"]["auc"]["zlib"], fresh["blackbox"]["strategies"] = 0.91, {"run": 886, "forced": 2034}
+    assert figures.differences(recorded, fresh) == [
+        ".blackbox.auc.zlib: 0.9 -> 0.91", ".blackbox.strategies.forced: 2447 -> 2034",
+        ".blackbox.strategies.run: 473 -> 886"]
+    printed = STALE_DEMO.replace("0.900 [0.740, 1.000]", "0.910 [0.760, 1.000]").replace(
+        "{'forced': 2447, 'run': 473}", "{'run': 886, 'forced': 2034}")
+    [line] = figures.block_drift("demo", STALE_DEMO, printed)  # the zlib line differs in numbers only
+    assert line.startswith("demo.md: \"black-box vs white-box: 2920 tokens") and "{'run': 886, 'forced': 2034}" in line
+    assert figures.block_drift("demo", STALE_DEMO, STALE_DEMO.replace("AUC black-box", "AUC through the API")) != []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import warnings
 
 import pytest
@@ -52,7 +51,8 @@ def test_one_str_of_texts_is_a_type_error_in_both_forms(tiny_model_dir):
 def test_messages_name_the_python_argument_as_well_as_the_flag(tiny_model_dir):
     with pytest.raises(BlackboxMIAError) as err:
         score_texts(TEXTS, "ref", {"target": f"local:{tiny_model_dir}"})
-    assert "backends['reference']" in str(err.value) and "--ref on the command line" in str(err.value)
+    assert str(err.value) == "scorer 'ref' needs a reference model: pass one as backends['reference']"
+    assert for_command_line(err.value) == "scorer 'ref' needs a reference model: pass one as --ref"  # issue 51
     with pytest.raises(BlackboxMIAError) as err:
         TiktokenCodec.for_model("my-own-model")
     assert "(tokenizer=, or ?tokenizer= in an api: spec)" in str(err.value)
@@ -85,10 +85,8 @@ def test_an_uncached_hub_name_fails_at_once_offline_or_unreachable(monkeypatch, 
     monkeypatch.setenv("HF_HUB_OFFLINE", offline)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once
     load = FakeHub(cached=False)
-    started = time.monotonic()
     with pytest.raises(BlackboxMIAError) as err:
         load_pretrained(load, "org/model", "model")
-    assert time.monotonic() - started < 5
     assert load.calls == [True]  # never the download, never a retry
     why = "HF_HUB_OFFLINE" if offline else "the hub does not answer"
     assert str(err.value).startswith("cannot load model 'org/model': not in the local Hugging Face cache")

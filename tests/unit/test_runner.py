@@ -232,7 +232,7 @@ def test_malformed_middle_line_is_an_error_naming_the_line(tmp_path, bad, messag
 @pytest.mark.parametrize(
     "config_text, message",
     [
-        ("[1, 2]", "run configuration must be a JSON object, got list"),
+        ("[1, 2]", "run configuration must be a JSON object, got an array"),
         ('{"run": ', "malformed JSON in run configuration"),
         ('{"run": "other"}', "written with another configuration"),
     ],

@@ -94,6 +94,22 @@ def test_load_codec_specs(tmp_path, monkeypatch):
         load_codec(str(tmp_path / "missing"), "any")
 
 
+def test_gpt2_is_tiktokens_gpt2_encoding_offline_unless_a_directory_has_that_name(tmp_path, monkeypatch):
+    """Issue 51: ``--tokenizer gpt2`` was taken for a Hugging Face hub name and failed offline."""
+    monkeypatch.setenv("BBMIA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    for spec, model in (("gpt2", "any"), ("tiktoken:gpt2", "any"), (None, "gpt2")):
+        codec = load_codec(spec, model)
+        assert codec.name == "tiktoken:gpt2" and codec.bos_id is None and codec.vocab_size == 50257
+        assert codec.encode("Hello world") == [15496, 995]  # GPT-2's ids
+        assert codec.token_bytes(50256) == b"<|endoftext|>"
+    (tmp_path / "gpt2").mkdir()  # a directory named gpt2 is a Hugging Face tokenizer directory
+    with pytest.raises(BlackboxMIAError, match="cannot load tokenizer 'gpt2'"):
+        load_codec("gpt2", "any")
+    assert load_codec("tiktoken:gpt2", "any").name == "tiktoken:gpt2"
+
+
 # -- Hugging Face byte-level BPE ------------------------------------------------------------------
 
 

@@ -221,6 +221,11 @@ class ApiBackend(Backend):
         tracker = await self._tracking()
         return await tracker.track(texts, progress=progress, on_done=on_done)
 
+    async def _asequence_lengths(self, texts: list[str]) -> list[int]:
+        """The tracker's sequences (BOS only when prompts go as ids), after the probe."""
+        tracker = await self._tracking()
+        return [len(sequence) for sequence in await tracker.sequences(texts)]
+
     async def _aestimate_cost(self, texts: list[str]) -> CostEstimate:
         """Requests, billed tokens and USD of scoring ``texts`` (:mod:`.costs`: exact for echo and
         forced read-out, measured rates for postbias and bisection), from the capability probe

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sys
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from dataclasses import asdict, replace
@@ -26,7 +25,6 @@ from tqdm.auto import tqdm
 
 from ...hub import load_pretrained, route_unmasked_padding_note
 from ...option_names import named
-from ...text.windows import windows_notes
 from ...tokenizers import HFTokenCodec
 from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
@@ -290,8 +288,6 @@ class LocalBackend(Backend):
         out_lp = [np.empty(len(seq) - 1) for seq in sequences]
         out_mu = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
         out_sd = [np.empty(len(seq) - 1) for seq in sequences] if vocab_stats else None
-        for note in windows_notes([len(seq) for seq in sequences], self.context) if progress else ():
-            tqdm.write(note, file=sys.stderr)
         bar = tqdm(total=sum(len(s) for s in sequences), unit="tok", disable=not progress, desc="forward", leave=False)
         launched: list[tuple[list, LaunchedPass]] = []  # passes not read yet, oldest first
         # every window of a sequence is padded as its first, widest one: they run together, and a

@@ -130,11 +130,15 @@ class AnswerFetcher:
 
     def _cached(self, dialect: Dialect, key: str, payload: dict) -> tuple[dict, dict] | None:
         """The cached answer to ``payload``, ``(raw JSON, normalised)``, or ``None``; a cached row
-        that fails validation is dropped (and counted in ``usage.invalid_cached``), never trusted."""
+        that fails validation, or that the cache quarantined as it read it (not JSON, a pickle...),
+        is dropped (and counted in ``usage.invalid_cached``), never trusted."""
         if self.cache is None:
             return None
+        known_bad = key in self.cache.quarantined
         raw = self.cache.get(key)
         if raw is None:
+            if not known_bad and key in self.cache.quarantined:
+                self.usage.invalid_cached += 1
             return None
         try:
             return raw, dialect.read(raw, payload)

@@ -59,7 +59,6 @@ log-probs, a different reported value).
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
@@ -67,7 +66,7 @@ from dataclasses import asdict, replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from ....text.windows import sliding_windows, windows_notes
+from ....text.windows import sliding_windows
 from ....tokenizers import TokenCodec
 from ....tokenizers.long import LongEncoder
 from ....types import BlackboxMIAError, NoLogprobs, Provenance, TokenLogprobs
@@ -183,8 +182,6 @@ class Tracker:
         estimates: list[list[Estimate | None]] = [[None] * (len(s) - 1) for s in sequences]
         remaining = [len(s) - 1 for s in sequences]
         results: list[TokenLogprobs | None] = [None] * len(sequences)
-        for note in windows_notes([len(seq) for seq in sequences], self.config.context) if progress else ():
-            tqdm.write(note, file=sys.stderr)
         bar = tqdm(total=sum(remaining), unit="tok", disable=not progress, desc="track", leave=False)
 
         async def run(job: tuple[int, int, int, int]) -> None:

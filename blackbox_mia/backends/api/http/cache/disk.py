@@ -62,10 +62,14 @@ def read_only_error(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
 
 def absent_read_only(directory: str | os.PathLike, why: str) -> BlackboxMIAError:
     """The error for a cache directory that holds no cache yet (no ``cache.db``) and cannot be
-    written, so none can be created there: not damaged, nothing to repair."""
+    written, so none can be created there: not damaged, nothing to repair. A directory that does
+    not exist cannot be made writable: the message names its nearest existing folder instead."""
+    directory = Path(directory)
+    folder = next((path for path in (directory, *directory.parents) if path.exists()), directory)
+    read_only = "the directory is" if folder == directory else f"it does not exist and {folder} is"
     return BlackboxMIAError(
         f"the response cache {directory} holds no cache yet ({CACHE_FILE} is absent) and cannot be created "
-        f"there: the directory is read-only ({why}); pass a writable {named('cache_dir')}, or make {directory} writable"
+        f"there: {read_only} read-only ({why}); pass a writable {named('cache_dir')}, or make {folder} writable"
     )
 
 
