@@ -61,7 +61,8 @@ def load_pretrained(load: Callable[..., T], name: str, what: str, local_files_on
     """``load(name, **kwargs)`` (a ``from_pretrained``) that never retries an unreachable hub.
 
     A directory that exists is loaded as it is; a file is read as a GGUF (checked first by
-    :func:`check_gguf`; ``load(its directory, gguf_file=its name)``). A hub name (``NAME`` or ``ORG/NAME``) is loaded
+    :func:`check_gguf`; ``load(its directory, gguf_file=its name)``; a tokenizer gets llama.cpp's
+    pre-tokenizer: :func:`~blackbox_mia.tokenizers.gguf_pre.fit_pre_tokenizer`). A hub name (``NAME`` or ``ORG/NAME``) is loaded
     from the local cache alone first; when it is not cached, it is downloaded only if neither
     ``local_files_only`` nor ``HF_HUB_OFFLINE`` forbids it and the hub answers
     (:func:`hub_reachable`). Library warnings raised meanwhile go to the log
@@ -86,8 +87,11 @@ def load_pretrained(load: Callable[..., T], name: str, what: str, local_files_on
         try:
             path = Path(name).expanduser()
             if path.is_file():
-                check_gguf(path, what, weights)
-                return load(str(path.parent), gguf_file=path.name, local_files_only=True, **kwargs)
+                from .tokenizers.gguf_pre import fit_pre_tokenizer  # not at the top: tokenizers imports this module
+
+                pre = check_gguf(path, what, weights)
+                loaded = load(str(path.parent), gguf_file=path.name, local_files_only=True, **kwargs)
+                return fit_pre_tokenizer(loaded, pre) if hasattr(loaded, "backend_tokenizer") else loaded
             if path.exists():
                 return load(name, local_files_only=True, **kwargs)
             try:
@@ -108,13 +112,18 @@ def load_pretrained(load: Callable[..., T], name: str, what: str, local_files_on
             raise BlackboxMIAError(f"cannot load {what} {name!r}: {' '.join(str(exc).split())}") from exc
 
 
-def check_gguf(path: Path, what: str, weights: bool = False) -> None:
-    """Refuse, with one line naming the file, a GGUF that transformers cannot read: the ``gguf``
-    package missing (and ``accelerate``, for ``weights``), a file that does not start with
-    :data:`GGUF_MAGIC` (a text file renamed) or whose header and tensor table cannot be read (a
-    truncated file), an architecture transformers' GGUF support does not map, or (for
-    ``weights``) a tensor quantization the ``gguf`` package cannot dequantize. Reads the header
-    and tensor table only (a memory map; about 1 s for a 100 MB file).
+def check_gguf(path: Path, what: str, weights: bool = False) -> str | None:
+    """Refuse, with one line naming the file, a GGUF that transformers cannot read as llama.cpp
+    does: the ``gguf`` package missing (and ``accelerate``, for ``weights``), a file that does not
+    start with :data:`GGUF_MAGIC` (a text file renamed) or whose header and tensor table cannot
+    be read (a truncated file), an architecture transformers' GGUF support does not map, a
+    byte-level vocabulary whose pre-tokenizer cannot be reproduced
+    (:func:`~blackbox_mia.tokenizers.gguf_pre.check_pre_tokenizer`), or (for ``weights``) a
+    tensor quantization the ``gguf`` package cannot dequantize. Reads the header and tensor
+    table only (a memory map; about 1 s for a 100 MB file).
+
+    Returns:
+        The vocabulary's pre-tokenizer type (``tokenizer.ggml.pre``), ``None`` when not stated.
 
     Raises:
         BlackboxMIAError: one of the above, with what is supported.
@@ -132,15 +141,20 @@ def check_gguf(path: Path, what: str, weights: bool = False) -> None:
     from gguf.quants import dequantize
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
+    from .tokenizers.gguf_pre import check_pre_tokenizer  # not at the top: tokenizers imports this module
+
     try:
         reader = GGUFReader(path)
         architecture = reader.fields["general.architecture"].contents()
+        tokenizer_model, pre = (reader.fields[key].contents() if key in reader.fields else None
+                                for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"))
     except (ValueError, IndexError, KeyError, OSError) as exc:
         raise BlackboxMIAError(f"{prefix}: not a readable GGUF file (truncated or damaged?): "
                                f"{' '.join(str(exc).split())}") from exc
     if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
         raise BlackboxMIAError(f"{prefix}: GGUF architecture {architecture!r} is not one transformers reads "
                                f"(supported: {', '.join(sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {'general', 'tokenizer'}))})")
+    check_pre_tokenizer(tokenizer_model, pre, prefix)
     if weights:
         kinds = {tensor.tensor_type for tensor in reader.tensors}
         unsupported = sorted(kind.name for kind in kinds if not _dequantizable(dequantize, kind))
@@ -148,6 +162,7 @@ def check_gguf(path: Path, what: str, weights: bool = False) -> None:
             supported = [kind.name for kind in GGMLQuantizationType if _dequantizable(dequantize, kind)]
             raise BlackboxMIAError(f"{prefix}: its quantization {', '.join(unsupported)} cannot be dequantized by the "
                                    f"gguf package (supported: {', '.join(supported)})")
+    return pre
 
 
 def _dequantizable(dequantize, kind) -> bool:

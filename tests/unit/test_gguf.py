@@ -123,3 +123,23 @@ def test_models_path_finds_an_installed_model_and_says_how_to_install_one(tmp_pa
     assert json.loads(result.output)["path"] == str(tmp_path / model.module / model.file)
     with pytest.raises(BlackboxMIAError, match="unknown pretrained model 'gpt5': one of smollm2"):
         pretrained("gpt5")
+
+
+def test_an_unknown_byte_level_pre_tokenizer_is_refused(tmp_path):
+    writer = gguf.GGUFWriter(str(tmp_path / "x.gguf"), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("some-new-model")
+    for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file, writer.close):
+        write()
+    with pytest.raises(BlackboxMIAError, match="its pre-tokenizer 'some-new-model' is not one whose splitting"):
+        check_gguf(tmp_path / "x.gguf", "tokenizer")
+
+
+def test_smollm_splits_every_digit_off_first_as_llama_cpp(tiny_model_dir):
+    from blackbox_mia.tokenizers.gguf_pre import fit_pre_tokenizer
+
+    tokenizer = HFTokenCodec.load(str(tiny_model_dir)).tokenizer
+    split = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str
+    assert [piece for piece, _ in split("costs ½ 48")] == ["costs", "ĠÂ½", "Ġ48"]  # GPT-2's pattern (½ is bytes C2 BD)
+    fit_pre_tokenizer(tokenizer, "smollm")
+    assert [piece for piece, _ in split("costs ½ 48")] == ["costs", "Ġ", "Â½", "Ġ", "4", "8"]
