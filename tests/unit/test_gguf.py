@@ -139,7 +139,9 @@ def test_smollm_splits_every_digit_off_first_as_llama_cpp(tiny_model_dir):
     from blackbox_mia.tokenizers.gguf_pre import fit_pre_tokenizer
 
     tokenizer = HFTokenCodec.load(str(tiny_model_dir)).tokenizer
-    split = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str
-    assert [piece for piece, _ in split("costs ½ 48")] == ["costs", "ĠÂ½", "Ġ48"]  # GPT-2's pattern (½ is bytes C2 BD)
+    def split(text):
+        return [piece for piece, _ in tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+
+    assert split("costs ½ 48") == ["costs", "ĠÂ½", "Ġ48"]  # GPT-2's pattern (½ is bytes C2 BD)
     fit_pre_tokenizer(tokenizer, "smollm")
-    assert [piece for piece, _ in split("costs ½ 48")] == ["costs", "Ġ", "Â½", "Ġ", "4", "8"]
+    assert split("costs ½ 48") == ["costs", "Ġ", "Â½", "Ġ", "4", "8"]
