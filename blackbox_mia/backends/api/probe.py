@@ -45,6 +45,7 @@ from .probe_checks import (
     known_targets,
     NUDGE_SHIFT_NATS,
     measure_precision,
+    measure_shape_variation,
     measure_tolerance,
     trial,
 )
@@ -147,6 +148,8 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
             and await check_prompt(p, path, top_n, AGREE_NATS + rounding, PROMPT_LOGPROBS)):
         return stopped_at_prompt(p, honoured, token_ids, bits)
     tolerance, jitter = await measure_tolerance(p, path, top_n, bits)
+    shape = await measure_shape_variation(p, path, top_n, bits)
+    tolerance = max(tolerance, shape)
     agree = max(AGREE_NATS, tolerance) + rounding
     echo = dialect.echo and await check_prompt(p, path, top_n, agree, ECHO)
     vllm = dialect.name == "completions" and await check_prompt(p, path, top_n, agree, PROMPT_LOGPROBS)
@@ -157,7 +160,8 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     non_argmax = [c for c in checks if not surely(c[3].sampled, c[1]) and endpoint.may_bias(c[1])]
     forces, reported = await check_bias(p, non_argmax, top_n, agree)
     base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
-            "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter}
+            "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter,
+            "shape_variation": shape}
     enabled = await trial_strategies(p, non_argmax, base, agree)
     chains = enabled["bisect"] and await check_chains(p, path, base, agree)
     reproducible = (p.evidence.get("repeat_noise", {}).get("max_abs_diff", 0.0) <= NUDGE_SHIFT_NATS
