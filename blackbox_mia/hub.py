@@ -62,15 +62,15 @@ def load_pretrained(load: Callable[..., T], name: str, what: str, local_files_on
 
     A directory that exists is loaded as it is; a file is read as a GGUF (checked first by
     :func:`check_gguf`; ``load(its directory, gguf_file=its name)``; a tokenizer gets llama.cpp's
-    pre-tokenizer: :func:`~blackbox_mia.tokenizers.gguf_pre.fit_pre_tokenizer`). A hub name (``NAME`` or ``ORG/NAME``) is loaded
-    from the local cache alone first; when it is not cached, it is downloaded only if neither
-    ``local_files_only`` nor ``HF_HUB_OFFLINE`` forbids it and the hub answers
-    (:func:`hub_reachable`). Library warnings raised meanwhile go to the log
+    pre-tokenizer: :func:`~blackbox_mia.tokenizers.gguf_pre.fit_pre_tokenizer`). A hub name
+    (``NAME`` or ``ORG/NAME``) is loaded from the local cache alone first; when it is not cached,
+    it is downloaded only if neither ``local_files_only`` nor ``HF_HUB_OFFLINE`` forbids it and
+    the hub answers (:func:`hub_reachable`). Library warnings raised meanwhile go to the log
     (:func:`library_warnings_logged`).
 
     Args:
         load: the loader, e.g. ``AutoTokenizer.from_pretrained``.
-        name: a model directory or hub name.
+        name: a model directory, hub name or GGUF file.
         what: what is loaded, for the message (``"model"``, ``"tokenizer"``).
         local_files_only: never contact the hub.
         weights: ``load`` reads the model's weights (a GGUF's quantization must then be one
@@ -152,8 +152,9 @@ def check_gguf(path: Path, what: str, weights: bool = False) -> str | None:
         raise BlackboxMIAError(f"{prefix}: not a readable GGUF file (truncated or damaged?): "
                                f"{' '.join(str(exc).split())}") from exc
     if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        supported = sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})  # sections, not models
         raise BlackboxMIAError(f"{prefix}: GGUF architecture {architecture!r} is not one transformers reads "
-                               f"(supported: {', '.join(sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {'general', 'tokenizer'}))})")
+                               f"(supported: {', '.join(supported)})")
     check_pre_tokenizer(tokenizer_model, pre, prefix)
     if weights:
         kinds = {tensor.tensor_type for tensor in reader.tensors}

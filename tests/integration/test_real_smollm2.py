@@ -66,7 +66,8 @@ def backend_for(server, gguf, cache_dir, strategy="auto", endpoint="completions"
 def windowed_reference(reference, seqs: list[list[int]]) -> list[np.ndarray]:
     """llama.cpp's values of each sequence's tokens 1.. as the tracker reads them: each window
     of :func:`sliding_windows` evaluated in one batch, its targets from its own context."""
-    spans = [(k, start, end, first) for k, seq in enumerate(seqs) for start, end, first in sliding_windows(len(seq), SMOLLM2_CTX)]
+    spans = [(k, start, end, first) for k, seq in enumerate(seqs)
+             for start, end, first in sliding_windows(len(seq), SMOLLM2_CTX)]
     answer = reference({"sequences": [seqs[k][start:end] for k, start, end, _ in spans]})["sequences"]
     values = [np.zeros(len(seq) - 1) for seq in seqs]
     for (k, start, end, first), window in zip(spans, answer):

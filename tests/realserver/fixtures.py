@@ -74,8 +74,8 @@ def llama_peaked_gguf(llama_python, peaked_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def _llama_server_session(llama_python, llama_peaked_gguf, peaked_model_dir):
-    yield from serving(LlamaServer(llama_peaked_gguf, llama_python, model=PEAKED_ALIAS,
-                                   n_ctx=n_positions(peaked_model_dir), log_path=llama_peaked_gguf.with_name("server.log")))
+    yield from serving(LlamaServer(llama_peaked_gguf, llama_python, model=PEAKED_ALIAS, n_ctx=n_positions(peaked_model_dir),
+                                   log_path=llama_peaked_gguf.with_name("server.log")))
 
 
 @pytest.fixture

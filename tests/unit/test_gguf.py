@@ -94,7 +94,8 @@ def test_an_unsupported_quantization_is_refused_for_weights_only(tmp_path):
 def test_a_missing_package_says_which_extra_to_install(tiny_gguf, monkeypatch, missing):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else find_spec(name, *a))
-    with pytest.raises(BlackboxMIAError, match=rf"reading a GGUF file needs {missing}: pip install 'blackbox_mia\[gguf\]'"):
+    want = rf"reading a GGUF file needs {missing}: pip install 'blackbox_mia\[gguf\]'"
+    with pytest.raises(BlackboxMIAError, match=want):
         check_gguf(tiny_gguf, "model", weights=True)
 
 

@@ -103,7 +103,8 @@ def _by_logprob(top: list[dict]) -> list[dict]:
     return sorted(top, key=lambda e: -e["logprob"])
 
 
-def _split_generated(generated: list[dict], max_tokens: int, where: str, finish: str | None) -> tuple[list[dict], list[dict]]:
+def _split_generated(generated: list[dict], max_tokens: int, where: str,
+                     finish: str | None) -> tuple[list[dict], list[dict]]:
     """The generated entries up to ``max_tokens`` and those past it; at least one must be there
     (when ``max_tokens >= 1``), except in a longer run the model ended at once (``finish``
     ``"stop"``: an end-of-text token that the server does not list, as llama.cpp)."""
