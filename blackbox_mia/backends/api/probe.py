@@ -41,6 +41,7 @@ from .probe_checks import (
     check_partial_tokens,
     check_prompt,
     check_runs,
+    check_tokenizer,
     greedy_path,
     known_targets,
     NUDGE_SHIFT_NATS,
@@ -136,6 +137,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     first, honoured = await find_top_n(p, seq[:3])
     if first is None:
         return p.caps(token_id_prompts=token_ids)
+    await check_tokenizer(p, seq)
     top_n = min(honoured, config.max_top_n)  # what the checks below (and the tracker) ask per request
 
     # the top-n answer is the path's first step when it lists no more than later requests ask for

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...option_names import named
 from ...types import BlackboxMIAError
 from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
@@ -73,6 +74,30 @@ class ProbeRun:
         base = Capabilities(self.endpoint.kind, 0, False, False, False, "unknown", False, False, False)
         return replace(base, condition=condition, notes=self.notes, reasons=self.reasons,
                        evidence=self.evidence, **values)
+
+
+async def check_tokenizer(p: ProbeRun, seq: list[int]) -> None:
+    """Refuse a tokenizer that is not the served model's, before the checks build on it: where
+    prompts go as text (completions), the server's count of the probe text's tokens
+    (:meth:`~.endpoint.Endpoint.counted_tokens`) must be this tokenizer's ``len(seq)``, or one
+    more (a BOS the server adds to text). Nothing is asked where prompts go as token ids (the
+    server reads this tokenizer's ids), on chat (the template adds tokens), or for a text that
+    does not round-trip; evidence under ``tokenizer``.
+
+    Raises:
+        BlackboxMIAError: the counts disagree, naming both and the way out.
+    """
+    endpoint = p.endpoint
+    if endpoint.token_id_prompts or endpoint.dialect.name != "completions" or not endpoint.sendable(seq):
+        return
+    before = p.spent()
+    counted = await endpoint.counted_tokens(seq)
+    p.evidence["tokenizer"] = {"requests": p.spent() - before, "tokens": len(seq), "server_tokens": counted}
+    if counted is not None and counted - len(seq) not in (0, 1):
+        raise BlackboxMIAError(
+            f"the tokenizer {endpoint.codec.name!r} is not the served model's: it makes {len(seq)} tokens of the "
+            f"probe text, the server counted {counted} (usage.prompt_tokens); pass the model's own tokenizer "
+            f"({named('tokenizer')}: a Hugging Face directory, or the GGUF file the server loaded)")
 
 
 async def greedy_path(
