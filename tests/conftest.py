@@ -14,6 +14,7 @@ from blackbox_mia.backends.api.http.cache.responses import ResponseCache
 
 from .helpers_client import FakeApi, config
 from .realserver.fixtures import _llama_server_session, llama_peaked_gguf, llama_python, llama_server  # noqa: F401
+from .realserver.fixtures import _smollm2_server_session, smollm2_gguf, smollm2_reference, smollm2_server  # noqa: F401
 from .realserver.fixtures import _vllm_server_session, vllm_model_dir, vllm_python, vllm_server  # noqa: F401
 
 

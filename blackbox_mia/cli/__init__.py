@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (registers commands)
     evaluate,
     exchangeability,
     memorize,
+    models,
     probe,
     run,
     score,

@@ -341,7 +341,8 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
 
 
 TARGET_OPTIONS = {
-    "local": {"flags": ("--local",), "help": "local Hugging Face model (directory or hub name)", "rich_help_panel": "Target"},
+    "local": {"flags": ("--local",), "help": "local Hugging Face model (directory, hub name, or a .gguf file)",
+              "rich_help_panel": "Target"},
     "base_url": {"flags": ("--base-url",), "help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
                  "(default: $OPENAI_BASE_URL when no --local is given, as in the OpenAI SDK)", "rich_help_panel": "Target"},
     "model": {"flags": ("--model",), "help": "model name at the endpoint", "rich_help_panel": "Target"},

@@ -39,7 +39,11 @@ Nondeterministic = Annotated[float, typer.Option(
     "--nondeterministic", metavar="SIGMA", help="Gaussian noise of SIGMA nats on every logit, drawn afresh per "
     "request (seeded): identical requests get different log-probs, as on servers with batch-dependent kernels; "
     "0 = deterministic")]
-JitterSeed = Annotated[int, typer.Option("--jitter-seed", help="seed of the --nondeterministic noise")]
+JitterSeed = Annotated[int, typer.Option("--jitter-seed", help="seed of the --nondeterministic and --shape-noise noise")]
+ShapeNoise = Annotated[float, typer.Option(
+    "--shape-noise", metavar="NATS", help="every logit of a generated position moves by up to NATS with the "
+    "request's shape (its prompt length; seeded): identical requests agree, a context read inside a longer run "
+    "differs, as llama.cpp's batch-dependent quantized kernels; 0 = none")]
 # What requests it accepts, and how it reads them:
 TokenIdPrompts = Annotated[bool, typer.Option("--token-id-prompts/--no-token-id-prompts",
                                               help="accept completions prompts given as token ids")]
@@ -83,7 +87,7 @@ def serve(
     chat_template: ChatTemplate = None, vllm: Vllm = False, text_bos: TextBos = False,
     max_body_bytes: MaxBodyBytes = None, max_tokenize_chars: MaxTokenizeChars = None,
     logprob_precision: LogprobPrecision = None,
-    nondeterministic: Nondeterministic = 0.0, jitter_seed: JitterSeed = 0,
+    nondeterministic: Nondeterministic = 0.0, jitter_seed: JitterSeed = 0, shape_noise: ShapeNoise = 0.0,
     batch_window_ms: BatchWindowMs = 2.0, max_batch: MaxBatch = 64, device: Device = None, dtype: Dtype = "auto",
     threads: Threads = None,
 ):
@@ -106,7 +110,7 @@ def serve(
             zero_max_tokens_unlimited=zero_max_tokens_unlimited,
             chat_template=None if chat_template is None else load_chat_template(chat_template),
             vllm=vllm, text_bos=text_bos, logprob_precision=logprob_precision, nondeterministic=nondeterministic,
-            jitter_seed=jitter_seed, batch_window_ms=batch_window_ms, max_batch=max_batch,
+            jitter_seed=jitter_seed, shape_noise=shape_noise, batch_window_ms=batch_window_ms, max_batch=max_batch,
             device=device, dtype=dtype, threads=threads,
             **{name: value for name, value in (("token_id_refusal_status", token_id_refusal_status),
                                                ("max_body_bytes", max_body_bytes),

@@ -75,7 +75,12 @@ class ServerConfig:
             number): the same request gets different log-probs and, near ties, another token, as
             on servers with batch-dependent kernels. Prompt positions (echo, ``prompt_logprobs``)
             get the same noise per listed token. 0: deterministic.
-        jitter_seed: seed of that noise.
+        jitter_seed: seed of that noise (and of ``shape_noise``).
+        shape_noise: nats by which every logit of a generated position moves with the request's
+            shape: a uniform draw in [−shape_noise, shape_noise] per token, seeded by the
+            request's prompt length and the position, so identical requests agree but a context
+            read inside a longer run differs from the same context read as a whole prompt (as
+            llama.cpp's batch-dependent quantized kernels). 0: none.
         batch_window_ms: how long the first queued next-token request waits for others before
             the forward pass (ms); 0 disables micro-batching (one forward pass per request).
         max_batch: most next-token requests (rows) per forward pass.
@@ -109,6 +114,7 @@ class ServerConfig:
     logprob_precision: str | None = None
     nondeterministic: float = 0.0
     jitter_seed: int = 0
+    shape_noise: float = 0.0
     batch_window_ms: float = 2.0
     max_batch: int = 64
     device: str | None = None
@@ -128,6 +134,7 @@ class ServerConfig:
         check_number(named("max_body_bytes"), self.max_body_bytes, at_least=1)
         check_number(named("max_tokenize_chars"), self.max_tokenize_chars, at_least=1)
         check_number(named("nondeterministic"), self.nondeterministic, at_least=0)
+        check_number(named("shape_noise"), self.shape_noise, at_least=0)
         if self.logprob_precision is not None and self.logprob_precision not in SIGNIFICANT_BITS:
             raise BlackboxMIAError(f"{named('logprob_precision')} must be one of {', '.join(SIGNIFICANT_BITS)}, "
                                    f"got {self.logprob_precision!r}")
@@ -137,7 +144,7 @@ class ServerConfig:
     @property
     def reporting(self) -> Reporting:
         """What the server does to log-probs before reporting them (:mod:`.reporting`)."""
-        return Reporting(self.logprob_precision, self.nondeterministic, self.jitter_seed)
+        return Reporting(self.logprob_precision, self.nondeterministic, self.jitter_seed, self.shape_noise)
 
     @property
     def name(self) -> str:

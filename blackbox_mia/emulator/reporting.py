@@ -1,11 +1,17 @@
-"""What the server does to log-probs before it reports them: the precision they are rounded to and
-the noise of a nondeterministic server (``bbmia serve --logprob-precision``, ``--nondeterministic``).
+"""What the server does to log-probs before it reports them: the precision they are rounded to,
+the noise of a nondeterministic server, and values that move with the request's shape
+(``bbmia serve --logprob-precision``, ``--nondeterministic``, ``--shape-noise``).
 
 Both emulate hosted providers: some return log-probs rounded to bfloat16 (values like −22.125),
 and on servers with batch-dependent kernels the same request can return other log-probs (and,
 near a tie, another token). The noise acts on the logits of each generated position, so a
 request's answer stays one consistent distribution; prompt positions (echo, ``prompt_logprobs``),
 read from the model in one pass, get the same noise per listed token instead.
+
+Shape noise emulates llama.cpp's quantized kernels, whose log-probs for one context depend on
+how the tokens were batched: identical requests agree, but a position read inside a request of
+another prompt length (a generated step of a longer run, rather than the last position of its
+own prompt) gets other values. It acts on generated positions only.
 """
 
 from __future__ import annotations
@@ -26,12 +32,17 @@ class Reporting:
         precision: ``"bfloat16"``, ``"float16"`` or ``"float32"`` (round to nearest); ``None``:
             as computed.
         jitter: σ (nats) of the Gaussian noise on every logit, drawn per request; 0: none.
-        seed: the noise's seed (with the request's number: :meth:`noise`).
+        seed: the noise's seed (with the request's number: :meth:`noise`; with the prompt
+            length and position: :meth:`reshape`).
+        shape: nats by which a logit moves with the request's shape: each generated position's
+            logits get a uniform draw in [−shape, shape] per token, seeded by the request's
+            prompt length and the position (:meth:`reshape`); 0: none.
     """
 
     precision: str | None = None
     jitter: float = 0.0
     seed: int = 0
+    shape: float = 0.0
 
     def noise(self, request: int) -> np.random.Generator | None:
         """The noise generator of the ``request``-th request (``None`` without jitter)."""
@@ -42,9 +53,17 @@ class Reporting:
         itself without noise."""
         if noise is None:
             return row
-        noisy = row.astype(np.float64) + noise.normal(0.0, self.jitter, row.shape)
-        top = noisy.max()
-        return noisy - (top + np.log(np.exp(noisy - top).sum()))
+        return log_softmax(row.astype(np.float64) + noise.normal(0.0, self.jitter, row.shape))
+
+    def reshape(self, row: np.ndarray, prompt_length: int, position: int) -> np.ndarray:
+        """Log-probs ``row`` (V,) of the generated ``position`` (its index in prompt + output)
+        of a request whose prompt has ``prompt_length`` tokens, after the shape noise on the
+        logits (the same draw for the same prompt length and position), renormalised (float64);
+        ``row`` itself without shape noise."""
+        if not self.shape:
+            return row
+        rng = np.random.default_rng([self.seed, prompt_length, position])
+        return log_softmax(row.astype(np.float64) + rng.uniform(-self.shape, self.shape, row.shape))
 
     def round(self, values: np.ndarray) -> np.ndarray:
         """``values`` (nats) rounded to :attr:`precision` (unchanged without one)."""
@@ -63,3 +82,9 @@ class Reporting:
         values = self.round(values)
         listed = sorted(zip(ids[1:], values[1:].tolist()), key=lambda e: (-e[1], e[0]))
         return float(values[0]), tuple(listed)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """``logits`` (V,) renormalised into log-probs (nats, float64)."""
+    top = logits.max()
+    return logits - (top + np.log(np.exp(logits - top).sum()))

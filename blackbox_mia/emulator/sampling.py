@@ -67,18 +67,20 @@ def top_n(logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:
 
 
 def choose(row: np.ndarray, sampling: Sampling, mode: str, rng: np.random.Generator,
-           reporting: Reporting = Reporting(), noise: np.random.Generator | None = None) -> Step:
+           reporting: Reporting = Reporting(), noise: np.random.Generator | None = None,
+           shape: tuple[int, int] = (0, 0)) -> Step:
     """Pick the next token from raw log-probs ``row`` (V,) and the values reported for it.
 
     ``row`` first gets the request's logit noise (:meth:`Reporting.perturb` with ``noise``; a
-    deterministic server: none). The sampling distribution is log_softmax(row + bias) (row
+    deterministic server: none) and its shape noise (:meth:`Reporting.reshape` with ``shape``:
+    the request's prompt length and this position). The sampling distribution is log_softmax(row + bias) (row
     differs from the logits by a constant). Temperature 0: its argmax (greedy). Temperature
     T > 0: inverse CDF of softmax((row + bias) / T) at one uniform draw ``rng.random()`` per
     step, so a seeded ``rng`` shared by the steps of a request makes the whole generation
     reproducible. Reported values (nats) use ``row`` in raw mode, log_softmax(row + bias) in
     processed mode (``mode``), rounded as ``reporting`` says.
     """
-    row = reporting.perturb(row, noise)
+    row = reporting.reshape(reporting.perturb(row, noise), *shape)
     biased = row.astype(np.float64)
     if sampling.bias:
         biased[list(sampling.bias)] += list(sampling.bias.values())

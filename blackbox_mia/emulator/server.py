@@ -302,7 +302,7 @@ class ValidationServer:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         ids, steps, text = list(prompt), [], ""
         for _ in range(sampling.max_tokens):
-            step = await self._batcher.submit(ids, then)
+            step = await self._batcher.submit(ids, partial(then, shape=(len(prompt), len(ids))))
             steps.append(step)
             ids.append(step.token)
             if step.token == eos:  # listed in logprobs, not part of the text

@@ -1,4 +1,4 @@
-"""Hugging Face tokenizers (``tokenizer.json`` directory or hub name), for open models."""
+"""Hugging Face tokenizers (``tokenizer.json`` directory, hub name, or a GGUF file), for open models."""
 
 from __future__ import annotations
 
@@ -36,13 +36,17 @@ class HFTokenCodec(TokenCodec):
     Args:
         tokenizer: a loaded ``PreTrainedTokenizerBase``.
         name: label saved with results.
-        bos: prepend the tokenizer's BOS token; ``None`` = when it has one (the convention of
-            :class:`~blackbox_mia.backends.local.LocalBackend`).
+        bos: prepend the tokenizer's BOS token; ``None`` = as the tokenizer's configuration
+            declares (``add_bos_token``, which a GGUF file always states), else when it has a
+            BOS token (the convention of :class:`~blackbox_mia.backends.local.LocalBackend`).
     """
 
     def __init__(self, tokenizer, name: str, bos: bool | None = None):
         self.tokenizer = tokenizer
         self.name = name
+        if bos is None:
+            declared = getattr(tokenizer, "init_kwargs", {}).get("add_bos_token")
+            bos = declared if isinstance(declared, bool) else None
         self.bos_id = tokenizer.bos_token_id if bos in (None, True) else None
         self._byte_decoder = _byte_level_decoder(tokenizer)
         self._special = frozenset(tokenizer.all_special_tokens)  # a property transformers rebuilds per call
@@ -54,12 +58,13 @@ class HFTokenCodec(TokenCodec):
     @classmethod
     def load(cls, path: str, bos: bool | None = None) -> HFTokenCodec:
         """Load with ``AutoTokenizer.from_pretrained``; a hub name from the local cache, and
-        downloaded only when the hub answers (:func:`~blackbox_mia.hub.load_pretrained`).
+        downloaded only when the hub answers; a ``.gguf`` file through transformers' GGUF
+        support (:func:`~blackbox_mia.hub.load_pretrained`).
 
         Raises:
             BlackboxMIAError: ``path`` is a file system path that does not exist (a hub name is
-                ``NAME`` or ``ORG/NAME``), transformers is missing, or the tokenizer cannot be
-                loaded.
+                ``NAME`` or ``ORG/NAME``), transformers is missing, a GGUF file refused by
+                :func:`~blackbox_mia.hub.check_gguf`, or the tokenizer cannot be loaded.
         """
         check_tokenizer_path(path)
         try:
@@ -107,10 +112,10 @@ def check_tokenizer_path(path: str) -> None:
     and does not exist.
 
     Raises:
-        BlackboxMIAError: "cannot load tokenizer ...: no such directory".
+        BlackboxMIAError: "cannot load tokenizer ...: no such directory or file".
     """
     if _is_path(path) and not Path(path).expanduser().exists():
-        raise BlackboxMIAError(f"cannot load tokenizer {path!r}: no such directory "
+        raise BlackboxMIAError(f"cannot load tokenizer {path!r}: no such directory or file "
                                f"(and not a hub name, which is NAME or ORG/NAME)")
 
 

@@ -38,6 +38,8 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).resolve().with_name("gguf_writer.py")
+REFERENCE = Path(__file__).resolve().with_name("llama_reference.py")
+REFERENCE_CTX = 2048  # tokens llama.cpp's reference evaluation holds (a whole test text in one batch)
 LLAMA_VERSION = "0.3.36"
 WHEEL_NAME = f"llama_cpp_python-{LLAMA_VERSION}-py3-none-linux_x86_64.whl"
 INSTALL_HINT = (
@@ -84,6 +86,16 @@ def convert_to_gguf(model_dir: str | Path, out: str | Path, python: str) -> Path
     if r.returncode != 0:
         raise RuntimeError(f"GGUF conversion of {model_dir} failed:\n{r.stderr[-3000:]}")
     return out
+
+
+def llama_reference(python: str, gguf: str | Path, request: dict) -> dict:
+    """llama.cpp's full-sequence evaluation of `gguf` (:mod:`tests.realserver.llama_reference`,
+    run in `python`'s venv): `request` and the answer as that module says."""
+    r = subprocess.run([python, str(REFERENCE), str(gguf), str(REFERENCE_CTX)], input=json.dumps(request),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama.cpp reference of {gguf} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout)
 
 
 def n_positions(model_dir: str | Path) -> int:

@@ -301,7 +301,7 @@ def test_flags_and_specs_keep_the_saved_configuration_and_the_cache_keys(tiny_mo
             assert key == "bae7cf2bf019b4a4baff87f08361cd9ec355414cb292f15133cf7fb6ce68549f"
             path = capabilities_path(tmp_path, config.base_url, config.model, config.endpoint, tracker.epsilon,
                                      tracker.max_bias)
-            assert path.name == "b661c066803d49a2903179f6.json"  # PROBE_VERSION 12 (issue 51: echo_bias_free)
+            assert path.name == "b15dd25e8dae237fac3370ff.json"  # PROBE_VERSION 13 (issue 51: echo_bias_free; 52: shape_variation)
         finally:
             backend.close()
 

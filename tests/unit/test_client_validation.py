@@ -193,3 +193,16 @@ async def test_echo_with_one_generated_token_splits_prompt_and_generation(client
     assert len(result["prompt_tokens"]) == 3 and [e["token"] for e in result["tokens"]] == [" A"]
     zero = await client.complete([5, 6, 7], max_tokens=0, logprobs=1, echo=True)
     assert len(zero["prompt_tokens"]) == 3 and zero["tokens"] == [] and zero["text"] == ""
+
+
+async def test_a_run_the_model_ended_at_once_is_an_empty_answer_but_one_token_must_come(client, fake):
+    """llama.cpp does not list a generated end-of-text token: a run whose first token is one
+    answers no token at all, with finish_reason "stop" (seen on SmolLM2)."""
+    ended = {"choices": [{"text": "", "finish_reason": "stop",
+                          "logprobs": {"tokens": [], "token_logprobs": [], "top_logprobs": []}}]}
+    fake.faults = [{"status": 200, "json": ended}]
+    result = await client.complete([1], logprobs=1, max_tokens=8)
+    assert result["tokens"] == [] and result["finish_reason"] == "stop" and fake.hits == 1
+    fake.faults = [{"status": 200, "json": ended}] * 4
+    with pytest.raises(ApiError, match=r"has no generated token \(max_tokens=1\)"):
+        await client.complete([2], logprobs=1)

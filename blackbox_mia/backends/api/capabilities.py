@@ -20,7 +20,7 @@ from ...option_names import named
 from ...types import BlackboxMIAError
 from .precision import computation_error, rounding_error
 
-PROBE_VERSION = 12  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 13  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 NOT_PROBED = "not probed: the probe stopped at the cheapest exact path (prompt_logprobs); it runs in full when a command needs more"
@@ -90,6 +90,13 @@ class Capabilities:
             server answers the same request differently (batch-dependent kernels): the measured
             ``tolerance`` when repeated requests disagreed by more than a bias nudge explains,
             else 0.
+        shape_variation: nats by which a reported log-prob may differ from the model's own
+            because of the request's shape (how the server batched the tokens: llama.cpp's
+            quantized kernels give a context evaluated in one batch and one token at a time
+            other values), though identical requests agree: the probe reads known values in
+            several shapes (:func:`~.probe_checks.measure_shape_variation`) and keeps
+            :data:`~.probe_checks.SHAPE_MARGIN` times their largest difference beyond rounding.
+            Every bound is widened by it, and ``tolerance`` is at least it.
         complete: every check ran. ``False``: the probe stopped once it had verified the
             cheapest exact path (``prompt_logprobs``: one request per text or window); the
             strategies it did not check are off with the reason :data:`NOT_PROBED` until a
@@ -122,6 +129,7 @@ class Capabilities:
     grammar: bool = False
     report_bits: int | None = None
     jitter: float = 0.0
+    shape_variation: float = 0.0
     complete: bool = True
 
     def strategies(self) -> list[str]:
@@ -161,20 +169,23 @@ class Capabilities:
             limits.append(f"values rounded to {self.report_bits} significant bits (±|lp|·2^-{self.report_bits})")
         if self.jitter:
             limits.append(f"nondeterministic (±{self.jitter:.3g} nats)")
+        if self.shape_variation:
+            limits.append(f"values move with the request's shape (±{self.shape_variation:.3g} nats)")
         return line + ("; " + ", ".join(limits) + ": bounds widened" if limits else "")
 
     def report_error(self, values: np.ndarray) -> np.ndarray:
         """The largest |reported − true| (nats) of reported log-probs ``values`` (any shape):
-        the rounding of :attr:`report_bits` plus :attr:`jitter`; zeros on an exact,
-        deterministic server."""
-        return rounding_error(values, self.report_bits) + self.jitter
+        the rounding of :attr:`report_bits` plus :attr:`jitter` and :attr:`shape_variation`;
+        zeros on an exact, deterministic server whose values do not depend on the request."""
+        return rounding_error(values, self.report_bits) + self.jitter + self.shape_variation
 
     def computed_error(self, values: np.ndarray) -> np.ndarray:
         """The largest |reported − model's| (nats) of reported log-probs ``values`` (any shape)
         once the server's own arithmetic counts (:func:`~.precision.computation_error`: float32 at
-        best, ±2^-24 nats near 0) plus :attr:`jitter`: what a value must allow for where a closed
-        form amplifies its error (post-bias read-out, :mod:`.tracker.postbias`)."""
-        return computation_error(values, self.report_bits) + self.jitter
+        best, ±2^-24 nats near 0) plus :attr:`jitter` and :attr:`shape_variation`: what a value
+        must allow for where a closed form amplifies its error (post-bias read-out,
+        :mod:`.tracker.postbias`)."""
+        return computation_error(values, self.report_bits) + self.jitter + self.shape_variation
 
     def reason(self, strategy: str) -> str:
         """Why ``strategy`` (or capability) is off, as the probe measured it."""
@@ -198,7 +209,7 @@ class Capabilities:
             "tolerance": (int, float), "flips_reproducible": bool, "run_reading": bool,
             "prompt_logprobs": bool, "echo_bias_free": bool, "chained_flips": bool, "exact_names": bool,
             "open_bias": bool, "grammar": bool, "report_bits": (int, type(None)), "jitter": (int, float),
-            "complete": bool,
+            "shape_variation": (int, float), "complete": bool,
         }
         values = {}
         for f in fields(cls):
@@ -210,7 +221,7 @@ class Capabilities:
                 )
             values[f.name] = value
         if (values["top_n"] < 0 or values["reported"] not in REPORTED or not values["tolerance"] >= 0
-                or not values["jitter"] >= 0):
+                or not values["jitter"] >= 0 or not values["shape_variation"] >= 0):
             raise BlackboxMIAError(f"{where}: a value is out of range; delete the file or pass {named('reprobe', True)}")
         return cls(**values)
 

@@ -252,6 +252,16 @@ class Endpoint:
                                  extra={"grammar": spelling_grammar(text)})
         return [self._answer(entry) for entry in result["tokens"] + result["past_max_tokens"]], result["text"]
 
+    async def counted_tokens(self, prefix: Sequence[int]) -> int | None:
+        """How many tokens the server counts in ``prefix`` as this endpoint sends it
+        (``usage.prompt_tokens`` of a one-token greedy request without log-probs); ``None`` when
+        its answer reports no usage.
+
+        Raises:
+            ApiError: the request failed (see the client).
+        """
+        return (await self._ask(prefix, max_tokens=1, temperature=0.0, top_n=None))["usage"]["prompt_tokens"]
+
     async def _ask(self, prompt: Sequence[int], **options) -> dict:
         """``client.request`` for the prompt whose token ids are ``prompt``. A failure that
         outlasted the retries (``"transient"``: the server went away, timed out or kept

@@ -54,7 +54,7 @@ class ApiOptions(KindOptions):
     field it fills).
 
     Attributes:
-        tokenizer: the model's tokenizer (tiktoken encoding or Hugging Face directory, see
+        tokenizer: the model's tokenizer (tiktoken encoding, Hugging Face directory or GGUF file, see
             :func:`blackbox_mia.tokenizers.load_codec`); ``None``: tiktoken's for the model.
         endpoint: ``completions`` or ``chat``.
         chat_template: with ``endpoint=chat``: ``continuation`` or a template file.
@@ -89,7 +89,8 @@ class ApiOptions(KindOptions):
     """
 
     tokenizer: str | None = setting(
-        None, help="tiktoken encoding or HF tokenizer dir (default: tiktoken's for the model)", panel=TARGET)
+        None, help="tiktoken encoding, HF tokenizer dir, or a .gguf file (default: tiktoken's for the model)",
+        panel=TARGET)
     endpoint: str = setting(help="completions or chat", panel=TARGET, source=(ApiConfig, "endpoint"))
     chat_template: str | None = setting(help="with --endpoint chat: 'continuation' or a template file", panel=TARGET,
                                         source=(ApiConfig, "chat_template"))

@@ -42,10 +42,12 @@ from .probe_checks import (
     check_partial_tokens,
     check_prompt,
     check_runs,
+    check_tokenizer,
     greedy_path,
     known_targets,
     NUDGE_SHIFT_NATS,
     measure_precision,
+    measure_shape_variation,
     measure_tolerance,
     trial,
 )
@@ -142,6 +144,7 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     first, honoured = await find_top_n(p, seq[:3])
     if first is None:
         return p.caps(token_id_prompts=token_ids)
+    await check_tokenizer(p, seq)
     top_n = min(honoured, config.max_top_n)  # what the checks below (and the tracker) ask per request
 
     # the top-n answer is the path's first step when it lists no more than later requests ask for
@@ -154,6 +157,8 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
             and await check_prompt(p, path, top_n, AGREE_NATS + rounding, PROMPT_LOGPROBS)):
         return stopped_at_prompt(p, honoured, token_ids, bits)
     tolerance, jitter = await measure_tolerance(p, path, top_n, bits)
+    shape = await measure_shape_variation(p, path, top_n, bits)
+    tolerance = max(tolerance, shape)
     agree = max(AGREE_NATS, tolerance) + rounding
     echo = dialect.echo and await check_prompt(p, path, top_n, agree, ECHO)
     vllm = dialect.name == "completions" and await check_prompt(p, path, top_n, agree, PROMPT_LOGPROBS)
@@ -164,7 +169,8 @@ async def probe(endpoint: Endpoint, config: TrackerConfig = TrackerConfig(), ful
     non_argmax = [c for c in checks if not surely(c[3].sampled, c[1]) and endpoint.may_bias(c[1])]
     forces, reported = await check_bias(p, non_argmax, top_n, agree)
     base = {"top_n": top_n, "token_id_prompts": token_ids, "echo": echo, "bias_forces": forces,
-            "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter}
+            "reported": reported, "tolerance": tolerance, "report_bits": bits, "jitter": jitter,
+            "shape_variation": shape}
     enabled = await trial_strategies(p, non_argmax, base, agree)
     echo_bias_free = echo and enabled["forced"] and await check_echo_bias(p, path, top_n, agree, non_argmax)
     chains = enabled["bisect"] and await check_chains(p, path, base, agree)

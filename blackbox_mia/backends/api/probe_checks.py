@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ...option_names import named
 from ...types import BlackboxMIAError
 from .tracker.bisection import TextBisection
 from .capabilities import MIN_TOLERANCE_NATS, Capabilities
@@ -30,6 +31,8 @@ GREEDY_STEPS = 6  # known positions on the model's greedy path
 PARTIAL_POSITIONS = 4  # probe positions whose target is part of a UTF-8 character
 CHAIN_STEPS = 3  # consecutive known positions the chained-request check bisects
 NUDGE_SHIFT_NATS = 1e-5  # repeats nudged by ≤ 2e-6 nats of bias may move post-bias reports this much, no more
+SHAPE_MARGIN = 2.0  # the shape variation kept: this many times the largest difference seen between request shapes
+SHAPE_RESET_TEXT = "Zero."  # an unrelated prompt: the server's reusable prefix no longer matches the probe text's
 OPEN_STOP_REQUESTS = 12  # most unbiased probe-text prefixes asked for a greedy token that ends mid-character
 
 
@@ -72,6 +75,30 @@ class ProbeRun:
         base = Capabilities(self.endpoint.kind, 0, False, False, False, "unknown", False, False, False)
         return replace(base, condition=condition, notes=self.notes, reasons=self.reasons,
                        evidence=self.evidence, **values)
+
+
+async def check_tokenizer(p: ProbeRun, seq: list[int]) -> None:
+    """Refuse a tokenizer that is not the served model's, before the checks build on it: where
+    prompts go as text (completions), the server's count of the probe text's tokens
+    (:meth:`~.endpoint.Endpoint.counted_tokens`) must be this tokenizer's ``len(seq)``, or one
+    more (a BOS the server adds to text). Nothing is asked where prompts go as token ids (the
+    server reads this tokenizer's ids), on chat (the template adds tokens), or for a text that
+    does not round-trip; evidence under ``tokenizer``.
+
+    Raises:
+        BlackboxMIAError: the counts disagree, naming both and the way out.
+    """
+    endpoint = p.endpoint
+    if endpoint.token_id_prompts or endpoint.dialect.name != "completions" or not endpoint.sendable(seq):
+        return
+    before = p.spent()
+    counted = await endpoint.counted_tokens(seq)
+    p.evidence["tokenizer"] = {"requests": p.spent() - before, "tokens": len(seq), "server_tokens": counted}
+    if counted is not None and counted - len(seq) not in (0, 1):
+        raise BlackboxMIAError(
+            f"the tokenizer {endpoint.codec.name!r} is not the served model's: it makes {len(seq)} tokens of the "
+            f"probe text, the server counted {counted} (usage.prompt_tokens); pass the model's own tokenizer "
+            f"({named('tokenizer')}: a Hugging Face directory, or the GGUF file the server loaded)")
 
 
 async def greedy_path(
@@ -158,6 +185,56 @@ async def measure_tolerance(p: ProbeRun, path, top_n: int, bits: int | None) -> 
         p.notes.append(f"identical requests get log-probs up to {worst:.3g} nats apart (a nondeterministic "
                        f"server): every value carries ±{jitter:.3g} nats (10× that)")
     return tolerance, jitter
+
+
+async def measure_shape_variation(p: ProbeRun, path, top_n: int, bits: int | None) -> float:
+    """Nats by which a value moves with the request's shape, though identical requests agree.
+
+    The greedy path's values were read as the last position of prompts growing one token at a
+    time (a server that reuses the previous request's computed prefix, as llama.cpp does,
+    evaluates each new token alone). They are read again in other shapes: as the generated
+    steps of one ``max_tokens = len(path)`` request from the path's first prefix (the request
+    of :func:`check_runs`, which then comes from the response cache), and, after an unrelated
+    prompt (:data:`SHAPE_RESET_TEXT`), the path's middle and last prefixes as whole new prompts
+    (evaluated in one batch), each nudged by a −1e-6 nat bias on its lowest listed token so it
+    is a new request. The variation is :data:`SHAPE_MARGIN` times the largest difference of a
+    listed value beyond what the rounding to ``bits`` significant bits explains; 0 when every
+    value agrees to the rounding. Evidence under ``shape``, and a note when it is not 0.
+    """
+    if not path:
+        return 0.0
+    before, diffs = p.spent(), []
+
+    def compare(answer: NextToken, reread: NextToken) -> None:
+        for entry in answer.top:
+            if entry.ids is not None and len(entry.ids) == 1:
+                value = reread.find(next(iter(entry.ids)))
+                if value is not None:
+                    rounding = float(np.sum(rounding_error(np.asarray([value, entry.logprob]), bits)))
+                    diffs.append(abs(value - entry.logprob) - rounding)
+
+    steps, _ = await attempt(p.endpoint.next_tokens(path[0][0], len(path), top_n))
+    for step, (_, answer) in zip(steps or [], path):
+        compare(answer, step)
+        if step.sampled != answer.sampled:  # later steps continue another context
+            break
+    reset = p.endpoint.codec.encode(SHAPE_RESET_TEXT)
+    for prefix, answer in [path[k] for k in sorted({len(path) // 2, len(path) - 1})]:
+        lowest = min(answer.top, key=lambda e: e.logprob)
+        nudged = next(iter(lowest.ids)) if lowest.ids is not None and len(lowest.ids) == 1 else 0
+        await attempt(p.endpoint.next_token(reset, 1))
+        reread, _ = await attempt(p.endpoint.next_token(prefix, top_n, {nudged: -1e-6}))
+        if reread is not None:
+            compare(answer, reread)
+    worst = max([0.0, *diffs])
+    shape = SHAPE_MARGIN * worst if worst > NUDGE_SHIFT_NATS else 0.0
+    p.evidence["shape"] = {"requests": p.spent() - before, "values": len(diffs), "beyond_rounding": worst,
+                           "shape_variation": shape}
+    if shape:
+        p.notes.append(f"a value read in another request shape (inside a longer run, or as a whole new prompt) "
+                       f"moved up to {worst:.3g} nats, though identical requests agree (batch-dependent kernels): "
+                       f"every value carries ±{shape:.3g} nats ({SHAPE_MARGIN:g}× that)")
+    return shape
 
 
 async def check_prompt(p: ProbeRun, path, top_n: int, agree: float, form: str) -> bool:
@@ -270,6 +347,7 @@ async def trial(p: ProbeRun, strategy: str, checks, base: dict, agree: float) ->
     trial_caps = Capabilities(p.endpoint.kind, base["top_n"], base["token_id_prompts"], False,
                               base["bias_forces"], base["reported"], **flags, tolerance=base["tolerance"],
                               report_bits=base["report_bits"], jitter=base["jitter"],
+                              shape_variation=base["shape_variation"],
                               flips_reproducible=False)  # every bracket the trial bisects is re-checked
     run = strategy_set(p.endpoint, trial_caps, p.config)[strategy]
     eps = p.config.epsilon + agree if strategy == "bisect" else agree
@@ -347,6 +425,7 @@ async def check_chains(p: ProbeRun, path, base: dict, agree: float) -> bool:
     caps = Capabilities(endpoint.kind, base["top_n"], base["token_id_prompts"], False, base["bias_forces"],
                         base["reported"], False, False, True, tolerance=base["tolerance"],
                         report_bits=base["report_bits"], jitter=base["jitter"],
+                        shape_variation=base["shape_variation"],
                         flips_reproducible=False, chained_flips=True)
     config = replace(p.config, refine_for=())
     bisection = TextBisection(strategy_set(endpoint, caps, config)["bisect"], len(known))

@@ -132,7 +132,7 @@ class LocalBackend(Backend):
         self.dtype = getattr(torch, dtype_name)
         self.tokenizer = load_pretrained(AutoTokenizer.from_pretrained, config.model, "model", config.local_files_only)
         self.model = load_pretrained(AutoModelForCausalLM.from_pretrained, config.model, "model",
-                                     config.local_files_only, dtype=self.dtype)
+                                     config.local_files_only, weights=True, dtype=self.dtype)
         route_unmasked_padding_note()  # no mask on purpose (_states): not a warning for the user
         try:
             self.model.to(self.device).eval()

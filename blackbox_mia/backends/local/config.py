@@ -16,7 +16,8 @@ class LocalConfig:
     """Configuration of :class:`~blackbox_mia.backends.local.LocalBackend`.
 
     Attributes:
-        model: local directory or Hugging Face hub name.
+        model: local directory, Hugging Face hub name, or a GGUF file (``FILE.gguf``: its
+            weights dequantized, see :func:`~blackbox_mia.hub.check_gguf`).
         device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
         dtype: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"`` (bfloat16 on CUDA,
             float32 on CPU). Everything after the output embedding (log-sum-exp, gather,

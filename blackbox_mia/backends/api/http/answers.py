@@ -105,10 +105,12 @@ def _by_logprob(top: list[dict]) -> list[dict]:
     return sorted(top, key=lambda e: -e["logprob"])
 
 
-def _split_generated(generated: list[dict], max_tokens: int, where: str) -> tuple[list[dict], list[dict]]:
+def _split_generated(generated: list[dict], max_tokens: int, where: str,
+                     finish: str | None) -> tuple[list[dict], list[dict]]:
     """The generated entries up to ``max_tokens`` and those past it; at least one must be there
-    (when ``max_tokens >= 1``)."""
-    if max_tokens >= 1 and not generated:
+    (when ``max_tokens >= 1``), except in a longer run the model ended at once (``finish``
+    ``"stop"``: an end-of-text token that the server does not list, as llama.cpp)."""
+    if max_tokens >= 1 and not generated and not (max_tokens > 1 and finish == "stop"):
         raise Malformed(where, f"has no generated token (max_tokens={max_tokens})")
     return generated[:max_tokens], generated[max_tokens:]
 
@@ -187,7 +189,7 @@ def read_completion(raw: dict, payload: dict) -> dict:
         tokens, offsets, n_prompt = _legacy_entries(choice.get("logprobs"), payload, usage)
         if echo:
             prompt_tokens, tokens = tokens[:n_prompt], tokens[n_prompt:]
-        tokens, past = _split_generated(tokens, payload["max_tokens"], "choices[0].logprobs.tokens")
+        tokens, past = _split_generated(tokens, payload["max_tokens"], "choices[0].logprobs.tokens", _finish(choice))
     if echo and isinstance(prompt, str) and text.startswith(prompt):
         text = text[len(prompt):]
     elif echo and offsets is not None:  # cut the echoed prompt at the first generated token
@@ -293,7 +295,7 @@ def read_chat(raw: dict, payload: dict) -> dict:
                 "logprob": _number(item.get("logprob"), f"{where}.logprob"),
                 "top": _by_logprob([_alternative(t, f"{where}.top_logprobs[{j}]") for j, t in enumerate(top)]),
             })
-        tokens, past = _split_generated(tokens, payload["max_tokens"], "choices[0].logprobs.content")
+        tokens, past = _split_generated(tokens, payload["max_tokens"], "choices[0].logprobs.content", _finish(choice))
     return {"text": text, "tokens": tokens, "past_max_tokens": past, "prompt_tokens": None,
             "finish_reason": _finish(choice), "usage": _usage(raw)}
 

@@ -97,6 +97,8 @@ class RunReader:
         if not self.endpoint.sendable(seq[start:j]):
             return [await self.one(Position.at(seq, start, j, end, self.context))], 0, True
         steps = await self.endpoint.next_tokens(seq[start:j], k, self.top_n)
+        if not steps:  # the model ended the text at once (an end-of-text token the server does not list)
+            return [await self.one(Position.at(seq, start, j, end, self.context))], 0, True
         out: list[Estimate] = []
         for step in steps:
             i = j + len(out)
