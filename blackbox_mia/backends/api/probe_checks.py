@@ -192,7 +192,8 @@ async def measure_shape_variation(p: ProbeRun, path, top_n: int, bits: int | Non
 
     The greedy path's values were read as the last position of prompts growing one token at a
     time (a server that reuses the previous request's computed prefix, as llama.cpp does,
-    evaluates each new token alone). They are read again in other shapes: as the generated
+    evaluates each new token alone). They are read again in other shapes: where a generated
+    token extends the prompt (``steps_extend_prompt``: completions, not chat), as the generated
     steps of one ``max_tokens = len(path)`` request from the path's first prefix (the request
     of :func:`check_runs`, which then comes from the response cache), and, after an unrelated
     prompt (:data:`SHAPE_RESET_TEXT`), the path's middle and last prefixes as whole new prompts
@@ -213,7 +214,9 @@ async def measure_shape_variation(p: ProbeRun, path, top_n: int, bits: int | Non
                     rounding = float(np.sum(rounding_error(np.asarray([value, entry.logprob]), bits)))
                     diffs.append(abs(value - entry.logprob) - rounding)
 
-    steps, _ = await attempt(p.endpoint.next_tokens(path[0][0], len(path), top_n))
+    steps = None
+    if p.endpoint.dialect.steps_extend_prompt:  # else a run's steps read other contexts than the path's
+        steps, _ = await attempt(p.endpoint.next_tokens(path[0][0], len(path), top_n))
     for step, (_, answer) in zip(steps or [], path):
         compare(answer, step)
         if step.sampled != answer.sampled:  # later steps continue another context

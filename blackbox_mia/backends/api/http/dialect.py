@@ -122,6 +122,9 @@ class Dialect(ABC):
         prompt_field: the body field that holds the prompt (``"prompt"`` or ``"messages"``).
         token_id_prompts: prompts may be sent as token-id lists.
         echo: the endpoint can return the prompt's log-probs (``echo``).
+        steps_extend_prompt: a generated token is read in the same context as the prompt extended
+            by the tokens before it (completions); on chat the prompt sits in a message and the
+            generated tokens after it, a context no prompt gives.
         condition: ``None`` when log-probs are the text's own, else what they are conditional on
             (``"chat-template"``: the server wraps every prompt in its chat template;
             ``"chat-template+NAME"``: inside the message template NAME too).
@@ -133,6 +136,7 @@ class Dialect(ABC):
     prompt_field: ClassVar[str]
     token_id_prompts: ClassVar[bool]
     echo: ClassVar[bool]
+    steps_extend_prompt: ClassVar[bool]
     condition: str | None = None
     notes: tuple[str, ...] = ()
     reasons: ClassVar[Mapping[str, str]] = MappingProxyType({})
@@ -188,6 +192,7 @@ class Completions(Dialect):
     prompt_field = "prompt"
     token_id_prompts = True
     echo = True
+    steps_extend_prompt = True
 
     def payload(self, prompt, *, max_tokens, temperature, top_n, bias=None, echo=False, extra=None) -> dict:
         body: dict = {"prompt": check_prompt(prompt), "max_tokens": check_request_int(max_tokens, "max_tokens", 0)}
@@ -217,6 +222,7 @@ class Chat(Dialect):
     prompt_field = "messages"
     token_id_prompts = False
     echo = False
+    steps_extend_prompt = False
     reasons = MappingProxyType({
         "prompt": "echo (prompt log-probs) exists only on /v1/completions",
         "token_id_prompts": "chat messages are text",
