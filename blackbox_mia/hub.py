@@ -29,6 +29,9 @@ from typing import TypeVar
 
 from .types import BlackboxMIAError
 
+MODEL_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "seq_length")
+"""The fields of a Hugging Face model configuration that give its context in tokens."""
+
 LOG = logging.getLogger(__name__)
 HUB_CHECK_TIMEOUT_S = 3.0  # seconds the reachability check of the hub waits for an answer
 OFFLINE_ENV = "HF_HUB_OFFLINE"  # huggingface_hub's switch: never contact the hub
@@ -238,3 +241,23 @@ def route_unmasked_padding_note() -> None:
     logger = logging.getLogger("transformers.modeling_utils")
     if not any(isinstance(f, ToDebugLog) for f in logger.filters):
         logger.addFilter(ToDebugLog((UNMASKED_PADDING_NOTE,)))
+
+
+def check_model_path(model: str) -> None:
+    """Raise :class:`BlackboxMIAError` when ``model`` is written as a filesystem path (absolute,
+    ``./``, ``../``, ``~``, or more than one ``/``: a hub name has at most one) that does not
+    exist, instead of letting the hub reject it as a repository id."""
+    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+    if looks_like_path and not Path(model).expanduser().exists():
+        raise BlackboxMIAError(f"local model path {model!r} does not exist")
+
+
+def model_context(model_config, tokenizer) -> int:
+    """Context length in tokens of a Hugging Face model: its config's
+    ``max_position_embeddings`` / ``n_positions`` / ``seq_length``, else the tokenizer's
+    ``model_max_length`` capped at 2,048."""
+    for attr in MODEL_CONTEXT_FIELDS:
+        value = getattr(model_config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return min(int(tokenizer.model_max_length), 2048)

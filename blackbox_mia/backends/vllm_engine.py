@@ -24,7 +24,7 @@ from ..text.windows import sliding_windows
 from ..tokenizers import HFTokenCodec
 from ..types import BlackboxMIAError, Provenance, TokenLogprobs
 from .base import LOGPROBS, Backend, OnDone
-from .local.backend import check_model_path, model_context
+from ..hub import check_model_path, model_context
 
 VLLM_MISSING = f"{named('engine', 'vllm')} needs vLLM (a CUDA machine): pip install 'blackbox_mia[vllm]'"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..hub import load_pretrained
+from ..hub import MODEL_CONTEXT_FIELDS, load_pretrained
 from ..types import BlackboxMIAError
 from .base import TokenCodec
 
@@ -15,13 +15,9 @@ MAX_CONFIGURED_LENGTH = 10_000_000
 "not configured", not a context."""
 
 
-MODEL_CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "seq_length")
-"""The fields of a Hugging Face model configuration that give its context in tokens."""
-
-
 def configured_context(directory: str) -> int | None:
     """The context in tokens that ``directory/config.json`` (a model saved with its tokenizer)
-    gives in one of :data:`MODEL_CONTEXT_FIELDS`; ``None`` without such a file or field."""
+    gives in one of :data:`~blackbox_mia.hub.MODEL_CONTEXT_FIELDS`; ``None`` without such a file or field."""
     try:
         config = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8")) if directory else {}
     except (OSError, ValueError):

@@ -11,7 +11,7 @@ import pytest
 
 from blackbox_mia.backends.api import ApiBackend
 from blackbox_mia.backends.api.http.client import ApiConfig
-from blackbox_mia.backends.api.probe_checks import SHAPE_MARGIN
+from blackbox_mia.backends.api.probe_noise import SHAPE_MARGIN
 from blackbox_mia.backends.api.tracker.tracker import TrackerConfig
 from blackbox_mia.backends.local import LocalBackend, LocalConfig
 from blackbox_mia.emulator import ServerConfig, serve_in_background

@@ -94,8 +94,8 @@ class Capabilities:
             because of the request's shape (how the server batched the tokens: llama.cpp's
             quantized kernels give a context evaluated in one batch and one token at a time
             other values), though identical requests agree: the probe reads known values in
-            several shapes (:func:`~.probe_checks.measure_shape_variation`) and keeps
-            :data:`~.probe_checks.SHAPE_MARGIN` times their largest difference beyond rounding.
+            several shapes (:func:`~.probe_noise.measure_shape_variation`) and keeps
+            :data:`~.probe_noise.SHAPE_MARGIN` times their largest difference beyond rounding.
             Every bound is widened by it, and ``tolerance`` is at least it.
         complete: every check ran. ``False``: the probe stopped once it had verified the
             cheapest exact path (``prompt_logprobs``: one request per text or window); the

@@ -45,12 +45,9 @@ from .probe_checks import (
     check_tokenizer,
     greedy_path,
     known_targets,
-    NUDGE_SHIFT_NATS,
-    measure_precision,
-    measure_shape_variation,
-    measure_tolerance,
     trial,
 )
+from .probe_noise import NUDGE_SHIFT_NATS, measure_precision, measure_shape_variation, measure_tolerance
 from .tracker.config import TrackerConfig
 
 PROBE_TEXT = "The capital of France is Paris: café, crème brûlée, ½ off. 東京は日本の首都です。"
@@ -294,7 +291,7 @@ def stopped_at_prompt(p: ProbeRun, top_n: int, token_ids: bool, bits: int | None
     """The record of a probe that stopped once ``prompt_logprobs`` was verified: the prompt
     strategy (and the top-n), every other check off with the reason :data:`NOT_PROBED`,
     ``complete=False``; the tolerance is the minimum (nothing else was repeated), and the
-    rounding ``bits`` read off the answers (:func:`~.probe_checks.measure_precision`) kept."""
+    rounding ``bits`` read off the answers (:func:`~.probe_noise.measure_precision`) kept."""
     for name in UNCHECKED:
         p.reasons.setdefault(name, NOT_PROBED)
     p.notes.append("the probe stopped once prompt_logprobs was verified (one request per text or window); "

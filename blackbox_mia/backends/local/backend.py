@@ -18,15 +18,13 @@ import functools
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...hub import load_pretrained, route_unmasked_padding_note
+from ...hub import check_model_path, load_pretrained, model_context, route_unmasked_padding_note
 from ...option_names import named
 from ...tokenizers import HFTokenCodec
-from ...tokenizers.hf import MODEL_CONTEXT_FIELDS
 from ...types import BlackboxMIAError, Generation, Provenance, TokenLogprobs
 from ..base import FULL_DISTRIBUTION, GENERATE, LOGPROBS, Backend, OnDone, Prompt
 from ..generation import build_generation, sample_seed, seeded_sampler, strategy_name
@@ -57,26 +55,6 @@ CUDA_PASSES_IN_FLIGHT = 1
 """On CUDA, forward passes launched after the one whose results the host is reading: the GPU
 computes the next batch while the host turns the last one into results (on CPU, where a pass
 computes as it is called, none)."""
-
-
-def check_model_path(model: str) -> None:
-    """Raise :class:`BlackboxMIAError` when ``model`` is written as a filesystem path (absolute,
-    ``./``, ``../``, ``~``, or more than one ``/``: a hub name has at most one) that does not
-    exist, instead of letting the hub reject it as a repository id."""
-    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
-    if looks_like_path and not Path(model).expanduser().exists():
-        raise BlackboxMIAError(f"local model path {model!r} does not exist")
-
-
-def model_context(model_config, tokenizer) -> int:
-    """Context length in tokens of a Hugging Face model: its config's
-    ``max_position_embeddings`` / ``n_positions`` / ``seq_length``, else the tokenizer's
-    ``model_max_length`` capped at 2,048."""
-    for attr in MODEL_CONTEXT_FIELDS:
-        value = getattr(model_config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return min(int(tokenizer.model_max_length), 2048)
 
 
 class LocalBackend(Backend):
