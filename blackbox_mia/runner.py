@@ -33,7 +33,7 @@ from .option_names import spelled
 from .results import ScoredText
 from .results_file import RowSink, prepare_output
 from .scorers import TARGET, Scorer, parse_scorer, parse_scorers
-from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded
+from .scorers.bounded import DEFAULT_TOLERANCE_NATS, Bounded, check_tolerance
 from .text.windows import windows_notes
 from .types import BlackboxMIAError, TokenLogprobs
 
@@ -323,7 +323,12 @@ def run_config(scorers: Sequence[Scorer], backends: dict[str, Backend], dataset:
 def run_settings(scorers: Sequence[Scorer], dataset: dict, tolerance: float = DEFAULT_TOLERANCE_NATS) -> dict:
     """The part of :func:`run_config` known before any backend is built (package, version,
     scorers, score tolerance, dataset): what :func:`~blackbox_mia.results_file.check_resumable`
-    compares before a model loads."""
+    compares before a model loads.
+
+    Raises:
+        BlackboxMIAError: ``tolerance`` not a finite number of nats > 0.
+    """
+    check_tolerance(tolerance)
     return {
         "package": "blackbox_mia",
         "version": __version__,
@@ -342,7 +347,7 @@ def score_items(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     resume: bool = True,
     progress: bool = True,
-    tolerance: float = DEFAULT_TOLERANCE_NATS,
+    tolerance: float | None = None,
     on_resumed: Callable[[int], None] | None = None,
 ) -> list[ScoredText]:
     """Score ``items``, appending one JSONL row per item to ``out_path`` as soon as it is scored.
@@ -369,7 +374,8 @@ def score_items(
             and under it the backend's bar of the chunk's tokens (a long text moves it while
             its windows run), with a one-line note for each text split into windows.
         tolerance: nats; a score resting on a log-prob mean known less precisely is null
-            (:meth:`ScoredText.from_scores`); the same value as in ``config``.
+            (:meth:`ScoredText.from_scores`); None: ``config``'s ``score_tolerance_nats``
+            (:data:`~blackbox_mia.scorers.bounded.DEFAULT_TOLERANCE_NATS` without a config).
         on_resumed: called once, before scoring, with how many of ``items`` were already in
             ``out_path`` (0 on a fresh run): the rest are scored by this call.
 
@@ -383,6 +389,8 @@ def score_items(
     """
     check_compatible(scorers, backends)
     ids = _checked_ids(items, chunk_size)
+    if tolerance is None:
+        tolerance = DEFAULT_TOLERANCE_NATS if config is None else config["score_tolerance_nats"]
     labels = [s.label for s in scorers]
     condition = None if any(s.needs_logprobs for s in scorers) else backends[TARGET].describe_generation().get("condition")
     done: dict[str, ScoredText] = {}

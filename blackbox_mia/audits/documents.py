@@ -42,6 +42,7 @@ from ..io import json_line, json_type, write_text_atomic
 from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import Scorer, parse_scorer
+from ..scorers.bounded import DEFAULT_TOLERANCE_NATS, check_tolerance
 from ..text import DEFAULT_SEGMENTER, Segmenter, get_segmenter
 from ..text.chunk import (
     Chunk,
@@ -85,6 +86,8 @@ class DocumentsConfig:
         n_boot: bootstrap resamples of the AUC-over-documents CI and of the corrected rates' CIs
             (0: neither CI).
         resume: keep the rows already in the score files (same configuration).
+        score_tolerance: nats; a score resting on log-prob means known less precisely is null
+            (:meth:`~blackbox_mia.results.ScoredText.from_scores`).
     """
 
     docs: str
@@ -99,9 +102,11 @@ class DocumentsConfig:
     seed: int = 0
     n_boot: int = 1000
     resume: bool = True
+    score_tolerance: float = DEFAULT_TOLERANCE_NATS
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible or contradictory options."""
+        check_tolerance(self.score_tolerance)
         if (self.chunk_words is None) == (self.chunk_tokens is None):
             raise BlackboxMIAError(f"choose one chunk size: {named('chunk_words')} or {named('chunk_tokens')}")
         if self.chunk_words is not None:
@@ -277,8 +282,8 @@ def _score(cut: list[DocumentChunks], plan: DocumentsPlan, backends: dict[str, B
     """Scores of every sampled chunk, per document (runner rows in ``path``, resumable)."""
     items = [it for d in cut for it in d.items()]
     dataset = {**meta, "chunking": chunking(plan.config, codec)}
-    rows = score_items(items, [plan.scorer], backends, path, run_config([plan.scorer], backends, dataset),
-                       resume=plan.config.resume, progress=progress)
+    cfg = run_config([plan.scorer], backends, dataset, plan.config.score_tolerance)
+    rows = score_items(items, [plan.scorer], backends, path, cfg, resume=plan.config.resume, progress=progress)
     scores = score_column(rows, plan.scorer.label)
     bounds = np.cumsum([0] + [len(d.chunks) for d in cut])
     return [scores[bounds[i] : bounds[i + 1]] for i in range(len(cut))]
@@ -347,7 +352,7 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     notes = _notes(config, threshold, n_cal, auc_docs)
     report = {
         "title": f"Document contamination: {plan.meta['name']}",
-        "config": {**run_config([plan.scorer], backends, plan.meta), "documents": asdict(config),
+        "config": {**run_config([plan.scorer], backends, plan.meta, config.score_tolerance), "documents": asdict(config),
                    "calibration": plan.calibration_meta, "chunking": chunking(config, codec),
                    "n_documents": len(cut), "n_chunks": n_chunks, "n_calibration_chunks": n_cal,
                    "seeds": {"chunk_sample": config.seed, "bootstrap": config.seed},

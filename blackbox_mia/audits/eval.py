@@ -35,6 +35,7 @@ from ..evaluation.blind import BlindBaseline
 from ..option_names import named
 from ..runner import run_config, score_items
 from ..scorers import DEFAULT_SCORERS, TARGET, Scorer, check_conditioning, parse_scorers
+from ..scorers.bounded import DEFAULT_TOLERANCE_NATS, check_tolerance
 from ..text import DEFAULT_SEGMENTER, get_segmenter
 from ..tokenizers import TokenCodec
 from ..types import BlackboxMIAError
@@ -79,6 +80,8 @@ class EvalConfig:
         resume: keep the rows already in the scores files (same configuration).
         drop_unscored: leave out the texts without a usable score for every scorer (tokens known
             only by bounds, NaN) and say so, instead of stopping; both classes must remain.
+        score_tolerance: nats; a score resting on log-prob means known less precisely is null
+            (:meth:`~blackbox_mia.results.ScoredText.from_scores`).
     """
 
     dataset: str
@@ -93,9 +96,11 @@ class EvalConfig:
     limit: int | None = None
     resume: bool = True
     drop_unscored: bool = False
+    score_tolerance: float = DEFAULT_TOLERANCE_NATS
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
+        check_tolerance(self.score_tolerance)
         check_number(named("n_boot"), self.n_boot, at_least=0, integer=True)
         check_number(named("seed"), self.seed, at_least=0, integer=True)
         check_number(named("blind_folds"), self.blind_folds, at_least=2, integer=True)
@@ -185,7 +190,7 @@ def run_eval(plan: EvalPlan, backends: dict[str, Backend], out_dir: Path, progre
     # the groups are cut with the target's tokenizer only when the guard judges the run
     guard_spend(lambda: estimate_groups(plan.scored_groups(backends[TARGET].codec), plan.scorers, backends),
                 backends, yes)
-    run_cfg = run_config(plan.scorers, backends, plan.meta)
+    run_cfg = run_config(plan.scorers, backends, plan.meta, config.score_tolerance)
     rows, items, lengths, gone = _score(plan, backends, out_dir, run_cfg, progress, log)
     labels = np.array([r.label for r in rows], dtype=np.int64)
     scores = {s.label: score_column(rows, s.label, droppable=True) for s in plan.scorers}

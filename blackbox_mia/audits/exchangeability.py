@@ -43,6 +43,7 @@ from ..option_names import named
 from ..results import ScoredText
 from ..runner import run_config, score_items
 from ..scorers import parse_scorer
+from ..scorers.bounded import DEFAULT_TOLERANCE_NATS, check_tolerance
 from .common import SCORES_FILE, AuditResult, Log, publish, quiet, report_config, score_column
 
 SCORER = "loss"  # its mean log-prob × the tokens scored = the text's full log-prob (nats)
@@ -61,6 +62,8 @@ class ExchangeabilityConfig:
         alpha: the verdict's level (fraction).
         limit: only the first ``limit`` items (in canonical order).
         resume: keep the rows already in the scores file (same configuration).
+        score_tolerance: nats; a score resting on log-prob means known less precisely is null
+            (:meth:`~blackbox_mia.results.ScoredText.from_scores`).
     """
 
     dataset: str
@@ -70,9 +73,11 @@ class ExchangeabilityConfig:
     alpha: float = 0.05
     limit: int | None = None
     resume: bool = True
+    score_tolerance: float = DEFAULT_TOLERANCE_NATS
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible values (the message names the option)."""
+        check_tolerance(self.score_tolerance)
         check_number(named("shards"), self.shards, at_least=1, integer=True)
         check_number(named("permutations"), self.permutations, at_least=1, integer=True)
         check_number(named("seed"), self.seed, at_least=0, integer=True)
@@ -180,7 +185,7 @@ def run_exchangeability(plan: ExchangeabilityPlan, backends: dict[str, Backend],
     config, out_dir = plan.config, Path(out_dir)
     scorers = [parse_scorer(SCORER)]
     guard_groups({"exchangeability": plan.texts}, scorers, backends, yes)
-    run_cfg = run_config(scorers, backends, plan.meta)
+    run_cfg = run_config(scorers, backends, plan.meta, config.score_tolerance)
     log(f"scoring {len(plan.texts)} distinct shard texts ({len(plan.bounds)} shards x {config.permutations + 1} orders)")
     rows = score_items(plan.texts, scorers, backends, out_dir / SCORES_FILE, run_cfg, resume=config.resume,
                        progress=progress)

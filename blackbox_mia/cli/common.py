@@ -17,6 +17,7 @@ from ..backends.options import KINDS, check_ranges, flag_name, setting_of
 from ..backends.registry import BackendSpec, build_spec, read_spec, split_query
 from ..datasets.fields import Fields
 from ..scorers import TARGET, Scorer, reference_role, refine_for
+from ..scorers.bounded import DEFAULT_TOLERANCE_NATS, check_tolerance
 from ..config import check_number  # noqa: F401  (the commands import it from here)
 from ..spend.limits import GUARD_REQUESTS, GUARD_USD
 from ..types import BlackboxMIAError
@@ -122,11 +123,13 @@ class TargetOptions(BackendFlags):
     spec: str | None = None
     dry_run: bool = False
     precision: str = "scores"
+    score_tolerance: float = DEFAULT_TOLERANCE_NATS
     yes: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise BlackboxMIAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_tolerance(self.score_tolerance)
         for kind in KINDS.values():
             check_ranges(kind.options, {f.name: getattr(self, f.name) for f in option_fields(kind.options)}, flag_of)
 
@@ -354,6 +357,10 @@ TARGET_OPTIONS = {
     "precision": {"help": "bisection refines each text until the requested scores are --epsilon-precise "
                   "('scores': Min-K%'s and the loss score's bounds, fewer requests), or every token's value "
                   "('token')", "rich_help_panel": "Tracker"},
+    "score_tolerance": {"help": "nats: a score resting on log-prob means known less precisely than this (tokens the "
+                        "endpoint gives only by bounds, or bounds widened by its shape variation) is null with "
+                        "its interval; a wider tolerance reports the score with its interval beside it",
+                        "rich_help_panel": "Tracker"},
     "dry_run": {"help": "print the expected requests, billed tokens and USD, and stop: nothing is scored or "
                 "generated (a black-box target's capability probe, a few dozen requests once per endpoint and "
                 "model, runs first when its record is not cached: the estimate needs it)", "rich_help_panel": "Tracker"},

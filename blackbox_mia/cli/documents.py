@@ -80,7 +80,8 @@ def documents_command(
                                  scorer=with_paraphrases(one_scorer_spec(scorers, scorer_alias), paraphrases),
                                  chunk_words=chunk_words,
                                  chunk_tokens=chunk_tokens, segmenter=segmenter, chunks_per_doc=chunks_per_doc,
-                                 rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite)
+                                 rule=rule, target_fpr=target_fpr, seed=seed, n_boot=n_boot, resume=not overwrite,
+                                 score_tolerance=target.score_tolerance)
         plan = prepare_documents(config)
         out = check_output(out_dir or Path("runs") / f"documents-{dataset_slug(docs.rstrip('/'))}", folder=True)
         log = messages(quiet)

@@ -80,7 +80,8 @@ def eval_command(
         lengths = parse_numbers(truncate_tokens, "--truncate-tokens") if truncate_tokens else ()
         config = EvalConfig(dataset=with_fields(dataset, fields), scorers=specs, n_boot=n_boot, seed=seed,
                             blind_folds=blind_folds, segmenter=segmenter, truncate_tokens=lengths, limit=limit,
-                            resume=not overwrite, drop_unscored=drop_unscored)
+                            resume=not overwrite, drop_unscored=drop_unscored,
+                            score_tolerance=target.score_tolerance)
         plan = prepare_eval(config, cache_dir=target.cache_dir)
         out = check_output(out_dir or Path("runs") / f"eval-{dataset_slug(plan.meta['name'])}", folder=True)
         log = messages(quiet)
@@ -194,7 +195,7 @@ def sweep_command(
             target_fpr=target_fpr, calibration=calibration,
             calibration_fraction=calibration_fraction, nonmembers=nonmembers, assumed_tpr=assumed_tpr, control=control,
             control_config=ControlConfig(seed=control_seed), limit=limit, seed=seed, top=top,
-            resume=not overwrite, drop_unscored=drop_unscored,
+            resume=not overwrite, drop_unscored=drop_unscored, score_tolerance=target.score_tolerance,
         )
         _sweep(config, read, target, methods, out_dir, quiet, json_out)
 

@@ -58,7 +58,8 @@ def exchangeability_command(
         if target.ref:
             raise BlackboxMIAError("exchangeability uses no reference model: drop --ref")
         config = ExchangeabilityConfig(dataset=dataset, shards=shards, permutations=permutations, seed=seed,
-                                       alpha=alpha, limit=limit, resume=not overwrite)
+                                       alpha=alpha, limit=limit, resume=not overwrite,
+                                       score_tolerance=target.score_tolerance)
         if out_dir is not None:
             check_output(out_dir, folder=True)
         plan = prepare_exchangeability(config, cache_dir=target.cache_dir)

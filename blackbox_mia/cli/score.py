@@ -69,7 +69,7 @@ def score(
             from ..results_file import check_resumable
             from ..runner import run_settings
 
-            check_resumable(out, run_settings(parsed, meta), resume=not overwrite)  # before a model loads
+            check_resumable(out, run_settings(parsed, meta, target.score_tolerance), resume=not overwrite)  # before a model loads
         backends = build_backends(target, parsed)
         if target.dry_run:
             try:
@@ -82,7 +82,8 @@ def score(
             from ..runner import run_config, score_items
 
             resumed: list[int] = []
-            rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta), resume=not overwrite,
+            rows = score_items(items, parsed, backends, out, run_config(parsed, backends, meta, target.score_tolerance),
+                               resume=not overwrite,
                                on_resumed=resumed.append)
         usage = spent["usage"]
         aucs = auc_by_scorer(rows, parsed)

@@ -28,9 +28,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import check_number
+from ..option_names import named
 from ..types import BlackboxMIAError, TokenLogprobs
 
 DEFAULT_TOLERANCE_NATS = 0.05  # widest log-prob aggregate a reported score may rest on (nats)
+
+
+def check_tolerance(tolerance: float) -> None:
+    """Check a score tolerance (``score_tolerance=``, ``--score-tolerance``): a finite number of
+    nats > 0.
+
+    Raises:
+        BlackboxMIAError: it is not.
+    """
+    check_number(named("score_tolerance"), tolerance, above=0)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ...datasets import Item
 from ...evaluation import RULES, min_nonmembers
 from ...option_names import named
 from ...scorers import Scorer, check_conditioning, parse_scorer, parse_scorers
+from ...scorers.bounded import DEFAULT_TOLERANCE_NATS, check_tolerance
 from ...types import BlackboxMIAError
 from ..common import Log, quiet, require_labelled
 
@@ -54,6 +55,8 @@ class SweepConfig:
             calibration and to the swept items, so calibration non-members exchangeable with the
             benchmark's stay exchangeable with the swept ones: the estimate is then the member
             fraction of the kept swept items.
+        score_tolerance: nats; a score resting on log-prob means known less precisely is null
+            (:meth:`~blackbox_mia.results.ScoredText.from_scores`).
     """
 
     dataset: str
@@ -72,9 +75,11 @@ class SweepConfig:
     top: int = 10
     resume: bool = True
     drop_unscored: bool = False
+    score_tolerance: float = DEFAULT_TOLERANCE_NATS
 
     def validate(self) -> None:
         """Raise :class:`BlackboxMIAError` for impossible or contradictory options."""
+        check_tolerance(self.score_tolerance)
         if self.rule not in RULES:
             raise BlackboxMIAError(f"unknown {named('rule')} {self.rule!r}; choose from {', '.join(RULES)}")
         if not 0 < self.target_fpr < 1:

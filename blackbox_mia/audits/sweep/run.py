@@ -61,7 +61,7 @@ def run_sweep(plan: SweepPlan, backends: dict[str, Backend], out_dir: Path, prog
     out_dir = Path(out_dir)
     groups = plan.scored_groups()
     guard_groups(groups, plan.scorers, backends, yes)
-    run_cfg = run_config(plan.scorers, backends, plan.meta)
+    run_cfg = run_config(plan.scorers, backends, plan.meta, config.score_tolerance)
     s = _score_roles(plan, groups, backends, out_dir, run_cfg, progress, log)
     bench, neg, pos, control = s.scores_x[s.swept, 0], s.neg_x[:, 0], None if s.pos_x is None else s.pos_x[:, 0], \
         None if s.control_x is None else s.control_x[:, 0]
