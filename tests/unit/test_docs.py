@@ -98,6 +98,11 @@ def test_blocks_read_console_commands_and_reductions_keep_continuations(tmp_path
     assert reduced("bbmia memorize canary --local $C --json   # note", 1) == (
         "bbmia memorize canary --local $C --limit 24 --json   # note")
     assert reduced("bbmia unlearning F --samples 20 --seed 1", 1) == "bbmia unlearning F --samples 2 --seed 1 --limit 24"
+    assert reduced("bbmia sweep gsm8k --limit 4 --local X \\", 1) == "bbmia sweep gsm8k --limit 4 --local X \\"
+    # docs/real-model.md: the llama.cpp server's venv and the GGUF's directory, as the test found them
+    assert reduced('python -m llama_cpp.server --model "$G" --port 8000 &', 5) == (
+        '"$BBMIA_LLAMA_PYTHON" -m llama_cpp.server --model "$G" --port 5 &')
+    assert reduced("G=$(bbmia models path smollm2)", 1) == 'G=$(bbmia models path smollm2 --dir "$BBMIA_SMOLLM2_DIR")'
 
 
 def test_every_printed_next_command_is_run_or_says_why_not():
