@@ -142,7 +142,8 @@ def test_real_model_page_runs_on_smollm2_white_box_and_through_llama_cpp(workdir
     folder, env = workdir
     assert RUNNABLE[REAL_MODEL_PAGE]
     # the page's `python -m llama_cpp.server` and `bbmia models path smollm2` (doc_commands.REDUCTIONS)
-    env = dict(env, BBMIA_LLAMA_PYTHON=str(Path(llama_python).absolute()), BBMIA_SMOLLM2_DIR=str(smollm2_gguf.parents[1]))
+    env = dict(env, BBMIA_LLAMA_PYTHON=str(Path(llama_python).absolute()),
+               BBMIA_SMOLLM2_DIR=str(smollm2_gguf.parents[1]))
     _run_page(REAL_MODEL_PAGE, folder, env)
 
 
