@@ -378,6 +378,19 @@ def chat_audit_args(s: Session) -> list[str]:
     return ["--canary", s.canary("--chat-share", "6"), "--work", os.path.relpath(s.work / "chat_audit", ROOT)]
 
 
+def real_model_args(s: Session) -> list[str]:
+    """The SmolLM2 case study (docs/real-model.md): white-box and through llama.cpp, its outputs and
+    response cache resumed from the session's folder (needs the GGUF in ``.venv-llama/models`` and
+    llama-cpp-python: ``BBMIA_LLAMA_PYTHON`` or ``.venv-llama``)."""
+    return ["--work", os.path.relpath(s.work / "real_model_audit", ROOT)]
+
+
+REAL_MODEL_VOLATILE = (VOLATILE_KEYS - {"requests", "requests_per_token"}) | {"white_seconds", "black_seconds", "machine",
+                                                                              "version"}
+"""The case study's keys that are not figures: its times, the machine and the package version
+(its request counts, from an empty response cache, are figures)."""
+
+
 def bench_local_gpu_args(model: str, n: int, texts: str = "gsm8k") -> Callable[[Session], list[str]]:
     """The local backend's GPU figures (docs/local-models.md): ``model`` on ``n`` texts of the
     ``texts`` set, Min-K%++ statistics on, one round (needs a CUDA GPU)."""
@@ -403,6 +416,8 @@ STUDIES: dict[str, Study] = {"detection_power": Study("studies.detection_power",
                              "audit_canaries": Study("studies.audit_canaries", audit_canaries_least_changed_args),
                              "bisect_floor": Study("studies.bisect_floor", bisect_floor_args),
                              "chat_audit": Study("studies.chat_audit", chat_audit_args),
+                             "real_model_audit": Study("studies.real_model_audit", real_model_args,
+                                                       REAL_MODEL_VOLATILE),
                              "real_server_check": Study("benchmarks.real_server_check", real_server_args,
                                                         BENCHMARK_VOLATILE),
                              "bench_blackbox": Study("benchmarks.bench_blackbox", bench_blackbox_args, BENCHMARK_VOLATILE),
