@@ -243,12 +243,17 @@ def route_unmasked_padding_note() -> None:
         logger.addFilter(ToDebugLog((UNMASKED_PADDING_NOTE,)))
 
 
+def is_path(name: str) -> bool:
+    """Whether ``name`` can only be a file system path, not a hub repository id (``NAME`` or
+    ``ORG/NAME``): it starts with ``/``, ``.`` or ``~``, has more than one ``/``, a backslash, or
+    ends with ``/``."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
+
+
 def check_model_path(model: str) -> None:
-    """Raise :class:`BlackboxMIAError` when ``model`` is written as a filesystem path (absolute,
-    ``./``, ``../``, ``~``, or more than one ``/``: a hub name has at most one) that does not
-    exist, instead of letting the hub reject it as a repository id."""
-    looks_like_path = model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
-    if looks_like_path and not Path(model).expanduser().exists():
+    """Raise :class:`BlackboxMIAError` when ``model`` can only be a file system path
+    (:func:`is_path`) and does not exist, instead of letting the hub reject it as a repository id."""
+    if is_path(model) and not Path(model).expanduser().exists():
         raise BlackboxMIAError(f"local model path {model!r} does not exist")
 
 

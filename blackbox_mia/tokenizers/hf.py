@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..hub import MODEL_CONTEXT_FIELDS, load_pretrained
+from ..hub import MODEL_CONTEXT_FIELDS, is_path, load_pretrained
 from ..types import BlackboxMIAError
 from .base import TokenCodec
 
@@ -110,16 +110,9 @@ def check_tokenizer_path(path: str) -> None:
     Raises:
         BlackboxMIAError: "cannot load tokenizer ...: no such directory or file".
     """
-    if _is_path(path) and not Path(path).expanduser().exists():
+    if is_path(path) and not Path(path).expanduser().exists():
         raise BlackboxMIAError(f"cannot load tokenizer {path!r}: no such directory or file "
                                f"(and not a hub name, which is NAME or ORG/NAME)")
-
-
-def _is_path(name: str) -> bool:
-    """Whether ``name`` can only be a file system path, not a hub repository id (``NAME`` or
-    ``ORG/NAME``): it starts with ``/``, ``.`` or ``~``, has more than one ``/``, a backslash, or
-    ends with ``/``."""
-    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
 
 
 def _byte_level_decoder(tokenizer) -> dict[str, int] | None:

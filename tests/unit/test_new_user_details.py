@@ -129,3 +129,18 @@ def test_with_json_an_interrupted_run_still_ends_stdout_with_one_json_line(tiny_
         "error": "interrupted: finished work is saved; rerun the same command to resume", "exit_code": 130}
     plain = invoke("score", items, "--local", tiny_model_dir, "--out", tmp_path / "s.jsonl")
     assert plain.exit_code == 130 and plain.stdout == ""  # without --json, nothing on stdout
+
+
+def test_one_rule_tells_a_path_from_a_hub_name_for_models_and_tokenizers(tmp_path):
+    from blackbox_mia.hub import check_model_path, is_path
+    from blackbox_mia.tokenizers.hf import check_tokenizer_path
+
+    assert [is_path(n) for n in ("gpt2", "org/name", "./m", ".m", "~/m", "a/b/c", "C:\\m", "dir/")] == \
+        [False, False, True, True, True, True, True, True]
+    missing = str(tmp_path / "absent") + "/"
+    with pytest.raises(BlackboxMIAError, match="local model path .* does not exist"):
+        check_model_path(missing)
+    with pytest.raises(BlackboxMIAError, match="no such directory or file"):
+        check_tokenizer_path(missing)
+    check_model_path("org/name")  # a hub name is left to the hub
+    check_tokenizer_path(str(tmp_path))  # an existing directory passes
