@@ -18,9 +18,12 @@ Parts (one JSON line each, ``"part"``):
   llama.cpp (``--score-tolerance``: twice the shape variation the probe measured, plus
   :data:`TOLERANCE_SLACK`): the AUCs of both, the mean absolute difference of each score, the share
   of white-box scores inside the black-box interval, requests per token and seconds.
-- ``text_only``: ``bbmia sweep gsm8k --scorers ts_guessing_keyword`` and ``bbmia sweep aqua
-  --scorers ts_guessing`` through llama.cpp's chat endpoint (the model's own ChatML template):
-  the exact-match rates of the swept items and of their control, and the sweep's verdict.
+- ``text_only``: ``bbmia sweep gsm8k --scorers ts_guessing_keyword`` through llama.cpp's chat
+  endpoint (the model's own ChatML template): the sweep's verdict, the exact-match rates of the
+  swept items and of their control.
+- ``guessing``: ``bbmia score aqua --scorers ts_guessing`` through the same endpoint: the share
+  of AQuA problems whose masked wrong option the model reproduces, with its Wilson interval (the
+  control of AQuA keeps too few problems for a sweep: few have numbers to change).
 
 The last line is ``"part": "summary"`` with the machine, the package version and the seconds of
 each part. Runs are resumed from ``--work`` (the scores and the response cache): a rerun pays no
@@ -46,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from blackbox_mia import __version__
+from blackbox_mia.evaluation.documents import wilson_interval
 from blackbox_mia.pretrained import pretrained
 from studies.bbmia_json import bbmia
 from studies.table_format import ci, num, p_value
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xchg-permutations", type=int, default=9)
     parser.add_argument("--eval-limit", type=int, help="the first N texts of each WikiMIA split (default: all)")
     parser.add_argument("--bb-limit", type=int, default=40, help="WikiMIA-64 texts scored both ways")
-    parser.add_argument("--text-only-limit", type=int, default=80, help="items of each text-only sweep")
+    parser.add_argument("--text-only-limit", type=int, default=200, help="items of each text-only test")
     parser.add_argument("--json", action="store_true", help="print the JSON lines (else the tables)")
     args = parser.parse_args(argv)
 
@@ -165,12 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         black, seconds["side_by_side black-box"] = timed("eval", *subset, *fresh_api, "--score-tolerance", str(tolerance),
                                                          "--out", str(work / "side-llama"), "--overwrite")
         chat = [*api, *cache, "--endpoint", "chat", "--allow-chat-conditional"]  # generations through the template
-        for dataset, scorer in (("gsm8k", "ts_guessing_keyword"), ("aqua", "ts_guessing")):
-            summary, seconds[f"text-only {dataset}"] = timed(
-                "sweep", dataset, *chat, "--scorers", scorer, "--limit", str(args.text_only_limit),
-                "--out", str(work / f"text-only-{dataset}"))
-            lines.append({"part": "text_only", "mode": "black-box chat", "dataset": dataset, "scorer": scorer,
-                          "limit": args.text_only_limit, **sweep_line(summary)})
+        summary, seconds["text-only gsm8k"] = timed("sweep", "gsm8k", *chat, "--scorers", "ts_guessing_keyword",
+                                                    "--limit", str(args.text_only_limit), "--out",
+                                                    str(work / "text-only-gsm8k"))
+        rates = {f"exact_match_{role}": float(np.mean([row["scores"]["ts_guessing_keyword"]
+                                                       for row in scores_of(work / "text-only-gsm8k" / name).values()]))
+                 for role, name in (("swept", "scores.jsonl"), ("control", "control_scores.jsonl"))}
+        lines.append({"part": "text_only", "mode": "black-box chat", "dataset": "gsm8k", "scorer": "ts_guessing_keyword",
+                      "limit": args.text_only_limit, **rates, **sweep_line(summary)})
+        out = work / "text-only-aqua.jsonl"  # AQuA's control keeps too few items (few numbers to change): the rate alone
+        _, seconds["text-only aqua"] = timed("score", "aqua", *chat, "--scorers", "ts_guessing", "--limit",
+                                             str(args.text_only_limit), "--out", str(out))
+        hits = [row["scores"]["ts_guessing"] for row in scores_of(out).values()]
+        lines.append({"part": "guessing", "mode": "black-box chat", "dataset": "aqua", "scorer": "ts_guessing",
+                      "items": len(hits), "exact_match": sum(hits) / len(hits),
+                      "exact_match_ci": list(wilson_interval(int(sum(hits)), len(hits)))})
     tokens = sum(row["n_tokens"] for row in scores_of(work / "side-llama" / "scores.jsonl").values())
     requests = black.get("usage", {}).get("target", {}).get("requests", 0)
     lines.append({"part": "side_by_side", "dataset": "wikimia64", "limit": args.bb_limit, "shape_variation": shape,
@@ -207,6 +220,14 @@ def markdown(lines: list[dict]) -> str:
                     "detected" if s["detected"] else "not detected", p_value(s["exact_p"]), p_value(s["t_test_p"]),
                     num(s["flag_rate"]) + ci(s["flag_rate_ci"]), num(s["control_contamination"]), num(s["lower_bound"])]
                    for s in parts.get("sweep", []) + parts.get("text_only", [])])]
+    for t in parts.get("text_only", []):
+        out.append(f"TS-Guessing (keyword form) through the chat endpoint: the masked key word came back exactly for "
+                   f"{num(t['exact_match_swept'])} of the {t['swept']} GSM8K test problems and {num(t['exact_match_control'])}"
+                   f" of their {t['control']} controls.")
+    for g in parts.get("guessing", []):
+        out.append(f"TS-Guessing (multiple-choice form) through the chat endpoint on the first {g['items']} AQuA test "
+                   f"problems: the model reproduced the masked wrong option exactly for {num(g['exact_match'])}"
+                   f"{ci(g['exact_match_ci'])} of them (Wilson 95% interval).")
     for x in parts.get("exchangeability", []):
         out.append(f"Exchangeability (white-box; the first {x['limit']} GSM8K test items in {x['shards']} shards, "
                    f"{x['permutations']} shuffled orders each): exact p = {p_value(x['p_value'])} (t-test p = "

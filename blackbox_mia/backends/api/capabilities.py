@@ -20,7 +20,7 @@ from ...option_names import named
 from ...types import BlackboxMIAError
 from .precision import computation_error, rounding_error
 
-PROBE_VERSION = 13  # bump when the probe's checks change: older records are probed again
+PROBE_VERSION = 14  # bump when the probe's checks change: older records are probed again
 REPORTED = ("pre-bias", "post-bias", "unknown")
 MIN_TOLERANCE_NATS = 1e-4  # the smallest difference two reports of one value may show (nats)
 NOT_PROBED = "not probed: the probe stopped at the cheapest exact path (prompt_logprobs); it runs in full when a command needs more"
