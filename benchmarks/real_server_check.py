@@ -27,7 +27,8 @@ totals and the machine (:func:`benchmarks.machine.machine`: CPU model, cores, lo
 platform).
 
 Usage: python -m benchmarks.real_server_check [--canary DIR | --pretrained smollm2 [--models-dir DIR]
-       [--n-ctx 2048]] [--n 10] [--groups ascii,accented,japanese,punctuation] [--strategies auto,forced,bisect] [--json]
+       [--n-ctx 2048]] [--n 10] [--groups ascii,accented,japanese,punctuation]
+       [--strategies auto,forced,bisect] [--json]
 (JSON lines either way). The docs' figures: docs/generated/real_server_check.md, by
 ``BBMIA_LLAMA_PYTHON=... python scripts/docs_figures.py --only real_server_check``; SmolLM2's
 speed: docs/benchmarks.md.
@@ -187,7 +188,8 @@ def measure(server, tokenizer: str, context: int, strategy: str, texts: list[str
         scores = {"scores": len(intervals),
                   "scores_outside_interval": sum(not b.lower - AGREE <= v <= b.upper + AGREE for b, v in intervals),
                   "scores_null": sum(b.spread > 0.05 for b, _ in intervals)}
-    speed = {"probe_requests": probe_requests, "requests_per_token": (out["requests"] - probe_requests) / max(tokens, 1),
+    scoring_requests = out["requests"] - probe_requests
+    speed = {"probe_requests": probe_requests, "requests_per_token": scoring_requests / max(tokens, 1),
              "probe_s": round(probe_s, 3), "wall_s": round(wall_s, 3), "texts_per_s": round(len(texts) / wall_s, 3),
              "tokens_per_s": round(tokens / wall_s, 2)}
     return {**out, "tokens": tokens, "outside_bounds": outside, "exact_share": exact / max(tokens, 1),
