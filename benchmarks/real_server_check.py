@@ -182,7 +182,7 @@ def measure(server, tokenizer: str, context: int, strategy: str, texts: list[str
         outside += int((~inside).sum())
         exact += int(((lp.upper - lp.lower) <= EPSILON + AGREE).sum())
         bound_only += int((~np.isfinite(lp.lower)).sum())
-    scores = {}
+    scores = {"scores": None, "scores_outside_interval": None, "scores_null": None}  # token values only
     if truth.scores is not None:
         intervals = [(b, ts[label].value) for (s, _), ts in zip(black, truth.scores) for label, b in s.items()]
         scores = {"scores": len(intervals),
@@ -193,8 +193,7 @@ def measure(server, tokenizer: str, context: int, strategy: str, texts: list[str
              "probe_s": round(probe_s, 3), "wall_s": round(wall_s, 3), "texts_per_s": round(len(texts) / wall_s, 3),
              "tokens_per_s": round(tokens / wall_s, 2)}
     return {**out, "tokens": tokens, "outside_bounds": outside, "exact_share": exact / max(tokens, 1),
-            "bound_only": bound_only, "scores": None, "scores_outside_interval": None, "scores_null": None,
-            **scores, **speed}
+            "bound_only": bound_only, **scores, **speed}
 
 
 def markdown(lines: list[dict]) -> str:
