@@ -398,12 +398,13 @@ def bench_local_gpu_args(model: str, n: int, texts: str = "gsm8k") -> Callable[[
                       "--texts", texts]
 
 
-BENCH_LOCAL_VOLATILE = frozenset({"seconds", "warm_seconds", "load_avg", "round", "code"})
-"""A speed benchmark's keys that are not figures: its times (its speeds are its figures; no CPU
+BENCH_LOCAL_VOLATILE = frozenset({"seconds", "warm_seconds", "load_avg", "round", "code", "machine"})
+"""A speed benchmark's keys that are not figures: its times and the machine (its speeds are its figures; no CPU
 reproduces them, and ``--check`` on the same GPU compares them within :data:`REL_TOL`)."""
 
-BENCHMARK_VOLATILE = (VOLATILE_KEYS - {"requests_per_token"}) | {"wall_s", "version"}
-"""A tracker benchmark's keys that are not figures: its times and raw request counts (which
+BENCHMARK_VOLATILE = (VOLATILE_KEYS - {"requests_per_token"}) | {"wall_s", "version", "probe_s", "texts_per_s",
+                                                                  "tokens_per_s", "machine"}
+"""A tracker benchmark's keys that are not figures: its times, rates, the machine and raw request counts (which
 concurrent requests may move by one). Its requests per token, from a fresh response cache, are
 figures (compared within :data:`ABS_TOL` or :data:`REL_TOL`)."""
 

@@ -171,3 +171,38 @@ def test_the_local_backend_on_dequantized_weights_is_close_to_llama_cpp(smollm2_
         gaps.append(abs(float(np.mean(lp.logprobs)) - float(np.mean(want))))
     assert max(gaps) <= LOCAL_GAP, gaps
     print(f"local vs llama.cpp: mean log-prob gaps {np.round(gaps, 4).tolist()} nats/token")
+
+
+WHOLE = [item.text for item in load_shipped_or_jsonl("gsm8k").items[:2]]  # 208 tokens, read in one context each
+WHOLE_CTX = 2048  # the served context of the docs and the case study
+
+
+@pytest.fixture(scope="module")
+def whole_server(llama_python, smollm2_gguf, tmp_path_factory):
+    from ..realserver.fixtures import serving
+    from ..realserver.server import LlamaServer
+
+    yield from serving(LlamaServer(smollm2_gguf, llama_python, model="smollm2", n_ctx=WHOLE_CTX,
+                                   log_path=tmp_path_factory.mktemp("smollm2-whole") / "server.log"))
+
+
+@pytest.mark.slow
+def test_forced_on_whole_gsm8k_problems_within_bounds(whole_server, smollm2_gguf, codec, smollm2_reference, tmp_path):
+    """Whole problems in the docs' 2,048-token context, read by ``forced``: with the shape margin at
+    2, a tail token of the first one (" duck", log-prob -7.8) lay 0.016 nats outside its bounds in
+    2 of 3 runs of benchmarks/real_server_check.py on a fresh server; at 3 none does."""
+    config = ApiConfig(base_url=whole_server.url, model=whole_server.model, max_retries=1, backoff_base_s=0.01)
+    backend = ApiBackend(config, tokenizer=str(smollm2_gguf), tracker=TrackerConfig(strategy="forced"),
+                         cache_dir=tmp_path)
+    try:
+        caps = backend.capabilities
+        black = backend.logprobs(WHOLE)
+    finally:
+        backend.close()
+    seqs = [[int(lp.context_ids[0]), *lp.token_ids.tolist()] for lp in black]
+    assert seqs == [codec.encode(t) for t in WHOLE] and max(map(len, seqs)) < WHOLE_CTX
+    truth = smollm2_reference({"sequences": seqs})["sequences"]
+    exact, counts = assert_within_bounds(black, [np.asarray(t) for t in truth], caps.shape_variation, 0.0)
+    assert counts["forced"] > 0 and sum(counts.values()) == sum(len(s) - 1 for s in seqs)
+    print(f"whole GSM8K problems, forced: {sum(counts.values())} values, {exact} exact, {dict(counts)}, "
+          f"shape variation {caps.shape_variation:.3g}")

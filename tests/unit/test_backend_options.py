@@ -301,7 +301,7 @@ def test_flags_and_specs_keep_the_saved_configuration_and_the_cache_keys(tiny_mo
             assert key == "bae7cf2bf019b4a4baff87f08361cd9ec355414cb292f15133cf7fb6ce68549f"
             path = capabilities_path(tmp_path, config.base_url, config.model, config.endpoint, tracker.epsilon,
                                      tracker.max_bias)
-            assert path.name == "b15dd25e8dae237fac3370ff.json"  # PROBE_VERSION 13 (issue 51: echo_bias_free; 52: shape_variation)
+            assert path.name == "72caaa22e14044736b40ef3b.json"  # PROBE_VERSION 14 (issue 52: shape_variation, margin 3)
         finally:
             backend.close()
 
