@@ -375,7 +375,7 @@ def score_items(
             its windows run), with a one-line note for each text split into windows.
         tolerance: nats; a score resting on a log-prob mean known less precisely is null
             (:meth:`ScoredText.from_scores`); None: ``config``'s ``score_tolerance_nats``
-            (:data:`~blackbox_mia.scorers.bounded.DEFAULT_TOLERANCE_NATS` without a config).
+            (:data:`~blackbox_mia.scorers.bounded.DEFAULT_TOLERANCE_NATS` where it has none).
         on_resumed: called once, before scoring, with how many of ``items`` were already in
             ``out_path`` (0 on a fresh run): the rest are scored by this call.
 
@@ -390,7 +390,7 @@ def score_items(
     check_compatible(scorers, backends)
     ids = _checked_ids(items, chunk_size)
     if tolerance is None:
-        tolerance = DEFAULT_TOLERANCE_NATS if config is None else config["score_tolerance_nats"]
+        tolerance = (config or {}).get("score_tolerance_nats", DEFAULT_TOLERANCE_NATS)
     labels = [s.label for s in scorers]
     condition = None if any(s.needs_logprobs for s in scorers) else backends[TARGET].describe_generation().get("condition")
     done: dict[str, ScoredText] = {}

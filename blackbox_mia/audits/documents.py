@@ -352,7 +352,8 @@ def run_documents(plan: DocumentsPlan, backends: dict[str, Backend], out_dir: Pa
     notes = _notes(config, threshold, n_cal, auc_docs)
     report = {
         "title": f"Document contamination: {plan.meta['name']}",
-        "config": {**run_config([plan.scorer], backends, plan.meta, config.score_tolerance), "documents": asdict(config),
+        "config": {**run_config([plan.scorer], backends, plan.meta, config.score_tolerance),
+                   "documents": asdict(config),
                    "calibration": plan.calibration_meta, "chunking": chunking(config, codec),
                    "n_documents": len(cut), "n_chunks": n_chunks, "n_calibration_chunks": n_cal,
                    "seeds": {"chunk_sample": config.seed, "bootstrap": config.seed},

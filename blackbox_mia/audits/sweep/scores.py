@@ -28,8 +28,9 @@ def control_scores(plan: SweepPlan, items: list[Item] | None, backends: dict[str
     log(f"scoring {len(items)} control items")
     meta = {"name": f"control of {plan.meta['name']}", "source": plan.meta["source"],
             "sha256": plan.meta["sha256"], "construction": asdict(plan.control.config)}
-    rows = score_items(items, plan.scorers, backends, out_dir / "control_scores.jsonl",
-                       run_config(plan.scorers, backends, meta, plan.config.score_tolerance), resume=plan.config.resume, progress=progress)
+    cfg = run_config(plan.scorers, backends, meta, plan.config.score_tolerance)
+    rows = score_items(items, plan.scorers, backends, out_dir / "control_scores.jsonl", cfg, resume=plan.config.resume,
+                       progress=progress)
     return feature_matrix(rows, plan)
 
 
@@ -60,8 +61,8 @@ def _scores_reusing(items: list[Item], todo: list[Item], known: dict[str, Scored
     others' texts already scored (``known``: text → row)."""
     log(f"scoring {len(todo)} calibration items ({len(items) - len(todo)} reuse benchmark scores)")
     if todo:
-        rows = score_items(todo, plan.scorers, backends, out_path, run_config(plan.scorers, backends, meta, plan.config.score_tolerance),
-                           resume=plan.config.resume, progress=progress)
+        cfg = run_config(plan.scorers, backends, meta, plan.config.score_tolerance)
+        rows = score_items(todo, plan.scorers, backends, out_path, cfg, resume=plan.config.resume, progress=progress)
         known = {**known, **{it.text: row for it, row in zip(todo, rows)}}
     return feature_matrix([known[it.text] for it in items], plan)
 
