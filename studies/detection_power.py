@@ -128,17 +128,17 @@ def split_decisions(s: dict, cal_pos: np.ndarray, cal_neg: np.ndarray, keep: np.
     x, main = s["features"], s["main"]
     n_swept = int(keep.sum())
     comb_swept, comb_ref, _ = combined_scores(x[keep], x[cal_neg], x[cal_pos])
-    single = tail_test(main[keep], main[cal_neg], seed=seed)
+    single = tail_test(main[keep], main[cal_neg])
     di = dataset_inference(x[keep], x[cal_neg], seed=seed)
     est = estimate_prevalence(main[keep], main[cal_neg], main[cal_pos])
     truth = float(member[keep].mean())
     by_set = {}
     for name, xs in s["sets"].items():
         set_swept, set_ref, _ = combined_scores(xs[keep], xs[cal_neg], xs[cal_pos])
-        by_set[f"{HEADLINE}+{name}"] = tail_test(set_swept, set_ref, seed=seed)["p_value"]
+        by_set[f"{HEADLINE}+{name}"] = tail_test(set_swept, set_ref)["p_value"]
     return {
         **by_set,
-        "tail_combined": tail_test(comb_swept, comb_ref, seed=seed)["p_value"],
+        "tail_combined": tail_test(comb_swept, comb_ref)["p_value"],
         "tail": single["p_value"],
         "max_reference": single["rank_p_values"][1],
         "fisher_pooled_95": fisher_pooled(main[keep], main[cal_neg]),

@@ -60,6 +60,7 @@ BLACK_SCORERS = "loss,min_k,zlib"  # min_k_pp needs the vocabulary's mean and sp
 EVAL_SETS = ("wikimia64", "wikimia128", "wikimia24")
 FPRS = ("0.01", "0.05")
 PROBE_TEXT = "Natalia sold clips to 48 of her friends in April."
+PORT = 8093  # llama.cpp's port: the response cache is keyed by the endpoint, so a rerun on it pays nothing again
 
 
 def machine() -> str:
@@ -125,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--xchg-shards", type=int, default=2)
     parser.add_argument("--xchg-permutations", type=int, default=9)
     parser.add_argument("--eval-limit", type=int, default=200, help="the first N texts of each WikiMIA split (0: all)")
-    parser.add_argument("--bb-limit", type=int, default=24, help="WikiMIA-64 texts scored both ways")
-    parser.add_argument("--text-only-limit", type=int, default=100, help="items of each text-only test")
+    parser.add_argument("--bb-limit", type=int, default=12, help="WikiMIA-64 texts scored both ways")
+    parser.add_argument("--text-only-limit", type=int, default=70, help="items of each text-only test")
     parser.add_argument("--json", action="store_true", help="print the JSON lines (else the tables)")
     args = parser.parse_args(argv)
 
@@ -158,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     python, why = find_llama_python()
     if python is None:
         raise SystemExit(f"llama.cpp is needed for the black-box parts: {why}")
-    subset = ["wikimia64", "--limit", str(args.bb_limit), "--scorers", BLACK_SCORERS, "--n-boot", "200"]
+    subset = ["wikimia64", "--limit", str(args.bb_limit), "--scorers", BLACK_SCORERS, "--n-boot", "200",
+              "--drop-unscored"]  # a text with a token known only by a bound has no black-box score: counted
     white, seconds["side_by_side white-box"] = timed("eval", *subset, *local, "--out", str(work / "side-local"))
-    with LlamaServer(gguf, python, model="smollm2", n_ctx=2048, log_path=work / "llama-server.log") as server, \
+    with LlamaServer(gguf, python, model="smollm2", n_ctx=2048, log_path=work / "llama-server.log", port=PORT) as server, \
             tempfile.TemporaryDirectory() as fresh:
         api = ["--base-url", server.url, "--model", "smollm2", "--tokenizer", gguf, "--concurrency", "1"]
         fresh_api = [*api, "--cache-dir", fresh]  # requests per token from an empty response cache, every run
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                   "score_tolerance": tolerance, "white_auc": white["auc"], "black_auc": black["auc"],
                   "scores": compare(scores_of(work / "side-local" / "scores.jsonl"),
                                     scores_of(work / "side-llama" / "scores.jsonl"), BLACK_SCORERS.split(",")),
-                  "tokens": tokens, "requests": requests, "requests_per_token": requests / tokens if tokens else None,
+                  "unscored": black.get("dropped_unscored", 0), "tokens": tokens, "requests": requests, "requests_per_token": requests / tokens if tokens else None,
                   "white_seconds": seconds["side_by_side white-box"], "black_seconds": seconds["side_by_side black-box"]})
     lines.append({"part": "summary", "machine": machine(), "version": __version__, "seconds": seconds})
     if args.json:
@@ -245,12 +247,10 @@ def markdown(lines: list[dict]) -> str:
                            "white-box score inside the black-box interval"],
                           [[n, num(s["white_auc"].get(n)), num(s["black_auc"].get(n)), num(v["mean_abs_diff"]),
                             num(v["within_bounds"])] for n, v in s["scores"].items()]))
-        out.append(f"The first {s['limit']} WikiMIA-64 texts ({s['tokens']} tokens): through llama.cpp "
-                   f"{s['requests']} requests ({num(s['requests_per_token'])} per token) in {s['black_seconds']:.0f} s, "
-                   f"white-box in {s['white_seconds']:.0f} s; shape variation ±{s['shape_variation']:.3f} nats, "
-                   f"score tolerance {s['score_tolerance']} nats.")
-    s = parts["summary"][-1]
-    out.append(f"Machine: {s['machine']}; blackbox_mia {s['version']}.")
+        out.append(f"The first {s['limit']} WikiMIA-64 texts ({s['tokens']} tokens; {s['unscored']} without a black-box "
+                   f"score, a token known only by a bound, left out of its AUC): through llama.cpp "
+                   f"{s['requests']} requests after the probe's ({num(s['requests_per_token'])} per token); shape "
+                   f"variation ±{s['shape_variation']:.3f} nats, score tolerance {s['score_tolerance']} nats.")
     return "\n\n".join(out) + "\n"
 
 

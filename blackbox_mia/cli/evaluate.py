@@ -155,7 +155,7 @@ def sweep_command(
     control_seed: int = typer.Option(0, "--control-seed", help="seed of the control's new numbers"),
     limit: Optional[int] = typer.Option(None, help="sweep only the first N benchmark items"),
     top: int = typer.Option(10, help="list this many highest-scoring items"),
-    seed: int = typer.Option(0, help="seed of --calibration-fraction's draw and of the verdict's tie-breaking"),
+    seed: int = typer.Option(0, help="seed of --calibration-fraction's draw and of the dataset-inference test's random halves"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="output folder (default: runs/sweep-<dataset>/)"),
     methods: Optional[str] = typer.Option(None, help=METHODS_HELP.replace(
         "the text-only tests (samia, cdd; ts_guessing on multiple-choice items)", "the text-only scorer samia")

@@ -153,17 +153,19 @@ def _counts_above(reference_positions: np.ndarray, ranks: tuple[int, ...]) -> np
     return reference_positions[j - 1] - (j - 1)
 
 
-def reference_positions(swept, reference, seed: int = 0) -> np.ndarray:
+def reference_positions(swept, reference) -> np.ndarray:
     """Sorted positions of the reference items in the pooled sample ordered by decreasing score
-    (0 = the highest), ties broken at random (seeded), shape (n,)."""
+    (0 = the highest), shape (n,). A reference item tied with swept items is placed above them:
+    a tie never counts as a swept item above a reference one, so the test is conservative where
+    scores tie (level ≤ alpha; exact without ties), and scores that are all equal (a text-only
+    test that matched nothing) give p = 1, never a verdict drawn by lot."""
     pooled = np.concatenate([swept, reference])
-    tiebreak = np.random.default_rng(seed).random(len(pooled))
-    order = np.lexsort((tiebreak, -pooled))
+    is_swept = np.arange(len(pooled)) < len(swept)
+    order = np.lexsort((is_swept, -pooled))
     return np.flatnonzero(order >= len(swept))
 
 
-def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tuple[int, ...] | None = None,
-              seed: int = 0) -> dict:
+def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tuple[int, ...] | None = None) -> dict:
     """The tail test: do more swept items rise above the top reference scores than chance allows?
 
     Args:
@@ -171,8 +173,8 @@ def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tup
         reference_scores: shape (n,), known non-members, exchangeable with the swept
             non-members under H0.
         alpha: the level of the verdict (fraction).
-        ranks: the reference ranks j counted above (default :func:`tail_ranks`).
-        seed: seed of the random tie-breaking.
+        ranks: the reference ranks j counted above (default :func:`tail_ranks`); ties count
+            against the swept items (:func:`reference_positions`).
 
     Returns:
         ``{"test", "detected" (p ≤ alpha), "alpha", "p_value" (exact, :func:`min_p_value`),
@@ -189,7 +191,7 @@ def tail_test(swept_scores, reference_scores, *, alpha: float = 0.05, ranks: tup
         raise BlackboxMIAError(f"alpha must be in (0, 1), got {alpha}")
     n_swept, n_ref = len(swept), len(reference)
     ranks = tail_ranks(n_ref) if ranks is None else tuple(ranks)
-    counts = _counts_above(reference_positions(swept, reference, seed), ranks)
+    counts = _counts_above(reference_positions(swept, reference), ranks)
     p_ranks = rank_pvalues(counts, n_swept, n_ref, ranks)
     m = float(p_ranks.min())
     p_value = min_p_value(m, n_swept, n_ref, ranks)
@@ -251,8 +253,7 @@ def combined_scores(swept_features, reference_features, member_features) -> tupl
     return model.decision_function((swept - mean) / sd), model.decision_function((reference - mean) / sd), info
 
 
-def detection_verdict(swept_scores, reference_scores, reference: str, *, members=None, alpha: float = 0.05,
-                      seed: int = 0) -> dict:
+def detection_verdict(swept_scores, reference_scores, reference: str, *, members=None, alpha: float = 0.05) -> dict:
     """The sweep's headline: "contamination detected / not detected at alpha", with its p-value.
 
     Args:
@@ -263,7 +264,7 @@ def detection_verdict(swept_scores, reference_scores, reference: str, *, members
             of X", "--nonmembers F", "the control built from the benchmark").
         members: shape (m, F), known members' features: with F > 1 the test runs on
             :func:`combined_scores`; None (or F = 1): on the first feature.
-        alpha, seed: see :func:`tail_test`.
+        alpha: see :func:`tail_test`.
 
     Returns:
         :func:`tail_test`'s dict plus ``reference``, ``assumption``, ``combination``
@@ -278,7 +279,7 @@ def detection_verdict(swept_scores, reference_scores, reference: str, *, members
         swept, ref, combination = combined_scores(swept, ref, members)
     elif swept.ndim == 2:
         swept, ref = swept[:, 0], ref[:, 0]
-    out = tail_test(swept, ref, alpha=alpha, seed=seed)
+    out = tail_test(swept, ref, alpha=alpha)
     if combination is not None:
         out["test"] = f"tail test on {len(combination['weights'])} combined features"
     verdict = "Contamination DETECTED" if out["detected"] else "Contamination not detected"

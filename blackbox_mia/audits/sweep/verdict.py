@@ -45,7 +45,7 @@ def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.
         members: shape (m, F), ``--calibration``'s members, or None: with F > 1 the verdict
             tests the features' combination (fitted on them), else the sweep's scorer alone.
         source: where the reference comes from, as the report's roles name it.
-        seed: seed of the tail test's tie-breaking.
+        seed: seed of the dataset-inference test's random halves.
 
     Returns:
         :func:`~blackbox_mia.evaluation.detection.detection_verdict`'s dict, with ``caveat``
@@ -58,7 +58,7 @@ def sweep_verdict(bench: np.ndarray, nonmembers: np.ndarray | None, control: np.
         BlackboxMIAError: no reference at all, or as ``detection_verdict``.
     """
     reference = nonmembers if nonmembers is not None else control
-    verdict = detection_verdict(bench, reference, f"reference non-members ({source})", members=members, seed=seed)
+    verdict = detection_verdict(bench, reference, f"reference non-members ({source})", members=members)
     enough = len(reference) >= 4 * MIN_PER_HALF and len(bench) >= 2 * MIN_PER_HALF
     inference = dataset_inference(bench, reference, seed=seed) if enough else None
     return {**verdict, "caveat": CONTROL_CAVEAT if nonmembers is None else None, "dataset_inference": inference}
