@@ -40,14 +40,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.machine import machine
 from blackbox_mia import __version__
 from blackbox_mia.evaluation.documents import wilson_interval
 from blackbox_mia.pretrained import pretrained
@@ -61,19 +60,6 @@ EVAL_SETS = ("wikimia64", "wikimia128", "wikimia24")
 FPRS = ("0.01", "0.05")
 PROBE_TEXT = "Natalia sold clips to 48 of her friends in April."
 PORT = 8093  # llama.cpp's port: the response cache is keyed by the endpoint, so a rerun on it pays nothing again
-
-
-def machine() -> str:
-    """The CPU model and core count (``/proc/cpuinfo``)."""
-    name = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def timed(*args: str) -> tuple[dict, float]:
