@@ -347,7 +347,6 @@ def score_items(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     resume: bool = True,
     progress: bool = True,
-    tolerance: float | None = None,
     on_resumed: Callable[[int], None] | None = None,
 ) -> list[ScoredText]:
     """Score ``items``, appending one JSONL row per item to ``out_path`` as soon as it is scored.
@@ -366,16 +365,15 @@ def score_items(
         backends: ``{"target": ...}`` plus ``{"reference": ...}`` for ``ref``.
         out_path: the JSONL output, or None to keep the rows in memory only.
         config: the run's configuration (:func:`run_config`), saved beside the output; None
-            saves none and checks none.
+            saves none and checks none. Its ``score_tolerance_nats`` (default
+            :data:`~blackbox_mia.scorers.bounded.DEFAULT_TOLERANCE_NATS`): a score resting on a
+            log-prob mean known less precisely is null (:meth:`ScoredText.from_scores`).
         chunk_size: items per batched backend call (>= 1).
         resume: keep the rows already in ``out_path``.
         progress: show a progress bar (texts) on stderr, with the requests sent, their rate and
             the spend so far when a backend sends requests (:func:`~blackbox_mia.progress.usage_line`),
             and under it the backend's bar of the chunk's tokens (a long text moves it while
             its windows run), with a one-line note for each text split into windows.
-        tolerance: nats; a score resting on a log-prob mean known less precisely is null
-            (:meth:`ScoredText.from_scores`); None: ``config``'s ``score_tolerance_nats``
-            (:data:`~blackbox_mia.scorers.bounded.DEFAULT_TOLERANCE_NATS` where it has none).
         on_resumed: called once, before scoring, with how many of ``items`` were already in
             ``out_path`` (0 on a fresh run): the rest are scored by this call.
 
@@ -389,8 +387,7 @@ def score_items(
     """
     check_compatible(scorers, backends)
     ids = _checked_ids(items, chunk_size)
-    if tolerance is None:
-        tolerance = (config or {}).get("score_tolerance_nats", DEFAULT_TOLERANCE_NATS)
+    tolerance = (config or {}).get("score_tolerance_nats", DEFAULT_TOLERANCE_NATS)
     labels = [s.label for s in scorers]
     condition = None if any(s.needs_logprobs for s in scorers) else backends[TARGET].describe_generation().get("condition")
     done: dict[str, ScoredText] = {}
